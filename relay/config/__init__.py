@@ -1,0 +1,1 @@
+"""Settings discovery, merge and validation, and the trust store."""

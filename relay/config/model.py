@@ -1,0 +1,111 @@
+"""The shape of a settings.json file (DESIGN §5), as msgspec Structs."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import Meta
+
+Scope = Literal["runtime", "project-local", "project", "settings", "user", "system"]
+"""Where a hook comes from; plan order follows this order (DESIGN §6)."""
+
+SCOPE_ORDER: dict[str, int] = {
+    "runtime": 0,
+    "project-local": 1,
+    "project": 2,
+    "settings": 3,
+    "user": 4,
+    "system": 5,
+}
+# `settings` (--settings FILE) sits at user level, after the user file when files are
+# loaded; in plan order it runs just before the user file's hooks, like a user file.
+
+TRUST_REQUIRED: frozenset[str] = frozenset({"project", "project-local"})
+
+DEFAULT_TIMEOUT = 60.0
+MILLISECOND_SUSPECT = 600.0
+
+
+class HookEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One command hook."""
+
+    command: str
+    type: Literal["command"] = "command"
+    args: list[str] | None = None
+    name: str | None = None
+    timeout: Annotated[float, Meta(gt=0, description="seconds")] = DEFAULT_TIMEOUT
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    cwd: str | None = None
+    failClosed: bool = False
+    enabled: bool = True
+    description: str | None = None
+    signal: str = "SIGTERM"
+
+    @property
+    def display_name(self) -> str:
+        """The hook's name: `name`, else the command string."""
+        if self.name:
+            return self.name
+        return " ".join([self.command, *self.args]) if self.args else self.command
+
+
+class HookGroup(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Hooks that share a matcher."""
+
+    matcher: str | None = None
+    sequential: bool = False
+    hooks: list[HookEntry] = msgspec.field(default_factory=list)
+
+
+class HooksConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Switches over all hooks."""
+
+    enabled: bool = True
+    disabled: list[str] = msgspec.field(default_factory=list)
+
+
+class MemoryConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """The built-in memory service."""
+
+    backend: str = "sqlite"
+    injectOnStart: bool = True
+    promptOnEnd: bool = True
+
+
+class SessionConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """`relay run` timings."""
+
+    idleSeconds: Annotated[float, Meta(gt=0)] = 30.0
+
+
+class Settings(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One settings.json file."""
+
+    hooks: dict[str, list[HookGroup]] = msgspec.field(default_factory=dict)
+    hooksConfig: HooksConfig = msgspec.field(default_factory=HooksConfig)
+    patterns: dict[str, HookEntry | Literal["builtin"]] = msgspec.field(default_factory=dict)
+    memory: MemoryConfig = msgspec.field(default_factory=MemoryConfig)
+    session: SessionConfig = msgspec.field(default_factory=SessionConfig)
+
+
+class ConfigWarning(msgspec.Struct, kw_only=True):
+    """Something in a settings file that works but is probably a mistake."""
+
+    file: str
+    path: str
+    message: str
+    line: int | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line is not None else self.file
+        return f"{where}: {self.path}: {self.message}" if self.path else f"{where}: {self.message}"
+
+
+class LoadedSettings(msgspec.Struct, kw_only=True):
+    """A settings file that was found, read and validated."""
+
+    file: str
+    scope: Scope
+    settings: Settings
+    warnings: list[ConfigWarning] = msgspec.field(default_factory=list)

@@ -1,0 +1,36 @@
+"""The one exception base of relay; every error carries data, not only text."""
+
+from __future__ import annotations
+
+
+class RelayError(Exception):
+    """Base of relay's errors; the CLI maps it to exit code 1."""
+
+
+class SettingsError(RelayError):
+    """A settings file that cannot be used: names the file and where in it."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str,
+        path: str | None = None,
+        line: int | None = None,
+        column: int | None = None,
+    ) -> None:
+        self.message = message
+        self.file = file
+        self.path = path
+        self.line = line
+        self.column = column
+        super().__init__(self.location() + ": " + message)
+
+    def location(self) -> str:
+        """`file:line:column`, `file: path`, or the file alone."""
+        where = self.file
+        if self.line is not None:
+            where += f":{self.line}" + (f":{self.column}" if self.column is not None else "")
+        if self.path:
+            where += f": {self.path}"
+        return where

@@ -1,0 +1,213 @@
+"""Reading one hook's answer: exit code + stdout + stderr -> a normalized Answer (DESIGN §3, §4).
+
+Pure: no I/O. Dialect differences (Claude's permissionDecision, updatedInput, legacy
+approve/block) are folded into relay's meaning here, so the aggregator sees one shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from relay.protocol.dialects import Dialect
+from relay.protocol.output import (
+    HOOK_OUTPUT_FIELDS,
+    HOOK_SPECIFIC_FIELDS,
+    Decision,
+    HookOutput,
+    ToolConfig,
+)
+
+PLAIN_TEXT_INJECTS: frozenset[str] = frozenset(
+    {"SessionStart", "BeforeAgent", "MessageReceived", "Idle", "PatternMatch"}
+)
+"""Events whose plain-text stdout is `inject`; for the rest it is `systemMessage`."""
+
+STDERR_LINES_IN_ERRORS = 5
+_json_decoder = msgspec.json.Decoder()
+
+
+class Answer(msgspec.Struct, kw_only=True):
+    """One hook's answer in relay's meaning, ready to merge."""
+
+    output: HookOutput | None = None
+    decision: Decision | None = None
+    reason: str | None = None
+    inject: str | None = None
+    stop: bool = False
+    continue_: bool | None = None
+    stopReason: str | None = None
+    systemMessage: str | None = None
+    suppressOutput: bool = False
+    tool_input: dict[str, Any] | None = None
+    tool_input_replaces: bool = False
+    llm_request: dict[str, Any] | None = None
+    llm_response: dict[str, Any] | None = None
+    toolConfig: ToolConfig | None = None
+    clearContext: bool | None = None
+    extra_specific: dict[str, Any] = msgspec.field(default_factory=dict)
+    error: str | None = None
+    warnings: list[str] = msgspec.field(default_factory=list)
+
+
+class ProtocolError(ValueError):
+    """A hook's stdout that is JSON but not a valid answer; `path` names the field."""
+
+    def __init__(self, message: str, path: str = "$") -> None:
+        self.path = path
+        super().__init__(f"{path}: {message}" if path != "$" else message)
+
+
+def first_lines(data: bytes | str, limit: int = STDERR_LINES_IN_ERRORS) -> str:
+    """The first lines of a hook's stderr, for an error message."""
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    lines = text.strip().splitlines()
+    shown = "\n".join(lines[:limit])
+    return shown + ("\n…" if len(lines) > limit else "")
+
+
+def decode_output(stdout: bytes) -> tuple[dict[str, Any] | None, str | None]:
+    """Split stdout into a JSON object or plain text; raise ProtocolError for other JSON."""
+    text = stdout.strip()
+    if not text:
+        return None, None
+    if text[:1] not in b'{["0123456789-tfn':
+        return None, text.decode("utf-8", "replace")
+    try:
+        value = _json_decoder.decode(text)
+    except msgspec.DecodeError:
+        return None, text.decode("utf-8", "replace")
+    if isinstance(value, str):
+        # A JSON string whose content is a JSON object is decoded once more.
+        try:
+            inner = _json_decoder.decode(value.encode())
+        except msgspec.DecodeError:
+            inner = value
+        value = inner
+    if not isinstance(value, dict):
+        raise ProtocolError(f"hook output must be a JSON object, got {_json_type(value)}")
+    return value, None
+
+
+def read_output(
+    obj: dict[str, Any], *, dialect: Dialect, pass_through: bool
+) -> tuple[HookOutput, dict[str, Any], list[str]]:
+    """Validate a decoded JSON object as a HookOutput; unknown fields become warnings."""
+    warnings = [f"unknown field $.{key} ignored" for key in obj if key not in HOOK_OUTPUT_FIELDS]
+    extra: dict[str, Any] = {}
+    specific = obj.get("hookSpecificOutput")
+    if isinstance(specific, dict):
+        for key in specific:
+            if key not in HOOK_SPECIFIC_FIELDS:
+                extra[key] = specific[key]
+                # Claude's other events define their own fields: pass them on quietly.
+                if not (dialect == "claude" and pass_through):
+                    warnings.append(f"unknown field $.hookSpecificOutput.{key} passed through")
+    try:
+        output = msgspec.convert(obj, HookOutput)
+    except msgspec.ValidationError as exc:
+        message, _, path = str(exc).partition(" - at `")
+        raise ProtocolError(_lower_first(message), path.rstrip("`") or "$") from None
+    return output, extra, warnings
+
+
+def normalize(output: HookOutput, extra: dict[str, Any], warnings: list[str]) -> Answer:
+    """Fold dialect spellings into relay's meaning."""
+    decision = _relay_decision(output.decision)
+    reason = output.reason
+    injects = [output.inject] if output.inject is not None else []
+    answer = Answer(
+        output=output,
+        stop=bool(output.stop),
+        continue_=output.continue_,
+        stopReason=output.stopReason,
+        systemMessage=output.systemMessage,
+        suppressOutput=bool(output.suppressOutput),
+        extra_specific=extra,
+        warnings=warnings,
+    )
+    specific = output.hookSpecificOutput
+    if specific is not None:
+        if specific.permissionDecision is not None:
+            # Claude: permissionDecision takes precedence over the legacy top-level decision.
+            decision = specific.permissionDecision
+            if specific.permissionDecisionReason is not None:
+                reason = specific.permissionDecisionReason
+        if specific.additionalContext is not None:
+            injects.append(specific.additionalContext)
+        if specific.updatedInput is not None:
+            answer.tool_input = specific.updatedInput
+            answer.tool_input_replaces = True
+        elif specific.tool_input is not None:
+            answer.tool_input = specific.tool_input
+        answer.llm_request = specific.llm_request
+        answer.llm_response = specific.llm_response
+        answer.toolConfig = specific.toolConfig
+        answer.clearContext = specific.clearContext
+    answer.decision = decision
+    answer.reason = reason
+    answer.inject = "\n".join(injects) if injects else None
+    return answer
+
+
+def parse_answer(
+    event: str,
+    *,
+    exit_code: int | None,
+    stdout: bytes,
+    stderr: bytes,
+    dialect: Dialect = "relay",
+    pass_through: bool = False,
+) -> Answer:
+    """Interpret a finished hook process (exit code 0 or 2) per DESIGN §3 and §4."""
+    if exit_code not in (0, 2):
+        detail = first_lines(stderr)
+        what = f"hook exited with code {exit_code}"
+        return Answer(error=f"{what}: {detail}" if detail else what)
+    try:
+        obj, text = decode_output(stdout)
+        if obj is not None:
+            answer = normalize(*read_output(obj, dialect=dialect, pass_through=pass_through))
+        elif text is not None and exit_code == 0:
+            if event in PLAIN_TEXT_INJECTS:
+                answer = Answer(inject=text)
+            else:
+                answer = Answer(systemMessage=text)
+        else:
+            answer = Answer()
+    except ProtocolError as exc:
+        if exit_code == 2:
+            # Exit 2 is authoritative even when stdout is unreadable.
+            answer = Answer(warnings=[f"stdout ignored: {exc}"])
+        else:
+            return Answer(error=f"protocol error: {exc}")
+    if exit_code == 2:
+        answer.decision = "deny"
+        stderr_text = stderr.decode("utf-8", "replace").strip()
+        answer.reason = stderr_text or answer.reason or "hook exited with code 2"
+    return answer
+
+
+def _relay_decision(decision: str | None) -> Decision | None:
+    if decision == "block":
+        return "deny"
+    if decision == "approve":
+        return "allow"
+    return decision  # type: ignore[return-value]
+
+
+def _json_type(value: object) -> str:
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if value is None:
+        return "null"
+    return "a number"
+
+
+def _lower_first(text: str) -> str:
+    return text[:1].lower() + text[1:]

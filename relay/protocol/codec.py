@@ -1,0 +1,111 @@
+"""Decoding events from hosts and encoding them for hooks, in each dialect."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import uuid
+from typing import Any
+
+import msgspec
+
+from relay.protocol.dialects import CLAUDE_PASS_THROUGH_MATCHERS, Dialect, canonical_name, wire_name
+from relay.protocol.events import EVENT_TYPES, Event, PassThrough
+
+_json_decoder = msgspec.json.Decoder()
+_json_encoder = msgspec.json.Encoder()
+_FIELD_NAMES: dict[type[Event], frozenset[str]] = {}
+
+
+class EventError(ValueError):
+    """An event that cannot be decoded; `path` names the offending field."""
+
+    def __init__(self, message: str, path: str = "$") -> None:
+        self.path = path
+        super().__init__(f"{path}: {message}" if path != "$" else message)
+
+
+class EventEnvelope(msgspec.Struct, kw_only=True):
+    """A typed event plus the unknown fields it arrived with (passed through to hooks)."""
+
+    event: Event
+    extra: dict[str, Any] = msgspec.field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The canonical event name."""
+        return self.event.hook_event_name
+
+    @property
+    def pass_through(self) -> bool:
+        """True for a Claude Code event relay only passes through."""
+        return self.event.hook_event_name in CLAUDE_PASS_THROUGH_MATCHERS
+
+    def field(self, name: str) -> Any:
+        """A field of the event, known or passed through (None when absent)."""
+        if name in _field_names(type(self.event)):
+            return getattr(self.event, name)
+        return self.extra.get(name)
+
+    def to_wire(self, dialect: Dialect) -> bytes:
+        """The JSON a hook of `dialect` reads on stdin."""
+        body = msgspec.to_builtins(self.event)
+        body.update(self.extra)
+        body["hook_event_name"] = wire_name(self.event.hook_event_name, dialect)
+        return _json_encoder.encode(body)
+
+
+def event_type(canonical: str) -> type[Event]:
+    """The Struct for a canonical event name (PassThrough for Claude's other events)."""
+    return EVENT_TYPES.get(canonical, PassThrough)
+
+
+def make_event(name: str, payload: dict[str, Any] | None = None) -> EventEnvelope:
+    """Build an event from a partial payload, filling in the base fields."""
+    canonical = canonical_name(name)
+    data = dict(payload or {})
+    data.pop("hook_event_name", None)
+    cls = event_type(canonical)
+    known = _field_names(cls)
+    extra = {key: value for key, value in data.items() if key not in known}
+    try:
+        event = msgspec.convert(
+            {key: value for key, value in data.items() if key in known}, cls
+        )
+    except msgspec.ValidationError as exc:
+        message, _, path = str(exc).partition(" - at `")
+        raise EventError(message[:1].lower() + message[1:], path.rstrip("`") or "$") from None
+    event.hook_event_name = canonical
+    if not event.session_id:
+        event.session_id = uuid.uuid4().hex
+    if not event.cwd:
+        event.cwd = os.getcwd()
+    if not event.timestamp:
+        event.timestamp = utc_timestamp()
+    return EventEnvelope(event=event, extra=extra)
+
+
+def decode_event(name: str, raw: bytes) -> EventEnvelope:
+    """Decode a JSON event object (possibly partial) sent by a host."""
+    if not raw.strip():
+        return make_event(name)
+    try:
+        value = _json_decoder.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise EventError(f"malformed JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise EventError("an event must be a JSON object")
+    return make_event(name, value)
+
+
+def utc_timestamp() -> str:
+    """Now, as ISO 8601 UTC with a Z."""
+    now = dt.datetime.now(dt.UTC)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+
+
+def _field_names(cls: type[Event]) -> frozenset[str]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = frozenset(f.encode_name for f in msgspec.structs.fields(cls))
+    return names

@@ -1,0 +1,96 @@
+"""Event names of the three dialects (relay, claude, gemini) and how they map."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from relay.protocol.events import CANONICAL_EVENTS, MATCHER_FIELDS
+
+Dialect = Literal["relay", "claude", "gemini"]
+DIALECTS: tuple[Dialect, ...] = ("relay", "claude", "gemini")
+
+CLAUDE_ALIASES: dict[str, str] = {
+    "BeforeAgent": "UserPromptSubmit",
+    "AfterAgent": "Stop",
+    "BeforeTool": "PreToolUse",
+    "AfterTool": "PostToolUse",
+    "PreCompress": "PreCompact",
+}
+"""Canonical name -> the Claude Code name of the same event, where they differ."""
+
+CANONICAL_OF_CLAUDE: dict[str, str] = {alias: name for name, alias in CLAUDE_ALIASES.items()}
+
+SHARED_NAMES: frozenset[str] = frozenset({"SessionStart", "SessionEnd", "Notification"})
+"""Names both dialects use: read as relay (DESIGN §2)."""
+
+CLAUDE_PASS_THROUGH_MATCHERS: dict[str, str | None] = {
+    "PermissionRequest": "tool_name",
+    "PermissionDenied": "tool_name",
+    "PostToolUseFailure": "tool_name",
+    "PostToolBatch": None,
+    "SubagentStart": "agent_type",
+    "SubagentStop": "agent_type",
+    "Setup": "trigger",
+    "ConfigChange": "source",
+    "InstructionsLoaded": None,
+    "UserPromptExpansion": None,
+    "StopFailure": None,
+    "TeammateIdle": None,
+    "TaskCreated": None,
+    "TaskCompleted": None,
+    "PostCompact": "trigger",
+    "FileChanged": None,
+    "CwdChanged": None,
+    "WorktreeCreate": None,
+    "WorktreeRemove": None,
+}
+"""Other Claude Code events, accepted as pass-through, with the field their matcher tests."""
+
+
+class UnknownEventError(ValueError):
+    """An event name that no dialect knows."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"unknown event {name!r}; valid events: {', '.join(known_event_names())}")
+
+
+def known_event_names() -> list[str]:
+    """Every accepted event name: canonical, Claude aliases, Claude pass-through."""
+    return [*CANONICAL_EVENTS, *CLAUDE_ALIASES.values(), *CLAUDE_PASS_THROUGH_MATCHERS]
+
+
+def canonical_name(name: str) -> str:
+    """The canonical name of an event given in any dialect; pass-through names stay as they are."""
+    if name in CANONICAL_OF_CLAUDE:
+        return CANONICAL_OF_CLAUDE[name]
+    if name in CANONICAL_EVENTS or name in CLAUDE_PASS_THROUGH_MATCHERS:
+        return name
+    raise UnknownEventError(name)
+
+
+def registered_dialect(registered_name: str) -> Dialect:
+    """The dialect a hook registered under this event name speaks."""
+    if registered_name in CANONICAL_OF_CLAUDE or registered_name in CLAUDE_PASS_THROUGH_MATCHERS:
+        return "claude"
+    return "relay"
+
+
+def registration_names(canonical: str) -> tuple[str, ...]:
+    """The names under which hooks for this canonical event may be registered."""
+    alias = CLAUDE_ALIASES.get(canonical)
+    return (canonical, alias) if alias else (canonical,)
+
+
+def wire_name(canonical: str, dialect: Dialect) -> str:
+    """The `hook_event_name` a hook of this dialect receives."""
+    if dialect == "claude":
+        return CLAUDE_ALIASES.get(canonical, canonical)
+    return canonical
+
+
+def matcher_field(canonical: str) -> str | None:
+    """The event field a matcher is tested against, or None when matchers match everything."""
+    if canonical in CLAUDE_PASS_THROUGH_MATCHERS:
+        return CLAUDE_PASS_THROUGH_MATCHERS[canonical]
+    return MATCHER_FIELDS.get(canonical)

@@ -1,0 +1,100 @@
+"""What a hook answers on stdout (DESIGN §3), and what relay answers for an event."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta
+
+Decision = Literal["allow", "ask", "deny"]
+WireDecision = Literal["allow", "ask", "deny", "block", "approve"]
+ToolMode = Literal["NONE", "ANY", "AUTO"]
+
+
+class ToolConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Restricts which tools the model may call (BeforeToolSelection)."""
+
+    mode: ToolMode | None = None
+    allowedFunctionNames: list[str] | None = None
+
+
+class HookSpecificOutput(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Event-specific answer fields, in relay and Claude Code names."""
+
+    hookEventName: str | None = None
+    additionalContext: str | None = None
+    tool_input: dict[str, Any] | None = None
+    llm_request: dict[str, Any] | None = None
+    llm_response: dict[str, Any] | None = None
+    toolConfig: ToolConfig | None = None
+    clearContext: bool | None = None
+    permissionDecision: Decision | None = None
+    permissionDecisionReason: str | None = None
+    updatedInput: dict[str, Any] | None = None
+
+
+class HookOutput(msgspec.Struct, kw_only=True, omit_defaults=True, rename={"continue_": "continue"}):
+    """One hook's answer: a JSON object on stdout, every field optional."""
+
+    inject: str | None = None
+    stop: bool | None = None
+    continue_: Annotated[bool | None, Meta(description="false halts the agent")] = None
+    stopReason: str | None = None
+    systemMessage: str | None = None
+    suppressOutput: bool | None = None
+    decision: WireDecision | None = None
+    reason: str | None = None
+    hookSpecificOutput: HookSpecificOutput | None = None
+
+
+HOOK_OUTPUT_FIELDS: frozenset[str] = frozenset(
+    field.encode_name for field in msgspec.structs.fields(HookOutput)
+)
+HOOK_SPECIFIC_FIELDS: frozenset[str] = frozenset(
+    field.encode_name for field in msgspec.structs.fields(HookSpecificOutput)
+)
+
+
+class HookReport(msgspec.Struct, kw_only=True):
+    """What relay saw of one hook while handling an event."""
+
+    name: str
+    source: str
+    command: str
+    exit_code: int | None = None
+    signal: str | None = None
+    timed_out: bool = False
+    duration_ms: float = 0.0
+    output: HookOutput | None = None
+    error: str | None = None
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    warnings: list[str] = msgspec.field(default_factory=list)
+
+
+class HookError(msgspec.Struct, kw_only=True):
+    """A hook that failed without blocking (or blocked through failClosed)."""
+
+    hook: str
+    message: str
+
+
+class AggregatedResult(msgspec.Struct, kw_only=True, rename={"continue_": "continue"}):
+    """One event's merged answer: what the host acts on."""
+
+    hook_event_name: str
+    decision: Decision = "allow"
+    reason: str | None = None
+    continue_: bool = True
+    stopReason: str | None = None
+    inject: str | None = None
+    systemMessage: str | None = None
+    suppressOutput: bool = False
+    stopped_by: str | None = None
+    tool_input: dict[str, Any] | None = None
+    hookSpecificOutput: dict[str, Any] | None = None
+    hooks: list[HookReport] = msgspec.field(default_factory=list)
+    errors: list[HookError] = msgspec.field(default_factory=list)
+    warnings: list[str] = msgspec.field(default_factory=list)
+    duration_ms: float = 0.0

@@ -1,0 +1,56 @@
+"""JSON Schema export of the protocol Structs (the source of spec/schemas/)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from relay.protocol.events import EVENT_TYPES, Event
+from relay.protocol.output import AggregatedResult, HookOutput
+
+SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+
+def _schema(cls: type[msgspec.Struct], title: str, description: str) -> dict[str, Any]:
+    (ref,), components = msgspec.json.schema_components([cls], ref_template="#/$defs/{name}")
+    name = ref["$ref"].rsplit("/", 1)[1]
+    root = dict(components.pop(name))
+    root.pop("title", None)
+    schema: dict[str, Any] = {
+        "$schema": SCHEMA_DIALECT,
+        "title": title,
+        "description": description,
+        **root,
+    }
+    if components:
+        schema["$defs"] = dict(sorted(components.items()))
+    return schema
+
+
+def event_schema(name: str) -> dict[str, Any]:
+    """The JSON Schema of one event's input, as a hook reads it on stdin."""
+    cls: type[Event] = EVENT_TYPES[name]
+    schema = _schema(cls, f"{name} event", (cls.__doc__ or "").strip())
+    # Hooks may receive fields relay does not know yet (forward compatibility).
+    schema["additionalProperties"] = True
+    return schema
+
+
+def all_schemas() -> dict[str, dict[str, Any]]:
+    """Every schema under its file name in spec/schemas/."""
+    files = {f"events/{name}.json": event_schema(name) for name in EVENT_TYPES}
+    files["hook-output.json"] = _schema(
+        HookOutput, "Hook output", "What a hook prints on stdout: one JSON object, every field optional."
+    )
+    files["result.json"] = _schema(
+        AggregatedResult,
+        "Aggregated result",
+        "The merged answer for one event, as `relay hooks run` prints it.",
+    )
+    return files
+
+
+def render(schema: dict[str, Any]) -> str:
+    """A schema as stable, indented JSON text."""
+    return msgspec.json.format(msgspec.json.encode(schema), indent=2).decode() + "\n"
