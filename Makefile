@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint schemas bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,9 @@ lint: $(VENV)/.installed-test
 
 test: lint
 	$(BIN)/python -m pytest
+
+schemas: $(VENV)/.installed
+	$(BIN)/python -m relay.protocol.schema spec/schemas
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python tests/perf/bench_engine.py

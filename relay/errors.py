@@ -34,3 +34,13 @@ class SettingsError(RelayError):
         if self.path:
             where += f": {self.path}"
         return where
+
+
+class InputError(RelayError):
+    """Input relay was given that it cannot use (an event, a message), with where it was wrong."""
+
+    def __init__(self, message: str, *, source: str = "stdin", path: str | None = None) -> None:
+        self.message = message
+        self.source = source
+        self.path = path
+        super().__init__(f"{source}: {message}")

@@ -7,19 +7,18 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
-Scope = Literal["runtime", "project-local", "project", "settings", "user", "system"]
+Scope = Literal["runtime", "project-local", "project", "user", "settings", "system"]
 """Where a hook comes from; plan order follows this order (DESIGN §6)."""
 
 SCOPE_ORDER: dict[str, int] = {
     "runtime": 0,
     "project-local": 1,
     "project": 2,
-    "settings": 3,
-    "user": 4,
+    "user": 3,
+    "settings": 4,
     "system": 5,
 }
-# `settings` (--settings FILE) sits at user level, after the user file when files are
-# loaded; in plan order it runs just before the user file's hooks, like a user file.
+# Plan order. `settings` (--settings FILE) sits at user level, after the user file.
 
 TRUST_REQUIRED: frozenset[str] = frozenset({"project", "project-local"})
 

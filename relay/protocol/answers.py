@@ -211,3 +211,31 @@ def _json_type(value: object) -> str:
 
 def _lower_first(text: str) -> str:
     return text[:1].lower() + text[1:]
+
+
+def answer_from_value(
+    event: str, value: object, *, dialect: Dialect = "relay", pass_through: bool = False
+) -> Answer:
+    """Interpret what an in-process (Python) hook returned, by the same rules as stdout."""
+    if value is None:
+        return Answer()
+    if isinstance(value, HookOutput):
+        return normalize(value, {}, [])
+    if isinstance(value, str):
+        return parse_answer(
+            event,
+            exit_code=0,
+            stdout=value.encode(),
+            stderr=b"",
+            dialect=dialect,
+            pass_through=pass_through,
+        )
+    if isinstance(value, dict):
+        try:
+            return normalize(*read_output(value, dialect=dialect, pass_through=pass_through))
+        except ProtocolError as exc:
+            return Answer(error=f"protocol error: {exc}")
+    kind = type(value).__name__
+    return Answer(
+        error=f"protocol error: a Python hook must return a dict, HookOutput, str or None, got {kind}"
+    )

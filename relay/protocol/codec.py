@@ -69,9 +69,7 @@ def make_event(name: str, payload: dict[str, Any] | None = None) -> EventEnvelop
     known = _field_names(cls)
     extra = {key: value for key, value in data.items() if key not in known}
     try:
-        event = msgspec.convert(
-            {key: value for key, value in data.items() if key in known}, cls
-        )
+        event = msgspec.convert({key: value for key, value in data.items() if key in known}, cls)
     except msgspec.ValidationError as exc:
         message, _, path = str(exc).partition(" - at `")
         raise EventError(message[:1].lower() + message[1:], path.rstrip("`") or "$") from None

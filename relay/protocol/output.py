@@ -34,7 +34,9 @@ class HookSpecificOutput(msgspec.Struct, kw_only=True, omit_defaults=True):
     updatedInput: dict[str, Any] | None = None
 
 
-class HookOutput(msgspec.Struct, kw_only=True, omit_defaults=True, rename={"continue_": "continue"}):
+class HookOutput(
+    msgspec.Struct, kw_only=True, omit_defaults=True, rename={"continue_": "continue"}
+):
     """One hook's answer: a JSON object on stdout, every field optional."""
 
     inject: str | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -41,7 +42,9 @@ def all_schemas() -> dict[str, dict[str, Any]]:
     """Every schema under its file name in spec/schemas/."""
     files = {f"events/{name}.json": event_schema(name) for name in EVENT_TYPES}
     files["hook-output.json"] = _schema(
-        HookOutput, "Hook output", "What a hook prints on stdout: one JSON object, every field optional."
+        HookOutput,
+        "Hook output",
+        "What a hook prints on stdout: one JSON object, every field optional.",
     )
     files["result.json"] = _schema(
         AggregatedResult,
@@ -54,3 +57,22 @@ def all_schemas() -> dict[str, dict[str, Any]]:
 def render(schema: dict[str, Any]) -> str:
     """A schema as stable, indented JSON text."""
     return msgspec.json.format(msgspec.json.encode(schema), indent=2).decode() + "\n"
+
+
+def write_schemas(directory: Path) -> list[Path]:
+    """Write every schema under `directory`; return the files written."""
+    written = []
+    for name, schema in all_schemas().items():
+        path = directory / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(render(schema), encoding="utf-8")
+        written.append(path)
+    return written
+
+
+if __name__ == "__main__":  # python -m relay.protocol.schema [DIR]
+    import sys
+
+    target = Path(sys.argv[1] if len(sys.argv) > 1 else "spec/schemas")
+    for path in write_schemas(target):
+        print(path)

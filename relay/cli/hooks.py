@@ -1,0 +1,77 @@
+"""`relay hooks …`: run hooks for an event from any host."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+DIALECT_CHOICE = click.Choice(["relay", "claude", "gemini"])
+
+
+@click.group()
+def hooks() -> None:
+    """Run, test and inspect hooks."""
+
+
+@hooks.command("run")
+@click.argument("event")
+@click.option(
+    "--settings",
+    "settings_files",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="Add a settings file at user level (repeatable).",
+)
+@click.option(
+    "--cwd", type=click.Path(file_okay=False, path_type=Path), help="Find the project from here."
+)
+@click.option(
+    "--dialect",
+    type=DIALECT_CHOICE,
+    default="relay",
+    show_default=True,
+    help="Answer as relay (merged result) or as a single Claude Code / Gemini CLI hook.",
+)
+def run(event: str, settings_files: tuple[Path, ...], cwd: Path | None, dialect: str) -> int:
+    """Fire EVENT with the event object read from stdin; print the merged result as JSON.
+
+    EVENT is a canonical name (BeforeTool) or a Claude Code name (PreToolUse). A partial
+    event is fine: the base fields are filled in.
+    """
+    import anyio
+    import msgspec
+
+    from relay.engine.system import HookSystem
+    from relay.errors import InputError
+    from relay.protocol.codec import EventError, decode_event
+    from relay.protocol.dialects import UnknownEventError
+    from relay.protocol.render import render_for_host
+
+    raw = b"" if sys.stdin.isatty() else sys.stdin.buffer.read()
+    try:
+        envelope = decode_event(event, raw)
+    except UnknownEventError as exc:
+        raise InputError(str(exc), source="EVENT") from None
+    except EventError as exc:
+        raise InputError(str(exc), path=exc.path) from None
+    if cwd is not None and b'"cwd"' not in raw:
+        envelope.event.cwd = str(cwd.resolve())
+    start = cwd or Path(envelope.event.cwd if os.path.isdir(envelope.event.cwd) else os.getcwd())
+    system = HookSystem(cwd=start, settings=settings_files)
+    system.initialize()
+    for warning in system.warnings():
+        click.echo(f"relay: warning: {warning}", err=True)
+    try:
+        result = anyio.run(system.fire, envelope.name, envelope.event)
+    finally:
+        system.close()
+    answer = render_for_host(result, dialect)  # type: ignore[arg-type]
+    if answer.stdout is not None:
+        sys.stdout.buffer.write(msgspec.json.encode(answer.stdout) + b"\n")
+        sys.stdout.flush()
+    if answer.stderr:
+        click.echo(answer.stderr, err=True)
+    return answer.exit_code

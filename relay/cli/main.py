@@ -1,0 +1,78 @@
+"""The `relay` command: a lazy group of command groups, and the error -> exit code mapping.
+
+Subcommands are imported only when invoked, so `relay hooks run` pays for nothing else.
+Exit codes: 0 success, 1 a RelayError (bad input, bad settings), 2 usage, 3 an unexpected
+error (a bug), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import click
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "hooks": ("relay.cli.hooks", "hooks"),
+    "trust": ("relay.cli.trust", "trust"),
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use."""
+
+    def __init__(self, *args: Any, lazy: dict[str, tuple[str, str]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = lazy
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy:
+            module_name, attribute = self.lazy[cmd_name]
+            command = getattr(importlib.import_module(module_name), attribute)
+            assert isinstance(command, click.Command)
+            return command
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="agent-relay", prog_name="relay")
+def cli() -> None:
+    """relay: a hook runtime for AI coding agents."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI and map errors to exit codes."""
+    from relay.errors import RelayError
+
+    try:
+        result = cli.main(args=argv, prog_name="relay", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        click.echo("relay: interrupted", err=True)
+        return 130
+    except RelayError as exc:
+        click.echo(f"relay: error: {exc}", err=True)
+        return 1
+    except Exception as exc:
+        click.echo(
+            f"relay: internal error: {type(exc).__name__}: {exc} (please report this)", err=True
+        )
+        return 3
+    return result if isinstance(result, int) else 0
+
+
+def run() -> None:
+    """Console-script entry point."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

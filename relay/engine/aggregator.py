@@ -1,0 +1,171 @@
+"""Merging per-hook answers into one result (DESIGN §3, §4). A pure function: no I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from relay.protocol.answers import Answer
+from relay.protocol.output import AggregatedResult, Decision, HookError, HookReport, ToolConfig
+
+TEXT_CAP = 10_000
+TRUNCATION_MARKER = "\n…[truncated by relay]"
+_DECISION_RANK: dict[str, int] = {"allow": 0, "ask": 1, "deny": 2}
+_TOOL_MODE_RANK: dict[str, int] = {"AUTO": 0, "ANY": 1, "NONE": 2}
+TOOL_INPUT_EVENTS: frozenset[str] = frozenset({"BeforeTool"})
+"""Events whose result carries the effective `tool_input`."""
+
+
+class HookOutcome(msgspec.Struct, kw_only=True):
+    """One hook's run, as the aggregator needs it."""
+
+    report: HookReport
+    answer: Answer
+    fail_closed: bool = False
+
+
+def apply_tool_input(current: dict[str, Any], answer: Answer) -> dict[str, Any]:
+    """The tool input after one hook's rewrite: shallow merge, or Claude's whole replacement."""
+    if answer.tool_input is None or answer.error is not None:
+        return current
+    if answer.tool_input_replaces:
+        return dict(answer.tool_input)
+    return {**current, **answer.tool_input}
+
+
+def cap_text(text: str | None) -> str | None:
+    """Cap a text field at TEXT_CAP characters, marker included."""
+    if text is None or len(text) <= TEXT_CAP:
+        return text
+    return text[: TEXT_CAP - len(TRUNCATION_MARKER)] + TRUNCATION_MARKER
+
+
+def aggregate(
+    event: str,
+    outcomes: Sequence[HookOutcome],
+    *,
+    tool_input: dict[str, Any] | None = None,
+    warnings: Sequence[str] = (),
+    duration_ms: float = 0.0,
+) -> AggregatedResult:
+    """Merge hook outcomes, given in plan order, into the event's result."""
+    merge = _Merge(tool_input or {})
+    stopped_by: str | None = None
+    for outcome in outcomes:
+        if stopped_by is not None:
+            # After a stop, later hooks may have run (parallel) but take no effect.
+            continue
+        merge.add(outcome)
+        if outcome.answer.stop and outcome.answer.error is None:
+            stopped_by = outcome.report.name
+    return AggregatedResult(
+        hook_event_name=event,
+        decision=merge.decision,
+        reason=cap_text(_join(merge.reasons)),
+        continue_=merge.proceed,
+        stopReason=cap_text(_join(merge.stop_reasons)),
+        inject=cap_text(_join(merge.injects)),
+        systemMessage=cap_text(_join(merge.messages)),
+        suppressOutput=merge.suppress,
+        stopped_by=stopped_by,
+        tool_input=merge.tool_input if event in TOOL_INPUT_EVENTS else None,
+        hookSpecificOutput=merge.specific() or None,
+        hooks=[outcome.report for outcome in outcomes],
+        errors=merge.errors,
+        warnings=list(warnings),
+        duration_ms=duration_ms,
+    )
+
+
+class _Merge:
+    """Running state of one aggregation."""
+
+    def __init__(self, tool_input: dict[str, Any]) -> None:
+        self.decision: Decision = "allow"
+        self.reasons: list[str] = []
+        self.proceed = True
+        self.stop_reasons: list[str] = []
+        self.injects: list[str] = []
+        self.messages: list[str] = []
+        self.suppress = False
+        self.original_tool_input = tool_input
+        self.tool_input = tool_input
+        self.llm_request: dict[str, Any] = {}
+        self.llm_response: dict[str, Any] = {}
+        self.tool_config: ToolConfig | None = None
+        self.clear_context: bool | None = None
+        self.extra: dict[str, Any] = {}
+        self.errors: list[HookError] = []
+
+    def add(self, outcome: HookOutcome) -> None:
+        answer, name = outcome.answer, outcome.report.name
+        if answer.error is not None:
+            self.errors.append(HookError(hook=name, message=answer.error))
+            if outcome.fail_closed:
+                self.decide("deny", f"hook {name} failed and is failClosed: {answer.error}")
+            return
+        if answer.decision is not None:
+            self.decide(answer.decision, answer.reason)
+        if answer.continue_ is False:
+            self.proceed = False
+            if answer.stopReason:
+                self.stop_reasons.append(answer.stopReason)
+        if answer.inject:
+            self.injects.append(answer.inject)
+        if answer.systemMessage:
+            self.messages.append(answer.systemMessage)
+        self.suppress = self.suppress or answer.suppressOutput
+        self.tool_input = apply_tool_input(self.tool_input, answer)
+        if answer.llm_request:
+            self.llm_request.update(answer.llm_request)
+        if answer.llm_response:
+            self.llm_response.update(answer.llm_response)
+        if answer.toolConfig is not None:
+            self.tool_config = _merge_tool_config(self.tool_config, answer.toolConfig)
+        if answer.clearContext is not None:
+            self.clear_context = bool(self.clear_context) or answer.clearContext
+        self.extra.update(answer.extra_specific)
+
+    def decide(self, decision: Decision, reason: str | None) -> None:
+        # deny > ask > allow on every event: a later allow never erases a block.
+        rank, current = _DECISION_RANK[decision], _DECISION_RANK[self.decision]
+        if rank > current:
+            self.decision, self.reasons = decision, []
+        if rank >= current and reason:
+            self.reasons.append(reason)
+
+    def specific(self) -> dict[str, Any]:
+        merged: dict[str, Any] = dict(self.extra)
+        if self.tool_input is not self.original_tool_input:
+            merged["tool_input"] = self.tool_input
+        if self.llm_request:
+            merged["llm_request"] = self.llm_request
+        if self.llm_response:
+            merged["llm_response"] = self.llm_response
+        if self.tool_config is not None:
+            merged["toolConfig"] = msgspec.to_builtins(self.tool_config)
+        if self.clear_context is not None:
+            merged["clearContext"] = self.clear_context
+        return merged
+
+
+def _merge_tool_config(left: ToolConfig | None, right: ToolConfig) -> ToolConfig:
+    if left is None:
+        return ToolConfig(
+            mode=right.mode,
+            allowedFunctionNames=sorted(set(right.allowedFunctionNames))
+            if right.allowedFunctionNames is not None
+            else None,
+        )
+    modes = [mode for mode in (left.mode, right.mode) if mode is not None]
+    mode = max(modes, key=_TOOL_MODE_RANK.__getitem__) if modes else None
+    names: list[str] | None = None
+    if left.allowedFunctionNames is not None or right.allowedFunctionNames is not None:
+        names = sorted({*(left.allowedFunctionNames or ()), *(right.allowedFunctionNames or ())})
+    return ToolConfig(mode=mode, allowedFunctionNames=names)
+
+
+def _join(parts: list[str]) -> str | None:
+    return "\n".join(parts) if parts else None

@@ -1,0 +1,218 @@
+"""Every hook relay knows: from settings files and from Python, indexed by event (DESIGN §5, §7)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from relay.config.discovery import SettingsSet
+from relay.config.model import SCOPE_ORDER, TRUST_REQUIRED, HookEntry, Scope, Settings
+from relay.config.trust import TrustStore, fingerprint
+from relay.engine.planner import Matcher
+from relay.protocol.dialects import Dialect, UnknownEventError, canonical_name, registered_dialect
+
+PythonHandler = Callable[..., Any]
+_PATTERN_GROUPS = 1_000_000  # pattern handlers come after a file's hook groups in plan order
+
+
+class RegisteredHook(msgspec.Struct, kw_only=True):
+    """One hook as registered: where it came from, what it runs, whether it may run."""
+
+    name: str
+    event: str
+    canonical: str
+    dialect: Dialect
+    matcher: Matcher
+    sequential: bool
+    scope: Scope
+    file: str | None
+    order: tuple[int, int, int, int]
+    timeout: float
+    fail_closed: bool = False
+    entry: HookEntry | None = None
+    handler: PythonHandler | None = None
+    fingerprint: str | None = None
+    trusted: bool = True
+    enabled: bool = True
+
+    @property
+    def source(self) -> str:
+        """The settings file the hook came from, or "python" for a runtime hook."""
+        return self.file or "python"
+
+    @property
+    def command(self) -> str:
+        """The command as written (a Python hook's qualified name)."""
+        if self.entry is not None:
+            return (
+                " ".join([self.entry.command, *self.entry.args])
+                if self.entry.args
+                else self.entry.command
+            )
+        return getattr(self.handler, "__qualname__", repr(self.handler))
+
+    @property
+    def runnable(self) -> bool:
+        """Enabled and trusted."""
+        return self.enabled and self.trusted
+
+    @property
+    def dedup_key(self) -> object:
+        """Equal for the same command registered twice for one event."""
+        if self.entry is None:
+            return ("python", id(self.handler))
+        entry = self.entry
+        args = tuple(entry.args) if entry.args is not None else None
+        return (self.dialect, entry.command, args, entry.cwd, tuple(sorted(entry.env.items())))
+
+
+class Registry:
+    """All registered hooks, with the runnable ones indexed by canonical event name."""
+
+    def __init__(
+        self,
+        settings: SettingsSet,
+        *,
+        runtime: Sequence[RegisteredHook] = (),
+        trust: TrustStore | None = None,
+    ) -> None:
+        self.root = settings.root
+        self.enabled = all(loaded.settings.hooksConfig.enabled for loaded in settings.files)
+        self.disabled_names = frozenset(
+            name for loaded in settings.files for name in loaded.settings.hooksConfig.disabled
+        )
+        self.hooks: list[RegisteredHook] = [*runtime]
+        for file_index, loaded in enumerate(settings.files):
+            self.hooks.extend(
+                _hooks_of_file(loaded.settings, loaded.file, loaded.scope, file_index)
+            )
+        self._mark(trust)
+        self.hooks.sort(key=lambda hook: hook.order)
+        self._index: dict[str, list[RegisteredHook]] = {}
+        if self.enabled:
+            for hook in self.hooks:
+                if hook.runnable:
+                    self._index.setdefault(hook.canonical, []).append(hook)
+
+    def for_event(self, canonical: str) -> list[RegisteredHook]:
+        """The runnable hooks registered for an event, in plan order."""
+        return self._index.get(canonical, [])
+
+    @property
+    def untrusted(self) -> list[RegisteredHook]:
+        """Project hooks skipped because they are not trusted (yet, or any more)."""
+        return [hook for hook in self.hooks if not hook.trusted]
+
+    def _mark(self, trust: TrustStore | None) -> None:
+        for hook in self.hooks:
+            if hook.name in self.disabled_names or (
+                hook.entry is not None and not hook.entry.enabled
+            ):
+                hook.enabled = False
+            if hook.scope in TRUST_REQUIRED and hook.entry is not None and self.root is not None:
+                hook.fingerprint = fingerprint(hook.event, hook.matcher.text, hook.entry, self.root)
+                hook.trusted = trust is not None and trust.is_trusted(self.root, hook.fingerprint)
+
+
+def runtime_hook(
+    event: str,
+    handler: PythonHandler,
+    *,
+    position: int,
+    matcher: str | None = None,
+    name: str | None = None,
+    timeout: float = 60.0,
+    sequential: bool = False,
+    fail_closed: bool = False,
+) -> RegisteredHook:
+    """A hook registered from Python (runs in-process, first in plan order)."""
+    canonical = canonical_name(event)
+    return RegisteredHook(
+        name=name or getattr(handler, "__qualname__", "python-hook"),
+        event=event,
+        canonical=canonical,
+        dialect=registered_dialect(event),
+        matcher=Matcher(matcher),
+        sequential=sequential,
+        scope="runtime",
+        file=None,
+        order=(SCOPE_ORDER["runtime"], 0, position, 0),
+        timeout=timeout,
+        fail_closed=fail_closed,
+        handler=handler,
+    )
+
+
+def _hooks_of_file(
+    settings: Settings, file: str, scope: Scope, file_index: int
+) -> list[RegisteredHook]:
+    hooks: list[RegisteredHook] = []
+    for event, groups in settings.hooks.items():
+        try:
+            canonical = canonical_name(event)
+        except UnknownEventError:
+            continue  # reported as a warning by the settings loader
+        for group_index, group in enumerate(groups):
+            matcher = Matcher(group.matcher)
+            for hook_index, entry in enumerate(group.hooks):
+                hooks.append(
+                    _from_entry(
+                        entry,
+                        event=event,
+                        canonical=canonical,
+                        matcher=matcher,
+                        sequential=group.sequential,
+                        scope=scope,
+                        file=file,
+                        order=(SCOPE_ORDER[scope], file_index, group_index, hook_index),
+                    )
+                )
+    # `patterns.NAME` is a PatternMatch hook with matcher NAME; "builtin" is the session's.
+    for pattern_index, (namespace, handler) in enumerate(settings.patterns.items()):
+        if isinstance(handler, HookEntry):
+            named = (
+                handler if handler.name else msgspec.structs.replace(handler, name=f"@{namespace}")
+            )
+            hooks.append(
+                _from_entry(
+                    named,
+                    event="PatternMatch",
+                    canonical="PatternMatch",
+                    matcher=Matcher(namespace),
+                    sequential=False,
+                    scope=scope,
+                    file=file,
+                    order=(SCOPE_ORDER[scope], file_index, _PATTERN_GROUPS + pattern_index, 0),
+                )
+            )
+    return hooks
+
+
+def _from_entry(
+    entry: HookEntry,
+    *,
+    event: str,
+    canonical: str,
+    matcher: Matcher,
+    sequential: bool,
+    scope: Scope,
+    file: str,
+    order: tuple[int, int, int, int],
+) -> RegisteredHook:
+    return RegisteredHook(
+        name=entry.display_name,
+        event=event,
+        canonical=canonical,
+        dialect=registered_dialect(event),
+        matcher=matcher,
+        sequential=sequential,
+        scope=scope,
+        file=str(Path(file)),
+        order=order,
+        timeout=entry.timeout,
+        fail_closed=entry.failClosed,
+        entry=entry,
+    )
