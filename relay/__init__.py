@@ -1,0 +1,99 @@
+"""relay: a hook runtime for AI coding agents.
+
+The public API. Names are imported on first use (PEP 562), so that `relay hooks run`
+does not pay for what it does not use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from relay.engine.system import HookSystem
+    from relay.errors import InputError, RelayError, SettingsError
+    from relay.protocol.events import (
+        AfterAgent,
+        AfterModel,
+        AfterTool,
+        BeforeAgent,
+        BeforeModel,
+        BeforeTool,
+        BeforeToolSelection,
+        Event,
+        Idle,
+        MessageReceived,
+        Notification,
+        Output,
+        PassThrough,
+        PatternMatch,
+        PreCompress,
+        SessionEnd,
+        SessionStart,
+    )
+    from relay.protocol.output import (
+        AggregatedResult,
+        HookError,
+        HookOutput,
+        HookReport,
+        HookSpecificOutput,
+        ToolConfig,
+    )
+
+_EVENTS = (
+    "AfterAgent AfterModel AfterTool BeforeAgent BeforeModel BeforeTool BeforeToolSelection Event "
+    "Idle MessageReceived Notification Output PassThrough PatternMatch PreCompress SessionEnd "
+    "SessionStart"
+).split()
+_OUTPUTS = "AggregatedResult HookError HookOutput HookReport HookSpecificOutput ToolConfig".split()
+_WHERE: dict[str, str] = {
+    "HookSystem": "relay.engine.system",
+    "InputError": "relay.errors",
+    "RelayError": "relay.errors",
+    "SettingsError": "relay.errors",
+    **dict.fromkeys(_EVENTS, "relay.protocol.events"),
+    **dict.fromkeys(_OUTPUTS, "relay.protocol.output"),
+}
+
+__all__ = [
+    "AfterAgent",
+    "AfterModel",
+    "AfterTool",
+    "AggregatedResult",
+    "BeforeAgent",
+    "BeforeModel",
+    "BeforeTool",
+    "BeforeToolSelection",
+    "Event",
+    "HookError",
+    "HookOutput",
+    "HookReport",
+    "HookSpecificOutput",
+    "HookSystem",
+    "Idle",
+    "InputError",
+    "MessageReceived",
+    "Notification",
+    "Output",
+    "PassThrough",
+    "PatternMatch",
+    "PreCompress",
+    "RelayError",
+    "SessionEnd",
+    "SessionStart",
+    "SettingsError",
+    "ToolConfig",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'relay' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

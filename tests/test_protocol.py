@@ -41,7 +41,9 @@ def test_partial_event_gets_base_fields() -> None:
 
 
 def test_unknown_fields_pass_through_to_hooks() -> None:
-    envelope = make_event("BeforeTool", {"tool_name": "Bash", "tool_use_id": "t1", "permission_mode": "plan"})
+    envelope = make_event(
+        "BeforeTool", {"tool_name": "Bash", "tool_use_id": "t1", "permission_mode": "plan"}
+    )
     wire = msgspec.json.decode(envelope.to_wire("claude"))
     assert wire["tool_use_id"] == "t1"
     assert wire["permission_mode"] == "plan"
@@ -69,7 +71,9 @@ def test_unknown_event_lists_valid_names() -> None:
 
 
 def test_claude_pass_through_events() -> None:
-    envelope = make_event("PermissionRequest", {"tool_name": "Bash", "tool_input": {"command": "ls"}})
+    envelope = make_event(
+        "PermissionRequest", {"tool_name": "Bash", "tool_input": {"command": "ls"}}
+    )
     assert envelope.name == "PermissionRequest"
     assert envelope.pass_through
     assert envelope.field("tool_name") == "Bash"
@@ -105,13 +109,17 @@ def test_empty_stdout_is_no_opinion() -> None:
     assert answer.error is None and answer.decision is None and answer.output is None
 
 
-@pytest.mark.parametrize("event", ["SessionStart", "BeforeAgent", "MessageReceived", "Idle", "PatternMatch"])
+@pytest.mark.parametrize(
+    "event", ["SessionStart", "BeforeAgent", "MessageReceived", "Idle", "PatternMatch"]
+)
 def test_plain_text_is_inject_for_context_events(event: str) -> None:
     answer = parse("branch main\n", event)
     assert (answer.inject, answer.systemMessage) == ("branch main", None)
 
 
-@pytest.mark.parametrize("event", ["BeforeTool", "AfterTool", "AfterAgent", "Notification", "SessionEnd"])
+@pytest.mark.parametrize(
+    "event", ["BeforeTool", "AfterTool", "AfterAgent", "Notification", "SessionEnd"]
+)
 def test_plain_text_is_system_message_elsewhere(event: str) -> None:
     answer = parse("3 files formatted", event)
     assert (answer.inject, answer.systemMessage) == (None, "3 files formatted")
@@ -122,7 +130,10 @@ def test_double_encoded_json_is_decoded_once_more() -> None:
     assert (answer.decision, answer.reason) == ("deny", "r")
 
 
-@pytest.mark.parametrize(("stdout", "kind"), [("[1]", "an array"), ("42", "a number"), ("null", "null"), ('"just text"', "a string")])
+@pytest.mark.parametrize(
+    ("stdout", "kind"),
+    [("[1]", "an array"), ("42", "a number"), ("null", "null"), ('"just text"', "a string")],
+)
 def test_non_object_json_is_a_protocol_error(stdout: str, kind: str) -> None:
     answer = parse(stdout)
     assert answer.error == f"protocol error: hook output must be a JSON object, got {kind}"
@@ -135,7 +146,10 @@ def test_non_object_json_is_a_protocol_error(stdout: str, kind: str) -> None:
         ('{"decision": "maybe"}', "$.decision"),
         ('{"continue": "no"}', "$.continue"),
         ('{"hookSpecificOutput": {"tool_input": []}}', "$.hookSpecificOutput.tool_input"),
-        ('{"hookSpecificOutput": {"toolConfig": {"mode": "SOME"}}}', "$.hookSpecificOutput.toolConfig.mode"),
+        (
+            '{"hookSpecificOutput": {"toolConfig": {"mode": "SOME"}}}',
+            "$.hookSpecificOutput.toolConfig.mode",
+        ),
     ],
 )
 def test_wrong_types_name_their_path(stdout: str, path: str) -> None:
@@ -145,7 +159,9 @@ def test_wrong_types_name_their_path(stdout: str, path: str) -> None:
 
 
 def test_unknown_fields_are_warnings() -> None:
-    answer = parse('{"inject": "x", "tool_result": 1, "hookSpecificOutput": {"foo": 2}}', "SessionStart")
+    answer = parse(
+        '{"inject": "x", "tool_result": 1, "hookSpecificOutput": {"foo": 2}}', "SessionStart"
+    )
     assert answer.inject == "x"
     assert answer.warnings == [
         "unknown field $.tool_result ignored",
@@ -165,7 +181,9 @@ def test_claude_pass_through_specific_fields_are_quiet() -> None:
     assert answer.extra_specific == {"decision": {"behavior": "allow"}}
 
 
-@pytest.mark.parametrize(("wire", "relay"), [("block", "deny"), ("approve", "allow"), ("ask", "ask")])
+@pytest.mark.parametrize(
+    ("wire", "relay"), [("block", "deny"), ("approve", "allow"), ("ask", "ask")]
+)
 def test_legacy_decisions(wire: str, relay: str) -> None:
     assert parse(f'{{"decision": "{wire}"}}').decision == relay
 
@@ -181,8 +199,15 @@ def test_exit_2_silent_still_denies() -> None:
 
 
 def test_exit_2_keeps_json_fields_but_decision_stays_deny() -> None:
-    answer = parse('{"decision": "allow", "systemMessage": "m", "inject": "i"}', code=2, stderr="no")
-    assert (answer.decision, answer.reason, answer.systemMessage, answer.inject) == ("deny", "no", "m", "i")
+    answer = parse(
+        '{"decision": "allow", "systemMessage": "m", "inject": "i"}', code=2, stderr="no"
+    )
+    assert (answer.decision, answer.reason, answer.systemMessage, answer.inject) == (
+        "deny",
+        "no",
+        "m",
+        "i",
+    )
 
 
 def test_exit_2_ignores_plain_text_stdout() -> None:
@@ -249,7 +274,9 @@ def test_claude_render_explicit_allow_and_rewrite() -> None:
 
 def test_gemini_render() -> None:
     answer = render_for_host(
-        _result(decision="ask", reason="sure?", continue_=False, stopReason="halt", systemMessage="m"),
+        _result(
+            decision="ask", reason="sure?", continue_=False, stopReason="halt", systemMessage="m"
+        ),
         "gemini",
     )
     assert answer.stdout == {
@@ -270,10 +297,14 @@ def test_spec_schemas_match_the_structs() -> None:
     on_disk = {str(path.relative_to(SPEC)) for path in SPEC.rglob("*.json")}
     assert on_disk == set(expected), "spec/schemas has missing or stale files: run `make schemas`"
     for name, schema in expected.items():
-        assert (SPEC / name).read_text(encoding="utf-8") == render(schema), f"{name} drifted: run `make schemas`"
+        assert (SPEC / name).read_text(encoding="utf-8") == render(schema), (
+            f"{name} drifted: run `make schemas`"
+        )
 
 
 def test_event_schemas_allow_unknown_fields_and_describe_fields() -> None:
     schema = all_schemas()["events/BeforeTool.json"]
     assert schema["additionalProperties"] is True
-    assert {"session_id", "cwd", "timestamp", "hook_event_name", "tool_name", "tool_input"} <= set(schema["properties"])
+    assert {"session_id", "cwd", "timestamp", "hook_event_name", "tool_name", "tool_input"} <= set(
+        schema["properties"]
+    )

@@ -35,7 +35,10 @@ def hooks() -> None:
     show_default=True,
     help="Answer as relay (merged result) or as a single Claude Code / Gemini CLI hook.",
 )
-def run(event: str, settings_files: tuple[Path, ...], cwd: Path | None, dialect: str) -> int:
+@click.pass_context
+def run(
+    ctx: click.Context, event: str, settings_files: tuple[Path, ...], cwd: Path | None, dialect: str
+) -> None:
     """Fire EVENT with the event object read from stdin; print the merged result as JSON.
 
     EVENT is a canonical name (BeforeTool) or a Claude Code name (PreToolUse). A partial
@@ -74,4 +77,4 @@ def run(event: str, settings_files: tuple[Path, ...], cwd: Path | None, dialect:
         sys.stdout.flush()
     if answer.stderr:
         click.echo(answer.stderr, err=True)
-    return answer.exit_code
+    ctx.exit(answer.exit_code)

@@ -37,6 +37,19 @@ class LazyGroup(click.Group):
             return command
         return super().get_command(ctx, cmd_name)
 
+    def invoke(self, ctx: click.Context) -> Any:
+        from relay.errors import RelayError
+
+        try:
+            return super().invoke(ctx)
+        except RelayError as exc:
+            # Expected failures (bad input, bad settings): a clear message, no traceback.
+            click.echo(f"relay: error: {exc}", err=True)
+            ctx.exit(1)
+        except KeyboardInterrupt:
+            click.echo("relay: interrupted", err=True)
+            ctx.exit(130)
+
 
 @click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="agent-relay", prog_name="relay")
@@ -46,8 +59,6 @@ def cli() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and map errors to exit codes."""
-    from relay.errors import RelayError
-
     try:
         result = cli.main(args=argv, prog_name="relay", standalone_mode=False)
     except click.exceptions.Exit as exc:
@@ -58,9 +69,6 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, click.exceptions.Abort):
         click.echo("relay: interrupted", err=True)
         return 130
-    except RelayError as exc:
-        click.echo(f"relay: error: {exc}", err=True)
-        return 1
     except Exception as exc:
         click.echo(
             f"relay: internal error: {type(exc).__name__}: {exc} (please report this)", err=True

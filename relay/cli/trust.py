@@ -12,7 +12,7 @@ import click
 @click.option("--yes", "-y", is_flag=True, help="Trust without asking.")
 @click.option("--revoke", is_flag=True, help="Forget every trusted hook of this project.")
 @click.option("--cwd", type=click.Path(file_okay=False, path_type=Path), help="Project to act on.")
-def trust(yes: bool, revoke: bool, cwd: Path | None) -> int:
+def trust(yes: bool, revoke: bool, cwd: Path | None) -> None:
     """List this project's hooks and record them as trusted.
 
     Project and project-local hooks run only once trusted; a changed hook or script is
@@ -31,11 +31,11 @@ def trust(yes: bool, revoke: bool, cwd: Path | None) -> int:
     if revoke:
         removed = store.revoke(root)
         click.echo(f"revoked trust in {removed} hook(s) of {root}")
-        return 0
+        return
     project_hooks = [hook for hook in system.registry.hooks if hook.fingerprint is not None]
     if not project_hooks:
         click.echo(f"no project hooks in {root}")
-        return 0
+        return
     for hook in project_hooks:
         state = "trusted" if hook.trusted else "NOT TRUSTED"
         matcher = f" [{hook.matcher.text}]" if hook.matcher.text else ""
@@ -44,15 +44,14 @@ def trust(yes: bool, revoke: bool, cwd: Path | None) -> int:
     pending = [hook for hook in project_hooks if not hook.trusted]
     if not pending:
         click.echo("all project hooks are trusted")
-        return 0
+        return
     if not yes:
         if not sys.stdin.isatty():
             raise RelayError("not trusting without confirmation: run `relay trust --yes`")
         if not click.confirm(f"Trust these {len(pending)} hook(s) to run on this machine?"):
-            return 1
+            raise RelayError("nothing trusted")
     store.trust(
         root,
         [(hook.fingerprint, f"{hook.event} {hook.name}") for hook in pending if hook.fingerprint],
     )
     click.echo(f"trusted {len(pending)} hook(s)")
-    return 0

@@ -1,0 +1,67 @@
+"""Find the settings files that apply to a working directory and load them (DESIGN §5)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import msgspec
+
+from relay.config.loader import load_settings_file
+from relay.config.model import ConfigWarning, LoadedSettings, Scope
+from relay.config.paths import PROJECT_DIR_NAME, find_project_root, relay_home, system_settings_path
+from relay.errors import SettingsError
+
+
+class SettingsSet(msgspec.Struct, kw_only=True):
+    """Every settings file that applies, loaded, in merge order."""
+
+    root: Path | None
+    """The project root (nearest ancestor with `.relay/` or `.git`), if any."""
+    files: list[LoadedSettings]
+    """System, user, --settings files in the order given, project, project-local."""
+
+    @property
+    def warnings(self) -> list[ConfigWarning]:
+        """The warnings of every file, in merge order."""
+        return [warning for loaded in self.files for warning in loaded.warnings]
+
+
+def discover(cwd: Path | None = None, extra: Sequence[Path] = ()) -> list[tuple[Path, Scope]]:
+    """The settings files that exist for `cwd`, with their scopes, in merge order."""
+    start = Path(os.getcwd()) if cwd is None else cwd
+    candidates: list[tuple[Path, Scope]] = [
+        (system_settings_path(), "system"),
+        (relay_home() / "settings.json", "user"),
+    ]
+    for path in extra:
+        # Named on the command line: a missing file is a mistake, not an absent layer.
+        if not path.expanduser().exists():
+            raise SettingsError("settings file not found", file=str(path))
+        if not path.expanduser().is_file():
+            raise SettingsError("not a file", file=str(path))
+        candidates.append((path.expanduser().absolute(), "settings"))
+    root = find_project_root(start)
+    if root is not None:
+        candidates.append((root / PROJECT_DIR_NAME / "settings.json", "project"))
+        candidates.append((root / PROJECT_DIR_NAME / "settings.local.json", "project-local"))
+    found: list[tuple[Path, Scope]] = []
+    seen: set[Path] = set()
+    for path, scope in candidates:
+        if not path.is_file():
+            continue
+        # The same file reached twice (RELAY_HOME inside a project, a --settings that is the
+        # user file) is loaded once, at its first, most trusted, place.
+        real = path.resolve()
+        if real not in seen:
+            seen.add(real)
+            found.append((path, scope))
+    return found
+
+
+def load_settings(cwd: Path | None = None, extra: Sequence[Path] = ()) -> SettingsSet:
+    """Discover and load every settings file for `cwd`; raise SettingsError on the first bad one."""
+    start = Path(os.getcwd()) if cwd is None else cwd
+    files = [load_settings_file(path, scope) for path, scope in discover(start, extra)]
+    return SettingsSet(root=find_project_root(start), files=files)

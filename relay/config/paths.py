@@ -1,0 +1,48 @@
+"""Where relay keeps user config and state, and where a project's root is (DESIGN §5)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import platformdirs
+
+APP_NAME = "agent-relay"
+DEFAULT_SYSTEM_SETTINGS = Path("/etc/agent-relay/settings.json")
+PROJECT_DIR_NAME = ".relay"
+
+
+def relay_home() -> Path:
+    """The user config folder: $RELAY_HOME, else the platform user config dir."""
+    home = os.environ.get("RELAY_HOME")
+    if home:
+        return Path(home).expanduser()
+    return Path(platformdirs.user_config_dir(APP_NAME))
+
+
+def state_dir() -> Path:
+    """The folder for relay's state (trust store, databases); created on first use."""
+    home = os.environ.get("RELAY_HOME")
+    # RELAY_HOME relocates all state too, so tests and sandboxes touch nothing else.
+    if home:
+        state = Path(home).expanduser() / "state"
+    else:
+        state = Path(platformdirs.user_state_dir(APP_NAME))
+    state.mkdir(parents=True, exist_ok=True)
+    return state
+
+
+def system_settings_path() -> Path:
+    """The system settings file: $RELAY_SYSTEM_SETTINGS, else /etc/agent-relay/settings.json."""
+    path = os.environ.get("RELAY_SYSTEM_SETTINGS")
+    return Path(path).expanduser() if path else DEFAULT_SYSTEM_SETTINGS
+
+
+def find_project_root(start: Path) -> Path | None:
+    """The nearest ancestor of `start` (itself included) holding `.relay/` or `.git`."""
+    here = Path(os.path.abspath(start.expanduser()))
+    for folder in (here, *here.parents):
+        # `.git` may be a file: worktrees and submodules point to their git dir with one.
+        if (folder / PROJECT_DIR_NAME).is_dir() or (folder / ".git").exists():
+            return folder
+    return None

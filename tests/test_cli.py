@@ -1,0 +1,280 @@
+"""The CLI: `relay hooks run` and `relay trust`, through CliRunner and as the installed command."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from relay.cli.main import cli
+
+ANSWER = str(Path(__file__).resolve().parent / "resources" / "engine" / "answer.py")
+PY = sys.executable
+
+
+def answer_hook(
+    output: object = "", code: int = 0, stderr: str = "", **fields: Any
+) -> dict[str, Any]:
+    text = output if isinstance(output, str) else json.dumps(output)
+    return {"command": PY, "args": [ANSWER, text, str(code), stderr], **fields}
+
+
+def write_settings(path: Path, hooks: dict[str, Any], **rest: Any) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"hooks": hooks, **rest}))
+    return path
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "proj"
+    (root / ".git").mkdir(parents=True)
+    return root
+
+
+def invoke(args: list[str], stdin: str = "") -> Any:
+    return CliRunner().invoke(cli, args, input=stdin)
+
+
+def test_hooks_run_prints_the_merged_result(project: Path, relay_home: Path) -> None:
+    write_settings(
+        relay_home / "settings.json",
+        {
+            "BeforeTool": [
+                {
+                    "matcher": "Bash",
+                    "hooks": [answer_hook({"decision": "deny", "reason": "no rm"}, name="guard")],
+                }
+            ]
+        },
+    )
+    result = invoke(
+        ["hooks", "run", "PreToolUse", "--cwd", str(project)],
+        json.dumps({"tool_name": "Bash", "tool_input": {"command": "rm -rf /"}}),
+    )
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert set(out) == {
+        "hook_event_name",
+        "decision",
+        "reason",
+        "continue",
+        "stopReason",
+        "inject",
+        "systemMessage",
+        "suppressOutput",
+        "stopped_by",
+        "tool_input",
+        "hookSpecificOutput",
+        "hooks",
+        "errors",
+        "warnings",
+        "duration_ms",
+    }
+    assert (out["hook_event_name"], out["decision"], out["reason"], out["continue"]) == (
+        "BeforeTool",
+        "deny",
+        "no rm",
+        True,
+    )
+    assert out["tool_input"] == {"command": "rm -rf /"}
+    (hook,) = out["hooks"]
+    assert set(hook) == {
+        "name",
+        "source",
+        "command",
+        "exit_code",
+        "signal",
+        "timed_out",
+        "duration_ms",
+        "output",
+        "error",
+        "stdout_truncated",
+        "stderr_truncated",
+        "warnings",
+    }
+    assert (hook["name"], hook["exit_code"], hook["output"]) == (
+        "guard",
+        0,
+        {"decision": "deny", "reason": "no rm"},
+    )
+    assert hook["source"] == str(relay_home / "settings.json")
+
+
+def test_hooks_run_with_no_hooks_and_empty_stdin(project: Path) -> None:
+    result = invoke(["hooks", "run", "SessionStart", "--cwd", str(project)])
+    assert result.exit_code == 0
+    out = json.loads(result.stdout)
+    assert (out["decision"], out["hooks"], out["inject"]) == ("allow", [], None)
+
+
+def test_claude_dialect_exits_2_on_deny(project: Path, tmp_path: Path) -> None:
+    settings = write_settings(
+        tmp_path / "s.json",
+        {"BeforeTool": [{"hooks": [answer_hook("", 2, "destructive command")]}]},
+    )
+    result = invoke(
+        [
+            "hooks",
+            "run",
+            "--dialect",
+            "claude",
+            "PreToolUse",
+            "--settings",
+            str(settings),
+            "--cwd",
+            str(project),
+        ],
+        '{"tool_name": "Bash"}',
+    )
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr.strip() == "destructive command"
+
+
+def test_claude_dialect_allow_renders_claude_fields(project: Path, tmp_path: Path) -> None:
+    settings = write_settings(
+        tmp_path / "s.json",
+        {"SessionStart": [{"hooks": [answer_hook("branch: main")]}]},
+    )
+    result = invoke(
+        [
+            "hooks",
+            "run",
+            "--dialect",
+            "claude",
+            "SessionStart",
+            "--settings",
+            str(settings),
+            "--cwd",
+            str(project),
+        ],
+        "{}",
+    )
+    assert result.exit_code == 0
+    assert json.loads(result.stdout) == {
+        "hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": "branch: main"}
+    }
+
+
+def test_gemini_dialect(project: Path, tmp_path: Path) -> None:
+    settings = write_settings(
+        tmp_path / "s.json",
+        {"BeforeTool": [{"hooks": [answer_hook({"decision": "allow", "systemMessage": "ok"})]}]},
+    )
+    result = invoke(
+        [
+            "hooks",
+            "run",
+            "--dialect",
+            "gemini",
+            "BeforeTool",
+            "--settings",
+            str(settings),
+            "--cwd",
+            str(project),
+        ],
+        "{}",
+    )
+    assert result.exit_code == 0
+    assert json.loads(result.stdout) == {"systemMessage": "ok", "decision": "allow"}
+
+
+@pytest.mark.parametrize(
+    ("args", "stdin", "message"),
+    [
+        (
+            ["hooks", "run", "BeforeTol"],
+            "{}",
+            "unknown event 'BeforeTol'; valid events: SessionStart",
+        ),
+        (["hooks", "run", "BeforeTool"], "{not json", "stdin: malformed JSON"),
+        (["hooks", "run", "BeforeTool"], "[1]", "stdin: an event must be a JSON object"),
+        (
+            ["hooks", "run", "BeforeTool"],
+            '{"tool_input": 3}',
+            "stdin: $.tool_input: expected `object`",
+        ),
+    ],
+)
+def test_bad_input_exits_1_without_traceback(args: list[str], stdin: str, message: str) -> None:
+    result = invoke(args, stdin)
+    assert result.exit_code == 1
+    assert message in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_bad_settings_exit_1_with_location(project: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(
+        '{\n  "hooks": {\n    "BeforeTool": [\n      {"hooks": [{"command": "x", "timeout": "ten"}]}\n    ]\n  }\n}\n'
+    )
+    result = invoke(
+        ["hooks", "run", "BeforeTool", "--settings", str(bad), "--cwd", str(project)], "{}"
+    )
+    assert result.exit_code == 1
+    assert str(bad) in result.stderr
+    assert "hooks.BeforeTool[0].hooks[0].timeout: expected number, got string" in result.stderr
+
+    malformed = tmp_path / "malformed.json"
+    malformed.write_text('{\n  "hooks": {,\n}')
+    result = invoke(
+        ["hooks", "run", "BeforeTool", "--settings", str(malformed), "--cwd", str(project)], "{}"
+    )
+    assert result.exit_code == 1
+    assert f"{malformed}:2:" in result.stderr
+
+
+def test_trust_lists_records_and_revokes(project: Path) -> None:
+    write_settings(
+        project / ".relay" / "settings.json",
+        {"SessionStart": [{"hooks": [{"command": "echo from-project", "name": "hello"}]}]},
+    )
+    run_args = ["hooks", "run", "SessionStart", "--cwd", str(project)]
+    skipped = invoke(run_args, "{}")
+    assert json.loads(skipped.stdout)["inject"] is None
+    assert "untrusted project hook(s): hello" in skipped.stderr and "relay trust" in skipped.stderr
+
+    refused = invoke(["trust", "--cwd", str(project)])
+    assert refused.exit_code == 1 and "relay trust --yes" in refused.stderr
+    listed = invoke(["trust", "--yes", "--cwd", str(project)])
+    assert listed.exit_code == 0
+    assert (
+        "NOT TRUSTED" in listed.stdout
+        and "echo from-project" in listed.stdout
+        and "trusted 1 hook(s)" in listed.stdout
+    )
+    assert json.loads(invoke(run_args, "{}").stdout)["inject"] == "from-project"
+
+    assert "1 hook(s)" in invoke(["trust", "--revoke", "--cwd", str(project)]).stdout
+    assert json.loads(invoke(run_args, "{}").stdout)["inject"] is None
+
+
+def test_installed_relay_runs_as_a_subprocess(project: Path, relay_home: Path) -> None:
+    relay = shutil.which("relay", path=str(Path(sys.executable).parent))
+    assert relay is not None, "the relay console script is not installed in this environment"
+    write_settings(
+        relay_home / "settings.json",
+        {"PreToolUse": [{"matcher": "Bash", "hooks": [answer_hook("", 2, "blocked by policy")]}]},
+    )
+    env = {**os.environ, "RELAY_HOME": str(relay_home)}
+    done = subprocess.run(
+        [relay, "hooks", "run", "--dialect", "claude", "PreToolUse", "--cwd", str(project)],
+        input=b'{"tool_name": "Bash", "tool_input": {"command": "rm -rf /"}}',
+        capture_output=True,
+        env=env,
+        timeout=30,
+    )
+    assert done.returncode == 2
+    assert done.stderr.decode().strip() == "blocked by policy"
+    bad = subprocess.run(
+        [relay, "hooks", "run", "Nope"], input=b"{}", capture_output=True, env=env, timeout=30
+    )
+    assert bad.returncode == 1 and b"Traceback" not in bad.stderr

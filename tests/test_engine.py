@@ -1,0 +1,778 @@
+"""HookSystem end to end: settings files -> real hook processes -> one merged result."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+import pytest
+
+from relay.config.trust import TrustStore
+from relay.engine.system import HookSystem
+from relay.protocol.events import BeforeTool
+from relay.protocol.output import AggregatedResult, HookOutput
+
+ENGINE = Path(__file__).resolve().parent / "resources" / "engine"
+ANSWER = str(ENGINE / "answer.py")
+PY = sys.executable
+NODE = shutil.which("node")
+
+
+def answer_hook(
+    output: object = "", code: int = 0, stderr: str = "", **fields: Any
+) -> dict[str, Any]:
+    """A settings hook entry (exec form) that prints `output` and exits with `code`."""
+    text = output if isinstance(output, str) else json.dumps(output)
+    return {"command": PY, "args": [ANSWER, text, str(code), stderr], **fields}
+
+
+def group(
+    *hooks: dict[str, Any], matcher: str | None = None, sequential: bool = False
+) -> dict[str, Any]:
+    entry: dict[str, Any] = {"hooks": list(hooks)}
+    if matcher is not None:
+        entry["matcher"] = matcher
+    if sequential:
+        entry["sequential"] = True
+    return entry
+
+
+def write_json(path: Path, data: object) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2))
+    return path
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "project dir"  # a space, on purpose
+    (root / ".git").mkdir(parents=True)
+    return root
+
+
+@pytest.fixture
+def user_settings(relay_home: Path) -> Callable[..., Path]:
+    """Write hooks into the user settings file (trusted without asking)."""
+
+    def write(hooks: dict[str, Any], **rest: Any) -> Path:
+        return write_json(relay_home / "settings.json", {"hooks": hooks, **rest})
+
+    return write
+
+
+def fire(system: HookSystem, event: str, payload: dict[str, Any] | None = None) -> AggregatedResult:
+    async def go() -> AggregatedResult:
+        return await system.fire(event, payload)
+
+    try:
+        return anyio.run(go)
+    finally:
+        system.close()
+
+
+def make(project: Path) -> HookSystem:
+    return HookSystem(cwd=project)
+
+
+# -- §3 merge rules, through real processes -----------------------------------------------
+
+
+def test_parallel_hooks_merge_in_plan_order(
+    project: Path, user_settings: Callable[..., Path]
+) -> None:
+    user_settings(
+        {
+            "SessionStart": [
+                group(
+                    answer_hook({"inject": "first", "systemMessage": "s1"}, name="a"),
+                    answer_hook("plain text context", name="b"),
+                    answer_hook({"hookSpecificOutput": {"additionalContext": "third"}}, name="c"),
+                )
+            ]
+        }
+    )
+    result = fire(make(project), "SessionStart", {"source": "startup"})
+    assert result.inject == "first\nplain text context\nthird"
+    assert result.systemMessage == "s1"
+    assert [hook.name for hook in result.hooks] == ["a", "b", "c"]
+    assert all(hook.exit_code == 0 for hook in result.hooks)
+    assert result.errors == []
+
+
+def test_deny_wins_and_reasons_of_the_winner_join(
+    project: Path, user_settings: Callable[..., Path]
+) -> None:
+    user_settings(
+        {
+            "BeforeTool": [
+                group(
+                    answer_hook({"decision": "allow", "reason": "fine"}, name="allow"),
+                    answer_hook({"decision": "block", "reason": "dangerous"}, name="block"),
+                    answer_hook("", 2, "no way", name="exit2"),
+                    answer_hook({"decision": "ask", "reason": "?"}, name="ask"),
+                )
+            ]
+        }
+    )
+    result = fire(
+        make(project), "BeforeTool", {"tool_name": "Bash", "tool_input": {"command": "ls"}}
+    )
+    assert result.decision == "deny"
+    assert result.reason == "dangerous\nno way"
+
+
+@pytest.mark.parametrize("event", ["BeforeModel", "AfterModel", "BeforeToolSelection"])
+def test_block_wins_on_model_events(
+    project: Path, user_settings: Callable[..., Path], event: str
+) -> None:
+    user_settings(
+        {
+            event: [
+                group(
+                    answer_hook({"decision": "block", "reason": "r"}),
+                    answer_hook({"decision": "allow"}, name="later"),
+                )
+            ]
+        }
+    )
+    result = fire(make(project), event, {"llm_request": {"model": "m"}})
+    assert (result.decision, result.reason) == ("deny", "r")
+
+
+def test_continue_false_and_suppress_output(
+    project: Path, user_settings: Callable[..., Path]
+) -> None:
+    user_settings(
+        {
+            "AfterAgent": [
+                group(
+                    answer_hook({"continue": False, "stopReason": "tests fail"}, name="a"),
+                    answer_hook({"suppressOutput": True}, name="b"),
+                )
+            ]
+        }
+    )
+    result = fire(make(project), "AfterAgent", {"prompt": "p", "prompt_response": "r"})
+    assert result.continue_ is False
+    assert result.stopReason == "tests fail"
+    assert result.suppressOutput is True
+
+
+def test_stop_in_parallel_mode_discards_later_hooks(
+    project: Path, user_settings: Callable[..., Path]
+) -> None:
+    user_settings(
+        {
+            "BeforeTool": [
+                group(
+                    answer_hook({"inject": "one"}, name="a"),
+                    answer_hook({"stop": True, "inject": "two"}, name="stopper"),
+                    answer_hook({"decision": "deny", "inject": "three"}, name="late"),
+                    answer_hook("", 1, "late failure", name="late-error"),
+                )
+            ]
+        }
+    )
+    result = fire(make(project), "BeforeTool", {"tool_name": "Bash"})
+    assert result.stopped_by == "stopper"
+    assert result.inject == "one\ntwo"
+    assert result.decision == "allow"
+    assert result.errors == []
+    assert [hook.name for hook in result.hooks] == ["a", "stopper", "late", "late-error"]
+    assert result.hooks[3].exit_code == 1  # it ran, but takes no effect
+
+
+def test_stop_in_sequential_mode_does_not_start_later_hooks(
+    project: Path, user_settings: Callable[..., Path], tmp_path: Path
+) -> None:
+    marker = tmp_path / "late-ran"
+    user_settings(
+        {
+            "BeforeTool": [
+                group(
+                    answer_hook({"stop": True}, name="stopper"),
+                    {"command": f"touch '{marker}'", "name": "late"},
+                    sequential=True,
+                )
+            ]
+        }
+    )
+    result = fire(make(project), "BeforeTool", {"tool_name": "Bash"})
+    assert result.stopped_by == "stopper"
+    assert [hook.name for hook in result.hooks] == ["stopper"]
+    assert result.warnings == ["hook late not started: stopper stopped the chain"]
+    assert not marker.exists()
+
+
+def test_tool_input_chains_in_sequential_mode(
+    project: Path, user_settings: Callable[..., Path], tmp_path: Path
+) -> None:
+    user_settings(
+        {
+            "BeforeTool": [
+                group(
+                    answer_hook(
+                        {"hookSpecificOutput": {"tool_input": {"command": "ls -la"}}},
+                        name="a",
+                        env={"HOOK_ID": "a", "RECORD_DIR": str(tmp_path)},
+                    ),
+                    answer_hook(
+                        {"hookSpecificOutput": {"tool_input": {"timeout": 5}}},
+                        name="b",
+                        env={"HOOK_ID": "b", "RECORD_DIR": str(tmp_path)},
+                    ),
+                    sequential=True,
+                )
+            ]
+        }
+    )
+    result = fire(
+        make(project),
+        "BeforeTool",
+        {"tool_name": "Bash", "tool_input": {"command": "ls", "description": "d"}},
+    )
+    assert result.tool_input == {"command": "ls -la", "description": "d", "timeout": 5}
+    seen_by_b = json.loads((tmp_path / "b.json").read_text())["stdin"]["tool_input"]
+    assert seen_by_b == {"command": "ls -la", "description": "d"}
+
+
+def test_tool_input_merges_in_plan_order_in_parallel_mode(
+    project: Path, user_settings: Callable[..., Path]
+) -> None:
+    user_settings(
+        {
+            "BeforeTool": [
+                group(
+                    answer_hook(
+                        {"hookSpecificOutput": {"tool_input": {"command": "a", "x": 1}}}, name="a"
+                    ),
+                    answer_hook({"hookSpecificOutput": {"tool_input": {"command": "b"}}}, name="b"),
+                )
+            ]
+        }
+    )
+    result = fire(
+        make(project), "BeforeTool", {"tool_name": "Bash", "tool_input": {"command": "orig"}}
+    )
+    assert result.tool_input == {"command": "b", "x": 1}
+
+
+def test_model_fields_merge(project: Path, user_settings: Callable[..., Path]) -> None:
+    user_settings(
+        {
+            "BeforeToolSelection": [
+                group(
+                    answer_hook(
+                        {
+                            "hookSpecificOutput": {
+                                "toolConfig": {"mode": "ANY", "allowedFunctionNames": ["b", "a"]}
+                            }
+                        },
+                        name="x",
+                    ),
+                    answer_hook(
+                        {
+                            "hookSpecificOutput": {
+                                "toolConfig": {"mode": "NONE", "allowedFunctionNames": ["c"]}
+                            }
+                        },
+                        name="y",
+                    ),
+                )
+            ],
+            "AfterModel": [
+                group(
+                    answer_hook(
+                        {"hookSpecificOutput": {"llm_response": {"text": "1", "k": 1}}}, name="x"
+                    ),
+                    answer_hook({"hookSpecificOutput": {"llm_response": {"text": "2"}}}, name="y"),
+                )
+            ],
+        }
+    )
+    system = make(project)
+    selection = anyio.run(system.fire, "BeforeToolSelection", {})
+    response = anyio.run(system.fire, "AfterModel", {})
+    system.close()
+    assert selection.hookSpecificOutput == {
+        "toolConfig": {"mode": "NONE", "allowedFunctionNames": ["a", "b", "c"]}
+    }
+    assert response.hookSpecificOutput == {"llm_response": {"text": "2", "k": 1}}
+
+
+def test_text_fields_are_capped(project: Path, user_settings: Callable[..., Path]) -> None:
+    user_settings({"SessionStart": [group(answer_hook("x" * 30_000))]})
+    result = fire(make(project), "SessionStart")
+    assert result.inject is not None and len(result.inject) == 10_000
+
+
+# -- output reading and §4 exit codes ---------------------------------------------------------
+
+
+def test_protocol_errors_and_warnings(project: Path, user_settings: Callable[..., Path]) -> None:
+    user_settings(
+        {
+            "AfterTool": [
+                group(
+                    answer_hook("[1, 2]", name="array"),
+                    answer_hook({"decision": 7}, name="wrong-type"),
+                    answer_hook(
+                        {"systemMessage": "ok", "tool_result": "stale"}, name="unknown-field"
+                    ),
+                    answer_hook(json.dumps(json.dumps({"systemMessage": "double"})), name="double"),
+                )
+            ]
+        }
+    )
+    result = fire(make(project), "AfterTool", {"tool_name": "Write"})
+    errors = {error.hook: error.message for error in result.errors}
+    assert errors["array"] == "protocol error: hook output must be a JSON object, got an array"
+    assert errors["wrong-type"].startswith("protocol error: $.decision: expected")
+    assert result.systemMessage == "ok\ndouble"
+    assert result.hooks[2].warnings == ["unknown field $.tool_result ignored"]
+    assert result.decision == "allow"  # fail-open
+
+
+def test_exit_codes(project: Path, user_settings: Callable[..., Path]) -> None:
+    user_settings(
+        {
+            "BeforeTool": [
+                group(
+                    answer_hook("", 2, "", name="silent-2"),
+                    answer_hook("", 1, "oops\nline 2\n", name="exit-1"),
+                    answer_hook("", 3, "", name="exit-3"),
+                )
+            ]
+        }
+    )
+    result = fire(make(project), "BeforeTool", {"tool_name": "Bash"})
+    assert (result.decision, result.reason) == ("deny", "hook exited with code 2")
+    assert [(e.hook, e.message) for e in result.errors] == [
+        ("exit-1", "hook exited with code 1: oops\nline 2"),
+        ("exit-3", "hook exited with code 3"),
+    ]
+
+
+def test_fail_closed_turns_errors_into_deny(
+    project: Path, user_settings: Callable[..., Path]
+) -> None:
+    user_settings(
+        {"BeforeTool": [group(answer_hook("", 1, "crashed", name="strict", failClosed=True))]}
+    )
+    result = fire(make(project), "BeforeTool", {"tool_name": "Bash"})
+    assert result.decision == "deny"
+    assert result.reason == "hook strict failed and is failClosed: hook exited with code 1: crashed"
+
+
+def test_timeout_missing_and_non_executable(
+    project: Path, user_settings: Callable[..., Path], tmp_path: Path
+) -> None:
+    script = tmp_path / "not-executable.sh"
+    script.write_text("#!/bin/sh\necho hi\n")
+    user_settings(
+        {
+            "Notification": [
+                group(
+                    {"command": "sleep 30", "timeout": 0.3, "name": "slow"},
+                    {"command": str(tmp_path / "missing-hook"), "name": "missing"},
+                    {"command": str(script), "name": "noexec"},
+                    {"command": "kill -9 $$", "name": "killed"},
+                )
+            ]
+        }
+    )
+    started = time.monotonic()
+    result = fire(make(project), "Notification", {"message": "m"})
+    assert time.monotonic() - started < 0.3 + 2 + 0.5 + 1
+    by_name = {hook.name: hook for hook in result.hooks}
+    assert by_name["slow"].timed_out
+    assert by_name["killed"].signal == "SIGKILL"
+    errors = {error.hook: error.message for error in result.errors}
+    assert errors["slow"].startswith("timed out after 0.3s (sent SIGTERM)")
+    assert errors["missing"].startswith("could not start")
+    assert errors["noexec"].startswith("could not start")
+    assert errors["killed"].startswith("killed by SIGKILL")
+    assert result.decision == "allow"
+
+
+# -- registration ------------------------------------------------------------------------------
+
+
+def test_matchers(project: Path, user_settings: Callable[..., Path]) -> None:
+    user_settings(
+        {
+            "BeforeTool": [
+                group(answer_hook({"inject": "names"}), matcher="Write|Edit"),
+                group(answer_hook({"inject": "regex"}), matcher="^mcp__.*__write"),
+                group(answer_hook({"inject": "all"}), matcher="*"),
+                group(answer_hook({"inject": "none"}), matcher="Bash"),
+            ]
+        }
+    )
+    system = make(project)
+    edit = anyio.run(system.fire, "BeforeTool", {"tool_name": "Edit"})
+    mcp = anyio.run(system.fire, "BeforeTool", {"tool_name": "mcp__fs__write_file"})
+    exact = anyio.run(system.fire, "BeforeTool", {"tool_name": "Editor"})
+    system.close()
+    assert edit.inject == "names\nall"
+    assert mcp.inject == "regex\nall"
+    assert exact.inject == "all"
+
+
+def test_dedup_disabled_and_enabled(project: Path, user_settings: Callable[..., Path]) -> None:
+    user_settings(
+        {
+            "SessionStart": [
+                group(answer_hook({"inject": "once"}, name="dup")),
+                group(answer_hook({"inject": "once"}, name="dup-again")),
+                group(answer_hook({"inject": "off"}, name="off")),
+                group(answer_hook({"inject": "entry-off"}, name="entry-off", enabled=False)),
+            ]
+        },
+        hooksConfig={"disabled": ["off"]},
+    )
+    result = fire(make(project), "SessionStart")
+    assert result.inject == "once"
+    assert [hook.name for hook in result.hooks] == ["dup"]
+
+
+def test_hooks_config_enabled_false_turns_everything_off(
+    project: Path, user_settings: Callable[..., Path]
+) -> None:
+    user_settings(
+        {"SessionStart": [group(answer_hook({"inject": "x"}))]}, hooksConfig={"enabled": False}
+    )
+    result = fire(make(project), "SessionStart")
+    assert result.hooks == [] and result.inject is None
+
+
+def test_plan_order_across_files(
+    project: Path,
+    user_settings: Callable[..., Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def hook(name: str) -> dict[str, Any]:
+        return {"SessionStart": [group(answer_hook({"inject": name}, name=name))]}
+
+    system_file = write_json(tmp_path / "system.json", {"hooks": hook("system")})
+    monkeypatch.setenv("RELAY_SYSTEM_SETTINGS", str(system_file))
+    user_settings(hook("user"))
+    extra = write_json(tmp_path / "extra.json", {"hooks": hook("extra")})
+    write_json(project / ".relay" / "settings.json", {"hooks": hook("project")})
+    write_json(project / ".relay" / "settings.local.json", {"hooks": hook("local")})
+    system = HookSystem(cwd=project, settings=[extra])
+    system.register("SessionStart", lambda event: {"inject": "python"}, name="python")
+    system.initialize()
+    TrustStore().trust(
+        project, [(h.fingerprint, h.name) for h in system.registry.untrusted if h.fingerprint]
+    )
+    trusted = HookSystem(cwd=project, settings=[extra])
+    trusted.register("SessionStart", lambda event: {"inject": "python"}, name="python")
+    result = fire(trusted, "SessionStart")
+    assert result.inject == "python\nlocal\nproject\nuser\nextra\nsystem"
+
+
+def test_environment_and_project_dir_expansion(
+    project: Path, user_settings: Callable[..., Path], tmp_path: Path
+) -> None:
+    hooks_dir = project / "hooks"
+    hooks_dir.mkdir()
+    script = hooks_dir / "print env.sh"  # a space in the script's own name too
+    script.write_text(
+        '#!/bin/sh\ncat >/dev/null\nprintf "%s|%s|%s|%s|%s|%s" "$RELAY_PROJECT_DIR" "$CLAUDE_PROJECT_DIR" "$GEMINI_PROJECT_DIR" "$RELAY_EVENT" "$RELAY_SESSION_ID" "$LEVEL"\n'
+    )
+    script.chmod(0o755)
+    user_settings(
+        {
+            "SessionStart": [
+                group(
+                    {
+                        "command": '$CLAUDE_PROJECT_DIR/hooks/"print env.sh"',
+                        "env": {"LEVEL": "strict"},
+                        "name": "unquoted",
+                    },
+                    {
+                        "command": '"${RELAY_PROJECT_DIR}/hooks/print env.sh"',
+                        "env": {"LEVEL": "strict"},
+                        "name": "quoted",
+                    },
+                )
+            ]
+        }
+    )
+    result = fire(make(project), "SessionStart", {"session_id": "s-1"})
+    expected = f"{project}|{project}|{project}|SessionStart|s-1|strict"
+    assert result.errors == []
+    assert result.inject == f"{expected}\n{expected}"
+
+
+def test_hook_gets_the_event_on_stdin_and_runs_in_the_event_cwd(
+    project: Path, user_settings: Callable[..., Path], tmp_path: Path
+) -> None:
+    sub = project / "src"
+    sub.mkdir()
+    user_settings(
+        {"BeforeAgent": [group(answer_hook("", env={"RECORD_DIR": str(tmp_path), "HOOK_ID": "r"}))]}
+    )
+    fire(make(project), "BeforeAgent", {"prompt": "hello", "cwd": str(sub), "future_field": [1]})
+    seen = json.loads((tmp_path / "r.json").read_text())
+    assert seen["cwd"] == str(sub)
+    stdin = seen["stdin"]
+    assert stdin["prompt"] == "hello" and stdin["hook_event_name"] == "BeforeAgent"
+    assert stdin["future_field"] == [1]
+    assert {"session_id", "timestamp", "transcript_path", "agent_name"} <= set(stdin)
+
+
+# -- dialects: hooks written for Claude Code and Gemini CLI run unchanged -----------------------
+
+
+def test_claude_documented_hook_runs_unchanged(
+    project: Path, user_settings: Callable[..., Path]
+) -> None:
+    validator = str(ENGINE / "claude_bash_validator.py")
+    user_settings({"PreToolUse": [group({"command": f"{PY} {validator}"}, matcher="Bash")]})
+    system = make(project)
+    denied = anyio.run(
+        system.fire, "BeforeTool", {"tool_name": "Bash", "tool_input": {"command": "grep foo *.py"}}
+    )
+    allowed = anyio.run(
+        system.fire, "PreToolUse", {"tool_name": "Bash", "tool_input": {"command": "ls -la"}}
+    )
+    other = anyio.run(
+        system.fire, "BeforeTool", {"tool_name": "Read", "tool_input": {"file_path": "x"}}
+    )
+    system.close()
+    assert denied.hook_event_name == "BeforeTool"
+    assert denied.decision == "deny"
+    assert (
+        denied.reason
+        == "• Use 'rg' (ripgrep) instead of 'grep' for better performance and features"
+    )
+    assert (allowed.decision, allowed.reason) == ("allow", "listing is always fine")
+    assert other.hooks == []
+
+
+@pytest.mark.skipif(NODE is None, reason="node is not installed")
+def test_gemini_documented_hook_runs_unchanged(
+    project: Path, user_settings: Callable[..., Path]
+) -> None:
+    guard = str(ENGINE / "gemini_secret_guard.js")
+    user_settings(
+        {"BeforeTool": [group({"command": f"node {guard}"}, matcher="write_file|replace")]}
+    )
+    system = make(project)
+    denied = anyio.run(
+        system.fire,
+        "BeforeTool",
+        {"tool_name": "write_file", "tool_input": {"file_path": ".env", "content": "x"}},
+    )
+    allowed = anyio.run(
+        system.fire, "BeforeTool", {"tool_name": "write_file", "tool_input": {"file_path": "a.py"}}
+    )
+    system.close()
+    assert denied.decision == "deny"
+    assert denied.reason == "Security Policy: writing to .env is blocked (BeforeTool)."
+    assert denied.systemMessage == "Blocked a write to a secrets file"
+    assert allowed.decision == "allow" and allowed.errors == []
+
+
+def test_claude_hook_gets_claude_event_name_and_relay_hook_gets_relay_name(
+    project: Path, user_settings: Callable[..., Path], tmp_path: Path
+) -> None:
+    record = {"RECORD_DIR": str(tmp_path)}
+    user_settings(
+        {
+            "PreToolUse": [group(answer_hook("", env={**record, "HOOK_ID": "claude"}))],
+            "BeforeTool": [group(answer_hook("", env={**record, "HOOK_ID": "relay"}))],
+            "Stop": [group(answer_hook("", env={**record, "HOOK_ID": "stop"}))],
+        }
+    )
+    system = make(project)
+    anyio.run(system.fire, "BeforeTool", {"tool_name": "Bash"})
+    anyio.run(system.fire, "AfterAgent", {"stop_hook_active": True})
+    system.close()
+    assert (
+        json.loads((tmp_path / "claude.json").read_text())["stdin"]["hook_event_name"]
+        == "PreToolUse"
+    )
+    assert (
+        json.loads((tmp_path / "relay.json").read_text())["stdin"]["hook_event_name"]
+        == "BeforeTool"
+    )
+    stop = json.loads((tmp_path / "stop.json").read_text())["stdin"]
+    assert stop["hook_event_name"] == "Stop" and stop["stop_hook_active"] is True
+
+
+def test_claude_updated_input_replaces(project: Path, user_settings: Callable[..., Path]) -> None:
+    user_settings(
+        {
+            "PreToolUse": [
+                group(
+                    answer_hook(
+                        {
+                            "hookSpecificOutput": {
+                                "hookEventName": "PreToolUse",
+                                "updatedInput": {"command": "echo safe"},
+                            }
+                        }
+                    )
+                )
+            ]
+        }
+    )
+    result = fire(
+        make(project),
+        "BeforeTool",
+        {"tool_name": "Bash", "tool_input": {"command": "rm -rf /", "timeout": 1}},
+    )
+    assert result.tool_input == {"command": "echo safe"}
+
+
+def test_claude_pass_through_event(project: Path, user_settings: Callable[..., Path]) -> None:
+    user_settings(
+        {
+            "PermissionRequest": [
+                group(
+                    answer_hook(
+                        {
+                            "hookSpecificOutput": {
+                                "hookEventName": "PermissionRequest",
+                                "decision": {"behavior": "allow"},
+                            }
+                        }
+                    ),
+                    matcher="Bash",
+                )
+            ]
+        }
+    )
+    result = fire(make(project), "PermissionRequest", {"tool_name": "Bash", "tool_input": {}})
+    assert result.hook_event_name == "PermissionRequest"
+    assert result.hookSpecificOutput == {"decision": {"behavior": "allow"}}
+    assert result.hooks[0].warnings == []
+
+
+# -- Python hooks ------------------------------------------------------------------------------
+
+
+def test_python_hooks_follow_the_same_rules(project: Path) -> None:
+    system = HookSystem(cwd=project)
+
+    async def deny(event: BeforeTool) -> dict[str, Any]:
+        return {"decision": "deny", "reason": f"no {event.tool_name}"}
+
+    def rewrite(event: BeforeTool) -> HookOutput:
+        return HookOutput(inject="sync hook ran")
+
+    def broken(event: BeforeTool) -> None:
+        raise RuntimeError("boom")
+
+    async def slow(event: BeforeTool) -> None:
+        await anyio.sleep(5)
+
+    system.register("BeforeTool", deny, matcher="Bash")
+    system.register("PreToolUse", rewrite)
+    system.register("BeforeTool", broken)
+    system.register("BeforeTool", slow, timeout=0.2)
+    result = fire(system, "BeforeTool", {"tool_name": "Bash"})
+    assert (result.decision, result.reason, result.inject) == ("deny", "no Bash", "sync hook ran")
+    errors = {error.hook: error.message for error in result.errors}
+    assert (
+        errors["test_python_hooks_follow_the_same_rules.<locals>.broken"]
+        == "python hook raised RuntimeError: boom"
+    )
+    assert errors["test_python_hooks_follow_the_same_rules.<locals>.slow"] == "timed out after 0.2s"
+
+
+def test_sixteen_slow_hooks_run_in_parallel(
+    project: Path, user_settings: Callable[..., Path]
+) -> None:
+    user_settings(
+        {
+            "Idle": [
+                group(
+                    *({"command": f"sleep 0.3; echo hook {i}", "name": f"h{i}"} for i in range(16))
+                )
+            ]
+        }
+    )
+    started = time.monotonic()
+    result = fire(make(project), "Idle", {"idle_seconds": 30})
+    assert time.monotonic() - started < 0.3 * 4
+    assert result.inject == "\n".join(f"hook {i}" for i in range(16))
+
+
+def test_no_matching_hook_is_an_empty_allow(project: Path) -> None:
+    result = fire(make(project), "BeforeTool", {"tool_name": "Bash"})
+    assert msgspec.to_builtins(result)["hooks"] == []
+    assert result.decision == "allow"
+
+
+# -- trust -------------------------------------------------------------------------------------
+
+
+def test_untrusted_project_hooks_are_skipped_until_trusted(project: Path) -> None:
+    script = project / ".relay" / "hooks" / "ctx.sh"
+    script.parent.mkdir(parents=True)
+    script.write_text("#!/bin/sh\necho from-project\n")
+    script.chmod(0o755)
+    write_json(
+        project / ".relay" / "settings.json",
+        {
+            "hooks": {
+                "SessionStart": [
+                    group({"command": '"$RELAY_PROJECT_DIR/.relay/hooks/ctx.sh"', "name": "ctx"})
+                ]
+            }
+        },
+    )
+    first = make(project)
+    assert fire(first, "SessionStart").inject is None
+    warning = first.warnings()[-1]
+    assert "ctx" in warning and "relay trust" in warning
+    TrustStore().trust(
+        project, [(h.fingerprint, h.name) for h in first.registry.untrusted if h.fingerprint]
+    )
+    assert fire(make(project), "SessionStart").inject == "from-project"
+    # A changed script is untrusted again.
+    script.write_text("#!/bin/sh\necho changed\n")
+    changed = make(project)
+    assert fire(changed, "SessionStart").inject is None
+    assert [hook.name for hook in changed.registry.untrusted] == ["ctx"]
+
+
+def test_telemetry_records_every_call(
+    project: Path, user_settings: Callable[..., Path], relay_home: Path
+) -> None:
+    import sqlite3
+
+    user_settings(
+        {
+            "BeforeTool": [
+                group(
+                    answer_hook("", 2, "blocked", name="guard"),
+                    answer_hook("", 1, "x", name="broken"),
+                )
+            ]
+        }
+    )
+    fire(make(project), "BeforeTool", {"tool_name": "Bash", "tool_input": {"command": "rm"}})
+    with sqlite3.connect(relay_home / "state" / "telemetry.db") as db:
+        rows = db.execute(
+            "SELECT hook, event, exit_code, decision, error FROM hook_calls ORDER BY id"
+        ).fetchall()
+        (stored,) = db.execute("SELECT input FROM events").fetchone()
+    assert rows == [
+        ("guard", "BeforeTool", 2, "deny", None),
+        ("broken", "BeforeTool", 1, None, "hook exited with code 1: x"),
+    ]
+    assert json.loads(stored)["tool_input"] == {"command": "rm"}
