@@ -40,12 +40,19 @@ if TYPE_CHECKING:
         ToolConfig,
     )
 
-_EVENTS = (
-    "AfterAgent AfterModel AfterTool BeforeAgent BeforeModel BeforeTool BeforeToolSelection Event "
-    "Idle MessageReceived Notification Output PassThrough PatternMatch PreCompress SessionEnd "
-    "SessionStart"
-).split()
-_OUTPUTS = "AggregatedResult HookError HookOutput HookReport HookSpecificOutput ToolConfig".split()
+_EVENTS = [
+    "AfterAgent", "AfterModel", "AfterTool", "BeforeAgent", "BeforeModel", "BeforeTool",
+    "BeforeToolSelection", "Event", "Idle", "MessageReceived", "Notification", "Output",
+    "PassThrough", "PatternMatch", "PreCompress", "SessionEnd", "SessionStart",
+]  # fmt: skip
+_OUTPUTS = [
+    "AggregatedResult",
+    "HookError",
+    "HookOutput",
+    "HookReport",
+    "HookSpecificOutput",
+    "ToolConfig",
+]
 _WHERE: dict[str, str] = {
     "HookSystem": "relay.engine.system",
     "InputError": "relay.errors",

@@ -8,7 +8,14 @@ from typing import Any
 import msgspec
 
 from relay.protocol.answers import Answer
-from relay.protocol.output import AggregatedResult, Decision, HookError, HookReport, ToolConfig
+from relay.protocol.output import (
+    AggregatedResult,
+    Decision,
+    HookError,
+    HookReport,
+    ToolConfig,
+    ToolMode,
+)
 
 TEXT_CAP = 10_000
 TRUNCATION_MARKER = "\n…[truncated by relay]"
@@ -159,8 +166,11 @@ def _merge_tool_config(left: ToolConfig | None, right: ToolConfig) -> ToolConfig
             if right.allowedFunctionNames is not None
             else None,
         )
-    modes = [mode for mode in (left.mode, right.mode) if mode is not None]
-    mode = max(modes, key=_TOOL_MODE_RANK.__getitem__) if modes else None
+    mode: ToolMode | None = left.mode
+    if right.mode is not None and (
+        mode is None or _TOOL_MODE_RANK[right.mode] > _TOOL_MODE_RANK[mode]
+    ):
+        mode = right.mode
     names: list[str] | None = None
     if left.allowedFunctionNames is not None or right.allowedFunctionNames is not None:
         names = sorted({*(left.allowedFunctionNames or ()), *(right.allowedFunctionNames or ())})

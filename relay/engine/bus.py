@@ -83,7 +83,7 @@ class MessageBus:
     async def publish_raw(self, data: dict[str, Any]) -> None:
         """Publish a message given as a plain object; one that is not valid is answered with an error."""
         try:
-            message: BusMessage = msgspec.convert(data, BusMessage)  # type: ignore[arg-type]
+            message: BusMessage = msgspec.convert(data, BusMessage)
         except msgspec.ValidationError as exc:
             correlation = data.get("correlationId") if isinstance(data, dict) else None
             await self.publish(

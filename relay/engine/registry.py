@@ -131,7 +131,7 @@ def runtime_hook(
     """A hook registered from Python (runs in-process, first in plan order)."""
     canonical = canonical_name(event)
     return RegisteredHook(
-        name=name or getattr(handler, "__qualname__", "python-hook"),
+        name=name or str(getattr(handler, "__qualname__", "python-hook")),
         event=event,
         canonical=canonical,
         dialect=registered_dialect(event),

@@ -243,7 +243,7 @@ class HookSystem:
                 # Each later hook sees the input as rewritten so far.
                 rewritten = apply_tool_input(tool_input, answer)
                 current = EventEnvelope(
-                    event=msgspec.structs.replace(current.event, tool_input=rewritten),  # type: ignore[type-var]
+                    event=msgspec.structs.replace(current.event, tool_input=rewritten),
                     extra=current.extra,
                 )
         return outcomes
