@@ -269,12 +269,18 @@ def test_installed_relay_runs_as_a_subprocess(project: Path, relay_home: Path) -
         [relay, "hooks", "run", "--dialect", "claude", "PreToolUse", "--cwd", str(project)],
         input=b'{"tool_name": "Bash", "tool_input": {"command": "rm -rf /"}}',
         capture_output=True,
+        check=False,
         env=env,
         timeout=30,
     )
     assert done.returncode == 2
     assert done.stderr.decode().strip() == "blocked by policy"
     bad = subprocess.run(
-        [relay, "hooks", "run", "Nope"], input=b"{}", capture_output=True, env=env, timeout=30
+        [relay, "hooks", "run", "Nope"],
+        input=b"{}",
+        capture_output=True,
+        env=env,
+        timeout=30,
+        check=False,
     )
     assert bad.returncode == 1 and b"Traceback" not in bad.stderr
