@@ -1,0 +1,450 @@
+"""The process runner, with real processes (DESIGN §6, §9)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import resource
+import shutil
+import signal
+import sys
+import time
+import tracemalloc
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from relay.engine import runner
+from relay.engine.command import Launch, prepare_launch
+from relay.engine.runner import ProcessResult, install_child_watcher, run_process
+
+pytestmark = pytest.mark.anyio
+
+RESOURCES = Path(__file__).parent / "resources"
+SLACK = 0.4  # scheduling slack on top of a documented bound, in seconds
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def env() -> dict[str, str]:
+    return dict(os.environ)
+
+
+@pytest.fixture
+def pid_file(tmp_path: Path) -> Path:
+    return tmp_path / "pids"
+
+
+def python_hook(script: str, *args: str) -> Launch:
+    return Launch(argv=(sys.executable, str(RESOURCES / script), *args), mode="exec")
+
+
+def script_hook(script: str, *args: str) -> Launch:
+    return Launch(argv=(str(RESOURCES / script), *args), mode="exec")
+
+
+async def run(
+    launch: Launch,
+    env: dict[str, str],
+    *,
+    stdin: bytes = b"{}",
+    cwd: str | None = None,
+    timeout: float = 10,
+    **options: Any,
+) -> ProcessResult:
+    return await run_process(launch, stdin=stdin, env=env, cwd=cwd, timeout=timeout, **options)
+
+
+def alive(pid: int) -> bool:
+    """True while `pid` is a live process (a zombie counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def gone(pids: list[int], within: float = 1.0) -> bool:
+    """Every pid has died within `within` seconds (SIGKILL is sent, death takes a moment)."""
+    deadline = time.monotonic() + within
+    while any(alive(pid) for pid in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def read_pids(path: Path) -> list[int]:
+    return [int(word) for word in path.read_text().split()]
+
+
+@pytest.fixture
+def reap_strays() -> Iterator[list[int]]:
+    """Pids a test deliberately leaves running; killed afterwards."""
+    strays: list[int] = []
+    yield strays
+    for pid in strays:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+# ---- exit codes and streams
+
+
+@pytest.mark.parametrize("code", [0, 1, 2, 3, 255])
+async def test_exit_code_preserved_with_both_streams(env: dict[str, str], code: int) -> None:
+    result = await run(python_hook("exit_code.py", str(code)), env)
+    assert result.exit_code == code
+    assert result.signal is None
+    assert not result.timed_out
+    assert result.spawn_error is None
+    assert result.stdout == b"out\n"
+    assert result.stderr == b"err\n"
+    assert result.pid is not None
+    assert result.duration_ms > 0
+
+
+async def test_bash_hook_reads_stdin_and_answers(env: dict[str, str]) -> None:
+    result = await run(script_hook("both_streams.sh", "2"), env, stdin=b'{"a": 1}')
+    assert result.exit_code == 2
+    assert result.stdout == b'{"systemMessage": "got 8 bytes"}\n'
+    assert result.stderr == b"note on stderr\n"
+
+
+async def test_sh_reports_127_for_an_unknown_command(env: dict[str, str]) -> None:
+    launch = prepare_launch("relay-no-such-command-xyz && true", None, {})
+    assert launch.mode == "shell"
+    result = await run(launch, env)
+    assert result.exit_code == 127
+    assert result.spawn_error is None
+    assert b"relay-no-such-command-xyz" in result.stderr
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+async def test_node_hook(env: dict[str, str]) -> None:
+    event = b'{"hook_event_name": "BeforeTool", "tool_name": "Bash"}'
+    result = await run(script_hook("echo_stdin.js"), env, stdin=event)
+    assert result.exit_code == 0
+    assert result.stdout == b'{"systemMessage":"node saw BeforeTool"}\n'
+
+
+async def test_script_without_shebang_runs_under_sh_like_sh_would(env: dict[str, str]) -> None:
+    launch = prepare_launch(str(RESOURCES / "no_shebang"), None, {})
+    assert launch.mode == "direct"
+    result = await run(launch, env)
+    assert result.exit_code == 0
+    assert result.stdout == b"no shebang, run by sh\n"
+    assert result.launch.mode == "shell"
+
+
+# ---- environment and working directory
+
+
+async def test_env_is_exactly_the_given_mapping_and_cwd_is_used(tmp_path: Path) -> None:
+    env = {"PATH": os.environ["PATH"], "RELAY_EVENT": "BeforeTool", "LEVEL": "strict"}
+    launch = python_hook("env_cwd.py", "RELAY_EVENT", "LEVEL", "HOME")
+    result = await run(launch, env, cwd=str(tmp_path))
+    assert result.exit_code == 0
+    assert result.stdout.decode() == (
+        f'{{"cwd": "{tmp_path}", "env": '
+        '{"RELAY_EVENT": "BeforeTool", "LEVEL": "strict", "HOME": null}}\n'
+    )
+
+
+async def test_command_is_looked_up_on_the_path_of_the_given_env(tmp_path: Path) -> None:
+    tool = tmp_path / "relay-test-tool"
+    tool.write_text("#!/bin/sh\necho found on the PATH of the hook\n")
+    tool.chmod(0o755)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
+    result = await run(prepare_launch("relay-test-tool", None, {}), env)
+    assert result.exit_code == 0
+    assert result.stdout == b"found on the PATH of the hook\n"
+
+
+# ---- spawn failures are results
+
+
+async def test_missing_executable(env: dict[str, str], tmp_path: Path) -> None:
+    launch = prepare_launch("./nope --flag", None, {})
+    result = await run(launch, env, cwd=str(tmp_path))
+    assert result.spawn_error == "command not found: ./nope"
+    assert result.exit_code is None
+    assert result.signal is None
+    assert result.pid is None
+    assert result.launch == launch
+
+
+async def test_non_executable_file(env: dict[str, str], tmp_path: Path) -> None:
+    script = tmp_path / "script.sh"
+    script.write_text("#!/bin/sh\necho never\n")
+    script.chmod(0o644)
+    result = await run(prepare_launch("./script.sh", None, {}), env, cwd=str(tmp_path))
+    assert result.spawn_error == "permission denied: ./script.sh"
+    assert result.exit_code is None
+
+
+async def test_bad_working_directory(env: dict[str, str], tmp_path: Path) -> None:
+    missing = str(tmp_path / "missing")
+    result = await run(python_hook("exit_code.py", "0"), env, cwd=missing)
+    assert result.spawn_error == f"working directory not found: {missing}"
+    assert result.exit_code is None
+
+
+async def test_nul_byte_in_env_is_a_spawn_error(env: dict[str, str]) -> None:
+    result = await run(python_hook("exit_code.py", "0"), {**env, "BAD": "a\0b"})
+    assert result.spawn_error is not None
+    assert result.spawn_error.startswith(f"cannot run {sys.executable}: ")
+
+
+async def test_empty_argv_is_a_spawn_error(env: dict[str, str]) -> None:
+    result = await run(Launch(argv=(), mode="exec"), env)
+    assert result.spawn_error == "empty command"
+
+
+async def test_running_out_of_file_descriptors_is_a_spawn_error(env: dict[str, str]) -> None:
+    lowest_free = os.dup(0)
+    os.close(lowest_free)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, hard))
+    try:
+        result = await run(python_hook("exit_code.py", "0"), env)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert result.spawn_error == "cannot create pipes: Too many open files"
+    assert os.dup(0) == lowest_free  # nothing leaked
+    os.close(lowest_free)
+
+
+# ---- signals and timeouts
+
+
+async def test_killed_by_a_signal(env: dict[str, str]) -> None:
+    result = await run(script_hook("kill_self.sh"), env)
+    assert result.signal == "SIGKILL"
+    assert result.exit_code is None
+    assert not result.timed_out
+    assert result.stdout == b"about to die\n"
+
+
+async def test_timeout_sends_sigterm_to_the_whole_group(
+    env: dict[str, str], pid_file: Path
+) -> None:
+    started = time.monotonic()
+    result = await run(script_hook("fork_and_wait.sh", str(pid_file)), env, timeout=0.5, grace=5)
+    elapsed = time.monotonic() - started
+    assert result.timed_out
+    assert result.signal == "SIGTERM"
+    assert result.exit_code is None
+    assert 0.5 <= elapsed < 0.5 + SLACK  # SIGTERM was enough: no wait for the grace
+    assert gone(read_pids(pid_file))
+
+
+@pytest.mark.slow
+async def test_hook_ignoring_sigterm_is_killed_after_grace(
+    env: dict[str, str], pid_file: Path
+) -> None:
+    timeout, grace, exit_drain = 0.5, 0.5, 0.5
+    started = time.monotonic()
+    result = await run(
+        script_hook("ignore_term.sh", str(pid_file)),
+        env,
+        timeout=timeout,
+        grace=grace,
+        exit_drain=exit_drain,
+    )
+    elapsed = time.monotonic() - started
+    assert result.timed_out
+    assert result.signal == "SIGKILL"
+    assert result.exit_code is None
+    assert timeout + grace <= elapsed < timeout + grace + exit_drain + SLACK
+    hook_pid, child_pid = read_pids(pid_file)
+    assert hook_pid == result.pid
+    assert gone([hook_pid, child_pid])
+
+
+@pytest.mark.slow
+async def test_result_bound_holds_whatever_descendants_do_with_the_pipes(
+    env: dict[str, str], pid_file: Path, reap_strays: list[int]
+) -> None:
+    # The worst case: the hook ignores SIGTERM, and a descendant in its own session keeps
+    # the pipes open past the SIGKILL. The result is still back by timeout + grace + drain.
+    command = f"trap '' TERM; setsid sleep 30 & echo $! > {pid_file}; sleep 30"
+    timeout, grace, exit_drain = 0.3, 0.3, 0.3
+    started = time.monotonic()
+    result = await run(
+        prepare_launch(command, None, {}), env, timeout=timeout, grace=grace, exit_drain=exit_drain
+    )
+    elapsed = time.monotonic() - started
+    reap_strays.extend(read_pids(pid_file))
+    assert result.timed_out
+    assert result.signal == "SIGKILL"
+    assert timeout + grace <= elapsed < timeout + grace + exit_drain + SLACK
+
+
+async def test_custom_kill_signal(env: dict[str, str], pid_file: Path) -> None:
+    launch = script_hook("fork_and_wait.sh", str(pid_file))
+    result = await run(launch, env, timeout=0.3, kill_signal=signal.SIGINT, grace=5, exit_drain=0.2)
+    assert result.timed_out
+    # bash's background `sleep` ignores SIGINT, the script itself dies of it.
+    assert result.signal == "SIGINT"
+    assert gone(read_pids(pid_file))
+
+
+# ---- descendants and the pipes
+
+
+async def test_background_child_holding_stdout_does_not_hold_the_result(
+    env: dict[str, str], pid_file: Path
+) -> None:
+    exit_drain = 0.5
+    started = time.monotonic()
+    result = await run(
+        script_hook("background_child.sh", str(pid_file)), env, exit_drain=exit_drain
+    )
+    elapsed = time.monotonic() - started
+    assert result.exit_code == 0
+    assert result.stdout == b'{"systemMessage": "done"}\n'
+    assert elapsed < exit_drain + SLACK
+    assert gone(read_pids(pid_file))  # no process left behind
+
+
+async def test_background_work_in_its_own_session_survives(
+    env: dict[str, str], pid_file: Path, reap_strays: list[int]
+) -> None:
+    # DESIGN §6: a hook that wants background work starts it with setsid.
+    command = f"setsid sleep 30 & echo $! > {pid_file}; echo started"
+    started = time.monotonic()
+    result = await run(prepare_launch(command, None, {}), env, exit_drain=0.3)
+    elapsed = time.monotonic() - started
+    (background,) = read_pids(pid_file)
+    reap_strays.append(background)
+    assert result.exit_code == 0
+    assert result.stdout == b"started\n"
+    assert elapsed < 0.3 + SLACK  # it still holds the pipes: bounded by exit_drain
+    time.sleep(0.05)
+    assert alive(background)
+
+
+async def test_hook_that_never_reads_five_megabytes_of_stdin(env: dict[str, str]) -> None:
+    started = time.monotonic()
+    result = await run(script_hook("ignore_stdin.sh"), env, stdin=b"x" * (5 << 20))
+    assert result.exit_code == 0
+    assert result.stdout == b"{}\n"
+    assert time.monotonic() - started < 2
+
+
+async def test_five_megabytes_of_stdin_arrive_whole(env: dict[str, str]) -> None:
+    result = await run(prepare_launch("wc -c", None, {}), env, stdin=b"x" * (5 << 20))
+    assert result.exit_code == 0
+    assert result.stdout.strip() == str(5 << 20).encode()
+
+
+@pytest.mark.slow
+async def test_fifty_megabytes_of_stdout_are_capped_in_bounded_memory(
+    env: dict[str, str],
+) -> None:
+    cap = 1 << 20
+    tracemalloc.start()
+    try:
+        started = time.monotonic()
+        result = await run(python_hook("flood.py", "50"), env, output_cap=cap)
+        elapsed = time.monotonic() - started
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.exit_code == 0
+    assert len(result.stdout) == cap
+    assert result.stdout_truncated
+    assert result.stderr == b"flooded\n"
+    assert not result.stderr_truncated
+    assert peak < 4 * cap  # the cap, a read buffer, the result copy: never the 50 MB
+    assert elapsed < 5
+
+
+async def test_each_stream_is_capped_on_its_own(env: dict[str, str]) -> None:
+    launch = prepare_launch("echo 0123456789abcdef; echo err >&2", None, {})
+    result = await run(launch, env, output_cap=10)
+    assert result.stdout == b"0123456789"
+    assert result.stdout_truncated
+    assert result.stderr == b"err\n"
+    assert not result.stderr_truncated
+
+
+# ---- concurrency and cancellation
+
+
+async def test_many_hooks_run_concurrently(env: dict[str, str]) -> None:
+    launch = prepare_launch("sleep 0.2", None, {})
+    results: list[ProcessResult] = []
+
+    async def one() -> None:
+        results.append(await run(launch, env))
+
+    started = time.monotonic()
+    async with anyio.create_task_group() as group:
+        for _ in range(16):
+            group.start_soon(one)
+    assert time.monotonic() - started < 0.2 + SLACK
+    assert [result.exit_code for result in results] == [0] * 16
+
+
+async def test_cancellation_kills_the_process_group(env: dict[str, str], pid_file: Path) -> None:
+    launch = script_hook("fork_and_wait.sh", str(pid_file))
+    with anyio.move_on_after(5) as timeout_scope:
+        async with anyio.create_task_group() as group:
+            group.start_soon(run, launch, env)
+            while not pid_file.exists() or len(pid_file.read_text().split()) < 2:
+                await anyio.sleep(0.01)
+            group.cancel_scope.cancel()
+    assert not timeout_scope.cancelled_caught
+    hook_pid, child_pid = read_pids(pid_file)
+    assert gone([hook_pid, child_pid])
+    with pytest.raises(ChildProcessError):
+        os.waitpid(hook_pid, os.WNOHANG)  # reaped, not left a zombie
+
+
+async def test_without_pidfd_a_thread_watches_the_exit(
+    env: dict[str, str], pid_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runner, "_open_pidfd", lambda pid: None)
+    result = await run(python_hook("exit_code.py", "2"), env)
+    assert (result.exit_code, result.stdout) == (2, b"out\n")
+    result = await run(script_hook("background_child.sh", str(pid_file)), env, exit_drain=0.3)
+    assert result.exit_code == 0
+    assert gone(read_pids(pid_file))
+
+
+async def test_no_file_descriptor_is_leaked(env: dict[str, str], pid_file: Path) -> None:
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    await run(python_hook("exit_code.py", "1"), env)  # warm up whatever the loop opens once
+    before = open_fds()
+    await run(python_hook("exit_code.py", "1"), env)
+    await run(prepare_launch("./nope", None, {}), env)
+    await run(script_hook("background_child.sh", str(pid_file)), env, exit_drain=0.1)
+    await run(script_hook("fork_and_wait.sh", str(pid_file)), env, timeout=0.1)
+    with anyio.move_on_after(0.1):
+        await run(script_hook("fork_and_wait.sh", str(pid_file)), env)
+    assert open_fds() == before
+
+
+def test_install_child_watcher_is_idempotent() -> None:
+    policy = asyncio.get_event_loop_policy()
+    previous = policy.get_child_watcher()
+    try:
+        install_child_watcher()
+        watcher = policy.get_child_watcher()
+        install_child_watcher()
+        assert policy.get_child_watcher() is watcher
+        assert isinstance(watcher, asyncio.PidfdChildWatcher)
+    finally:
+        policy.set_child_watcher(previous)
