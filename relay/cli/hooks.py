@@ -55,13 +55,11 @@ def run(
 
     raw = b"" if sys.stdin.isatty() else sys.stdin.buffer.read()
     try:
-        envelope = decode_event(event, raw)
+        envelope = decode_event(event, raw, cwd=str(cwd.resolve()) if cwd else None)
     except UnknownEventError as exc:
         raise InputError(str(exc), source="EVENT") from None
     except EventError as exc:
         raise InputError(str(exc), path=exc.path) from None
-    if cwd is not None and b'"cwd"' not in raw:
-        envelope.event.cwd = str(cwd.resolve())
     start = cwd or Path(envelope.event.cwd if os.path.isdir(envelope.event.cwd) else os.getcwd())
     system = HookSystem(cwd=start, settings=settings_files)
     system.initialize()

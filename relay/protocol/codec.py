@@ -60,8 +60,10 @@ def event_type(canonical: str) -> type[Event]:
     return EVENT_TYPES.get(canonical, PassThrough)
 
 
-def make_event(name: str, payload: dict[str, Any] | None = None) -> EventEnvelope:
-    """Build an event from a partial payload, filling in the base fields."""
+def make_event(
+    name: str, payload: dict[str, Any] | None = None, *, cwd: str | None = None
+) -> EventEnvelope:
+    """Build an event from a partial payload, filling in the base fields (`cwd` if absent)."""
     canonical = canonical_name(name)
     data = dict(payload or {})
     data.pop("hook_event_name", None)
@@ -77,23 +79,23 @@ def make_event(name: str, payload: dict[str, Any] | None = None) -> EventEnvelop
     if not event.session_id:
         event.session_id = uuid.uuid4().hex
     if not event.cwd:
-        event.cwd = os.getcwd()
+        event.cwd = cwd or os.getcwd()
     if not event.timestamp:
         event.timestamp = utc_timestamp()
     return EventEnvelope(event=event, extra=extra)
 
 
-def decode_event(name: str, raw: bytes) -> EventEnvelope:
+def decode_event(name: str, raw: bytes, *, cwd: str | None = None) -> EventEnvelope:
     """Decode a JSON event object (possibly partial) sent by a host."""
     if not raw.strip():
-        return make_event(name)
+        return make_event(name, cwd=cwd)
     try:
         value = _json_decoder.decode(raw)
     except msgspec.DecodeError as exc:
         raise EventError(f"malformed JSON: {exc}") from None
     if not isinstance(value, dict):
         raise EventError("an event must be a JSON object")
-    return make_event(name, value)
+    return make_event(name, value, cwd=cwd)
 
 
 def utc_timestamp() -> str:
