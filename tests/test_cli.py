@@ -284,3 +284,75 @@ def test_installed_relay_runs_as_a_subprocess(project: Path, relay_home: Path) -
         check=False,
     )
     assert bad.returncode == 1 and b"Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize(
+    "args", [["hooks", "run"], ["hooks", "run", "BeforeTool", "--dialect", "codex"]]
+)
+def test_hooks_run_usage_errors_exit_1_not_2(args: list[str]) -> None:
+    """A host reads exit 2 as deny: a mistyped relay command must not block every tool call."""
+    result = invoke(args, "{}")
+    assert result.exit_code == 1
+    assert "Usage:" in result.stderr
+
+
+def test_claude_deny_keeps_stderr_to_the_reason(project: Path, tmp_path: Path) -> None:
+    write_settings(
+        project / ".relay" / "settings.json",
+        {"BeforeTool": [{"hooks": [{"command": "echo untrusted"}]}]},
+    )
+    settings = write_settings(
+        tmp_path / "s.json", {"BeforeTool": [{"hooks": [answer_hook("", 2, "denied")]}]}, surprise=1
+    )
+    result = invoke(
+        [
+            "hooks",
+            "run",
+            "--dialect",
+            "claude",
+            "PreToolUse",
+            "--settings",
+            str(settings),
+            "--cwd",
+            str(project),
+        ],
+        "{}",
+    )
+    assert (result.exit_code, result.stderr) == (2, "denied\n")
+    shown = invoke(
+        ["hooks", "run", "PreToolUse", "--settings", str(settings), "--cwd", str(project)], "{}"
+    )
+    assert (
+        "relay: warning:" in shown.stderr
+        and "surprise" in shown.stderr
+        and "untrusted" in shown.stderr
+    )
+
+
+def test_unknown_event_fields_reach_hooks_and_pass_through_matchers_work(
+    project: Path, tmp_path: Path
+) -> None:
+    record = {"RECORD_DIR": str(tmp_path), "HOOK_ID": "perm"}
+    settings = write_settings(
+        tmp_path / "s.json",
+        {"PermissionRequest": [{"matcher": "Bash", "hooks": [answer_hook("", env=record)]}]},
+    )
+    stdin = json.dumps(
+        {"tool_name": "Bash", "tool_input": {"command": "ls"}, "permission_suggestions": [1]}
+    )
+    result = invoke(
+        ["hooks", "run", "PermissionRequest", "--settings", str(settings), "--cwd", str(project)],
+        stdin,
+    )
+    assert result.exit_code == 0
+    seen = json.loads((tmp_path / "perm.json").read_text())["stdin"]
+    assert seen["permission_suggestions"] == [1] and seen["tool_name"] == "Bash"
+    assert seen["hook_event_name"] == "PermissionRequest"
+
+
+def test_no_matching_hook_still_reports_tool_input(project: Path) -> None:
+    result = invoke(
+        ["hooks", "run", "PreToolUse", "--cwd", str(project)],
+        '{"tool_name": "Read", "tool_input": {"file_path": "a"}}',
+    )
+    assert json.loads(result.stdout)["tool_input"] == {"file_path": "a"}

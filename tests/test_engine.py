@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import time
@@ -775,3 +776,179 @@ def test_telemetry_records_every_call(
         ("broken", "BeforeTool", 1, None, "hook exited with code 1: x"),
     ]
     assert json.loads(stored)["tool_input"] == {"command": "rm"}
+
+
+# -- DESIGN §9 faults, through the whole engine ------------------------------------------------
+
+RESOURCES = ENGINE.parent
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def wait_gone(pids: list[int], within: float = 2.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if all(gone(pid) for pid in pids):
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@pytest.mark.slow
+def test_hook_ignoring_sigterm_is_killed_within_bound(
+    project: Path, user_settings: Callable[..., Path], tmp_path: Path
+) -> None:
+    pids = tmp_path / "pids"
+    user_settings(
+        {
+            "BeforeTool": [
+                group(
+                    {
+                        "command": str(RESOURCES / "ignore_term.sh"),
+                        "args": [str(pids)],
+                        "timeout": 0.5,
+                        "name": "stubborn",
+                    }
+                )
+            ]
+        }
+    )
+    started = time.monotonic()
+    result = fire(make(project), "BeforeTool", {"tool_name": "Bash"})
+    assert time.monotonic() - started < 0.5 + 2 + 0.5 + 0.5
+    assert result.hooks[0].timed_out and result.decision == "allow"
+    assert result.errors[0].message.startswith("timed out after 0.5s (sent SIGTERM)")
+    assert wait_gone([int(pid) for pid in pids.read_text().split()])
+
+
+def test_background_child_holding_stdout_does_not_hold_relay(
+    project: Path, user_settings: Callable[..., Path], tmp_path: Path
+) -> None:
+    pid_file = tmp_path / "child"
+    user_settings(
+        {
+            "AfterTool": [
+                group({"command": str(RESOURCES / "background_child.sh"), "args": [str(pid_file)]})
+            ]
+        }
+    )
+    started = time.monotonic()
+    result = fire(make(project), "AfterTool", {"tool_name": "Bash"})
+    assert time.monotonic() - started < 1.5
+    assert result.systemMessage == "done" and result.errors == []
+    assert wait_gone([int(pid_file.read_text())])
+
+
+@pytest.mark.slow
+def test_fifty_megabytes_of_stdout(project: Path, user_settings: Callable[..., Path]) -> None:
+    user_settings(
+        {
+            "AfterTool": [
+                group({"command": PY, "args": [str(RESOURCES / "flood.py"), "50"], "name": "flood"})
+            ]
+        }
+    )
+    result = fire(make(project), "AfterTool", {"tool_name": "Bash"})
+    (hook,) = result.hooks
+    assert hook.stdout_truncated and hook.exit_code == 0
+    assert result.errors[0].message == "stdout over the 1048576-byte cap; answer ignored: flooded"
+    assert result.systemMessage is None
+
+
+def test_hook_that_never_reads_a_large_stdin(
+    project: Path, user_settings: Callable[..., Path]
+) -> None:
+    user_settings(
+        {"BeforeTool": [group({"command": str(RESOURCES / "ignore_stdin.sh"), "name": "deaf"})]}
+    )
+    big = {"tool_name": "Write", "tool_input": {"content": "y" * (5 << 20)}}
+    started = time.monotonic()
+    result = fire(make(project), "BeforeTool", big)
+    assert time.monotonic() - started < 5
+    assert result.errors == [] and result.hooks[0].exit_code == 0
+
+
+# -- details -----------------------------------------------------------------------------------
+
+
+def test_plan_order_is_file_order_across_event_names(
+    project: Path, user_settings: Callable[..., Path]
+) -> None:
+    user_settings(
+        {
+            "BeforeTool": [
+                group(answer_hook({"inject": "guard"}, name="guard")),
+                group(answer_hook({"inject": "ctx"}, name="ctx")),
+            ],
+            "PreToolUse": [group(answer_hook({"inject": "claude"}, name="claude"))],
+        }
+    )
+    result = fire(make(project), "BeforeTool", {"tool_name": "Bash"})
+    assert result.inject == "guard\nctx\nclaude"
+
+
+def test_python_hook_under_a_claude_name_sees_the_claude_name(project: Path) -> None:
+    system = HookSystem(cwd=project)
+    system.register("PreToolUse", lambda event: {"inject": event.hook_event_name})
+    system.register("BeforeTool", lambda event: {"inject": event.hook_event_name})
+    assert fire(system, "BeforeTool", {}).inject == "PreToolUse\nBeforeTool"
+
+
+def test_hook_cwd_may_name_the_project_dir(
+    project: Path, user_settings: Callable[..., Path]
+) -> None:
+    (project / "sub dir").mkdir()
+    user_settings(
+        {
+            "SessionStart": [
+                group(
+                    {"command": "/bin/pwd", "cwd": "$RELAY_PROJECT_DIR/sub dir"},
+                    {"command": "/bin/pwd", "cwd": "sub dir", "name": "relative"},
+                )
+            ]
+        }
+    )
+    result = fire(make(project), "SessionStart")
+    assert result.inject == f"{project / 'sub dir'}\n{project / 'sub dir'}"
+
+
+def test_protocol_errors_carry_stderr(project: Path, user_settings: Callable[..., Path]) -> None:
+    user_settings({"AfterTool": [group(answer_hook("[1]", 0, "why it broke\n"))]})
+    result = fire(make(project), "AfterTool", {})
+    assert (
+        result.errors[0].message
+        == "protocol error: hook output must be a JSON object, got an array: why it broke"
+    )
+
+
+def test_sequential_chaining_is_for_before_tool_only(
+    project: Path, user_settings: Callable[..., Path], tmp_path: Path
+) -> None:
+    record = {"RECORD_DIR": str(tmp_path)}
+    user_settings(
+        {
+            "AfterTool": [
+                group(
+                    answer_hook(
+                        {"hookSpecificOutput": {"tool_input": {"command": "changed"}}},
+                        env={**record, "HOOK_ID": "a"},
+                    ),
+                    answer_hook("", env={**record, "HOOK_ID": "b"}),
+                    sequential=True,
+                )
+            ]
+        }
+    )
+    result = fire(
+        make(project), "AfterTool", {"tool_name": "Bash", "tool_input": {"command": "orig"}}
+    )
+    assert json.loads((tmp_path / "b.json").read_text())["stdin"]["tool_input"] == {
+        "command": "orig"
+    }
+    assert result.tool_input is None

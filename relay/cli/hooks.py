@@ -11,12 +11,23 @@ import click
 DIALECT_CHOICE = click.Choice(["relay", "claude", "gemini"])
 
 
+class HostCommand(click.Command):
+    """A command that hosts call as a hook: its usage errors exit 1, never 2 (which means deny)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            exc.exit_code = 1
+            raise
+
+
 @click.group()
 def hooks() -> None:
     """Run, test and inspect hooks."""
 
 
-@hooks.command("run")
+@hooks.command("run", cls=HostCommand)
 @click.argument("event")
 @click.option(
     "--settings",
@@ -63,13 +74,15 @@ def run(
     start = cwd or Path(envelope.event.cwd if os.path.isdir(envelope.event.cwd) else os.getcwd())
     system = HookSystem(cwd=start, settings=settings_files)
     system.initialize()
-    for warning in system.warnings():
-        click.echo(f"relay: warning: {warning}", err=True)
     try:
-        result = anyio.run(system.fire, envelope.name, envelope.event)
+        result = anyio.run(system.fire, envelope.name, envelope)
     finally:
         system.close()
     answer = render_for_host(result, dialect)  # type: ignore[arg-type]
+    if answer.exit_code == 0:
+        # On a deny, a host shows stderr to the model: keep it to the reason alone.
+        for warning in system.warnings():
+            click.echo(f"relay: warning: {warning}", err=True)
     if answer.stdout is not None:
         sys.stdout.buffer.write(msgspec.json.encode(answer.stdout) + b"\n")
         sys.stdout.flush()

@@ -147,7 +147,9 @@ def prepare_launch(
     """The argv for a hook: exec form, a direct split of a plain command, or `sh -c`."""
     if args is not None:
         argv = (command, *args)
-        return Launch(argv=tuple(_substitute(word, project_vars) for word in argv), mode="exec")
+        return Launch(
+            argv=tuple(substitute_project_vars(word, project_vars) for word in argv), mode="exec"
+        )
     expanded = expand_project_vars(command, project_vars)
     words = direct_words(expanded)
     if words is None:
@@ -197,7 +199,8 @@ def _at_word_start(command: str, position: int) -> bool:
     return position == 0 or command[position - 1] in _WORD_START_AFTER
 
 
-def _substitute(word: str, values: Mapping[str, str]) -> str:
+def substitute_project_vars(word: str, values: Mapping[str, str]) -> str:
+    """Replace the project variables in one word by their raw values (no quoting: not for sh)."""
     if "$" not in word:
         return word
 

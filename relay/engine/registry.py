@@ -104,7 +104,7 @@ class Registry:
     @property
     def untrusted(self) -> list[RegisteredHook]:
         """Project hooks skipped because they are not trusted (yet, or any more)."""
-        return [hook for hook in self.hooks if not hook.trusted]
+        return [hook for hook in self.hooks if hook.enabled and not hook.trusted]
 
     def _mark(self, trust: TrustStore | None) -> None:
         for hook in self.hooks:
@@ -150,12 +150,14 @@ def _hooks_of_file(
     settings: Settings, file: str, scope: Scope, file_index: int
 ) -> list[RegisteredHook]:
     hooks: list[RegisteredHook] = []
+    group_index = -1  # counts across event names, so plan order is file order
     for event, groups in settings.hooks.items():
         try:
             canonical = canonical_name(event)
         except UnknownEventError:
             continue  # reported as a warning by the settings loader
-        for group_index, group in enumerate(groups):
+        for group in groups:
+            group_index += 1
             matcher = Matcher(group.matcher)
             for hook_index, entry in enumerate(group.hooks):
                 hooks.append(

@@ -18,15 +18,15 @@ import msgspec
 from relay.config.discovery import SettingsSet, load_settings
 from relay.config.paths import find_project_root, state_dir
 from relay.config.trust import TrustStore
-from relay.engine.aggregator import HookOutcome, aggregate, apply_tool_input
-from relay.engine.command import PROJECT_VARS, Launch, prepare_launch
+from relay.engine.aggregator import TOOL_INPUT_EVENTS, HookOutcome, aggregate, apply_tool_input
+from relay.engine.command import PROJECT_VARS, Launch, prepare_launch, substitute_project_vars
 from relay.engine.planner import plan_event
 from relay.engine.registry import PythonHandler, RegisteredHook, Registry, runtime_hook
 from relay.engine.runner import ProcessResult, install_child_watcher, run_process
 from relay.engine.telemetry import CallRecord, Telemetry, configure_debug_log
 from relay.protocol.answers import Answer, answer_from_value, first_lines, parse_answer
 from relay.protocol.codec import EventEnvelope, make_event
-from relay.protocol.dialects import canonical_name
+from relay.protocol.dialects import canonical_name, wire_name
 from relay.protocol.events import Event
 from relay.protocol.output import AggregatedResult, HookReport
 
@@ -151,25 +151,29 @@ class HookSystem:
     # -- firing ---------------------------------------------------------------------
 
     async def fire(
-        self, event: str, payload: Mapping[str, Any] | Event | None = None
+        self, event: str, payload: Mapping[str, Any] | Event | EventEnvelope | None = None
     ) -> AggregatedResult:
-        """Run every matching hook for `event` and merge their answers."""
+        """Run every matching hook for `event` and merge their answers.
+
+        `payload` is a (partial) event object, a typed Event, or an EventEnvelope that
+        also carries fields relay does not know (they reach the hooks unchanged).
+        """
         canonical = canonical_name(event)
         candidates = self.registry.for_event(canonical)
-        if not candidates:
-            return AggregatedResult(hook_event_name=canonical)
         if isinstance(payload, Event):
-            envelope = EventEnvelope(event=payload)
-            payload.hook_event_name = canonical
-            plan = plan_event(candidates, canonical, envelope.field)
-        else:
-            raw = payload or {}
-            plan = plan_event(candidates, canonical, raw.get)
-            if not plan.hooks:
-                return AggregatedResult(hook_event_name=canonical)
-            envelope = make_event(canonical, dict(raw))
-        if not plan.hooks:
-            return AggregatedResult(hook_event_name=canonical)
+            payload = EventEnvelope(event=payload)
+        if isinstance(payload, EventEnvelope):
+            payload.event.hook_event_name = canonical
+            plan = plan_event(candidates, canonical, payload.field) if candidates else None
+            if plan is None or not plan.hooks:
+                return _no_hooks(canonical, getattr(payload.event, "tool_input", None))
+            return await self._run_plan(payload, plan.hooks, plan.sequential)
+        raw = payload or {}
+        # Fast path: match on the raw object and build the typed event only when a hook runs.
+        plan = plan_event(candidates, canonical, raw.get) if candidates else None
+        if plan is None or not plan.hooks:
+            return _no_hooks(canonical, raw.get("tool_input"))
+        envelope = make_event(canonical, dict(raw))
         return await self._run_plan(envelope, plan.hooks, plan.sequential)
 
     async def _run_plan(
@@ -239,7 +243,11 @@ class HookSystem:
                     )
                 break
             tool_input = getattr(current.event, "tool_input", None)
-            if tool_input is not None and answer.tool_input is not None:
+            if (
+                current.name in TOOL_INPUT_EVENTS
+                and tool_input is not None
+                and answer.tool_input is not None
+            ):
                 # Each later hook sees the input as rewritten so far.
                 rewritten = apply_tool_input(tool_input, answer)
                 current = EventEnvelope(
@@ -298,15 +306,19 @@ class HookSystem:
         assert handler is not None
         started = time.perf_counter()
         timed_out = False
+        event = envelope.event
+        if hook.dialect != "relay":
+            # Like a settings hook, a handler registered under a Claude name sees Claude's name.
+            event = msgspec.structs.replace(
+                event, hook_event_name=wire_name(envelope.name, hook.dialect)
+            )
         try:
             with anyio.fail_after(hook.timeout):
                 if inspect.iscoroutinefunction(handler):
-                    value = await handler(envelope.event)
+                    value = await handler(event)
                 else:
                     # A thread, so that a slow sync handler is held to the same timeout.
-                    value = await anyio.to_thread.run_sync(
-                        handler, envelope.event, abandon_on_cancel=True
-                    )
+                    value = await anyio.to_thread.run_sync(handler, event, abandon_on_cancel=True)
                     if inspect.isawaitable(value):
                         value = await value
             answer = answer_from_value(
@@ -356,7 +368,8 @@ class HookSystem:
     def _hook_cwd(self, hook: RegisteredHook, envelope: EventEnvelope, project_dir: str) -> str:
         assert hook.entry is not None
         if hook.entry.cwd:
-            return str(Path(project_dir, os.path.expanduser(hook.entry.cwd)))
+            cwd = substitute_project_vars(hook.entry.cwd, dict.fromkeys(PROJECT_VARS, project_dir))
+            return str(Path(project_dir, os.path.expanduser(cwd)))
         event_cwd = envelope.event.cwd
         return event_cwd if event_cwd and os.path.isdir(event_cwd) else project_dir
 
@@ -375,15 +388,27 @@ def _answer_from_process(
     if process.signal is not None:
         return Answer(error=f"killed by {process.signal}{suffix}")
     if process.stdout_truncated and process.exit_code == 0:
-        return Answer(error=f"stdout over the {len(process.stdout)}-byte cap; answer ignored")
-    return parse_answer(
-        envelope.name,
-        exit_code=process.exit_code,
-        stdout=process.stdout,
-        stderr=process.stderr,
-        dialect=hook.dialect,
-        pass_through=envelope.pass_through,
-    )
+        # A cut JSON object cannot be trusted: fail open rather than act on half an answer.
+        answer = Answer(error=f"stdout over the {len(process.stdout)}-byte cap; answer ignored")
+    else:
+        answer = parse_answer(
+            envelope.name,
+            exit_code=process.exit_code,
+            stdout=process.stdout,
+            stderr=process.stderr,
+            dialect=hook.dialect,
+            pass_through=envelope.pass_through,
+        )
+    if answer.error is not None and stderr and process.exit_code == 0:
+        answer.error += suffix  # exit 0 errors (protocol, cap) carry stderr too (DESIGN §4)
+    return answer
+
+
+def _no_hooks(event: str, tool_input: object) -> AggregatedResult:
+    """The result of an event no hook matched (it still carries BeforeTool's input)."""
+    if event in TOOL_INPUT_EVENTS and isinstance(tool_input, dict):
+        return AggregatedResult(hook_event_name=event, tool_input=tool_input)
+    return AggregatedResult(hook_event_name=event)
 
 
 def _decision_of(outcome: HookOutcome) -> str | None:
