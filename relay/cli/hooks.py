@@ -11,15 +11,20 @@ import click
 DIALECT_CHOICE = click.Choice(["relay", "claude", "gemini"])
 
 
+class HostUsageError(click.UsageError):
+    """A usage error of a command that hosts call as a hook."""
+
+    exit_code = 1  # not 2: a host reads exit 2 as a deny of the tool call
+
+
 class HostCommand(click.Command):
-    """A command that hosts call as a hook: its usage errors exit 1, never 2 (which means deny)."""
+    """A command that hosts call as a hook: its usage errors exit 1, never 2."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         try:
             return super().parse_args(ctx, args)
         except click.UsageError as exc:
-            exc.exit_code = 1
-            raise
+            raise HostUsageError(exc.message, exc.ctx) from None
 
 
 @click.group()
@@ -55,7 +60,6 @@ def run(
     EVENT is a canonical name (BeforeTool) or a Claude Code name (PreToolUse). A partial
     event is fine: the base fields are filled in.
     """
-    import anyio
     import msgspec
 
     from relay.engine.system import HookSystem
@@ -75,7 +79,7 @@ def run(
     system = HookSystem(cwd=start, settings=settings_files)
     system.initialize()
     try:
-        result = anyio.run(system.fire, envelope.name, envelope)
+        result = system.run(envelope.name, envelope)
     finally:
         system.close()
     answer = render_for_host(result, dialect)  # type: ignore[arg-type]

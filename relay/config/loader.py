@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import bisect
-import difflib
 import math
 import re
 import signal
@@ -389,6 +388,8 @@ def _suggest(name: str, known: list[str]) -> str | None:
     by_lower = {candidate.lower(): candidate for candidate in known}
     if name.lower() in by_lower:
         return by_lower[name.lower()]
+    import difflib  # only for a suggestion, off the start-up path
+
     close = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)
     return by_lower[close[0]] if close else None
 

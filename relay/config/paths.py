@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import platformdirs
-
 APP_NAME = "agent-relay"
 DEFAULT_SYSTEM_SETTINGS = Path("/etc/agent-relay/settings.json")
 PROJECT_DIR_NAME = ".relay"
@@ -17,6 +15,8 @@ def relay_home() -> Path:
     home = os.environ.get("RELAY_HOME")
     if home:
         return Path(home).expanduser()
+    import platformdirs  # only when RELAY_HOME is unset: start-up time of `relay hooks run`
+
     return Path(platformdirs.user_config_dir(APP_NAME))
 
 
@@ -27,6 +27,8 @@ def state_dir() -> Path:
     if home:
         state = Path(home).expanduser() / "state"
     else:
+        import platformdirs
+
         state = Path(platformdirs.user_state_dir(APP_NAME))
     state.mkdir(parents=True, exist_ok=True)
     return state

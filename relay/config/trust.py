@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 import re
 import shlex
-import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -46,6 +44,8 @@ def fingerprint(event: str, matcher: str | None, entry: HookEntry, root: Path) -
         # A changed script must be trusted again, even when the command line is the same.
         "scripts": project_scripts(entry, root),
     }
+    import hashlib  # imported where used: most runs have no project hook to fingerprint
+
     return hashlib.sha256(msgspec.json.encode(identity, order="sorted")).hexdigest()
 
 
@@ -183,6 +183,8 @@ class TrustStore:
         # Write a temporary file and rename it over the store: a reader sees the old or the
         # new content, never half of it.
         try:
+            import tempfile  # only when trusting: it pulls in shutil and friends
+
             descriptor, temporary = tempfile.mkstemp(
                 dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp"
             )
@@ -278,6 +280,8 @@ def _is_file(path: Path) -> bool:
 def _content_hash(path: Path) -> str:
     try:
         with path.open("rb") as stream:
+            import hashlib
+
             return hashlib.file_digest(stream, "sha256").hexdigest()
     except OSError as exc:
         # Still a stable fingerprint; once the file becomes readable it changes.

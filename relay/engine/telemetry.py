@@ -8,21 +8,24 @@ reported once on stderr and then left alone: telemetry never breaks a hook run.
 from __future__ import annotations
 
 import atexit
-import logging
 import os
 import queue
-import sqlite3
 import sys
 import threading
+import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from relay.protocol.output import AggregatedResult
 
-log = logging.getLogger("relay")
+if TYPE_CHECKING:
+    import sqlite3
 
 DEFAULT_MAX_EVENTS = 10_000
+BATCH_SECONDS = 0.2
+BATCH_MAX = 500
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY,
@@ -53,17 +56,16 @@ CREATE INDEX IF NOT EXISTS hook_calls_event ON hook_calls(event_id);
 """
 
 
-def configure_debug_log() -> None:
-    """Send relay's debug log to stderr when RELAY_DEBUG=1."""
-    if os.environ.get("RELAY_DEBUG") != "1" or any(
-        getattr(handler, "_relay_debug", False) for handler in log.handlers
-    ):
-        return
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("relay[%(process)d] %(message)s"))
-    handler._relay_debug = True  # type: ignore[attr-defined]
-    log.addHandler(handler)
-    log.setLevel(logging.DEBUG)
+def debug_enabled() -> bool:
+    """True when RELAY_DEBUG=1: callers build debug lines only then."""
+    return os.environ.get("RELAY_DEBUG") == "1"
+
+
+def debug(message: str) -> None:
+    """One line of relay's debug log on stderr (when RELAY_DEBUG=1)."""
+    if debug_enabled():
+        sys.stderr.write(f"relay[{os.getpid()}] {message}\n")
+        sys.stderr.flush()
 
 
 class CallRecord(msgspec.Struct, kw_only=True):
@@ -110,6 +112,8 @@ class Telemetry:
             thread.join(timeout=10)
 
     def _write_loop(self) -> None:
+        import sqlite3  # here, on the writer thread: a run that logs nothing never loads it
+
         try:
             connection = self._connect()
         except (sqlite3.Error, OSError) as exc:
@@ -119,10 +123,16 @@ class Telemetry:
             while True:
                 batch: list[CallRecord] = []
                 item = self._queue.get()
+                # Gather what arrives in the next moment into one transaction: a transaction
+                # per event costs the firing thread CPU and the GIL on a small machine.
+                deadline = time.monotonic() + BATCH_SECONDS
                 while item is not None:
                     batch.append(item)
+                    wait = deadline - time.monotonic()
+                    if len(batch) >= BATCH_MAX or wait <= 0:
+                        break
                     try:
-                        item = self._queue.get_nowait()
+                        item = self._queue.get(timeout=wait)
                     except queue.Empty:
                         break
                 if batch:
@@ -135,6 +145,8 @@ class Telemetry:
             connection.close()
 
     def _connect(self) -> sqlite3.Connection:
+        import sqlite3
+
         self.path.parent.mkdir(parents=True, exist_ok=True)
         connection = sqlite3.connect(self.path, timeout=5, isolation_level=None)
         connection.execute("PRAGMA journal_mode=WAL")

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
 """Answer with argv[1] on stdout, argv[3] on stderr, and exit with argv[2]; record stdin to $RECORD_DIR."""
+
 import json
 import os
 import sys

@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
 """A PreToolUse hook written the way Claude Code's documentation shows (unchanged)."""
+
 import json
 import re
 import sys
 
 VALIDATION_RULES = [
-    (r"\bgrep\b(?!.*\|)", "Use 'rg' (ripgrep) instead of 'grep' for better performance and features"),
+    (
+        r"\bgrep\b(?!.*\|)",
+        "Use 'rg' (ripgrep) instead of 'grep' for better performance and features",
+    ),
     (r"\brm\s+-rf\s+/", "Refusing to delete from the filesystem root"),
 ]
 
