@@ -7,48 +7,16 @@ error (a bug), 130 interrupted.
 
 from __future__ import annotations
 
-import importlib
 import sys
-from typing import Any
 
 import click
+
+from relay.cli.lazy import LazyGroup
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "hooks": ("relay.cli.hooks", "hooks"),
     "trust": ("relay.cli.trust", "trust"),
 }
-
-
-class LazyGroup(click.Group):
-    """A group whose subcommands are imported on first use."""
-
-    def __init__(self, *args: Any, lazy: dict[str, tuple[str, str]], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.lazy = lazy
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *self.lazy})
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name in self.lazy:
-            module_name, attribute = self.lazy[cmd_name]
-            command = getattr(importlib.import_module(module_name), attribute)
-            assert isinstance(command, click.Command)
-            return command
-        return super().get_command(ctx, cmd_name)
-
-    def invoke(self, ctx: click.Context) -> Any:
-        from relay.errors import RelayError
-
-        try:
-            return super().invoke(ctx)
-        except RelayError as exc:
-            # Expected failures (bad input, bad settings): a clear message, no traceback.
-            click.echo(f"relay: error: {exc}", err=True)
-            ctx.exit(1)
-        except KeyboardInterrupt:
-            click.echo("relay: interrupted", err=True)
-            ctx.exit(130)
 
 
 @click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})

@@ -1,4 +1,4 @@
-"""`relay hooks …`: run hooks for an event from any host."""
+"""`relay hooks run`: fire one event from any host and print the merged result."""
 
 from __future__ import annotations
 
@@ -27,12 +27,7 @@ class HostCommand(click.Command):
             raise HostUsageError(exc.message, exc.ctx) from None
 
 
-@click.group()
-def hooks() -> None:
-    """Run, test and inspect hooks."""
-
-
-@hooks.command("run", cls=HostCommand)
+@click.command("run", cls=HostCommand)
 @click.argument("event")
 @click.option(
     "--settings",

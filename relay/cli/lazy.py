@@ -1,0 +1,40 @@
+"""A click group whose subcommands are imported on first use, and relay's error mapping."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import click
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use."""
+
+    def __init__(self, *args: Any, lazy: dict[str, tuple[str, str]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = lazy
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy:
+            module_name, attribute = self.lazy[cmd_name]
+            command = getattr(importlib.import_module(module_name), attribute)
+            assert isinstance(command, click.Command)
+            return command
+        return super().get_command(ctx, cmd_name)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from relay.errors import RelayError
+
+        try:
+            return super().invoke(ctx)
+        except RelayError as exc:
+            # Expected failures (bad input, bad settings): a clear message, no traceback.
+            click.echo(f"relay: error: {exc}", err=True)
+            ctx.exit(1)
+        except KeyboardInterrupt:
+            click.echo("relay: interrupted", err=True)
+            ctx.exit(130)
