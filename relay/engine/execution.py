@@ -23,10 +23,14 @@ from relay.engine.command import PROJECT_VARS, Launch, prepare_launch, substitut
 from relay.engine.registry import RegisteredHook
 from relay.engine.runner import ProcessResult, install_child_watcher, run_process
 from relay.engine.telemetry import debug, debug_enabled
+from relay.engine.trace import HookTrace
 from relay.protocol.answers import Answer, answer_from_value, first_lines, parse_answer
 from relay.protocol.codec import EventEnvelope
-from relay.protocol.dialects import wire_name
+from relay.protocol.dialects import matcher_field, wire_name
 from relay.protocol.output import HookReport
+
+Traces = dict[int, HookTrace]
+"""Traces of one run, by id() of the RegisteredHook."""
 
 
 class Executor:
@@ -43,20 +47,27 @@ class Executor:
         self._limiter: anyio.CapacityLimiter | None = None
 
     async def run(
-        self, envelope: EventEnvelope, hooks: list[RegisteredHook], sequential: bool
+        self,
+        envelope: EventEnvelope,
+        hooks: list[RegisteredHook],
+        sequential: bool,
+        traces: Traces | None = None,
     ) -> tuple[list[HookOutcome], list[str]]:
-        """Run the hooks (in plan order, parallel or one at a time); outcomes and warnings."""
+        """Run the hooks (in plan order, parallel or one at a time); outcomes and warnings.
+
+        With `traces`, each hook's full run is recorded there under id(hook).
+        """
         install_child_watcher()
         warnings: list[str] = []
         if sequential:
-            return await self._run_sequential(envelope, hooks, warnings), warnings
-        return await self._run_parallel(envelope, hooks), warnings
+            return await self._run_sequential(envelope, hooks, warnings, traces), warnings
+        return await self._run_parallel(envelope, hooks, traces), warnings
 
     async def _run_parallel(
-        self, envelope: EventEnvelope, hooks: list[RegisteredHook]
+        self, envelope: EventEnvelope, hooks: list[RegisteredHook], traces: Traces | None
     ) -> list[HookOutcome]:
         if len(hooks) == 1:
-            return [await self._run_hook(hooks[0], envelope, {})]
+            return [await self._run_hook(hooks[0], envelope, {}, traces)]
         if self._limiter is None:
             self._limiter = anyio.CapacityLimiter(self.max_parallel)
         limiter = self._limiter
@@ -65,7 +76,7 @@ class Executor:
 
         async def run(index: int, hook: RegisteredHook) -> None:
             async with limiter:
-                outcomes[index] = await self._run_hook(hook, envelope, wire)
+                outcomes[index] = await self._run_hook(hook, envelope, wire, traces)
 
         async with anyio.create_task_group() as group:
             for index, hook in enumerate(hooks):
@@ -73,12 +84,16 @@ class Executor:
         return [outcome for outcome in outcomes if outcome is not None]
 
     async def _run_sequential(
-        self, envelope: EventEnvelope, hooks: list[RegisteredHook], warnings: list[str]
+        self,
+        envelope: EventEnvelope,
+        hooks: list[RegisteredHook],
+        warnings: list[str],
+        traces: Traces | None,
     ) -> list[HookOutcome]:
         outcomes: list[HookOutcome] = []
         current = envelope
         for index, hook in enumerate(hooks):
-            outcome = await self._run_hook(hook, current, {})
+            outcome = await self._run_hook(hook, current, {}, traces)
             outcomes.append(outcome)
             answer = outcome.answer
             if answer.stop and answer.error is None:
@@ -102,20 +117,25 @@ class Executor:
         return outcomes
 
     async def _run_hook(
-        self, hook: RegisteredHook, envelope: EventEnvelope, wire: dict[str, bytes]
+        self,
+        hook: RegisteredHook,
+        envelope: EventEnvelope,
+        wire: dict[str, bytes],
+        traces: Traces | None,
     ) -> HookOutcome:
         if hook.handler is not None:
-            return await self._run_python(hook, envelope)
+            return await self._run_python(hook, envelope, traces)
         assert hook.entry is not None
         stdin = wire.get(hook.dialect)
         if stdin is None:
             stdin = wire[hook.dialect] = envelope.to_wire(hook.dialect)
         project_dir = self.project_dir
+        cwd = self._hook_cwd(hook, envelope, project_dir)
         process = await run_process(
             self._launch(hook, project_dir),
             stdin=stdin,
             env=self._environment(hook, envelope, project_dir),
-            cwd=self._hook_cwd(hook, envelope, project_dir),
+            cwd=cwd,
             timeout=hook.timeout,
             kill_signal=signal.Signals[hook.entry.signal],
         )
@@ -139,9 +159,23 @@ class Executor:
             stderr_truncated=process.stderr_truncated,
             warnings=answer.warnings,
         )
+        if traces is not None:
+            traces[id(hook)] = _trace(
+                hook,
+                envelope,
+                report,
+                mode=process.launch.mode,
+                argv=list(process.launch.argv),
+                cwd=cwd,
+                stdin=stdin,
+                stdout=process.stdout,
+                stderr=process.stderr,
+            )
         return HookOutcome(report=report, answer=answer, fail_closed=hook.fail_closed)
 
-    async def _run_python(self, hook: RegisteredHook, envelope: EventEnvelope) -> HookOutcome:
+    async def _run_python(
+        self, hook: RegisteredHook, envelope: EventEnvelope, traces: Traces | None
+    ) -> HookOutcome:
         handler = hook.handler
         assert handler is not None
         started = time.perf_counter()
@@ -152,6 +186,7 @@ class Executor:
             event = msgspec.structs.replace(
                 event, hook_event_name=wire_name(envelope.name, hook.dialect)
             )
+        value: object = None
         try:
             with anyio.fail_after(hook.timeout):
                 if inspect.iscoroutinefunction(handler):
@@ -180,6 +215,19 @@ class Executor:
             error=answer.error,
             warnings=answer.warnings,
         )
+        if traces is not None:
+            returned = b"" if value is None or answer.error else _encode_returned(value)
+            traces[id(hook)] = _trace(
+                hook,
+                envelope,
+                report,
+                mode="python",
+                argv=[hook.command],
+                cwd=None,
+                stdin=msgspec.json.encode(event),
+                stdout=returned,
+                stderr=b"",
+            )
         return HookOutcome(report=report, answer=answer, fail_closed=hook.fail_closed)
 
     def _launch(self, hook: RegisteredHook, project_dir: str) -> Launch:
@@ -240,3 +288,47 @@ def _answer_from_process(
     if answer.error is not None and stderr and process.exit_code == 0:
         answer.error += suffix  # exit 0 errors (protocol, cap) carry stderr too (DESIGN §4)
     return answer
+
+
+def _trace(
+    hook: RegisteredHook,
+    envelope: EventEnvelope,
+    report: HookReport,
+    *,
+    mode: str,
+    argv: list[str],
+    cwd: str | None,
+    stdin: bytes,
+    stdout: bytes,
+    stderr: bytes,
+) -> HookTrace:
+    field = matcher_field(envelope.name)
+    target = envelope.field(field) if field is not None else None
+    return HookTrace(
+        name=hook.name,
+        source=hook.source,
+        registered_as=hook.event,
+        dialect=hook.dialect,
+        matcher=hook.matcher.text,
+        matched=hook.matcher.explain(target)
+        if field is not None
+        else "this event has no matcher field",
+        mode=mode,
+        argv=argv,
+        cwd=cwd,
+        timeout=hook.timeout,
+        stdin=stdin.decode("utf-8", "replace"),
+        stdout=stdout.decode("utf-8", "replace"),
+        stderr=stderr.decode("utf-8", "replace"),
+        report=report,
+    )
+
+
+def _encode_returned(value: object) -> bytes:
+    """What a Python hook returned, as the JSON it stands for (for traces)."""
+    if isinstance(value, str):
+        return value.encode()
+    try:
+        return msgspec.json.encode(value)
+    except (TypeError, msgspec.EncodeError):
+        return repr(value).encode()

@@ -40,8 +40,10 @@ class RegisteredHook(msgspec.Struct, kw_only=True):
 
     @property
     def source(self) -> str:
-        """The settings file the hook came from, or "python" for a runtime hook."""
-        return self.file or "python"
+        """The settings file the hook came from; "python" or "runtime" for a hook added in code."""
+        if self.file is not None:
+            return self.file
+        return "python" if self.handler is not None else "runtime"
 
     @property
     def command(self) -> str:
@@ -119,8 +121,9 @@ class Registry:
 
 def runtime_hook(
     event: str,
-    handler: PythonHandler,
+    handler: PythonHandler | None,
     *,
+    entry: HookEntry | None = None,
     position: int,
     matcher: str | None = None,
     name: str | None = None,
@@ -128,7 +131,7 @@ def runtime_hook(
     sequential: bool = False,
     fail_closed: bool = False,
 ) -> RegisteredHook:
-    """A hook registered from Python (runs in-process, first in plan order)."""
+    """A hook registered from Python: a handler run in-process, or a command `entry`."""
     canonical = canonical_name(event)
     return RegisteredHook(
         name=name or str(getattr(handler, "__qualname__", "python-hook")),
@@ -143,6 +146,7 @@ def runtime_hook(
         timeout=timeout,
         fail_closed=fail_closed,
         handler=handler,
+        entry=entry,
     )
 
 

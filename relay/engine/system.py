@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from relay.config.discovery import SettingsSet, load_settings
+from relay.config.model import HookEntry
 from relay.config.paths import find_project_root, state_dir
 from relay.config.trust import TrustStore
 from relay.engine.aggregator import TOOL_INPUT_EVENTS, HookOutcome, aggregate
 from relay.engine.planner import plan_event
 from relay.engine.registry import PythonHandler, RegisteredHook, Registry, runtime_hook
 from relay.engine.telemetry import CallRecord, Telemetry, debug, debug_enabled
+from relay.engine.trace import HookTrace
 from relay.protocol.codec import EventEnvelope, make_event
 from relay.protocol.dialects import canonical_name
 from relay.protocol.events import Event
@@ -103,6 +105,40 @@ class HookSystem:
         self._registry = None  # rebuilt on next use, so late registrations take effect
         self._executor = None
 
+    def register_command(
+        self,
+        event: str,
+        command: str,
+        *,
+        args: Sequence[str] | None = None,
+        matcher: str | None = None,
+        name: str | None = None,
+        timeout: float = 60.0,
+        fail_closed: bool = False,
+    ) -> RegisteredHook:
+        """Register a command hook from Python (not from a file): trusted, first in plan order."""
+        entry = HookEntry(
+            command=command,
+            args=list(args) if args is not None else None,
+            name=name,
+            timeout=timeout,
+            failClosed=fail_closed,
+        )
+        hook = runtime_hook(
+            event,
+            None,
+            entry=entry,
+            position=len(self._runtime),
+            matcher=matcher,
+            name=name or entry.display_name,
+            timeout=timeout,
+            fail_closed=fail_closed,
+        )
+        self._runtime.append(hook)
+        self._registry = None
+        self._executor = None
+        return hook
+
     @property
     def registry(self) -> Registry:
         """The registry (initializing on first use)."""
@@ -142,32 +178,50 @@ class HookSystem:
 
     # -- firing ---------------------------------------------------------------------
 
-    async def fire(self, event: str, payload: Payload = None) -> AggregatedResult:
+    async def fire(
+        self,
+        event: str,
+        payload: Payload = None,
+        *,
+        trace: list[HookTrace] | None = None,
+        only: Callable[[RegisteredHook], bool] | None = None,
+    ) -> AggregatedResult:
         """Run every matching hook for `event` and merge their answers.
 
         `payload` is a (partial) event object, a typed Event, or an EventEnvelope that
         also carries fields relay does not know (they reach the hooks unchanged).
+        `trace` receives each hook's full run, in plan order; `only` keeps the hooks
+        it returns True for (the rest are not considered at all).
         """
-        prepared = self._prepare(event, payload)
+        prepared = self._prepare(event, payload, only)
         if isinstance(prepared, AggregatedResult):
             return prepared
-        return await self._run_plan(*prepared)
+        return await self._run_plan(*prepared, trace)
 
-    def run(self, event: str, payload: Payload = None) -> AggregatedResult:
+    def run(
+        self,
+        event: str,
+        payload: Payload = None,
+        *,
+        trace: list[HookTrace] | None = None,
+        only: Callable[[RegisteredHook], bool] | None = None,
+    ) -> AggregatedResult:
         """`fire` for synchronous code; starts an event loop only when a hook has to run."""
-        prepared = self._prepare(event, payload)
+        prepared = self._prepare(event, payload, only)
         if isinstance(prepared, AggregatedResult):
             return prepared
         import anyio  # only now: see relay.engine.execution
 
-        return anyio.run(self._run_plan, *prepared)
+        return anyio.run(self._run_plan, *prepared, trace)
 
     def _prepare(
-        self, event: str, payload: Payload
+        self, event: str, payload: Payload, only: Callable[[RegisteredHook], bool] | None
     ) -> AggregatedResult | tuple[EventEnvelope, list[RegisteredHook], bool]:
         """The plan for an event, or its result already when no hook matches."""
         canonical = canonical_name(event)
         candidates = self.registry.for_event(canonical)
+        if only is not None:
+            candidates = [hook for hook in candidates if only(hook)]
         if isinstance(payload, Event):
             payload = EventEnvelope(event=payload)
         if isinstance(payload, EventEnvelope):
@@ -184,7 +238,11 @@ class HookSystem:
         return make_event(canonical, dict(raw)), plan.hooks, plan.sequential
 
     async def _run_plan(
-        self, envelope: EventEnvelope, hooks: list[RegisteredHook], sequential: bool
+        self,
+        envelope: EventEnvelope,
+        hooks: list[RegisteredHook],
+        sequential: bool,
+        trace: list[HookTrace] | None = None,
     ) -> AggregatedResult:
         if self._executor is None:
             from relay.engine.execution import Executor  # lazily: see that module
@@ -193,7 +251,10 @@ class HookSystem:
                 project_dir=self.project_dir, max_parallel=self.max_parallel, environ=os.environ
             )
         started = time.perf_counter()
-        outcomes, warnings = await self._executor.run(envelope, hooks, sequential)
+        traces: dict[int, HookTrace] | None = {} if trace is not None else None
+        outcomes, warnings = await self._executor.run(envelope, hooks, sequential, traces)
+        if trace is not None and traces is not None:
+            trace.extend(traces[id(hook)] for hook in hooks if id(hook) in traces)
         result = aggregate(
             envelope.name,
             outcomes,
