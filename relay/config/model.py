@@ -78,6 +78,13 @@ class SessionConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
     idleSeconds: Annotated[float, Meta(gt=0)] = 30.0
 
 
+class LogConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """The hook log (`relay hooks log`)."""
+
+    maxEvents: Annotated[int, Meta(ge=1)] | None = None
+    """Events kept (unset: 10,000). Read from the system, user and --settings files only."""
+
+
 class Settings(msgspec.Struct, kw_only=True, omit_defaults=True):
     """One settings.json file."""
 
@@ -86,6 +93,7 @@ class Settings(msgspec.Struct, kw_only=True, omit_defaults=True):
     patterns: dict[str, HookEntry | Literal["builtin"]] = msgspec.field(default_factory=dict)
     memory: MemoryConfig = msgspec.field(default_factory=MemoryConfig)
     session: SessionConfig = msgspec.field(default_factory=SessionConfig)
+    log: LogConfig = msgspec.field(default_factory=LogConfig)
 
 
 class ConfigWarning(msgspec.Struct, kw_only=True):

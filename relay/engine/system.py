@@ -10,12 +10,19 @@ from typing import TYPE_CHECKING, Any
 
 from relay.config.discovery import SettingsSet, load_settings
 from relay.config.model import HookEntry
-from relay.config.paths import find_project_root, state_dir
+from relay.config.paths import find_project_root
 from relay.config.trust import TrustStore
 from relay.engine.aggregator import TOOL_INPUT_EVENTS, HookOutcome, aggregate
 from relay.engine.planner import plan_event
 from relay.engine.registry import PythonHandler, RegisteredHook, Registry, runtime_hook
-from relay.engine.telemetry import CallRecord, Telemetry, debug, debug_enabled
+from relay.engine.telemetry import (
+    CallRecord,
+    Telemetry,
+    debug,
+    debug_enabled,
+    log_path,
+    resolve_max_events,
+)
 from relay.engine.trace import HookTrace
 from relay.protocol.codec import EventEnvelope, make_event
 from relay.protocol.dialects import canonical_name
@@ -71,7 +78,9 @@ class HookSystem:
             self._trust = TrustStore()
         self._registry = Registry(self._settings, runtime=self._runtime, trust=self._trust)
         if self._telemetry_option is True:
-            self.telemetry = Telemetry(state_dir() / "telemetry.db")
+            self.telemetry = Telemetry(
+                log_path(), max_events=resolve_max_events(self._settings.files)
+            )
         elif isinstance(self._telemetry_option, Telemetry):
             self.telemetry = self._telemetry_option
         if debug_enabled():

@@ -3,6 +3,7 @@
 Writes happen on a background thread so that firing an event never waits on the disk;
 `close()` (also run at exit) flushes what is queued. A log that cannot be written is
 reported once on stderr and then left alone: telemetry never breaks a hook run.
+Reading the log is relay.engine.hooklog's job.
 """
 
 from __future__ import annotations
@@ -13,17 +14,25 @@ import queue
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import msgspec
 
+from relay.config.paths import state_dir
 from relay.protocol.output import AggregatedResult
 
 if TYPE_CHECKING:
     import sqlite3
 
+    from relay.config.model import LoadedSettings
+
+LOG_FILE_NAME = "telemetry.db"
 DEFAULT_MAX_EVENTS = 10_000
+MAX_EVENTS_VARIABLE = "RELAY_LOG_MAX_EVENTS"
+LOG_SETTING_SCOPES: frozenset[str] = frozenset({"system", "user", "settings"})
+"""Files that may set `log.maxEvents`: the log is the user's, shared by every project."""
 BATCH_SECONDS = 0.2
 BATCH_MAX = 500
 _SCHEMA = """
@@ -34,7 +43,8 @@ CREATE TABLE IF NOT EXISTS events (
     event TEXT NOT NULL,
     input TEXT NOT NULL,
     decision TEXT NOT NULL,
-    duration_ms REAL NOT NULL
+    duration_ms REAL NOT NULL,
+    result TEXT
 );
 CREATE TABLE IF NOT EXISTS hook_calls (
     id INTEGER PRIMARY KEY,
@@ -56,6 +66,34 @@ CREATE INDEX IF NOT EXISTS hook_calls_event ON hook_calls(event_id);
 """
 
 
+def log_path() -> Path:
+    """Where the hook log lives: `telemetry.db` in relay's state folder."""
+    return state_dir() / LOG_FILE_NAME
+
+
+def resolve_max_events(files: Sequence[LoadedSettings] = ()) -> int:
+    """The log's cap: $RELAY_LOG_MAX_EVENTS, else the last user-level `log.maxEvents`, else 10,000.
+
+    Project files cannot set it: an untrusted checkout must not be able to shrink the
+    user's log of every other project.
+    """
+    variable = os.environ.get(MAX_EVENTS_VARIABLE, "").strip()
+    if variable:
+        try:
+            value = int(variable)
+        except ValueError:
+            value = 0
+        if value >= 1:
+            return value
+        debug(f"ignoring {MAX_EVENTS_VARIABLE}={variable!r}: expected a whole number >= 1")
+    configured = [
+        loaded.settings.log.maxEvents
+        for loaded in files
+        if loaded.scope in LOG_SETTING_SCOPES and loaded.settings.log.maxEvents is not None
+    ]
+    return configured[-1] if configured else DEFAULT_MAX_EVENTS
+
+
 def debug_enabled() -> bool:
     """True when RELAY_DEBUG=1: callers build debug lines only then."""
     return os.environ.get("RELAY_DEBUG") == "1"
@@ -66,6 +104,23 @@ def debug(message: str) -> None:
     if debug_enabled():
         sys.stderr.write(f"relay[{os.getpid()}] {message}\n")
         sys.stderr.flush()
+
+
+_result_encoder = msgspec.json.Encoder()
+
+
+def _migrate(connection: sqlite3.Connection) -> None:
+    """Bring a log written by an older relay up to the current schema."""
+    columns = {row[1] for row in connection.execute("PRAGMA table_info(events)")}
+    if "result" not in columns:
+        import sqlite3
+
+        try:
+            connection.execute("ALTER TABLE events ADD COLUMN result TEXT")
+        except sqlite3.OperationalError as exc:
+            # Another process migrated it between our look and our change.
+            if "duplicate column" not in str(exc):
+                raise
 
 
 class CallRecord(msgspec.Struct, kw_only=True):
@@ -80,11 +135,16 @@ class CallRecord(msgspec.Struct, kw_only=True):
 
 
 class Telemetry:
-    """The hook-call log: `$RELAY_HOME/state/telemetry.db` by default."""
+    """The hook-call log: `$RELAY_HOME/state/telemetry.db` by default.
 
-    def __init__(self, path: Path, *, max_events: int = DEFAULT_MAX_EVENTS) -> None:
+    At most `max_events` events are kept (None: $RELAY_LOG_MAX_EVENTS, else 10,000).
+    """
+
+    def __init__(self, path: Path, *, max_events: int | None = None) -> None:
         self.path = path
-        self.max_events = max_events
+        self.max_events = max_events if max_events is not None else resolve_max_events()
+        # Ids at or below this are known to be gone: lets a write skip the DELETE (see _prune).
+        self._pruned_through = 0
         self._queue: queue.SimpleQueue[CallRecord | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -153,16 +213,21 @@ class Telemetry:
         connection.execute("PRAGMA synchronous=NORMAL")
         connection.execute("PRAGMA foreign_keys=ON")
         connection.executescript(_SCHEMA)
+        _migrate(connection)
+        (oldest,) = connection.execute("SELECT MIN(id) FROM events").fetchone()
+        self._pruned_through = oldest - 1 if oldest is not None else 0
         return connection
 
     def _write(self, connection: sqlite3.Connection, batch: list[CallRecord]) -> None:
+        newest: int | None = None
         connection.execute("BEGIN IMMEDIATE")
         try:
             for record in batch:
                 result = record.result
                 cursor = connection.execute(
-                    "INSERT INTO events (time, session_id, event, input, decision, duration_ms)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO events"
+                    " (time, session_id, event, input, decision, duration_ms, result)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (
                         record.time,
                         record.session_id,
@@ -170,8 +235,11 @@ class Telemetry:
                         record.input.decode(),
                         result.decision,
                         result.duration_ms,
+                        # Encoded here, on the writer thread, not on the thread that fired.
+                        _result_encoder.encode(result).decode(),
                     ),
                 )
+                newest = cursor.lastrowid
                 connection.executemany(
                     "INSERT INTO hook_calls (event_id, time, event, hook, source, exit_code, signal,"
                     " timed_out, duration_ms, decision, error, stdout_truncated, stderr_truncated)"
@@ -195,15 +263,28 @@ class Telemetry:
                         for hook, decision in zip(result.hooks, record.decisions, strict=True)
                     ],
                 )
-            # Bounded: keep the newest max_events events (their calls go with them).
-            connection.execute(
-                "DELETE FROM events WHERE id <= (SELECT MAX(id) FROM events) - ?",
-                (self.max_events,),
-            )
+            if newest is not None:
+                self._prune(connection, newest)
             connection.execute("COMMIT")
         except BaseException:
             connection.execute("ROLLBACK")
             raise
+
+    def _prune(self, connection: sqlite3.Connection, newest: int) -> None:
+        """Bounded: never more than max_events events (their calls go with them).
+
+        Ids grow by one per event, so the newest id says how many rows there can be. When
+        the log is full the oldest tenth goes in one DELETE, so a busy log deletes once
+        per tenth of the cap rather than on every write.
+        """
+        if newest <= self._pruned_through:
+            self._pruned_through = 0  # the log was emptied by hand and ids start again
+        if newest - self._pruned_through <= self.max_events:
+            return  # still room; if another process pruned meanwhile, there is only more
+        keep = self.max_events - self.max_events // 10
+        through = newest - keep
+        connection.execute("DELETE FROM events WHERE id <= ?", (through,))
+        self._pruned_through = through
 
     def _give_up(self, exc: BaseException) -> None:
         self._broken = True

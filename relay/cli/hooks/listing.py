@@ -1,0 +1,164 @@
+"""`relay hooks list`: every registered hook, runnable or not, grouped by event in plan order."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+import msgspec
+
+if TYPE_CHECKING:
+    from relay.engine.registry import Registry
+
+COMMAND_WIDTH = 60
+
+
+class HookRow(msgspec.Struct, kw_only=True):
+    """One registered hook as `relay hooks list --json` prints it."""
+
+    event: str
+    """The event name it is registered under (a Claude Code name stays one)."""
+    canonical: str
+    matcher: str | None
+    name: str
+    command: str
+    source: str
+    """The settings file, or "python" / "runtime" for a hook added in code."""
+    scope: str
+    dialect: str
+    timeout: float
+    enabled: bool
+    trusted: bool
+    runs: bool
+    """Enabled, trusted, and hooks not switched off by `hooksConfig.enabled: false`."""
+
+
+def hook_rows(registry: Registry, event: str | None = None) -> list[HookRow]:
+    """The registry's hooks (for one canonical event, or all), grouped by event, in plan order."""
+    from relay.protocol.dialects import known_event_names
+
+    position = {name: index for index, name in enumerate(known_event_names())}
+    hooks = [hook for hook in registry.hooks if event is None or hook.canonical == event]
+    # A stable sort: within an event, the registry's plan order stays.
+    hooks.sort(key=lambda hook: position.get(hook.canonical, len(position)))
+    return [
+        HookRow(
+            event=hook.event,
+            canonical=hook.canonical,
+            matcher=hook.matcher.text,
+            name=hook.name,
+            command=hook.command,
+            source=hook.source,
+            scope=hook.scope,
+            dialect=hook.dialect,
+            timeout=hook.timeout,
+            enabled=hook.enabled,
+            trusted=hook.trusted,
+            runs=registry.enabled and hook.runnable,
+        )
+        for hook in hooks
+    ]
+
+
+@click.command("list")
+@click.option("--event", help="Only this event's hooks (canonical or Claude Code name).")
+@click.option(
+    "--cwd", type=click.Path(file_okay=False, path_type=Path), help="Find the project from here."
+)
+@click.option(
+    "--settings",
+    "settings_files",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="Add a settings file at user level (repeatable).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of hooks.")
+def list_hooks(
+    event: str | None, cwd: Path | None, settings_files: tuple[Path, ...], as_json: bool
+) -> None:
+    """List every registered hook: enabled or not, trusted or not, and where it comes from."""
+    from relay.engine.system import HookSystem
+    from relay.errors import InputError
+    from relay.protocol.dialects import UnknownEventError, canonical_name
+
+    canonical = None
+    if event is not None:
+        try:
+            canonical = canonical_name(event)
+        except UnknownEventError as exc:
+            raise InputError(str(exc), source="--event") from None
+    system = HookSystem(cwd=cwd or Path.cwd(), settings=settings_files, telemetry=False)
+    system.initialize()
+    # Settings warnings only: untrusted hooks are listed as such, not skipped, here.
+    for warning in system.settings.warnings:
+        click.echo(f"relay: warning: {warning}", err=True)
+    rows = hook_rows(system.registry, canonical)
+    if as_json:
+        click.echo(msgspec.json.format(msgspec.json.encode(rows), indent=2).decode())
+        return
+    if not rows:
+        click.echo(f"no hooks registered for {canonical}" if canonical else "no hooks registered")
+        return
+    for line in table(rows):
+        click.echo(line)
+    if not system.registry.enabled:
+        click.echo("all hooks are off: hooksConfig.enabled is false in a settings file")
+
+
+def table(rows: list[HookRow]) -> Iterable[str]:
+    """Aligned text lines: an event heading, then one line per hook, then a count."""
+    header = ("NAME", "REGISTERED AS", "MATCHER", "SCOPE", "STATUS", "COMMAND", "SOURCE")
+    cells = [
+        (
+            row.name,
+            row.event,
+            row.matcher or "*",
+            row.scope,
+            _status(row),
+            _shorten(row.command),
+            row.source,
+        )
+        for row in rows
+    ]
+    widths = [max(len(line[column]) for line in [header, *cells]) for column in range(6)]
+
+    def aligned(line: tuple[str, ...]) -> str:
+        padded = [text.ljust(width) for text, width in zip(line, widths, strict=False)]
+        return "  " + "  ".join([*padded, line[-1]]).rstrip()
+
+    current = None
+    for row, line in zip(rows, cells, strict=True):
+        if row.canonical != current:
+            if current is not None:
+                yield ""
+            current = row.canonical
+            yield row.canonical
+            yield aligned(header)
+        yield aligned(line)
+    counts = [f"{len(rows)} hook{'s' if len(rows) != 1 else ''}"]
+    for status in ("disabled", "untrusted"):
+        number = sum(status in _status(row) for row in rows)
+        if number:
+            counts.append(f"{number} {status}")
+    yield ""
+    yield counts[0] + (f" ({', '.join(counts[1:])})" if counts[1:] else "")
+    if any(not row.trusted for row in rows):
+        yield "untrusted hooks run once you review them and run `relay trust` in the project"
+
+
+def _status(row: HookRow) -> str:
+    reasons = [
+        word
+        for word, applies in (("disabled", not row.enabled), ("untrusted", not row.trusted))
+        if applies
+    ]
+    if reasons:
+        return ", ".join(reasons)
+    return "on" if row.runs else "off"
+
+
+def _shorten(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= COMMAND_WIDTH else line[: COMMAND_WIDTH - 1] + "…"
