@@ -1,4 +1,8 @@
-"""Read one settings.json: decode, validate with file:line errors, collect warnings (DESIGN §5)."""
+"""Read one settings.json: decode, validate with file:line errors, collect warnings (DESIGN §5).
+
+One reader walks the document and collects every error: `check_settings` reports them all
+(`relay hooks validate`), `parse_settings` raises the first.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ import signal
 import types
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -49,37 +53,120 @@ _TYPE_WORDS = {
 }
 _SKIP: Any = object()
 """Returned for a hook entry that is dropped with a warning (a non-command `type`)."""
+_INVALID: Any = object()
+"""Returned for a node with an error (already recorded): its parents are invalid too, and
+report nothing more about it, so one mistake is one error."""
+_EMPTY: Any = object()
+"""What decode_document returns for an empty or blank file (an empty object, not `null`)."""
+
+
+class SettingsReport(msgspec.Struct, kw_only=True):
+    """Every error and warning of one settings file, and its Settings when it has no error."""
+
+    file: str
+    scope: Scope
+    errors: list[SettingsError] = msgspec.field(default_factory=list)
+    warnings: list[ConfigWarning] = msgspec.field(default_factory=list)
+    settings: Settings | None = None
+    """None when the file has an error."""
+
+    @property
+    def ok(self) -> bool:
+        """Whether the file has no error (warnings are fine)."""
+        return not self.errors
 
 
 def parse_settings(data: bytes, *, file: str, scope: Scope) -> LoadedSettings:
     """Decode and validate the bytes of one settings file; raise SettingsError if unusable."""
-    if data.startswith(_UTF8_BOM):
-        data = data[len(_UTF8_BOM) :]
+    report = check_settings(data, file=file, scope=scope)
+    if report.settings is None:
+        raise report.errors[0]
+    return LoadedSettings(
+        file=file, scope=scope, settings=report.settings, warnings=report.warnings
+    )
+
+
+def check_settings(data: bytes, *, file: str, scope: Scope) -> SettingsReport:
+    """Decode and validate the bytes of one settings file, collecting every error and warning."""
     try:
-        # msgspec does not check the UTF-8 inside strings; the position scanner needs text too.
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line, column = _line_column(data, exc.start)
-        raise SettingsError("not valid UTF-8", file=file, line=line, column=column) from None
-    if not text.strip():
-        return LoadedSettings(file=file, scope=scope, settings=Settings())
-    try:
-        document = msgspec.json.decode(data)
-    except msgspec.DecodeError as exc:
-        raise _malformed(exc, data, file) from None
+        text, document = decode_document(data, file=file)
+    except SettingsError as exc:
+        # Malformed JSON stops here: nothing after the first syntax error can be trusted.
+        return SettingsReport(file=file, scope=scope, errors=[exc])
+    if document is _EMPTY:
+        return SettingsReport(file=file, scope=scope, settings=Settings())
     reader = _SettingsReader(text, file)
     settings = reader.convert(document, Settings, ())
-    return LoadedSettings(file=file, scope=scope, settings=settings, warnings=reader.warnings)
+    return SettingsReport(
+        file=file,
+        scope=scope,
+        errors=reader.errors,
+        warnings=reader.warnings,
+        settings=None if reader.errors else settings,
+    )
 
 
 def load_settings_file(path: Path, scope: Scope) -> LoadedSettings:
     """Read and validate one settings file; raise SettingsError if it cannot be read or used."""
+    return parse_settings(_read_bytes(path), file=str(path), scope=scope)
+
+
+def check_settings_file(path: Path, scope: Scope) -> SettingsReport:
+    """Read and validate one settings file, collecting every error and warning."""
     try:
-        data = path.read_bytes()
+        data = _read_bytes(path)
+    except SettingsError as exc:
+        return SettingsReport(file=str(path), scope=scope, errors=[exc])
+    return check_settings(data, file=str(path), scope=scope)
+
+
+def decode_document(data: bytes, *, file: str) -> tuple[str, Any]:
+    """The text (byte-order mark removed) and decoded JSON value of a file's bytes; raise
+    SettingsError with line and column if they are not UTF-8 JSON. An empty or blank file
+    decodes to the EMPTY marker."""
+    if data.startswith(_UTF8_BOM):
+        data = data[len(_UTF8_BOM) :]
+    # msgspec does not check the UTF-8 inside strings; the position scanner needs text too.
+    text = decode_text(data, file=file)
+    if not text.strip():
+        return text, _EMPTY
+    try:
+        return text, msgspec.json.decode(data)
+    except msgspec.DecodeError as exc:
+        raise _malformed(exc, data, file) from None
+
+
+def decode_text(data: bytes, *, file: str) -> str:
+    """The bytes as UTF-8 text; raise SettingsError with line and column if they are not."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line, column = _line_column(data, exc.start)
+        raise SettingsError("not valid UTF-8", file=file, line=line, column=column) from None
+
+
+def locate(text: str, path: FieldPath) -> tuple[int | None, int | None]:
+    """1-based line and column of the value at `path` (a member's key) in a valid JSON text,
+    or of its nearest ancestor that is there."""
+    return _JsonPositions(text).locate(path) or (None, None)
+
+
+def suggest_name(name: str, known: list[str]) -> str | None:
+    """The known name that `name` is probably a misspelling of, if any."""
+    return _suggest(name, known)
+
+
+def is_empty_document(document: Any) -> bool:
+    """Whether decode_document found an empty or blank file."""
+    return document is _EMPTY
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise SettingsError(f"cannot read settings file: {reason}", file=str(path)) from None
-    return parse_settings(data, file=str(path), scope=scope)
 
 
 def validate_matcher(matcher: str) -> str | None:
@@ -108,12 +195,18 @@ def render_path(path: FieldPath) -> str:
 
 class _SettingsReader:
     """Converts a decoded settings document to Structs, one node at a time, so every
-    error and warning carries the node's own path and line."""
+    error and warning carries the node's own path and line.
+
+    Errors are collected, not raised: a node with an error converts to _INVALID and the walk
+    goes on, so one pass finds every error. The first one collected is the one a reader that
+    stopped at the first error would have raised."""
 
     def __init__(self, text: str, file: str) -> None:
         self.file = file
+        self.errors: list[SettingsError] = []
         self.warnings: list[ConfigWarning] = []
         self._positions = _JsonPositions(text)
+        self._error_paths: set[str | None] = set()
 
     def convert(self, value: Any, kind: Any, path: FieldPath) -> Any:
         """`value` as `kind`, walking Structs and containers; leaves are left to msgspec."""
@@ -122,17 +215,21 @@ class _SettingsReader:
         origin = typing.get_origin(kind)
         if origin is list:
             if not isinstance(value, list):
-                raise self._error(path, f"expected array, got {_json_type(value)}")
+                return self._fail(path, f"expected array, got {_json_type(value)}")
             (item_kind,) = typing.get_args(kind)
             items = [self.convert(item, item_kind, (*path, i)) for i, item in enumerate(value)]
+            if any(item is _INVALID for item in items):
+                return _INVALID
             return [item for item in items if item is not _SKIP]
         if origin is dict:
             if not isinstance(value, dict):
-                raise self._error(path, f"expected object, got {_json_type(value)}")
+                return self._fail(path, f"expected object, got {_json_type(value)}")
             _, item_kind = typing.get_args(kind)
             entries = {
                 key: self.convert(item, item_kind, (*path, key)) for key, item in value.items()
             }
+            if any(item is _INVALID for item in entries.values()):
+                return _INVALID
             return {key: item for key, item in entries.items() if item is not _SKIP}
         if origin in (typing.Union, types.UnionType):
             for arm in typing.get_args(kind):
@@ -143,21 +240,26 @@ class _SettingsReader:
         try:
             return msgspec.convert(value, kind)
         except msgspec.ValidationError as exc:
-            raise self._translate(exc, path, value) from None
+            return self._record(self._translate(exc, path, value))
 
     def _convert_struct(self, value: Any, kind: type[msgspec.Struct], path: FieldPath) -> Any:
         if not isinstance(value, dict):
-            raise self._error(path, f"expected object, got {_json_type(value)}")
+            return self._fail(path, f"expected object, got {_json_type(value)}")
         if kind is HookEntry and self._is_skipped_entry(value, path):
             return _SKIP
         if kind is Settings:
             self._check_patterns(value.get("patterns"))
         fields = {field.encode_name: field for field in msgspec.structs.fields(kind)}
         members: dict[str, Any] = {}
+        invalid = False
         for key, item in value.items():
             field = fields.get(key)
             if field is not None:
-                members[key] = self.convert(item, field.type, (*path, key))
+                member = self.convert(item, field.type, (*path, key))
+                if member is _INVALID:
+                    invalid = True
+                else:
+                    members[key] = member
             elif not (path == () and key in IGNORED_TOP_LEVEL_KEYS):
                 # Unknown keys only warn: Claude-only keys (`async`, `statusMessage`) must not
                 # break a file that Claude Code also reads.
@@ -166,16 +268,23 @@ class _SettingsReader:
                 if suggestion is not None:
                     message += f" (did you mean {suggestion!r}?)"
                 self._warn((*path, key), message)
+        if kind is Settings:
+            self._check_events(value.get("hooks"))
         try:
             result = msgspec.convert(members, kind)
         except msgspec.ValidationError as exc:
-            raise self._translate(exc, path, value) from None
+            # A required member that had an error of its own is missing here: said once.
+            absent = any(f.required and f.encode_name not in value for f in fields.values())
+            if not invalid or absent:
+                self._record(self._translate(exc, path, value))
+            return _INVALID
+        errors_before = len(self.errors)
         if isinstance(result, HookEntry):
             self._check_entry(result, path)
         elif isinstance(result, HookGroup):
             self._check_group(result, path)
-        elif isinstance(result, Settings):
-            self._check_events(result)
+        if invalid or len(self.errors) > errors_before:
+            return _INVALID
         return result
 
     def _is_skipped_entry(self, value: dict[str, Any], path: FieldPath) -> bool:
@@ -194,37 +303,39 @@ class _SettingsReader:
             if isinstance(value, str):
                 if value != "builtin":
                     message = f'expected "builtin" or a hook object, got string {value!r}'
-                    raise self._error(path, message)
-                if name not in BUILTIN_NAMESPACES:
+                    self._fail(path, message)
+                elif name not in BUILTIN_NAMESPACES:
                     builtins = ", ".join(sorted(BUILTIN_NAMESPACES))
                     message = f'"builtin" names a built-in namespace ({builtins}), not {name!r}'
-                    raise self._error(path, message)
+                    self._fail(path, message)
             if not _NAMESPACE.fullmatch(name):
                 self._warn(path, f"pattern {name!r} never matches: namespaces are [a-z][a-z0-9_-]*")
 
     def _check_entry(self, entry: HookEntry, path: FieldPath) -> None:
         if not entry.command.strip():
-            raise self._error((*path, "command"), "command is empty")
+            self._fail((*path, "command"), "command is empty")
         if not math.isfinite(entry.timeout):
-            raise self._error((*path, "timeout"), "expected a finite number of seconds")
-        if entry.timeout > MILLISECOND_SUSPECT:
+            self._fail((*path, "timeout"), "expected a finite number of seconds")
+        elif entry.timeout > MILLISECOND_SUSPECT:
             # Timeout units silently changing between s and ms is a fault of the anchors.
             seconds = f"{entry.timeout:.0f}" if entry.timeout.is_integer() else f"{entry.timeout:g}"
             message = f"did you mean milliseconds? {seconds} seconds is {_duration(entry.timeout)}"
             self._warn((*path, "timeout"), message)
         if entry.signal not in _SIGNAL_NAMES:
             message = f"unknown signal {entry.signal!r}; expected a name like SIGTERM or SIGKILL"
-            raise self._error((*path, "signal"), message)
+            self._fail((*path, "signal"), message)
 
     def _check_group(self, group: HookGroup, path: FieldPath) -> None:
         if group.matcher is not None:
             problem = validate_matcher(group.matcher)
             if problem is not None:
-                raise self._error((*path, "matcher"), problem)
+                self._fail((*path, "matcher"), problem)
 
-    def _check_events(self, settings: Settings) -> None:
+    def _check_events(self, hooks: Any) -> None:
+        if not isinstance(hooks, dict):
+            return  # its type error is reported where it is converted
         known = known_event_names()
-        for name in settings.hooks:
+        for name in hooks:
             if name not in known:
                 # Kept in the Settings: the registry skips names it does not know.
                 message = f"unknown event {name!r}; its hooks never run"
@@ -238,6 +349,16 @@ class _SettingsReader:
         line = position[0] if position else None
         warning = ConfigWarning(file=self.file, path=render_path(path), message=message, line=line)
         self.warnings.append(warning)
+
+    def _fail(self, path: FieldPath, message: str) -> Any:
+        return self._record(self._error(path, message))
+
+    def _record(self, error: SettingsError) -> Any:
+        # One error per node: a pattern string already refused is not refused again as a hook.
+        if error.path not in self._error_paths:
+            self._error_paths.add(error.path)
+            self.errors.append(error)
+        return _INVALID
 
     def _error(self, path: FieldPath, message: str, suffix: str = "") -> SettingsError:
         line, column = self._positions.locate(path) or (None, None)
@@ -264,75 +385,99 @@ class _SettingsReader:
         return self._error(path, message[:1].lower() + message[1:], suffix)
 
 
-class _JsonPositions:
-    """Offsets of the members and elements of a JSON text already known to be valid."""
+class JsonSpan(NamedTuple):
+    """Where one value sits in a JSON text, as character offsets."""
 
-    _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]:,]|[^\s{}\[\]:,"]+', re.DOTALL)
+    key: int | None
+    """Start of the member's key, for a member of an object; None otherwise."""
+    start: int
+    """First character of the value."""
+    end: int
+    """Just past the value's last character."""
+
+
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]:,]|[^\s{}\[\]:,"]+', re.DOTALL)
+
+
+def scan_json(text: str) -> dict[FieldPath, JsonSpan]:
+    """The span of every value in a JSON text already known to be valid, by path."""
+    # An explicit stack, not recursion: a deeply nested file must not overflow Python's.
+    spans: dict[FieldPath, JsonSpan] = {}
+    stack: list[_Container] = []
+    for match in _TOKEN.finditer(text):
+        token = match.group()
+        if token in ("}", "]"):
+            closed = stack.pop()
+            spans[closed.path] = JsonSpan(closed.own_key, closed.start, match.end())
+            continue
+        if token in (",", ":"):
+            if token == "," and stack[-1].is_object:
+                stack[-1].expect_key = True
+            continue
+        top = stack[-1] if stack else None
+        if top is not None and top.is_object and top.expect_key:
+            top.key = msgspec.json.decode(token)
+            top.key_start = match.start()
+            top.expect_key = False
+            continue
+        key_start: int | None = None
+        if top is None:
+            path: FieldPath = ()
+        elif top.is_object:
+            path = (*top.path, top.key)
+            key_start = top.key_start
+        else:
+            path = (*top.path, top.index)
+            top.index += 1
+        if token == "{":
+            stack.append(_Container(path, is_object=True, start=match.start(), key=key_start))
+        elif token == "[":
+            stack.append(_Container(path, is_object=False, start=match.start(), key=key_start))
+        else:
+            spans[path] = JsonSpan(key_start, match.start(), match.end())
+    return spans
+
+
+class _JsonPositions:
+    """Line and column of the members and elements of a JSON text already known to be valid."""
 
     def __init__(self, text: str) -> None:
         self._text = text
-        self._offsets: dict[FieldPath, int] | None = None
+        self._spans: dict[FieldPath, JsonSpan] | None = None
         self._newlines: list[int] = []
 
     def locate(self, path: FieldPath) -> tuple[int, int] | None:
-        """1-based line and column of the node at `path`, or of its nearest ancestor found."""
-        if self._offsets is None:
+        """1-based line and column of the node at `path` (a member's key), or of its nearest
+        ancestor found."""
+        if self._spans is None:
             # Built on first use only: files without a problem never pay for the scan.
-            self._offsets = self._scan()
+            self._spans = scan_json(self._text)
             self._newlines = [match.start() for match in re.finditer("\n", self._text)]
         for depth in range(len(path), -1, -1):
-            offset = self._offsets.get(path[:depth])
-            if offset is not None:
+            span = self._spans.get(path[:depth])
+            if span is not None:
+                offset = span.start if span.key is None else span.key
                 line = bisect.bisect_left(self._newlines, offset)
                 line_start = self._newlines[line - 1] + 1 if line else 0
                 return line + 1, offset - line_start + 1
         return None
 
-    def _scan(self) -> dict[FieldPath, int]:
-        # An explicit stack, not recursion: a deeply nested file must not overflow Python's.
-        offsets: dict[FieldPath, int] = {}
-        stack: list[_Container] = []
-        for match in self._TOKEN.finditer(self._text):
-            token = match.group()
-            if token in ("}", "]"):
-                stack.pop()
-                continue
-            if token in (",", ":"):
-                if token == "," and stack[-1].is_object:
-                    stack[-1].expect_key = True
-                continue
-            top = stack[-1] if stack else None
-            if top is not None and top.is_object and top.expect_key:
-                top.key = msgspec.json.decode(token)
-                top.expect_key = False
-                offsets[(*top.path, top.key)] = match.start()
-                continue
-            if top is None:
-                path: FieldPath = ()
-                offsets[path] = match.start()
-            elif top.is_object:
-                path = (*top.path, top.key)
-            else:
-                path = (*top.path, top.index)
-                offsets[path] = match.start()
-                top.index += 1
-            if token == "{":
-                stack.append(_Container(path, is_object=True))
-            elif token == "[":
-                stack.append(_Container(path, is_object=False))
-        return offsets
-
 
 class _Container:
-    """An object or array being scanned by _JsonPositions."""
+    """An object or array being scanned by scan_json."""
 
-    __slots__ = ("expect_key", "index", "is_object", "key", "path")
+    __slots__ = ("expect_key", "index", "is_object", "key", "key_start", "own_key", "path", "start")
 
-    def __init__(self, path: FieldPath, *, is_object: bool) -> None:
+    def __init__(self, path: FieldPath, *, is_object: bool, start: int, key: int | None) -> None:
         self.path = path
         self.is_object = is_object
+        self.start = start
+        self.own_key = key
+        """Start of this container's own key, when it is a member of an object."""
         self.expect_key = is_object
         self.key: str = ""
+        """The key of the member being scanned, and where that key starts."""
+        self.key_start: int | None = None
         self.index = 0
 
 

@@ -1,0 +1,64 @@
+"""`relay hooks enable` / `relay hooks disable`: edit hooksConfig.disabled of one settings file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import cast
+
+import click
+
+SCOPE_CHOICE = click.Choice(["user", "project", "local"])
+
+
+def _toggle(name: str, scope: str | None, cwd: Path | None, *, disabled: bool) -> None:
+    from relay.config.editing import ToggleScope, set_hook_disabled
+
+    result = set_hook_disabled(name, disabled, scope=cast(ToggleScope | None, scope), cwd=cwd)
+    if not result.known:
+        hint = f" (did you mean {result.suggestion!r}?)" if result.suggestion else ""
+        click.echo(
+            f"relay: warning: no hook named {name!r} in the settings that apply here{hint}",
+            err=True,
+        )
+    messages = {
+        "disabled": f"disabled {name} in {result.file}",
+        "enabled": f"enabled {name} in {result.file}",
+        "already-disabled": f"{name} is already disabled in {result.file}; nothing changed",
+        "not-disabled": f"{name} is not disabled in {result.file}; nothing changed",
+    }
+    click.echo(messages[result.action])
+    for other in result.still_disabled_by:
+        # hooksConfig.disabled is joined over every file: one entry anywhere keeps it off.
+        click.echo(f"relay: warning: {name} is still disabled in {other}", err=True)
+
+
+_SCOPE_HELP = (
+    "The settings file to edit: user ($RELAY_HOME/settings.json), project "
+    "(.relay/settings.json) or local (.relay/settings.local.json). "
+    "Default: project inside a project, else user."
+)
+
+
+@click.command("disable")
+@click.argument("name")
+@click.option("--scope", type=SCOPE_CHOICE, help=_SCOPE_HELP)
+@click.option("--cwd", type=click.Path(file_okay=False, path_type=Path), help="Project to act on.")
+def disable(name: str, scope: str | None, cwd: Path | None) -> None:
+    """Stop the hook named NAME from running: add it to hooksConfig.disabled.
+
+    Only that list changes; the rest of the file keeps its exact text.
+    """
+    _toggle(name, scope, cwd, disabled=True)
+
+
+@click.command("enable")
+@click.argument("name")
+@click.option("--scope", type=SCOPE_CHOICE, help=_SCOPE_HELP)
+@click.option("--cwd", type=click.Path(file_okay=False, path_type=Path), help="Project to act on.")
+def enable(name: str, scope: str | None, cwd: Path | None) -> None:
+    """Let the hook named NAME run again: remove it from hooksConfig.disabled.
+
+    The lists of every settings file are joined: if another file still disables NAME,
+    that file is named.
+    """
+    _toggle(name, scope, cwd, disabled=False)

@@ -1,0 +1,123 @@
+"""`relay hooks validate`: check settings files and print every error and warning."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+import msgspec
+
+if TYPE_CHECKING:
+    from relay.config.loader import SettingsReport
+    from relay.errors import SettingsError
+
+
+class _Problem(msgspec.Struct):
+    message: str
+    path: str | None
+    line: int | None
+    column: int | None
+
+
+class _FileResult(msgspec.Struct):
+    file: str
+    scope: str
+    errors: list[_Problem]
+    warnings: list[_Problem]
+
+
+class _Output(msgspec.Struct):
+    files: list[_FileResult]
+    ok: bool
+
+
+@click.command("validate")
+@click.argument("files", nargs=-1, type=click.Path(path_type=Path))
+@click.option(
+    "--cwd",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Find the settings files from here (default: the working directory).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+@click.pass_context
+def validate(ctx: click.Context, files: tuple[Path, ...], cwd: Path | None, as_json: bool) -> None:
+    """Check settings files and print every error and warning.
+
+    Without FILE, checks the settings files that apply here (system, user, project,
+    project-local). Exits 1 if any file has an error; warnings alone exit 0.
+    """
+    from relay.config.discovery import discover
+    from relay.config.loader import check_settings_file
+    from relay.config.model import Scope
+
+    start = cwd or Path.cwd()
+    discovered = discover(start)
+    if files:
+        # A file named on the command line keeps the scope it has here, if it is one of ours.
+        scopes: dict[Path, Scope] = {path.resolve(): scope for path, scope in discovered}
+        targets = [(path, scopes.get(path.resolve(), "settings")) for path in files]
+    else:
+        targets = discovered
+    reports: list[SettingsReport] = [check_settings_file(path, scope) for path, scope in targets]
+    errors = sum(len(report.errors) for report in reports)
+    if as_json:
+        output = _Output(files=[_file_result(report) for report in reports], ok=errors == 0)
+        click.echo(msgspec.json.format(msgspec.json.encode(output), indent=2).decode())
+    else:
+        if not reports:
+            click.echo(f"no settings files apply in {start}")
+        for report in reports:
+            _print_report(report)
+        warnings = sum(len(report.warnings) for report in reports)
+        click.echo(
+            f"{_count(len(reports), 'file')}, {_count(errors, 'error')}, "
+            f"{_count(warnings, 'warning')}"
+        )
+    ctx.exit(1 if errors else 0)
+
+
+def _print_report(report: SettingsReport) -> None:
+    if report.ok and not report.warnings:
+        click.echo(f"{report.file}: ok ({report.scope})")
+        return
+    for error in _in_file_order(report.errors):
+        where = _where(error.file, error.line, error.column)
+        click.echo(f"{where}: error: {_with_path(error.path, error.message)}")
+    for warning in sorted(report.warnings, key=lambda warning: warning.line or 0):
+        where = _where(warning.file, warning.line, None)
+        click.echo(f"{where}: warning: {_with_path(warning.path, warning.message)}")
+
+
+def _file_result(report: SettingsReport) -> _FileResult:
+    return _FileResult(
+        file=report.file,
+        scope=report.scope,
+        errors=[
+            _Problem(error.message, error.path, error.line, error.column)
+            for error in _in_file_order(report.errors)
+        ],
+        warnings=[
+            _Problem(warning.message, warning.path or None, warning.line, None)
+            for warning in sorted(report.warnings, key=lambda warning: warning.line or 0)
+        ],
+    )
+
+
+def _in_file_order(errors: list[SettingsError]) -> list[SettingsError]:
+    return sorted(errors, key=lambda error: (error.line or 0, error.column or 0))
+
+
+def _where(file: str, line: int | None, column: int | None) -> str:
+    """`file:line:column`, as compilers print it, so editors can jump there."""
+    if line is None:
+        return file
+    return f"{file}:{line}" + (f":{column}" if column is not None else "")
+
+
+def _with_path(path: str | None, message: str) -> str:
+    return f"{path}: {message}" if path else message
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"

@@ -1,0 +1,491 @@
+"""Edit settings files in place: only the changed span of the text is rewritten, so other
+keys, their order, indentation and line endings stay exactly as the user wrote them."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from relay.config.loader import (
+    FieldPath,
+    check_settings,
+    check_settings_file,
+    decode_document,
+    decode_text,
+    is_empty_document,
+    locate,
+    render_path,
+    scan_json,
+    suggest_name,
+)
+from relay.config.model import HookEntry, Scope, Settings
+from relay.config.paths import PROJECT_DIR_NAME, find_project_root, relay_home
+from relay.errors import RelayError, SettingsError
+
+ToggleScope = Literal["user", "project", "local"]
+ToggleAction = Literal["disabled", "enabled", "already-disabled", "not-disabled"]
+
+NEW_FILE_INDENT = 2
+_DEFAULT_UNIT = "  "
+_KEY_THEN_COLON = re.compile(r'"(?:[^"\\]|\\.)*"(\s*:\s*)', re.DOTALL)
+
+
+class JsonText:
+    """The text of one JSON document, edited in place.
+
+    Each edit splices new text into the span it changes and nothing else, following the
+    layout around it (indentation unit, one-line or one-member-per-line containers,
+    spacing after `,` and `:`, line endings); the result is decoded again after every edit,
+    so a mistake can never reach the disk as broken JSON.
+    """
+
+    def __init__(self, text: str, *, file: str) -> None:
+        self.file = file
+        self._bom = "\ufeff" if text.startswith("\ufeff") else ""
+        self._newline = "\r\n" if "\r\n" in text else "\n"
+        self._cached_unit: str | None = None
+        self._load(text.removeprefix("\ufeff"))
+
+    @property
+    def text(self) -> str:
+        """The current text, with the byte-order mark it had."""
+        return self._bom + self._text
+
+    @property
+    def value(self) -> Any:
+        """The decoded document (do not mutate it)."""
+        return self._value
+
+    def at(self, path: FieldPath) -> Any:
+        """The decoded value at `path`; KeyError or IndexError if there is none."""
+        value = self._value
+        for segment in path:
+            value = value[segment]
+        return value
+
+    def location(self, path: FieldPath) -> tuple[int | None, int | None]:
+        """1-based line and column of the value at `path` (a member's key)."""
+        return locate(self._text, path)
+
+    def has(self, path: FieldPath) -> bool:
+        """Whether a value sits at `path`."""
+        return path in self._spans
+
+    def append(self, path: FieldPath, value: Any) -> None:
+        """Add `value` as the last element of the array at `path`."""
+        self._add(path, None, value)
+
+    def insert(self, path: FieldPath, key: str, value: Any) -> None:
+        """Add the member `key: value` at the end of the object at `path` (key must be new)."""
+        if (*path, key) in self._spans:
+            raise ValueError(f"{render_path((*path, key))} already exists")
+        self._add(path, key, value)
+
+    def replace(self, path: FieldPath, value: Any) -> None:
+        """Put `value` in place of the value at `path`."""
+        span = self._spans[path]
+        rendered = self._render(value, self._line_indent(span.start), inline=self._inline(path))
+        self._splice(span.start, span.end, rendered)
+
+    def remove(self, path: FieldPath) -> None:
+        """Remove the element or member at `path`, with the separator that went with it."""
+        parent = path[:-1]
+        siblings = self._children(parent)
+        index = siblings.index(path)
+        span = self._spans[path]
+        first = self._start_of(path)
+        if len(siblings) == 1:
+            container = self._spans[parent]
+            self._splice(container.start + 1, container.end - 1, "")
+        elif index == 0:
+            self._splice(first, self._start_of(siblings[1]), "")
+        else:
+            self._splice(self._spans[siblings[index - 1]].end, span.end, "")
+
+    # --- layout ----------------------------------------------------------------------------
+
+    def _add(self, path: FieldPath, key: str | None, value: Any) -> None:
+        container = self._spans[path]
+        siblings = self._children(path)
+        inline = self._inline(path)
+        colon = self._colon()
+        if siblings:
+            last = siblings[-1]
+            if len(siblings) >= 2:
+                separator = self._text[self._spans[siblings[-2]].end : self._start_of(last)]
+            elif inline:
+                separator = self._comma()
+            else:
+                separator = "," + self._newline + self._line_indent(self._start_of(last))
+            indent = self._line_indent(self._start_of(last))
+            inline = inline or "\n" not in separator
+            member = self._member(key, value, indent, inline=inline, colon=colon)
+            self._splice(self._spans[last].end, self._spans[last].end, separator + member)
+            return
+        parent_inline = self._inline(path[:-1]) if path else False
+        if inline and parent_inline:
+            member = self._member(key, value, "", inline=True, colon=colon)
+            self._splice(container.start + 1, container.end - 1, member)
+            return
+        # An empty container in a multi-line document opens up, one member per line.
+        outer = self._line_indent(container.start)
+        indent = outer + self._unit()
+        member = self._member(key, value, indent, inline=False, colon=colon)
+        body = self._newline + indent + member + self._newline + outer
+        self._splice(container.start + 1, container.end - 1, body)
+
+    def _member(self, key: str | None, value: Any, indent: str, *, inline: bool, colon: str) -> str:
+        rendered = self._render(value, indent, inline=inline)
+        if key is None:
+            return rendered
+        return json.dumps(key, ensure_ascii=False) + colon + rendered
+
+    def _render(self, value: Any, indent: str, *, inline: bool) -> str:
+        if inline or not isinstance(value, dict | list) or not value:
+            return json.dumps(value, ensure_ascii=False, separators=(self._comma(), self._colon()))
+        text = json.dumps(value, ensure_ascii=False, indent=self._unit(), separators=(",", ": "))
+        return text.replace("\n", self._newline + indent)
+
+    def _unit(self) -> str:
+        """One level of indentation: the first step in from a container to its members."""
+        if self._cached_unit is None:
+            self._cached_unit = _DEFAULT_UNIT
+            for path in self._containers_in_order():
+                children = self._children(path)
+                if not children or self._inline(path):
+                    continue
+                outer = self._line_indent(self._spans[path].start)
+                inner = self._line_indent(self._start_of(children[0]))
+                if (
+                    len(inner) > len(outer)
+                    and inner.startswith(outer)
+                    and self._starts_line(self._start_of(children[0]))
+                ):
+                    self._cached_unit = inner[len(outer) :]
+                    break
+        return self._cached_unit
+
+    def _colon(self) -> str:
+        """What follows a key: the spacing of the document's first member, else `": "`."""
+        match = _KEY_THEN_COLON.search(self._text)
+        return ":" + match.group(1).split(":", 1)[1] if match else ": "
+
+    def _comma(self) -> str:
+        """What separates two values on one line: as the document does, else `", "`."""
+        for path in self._containers_in_order():
+            children = self._children(path)
+            if len(children) >= 2:
+                between = self._text[self._spans[children[0]].end : self._start_of(children[1])]
+                if "\n" not in between:
+                    return between
+        return ", " if self._colon() != ":" else ","
+
+    def _inline(self, path: FieldPath) -> bool:
+        """Whether the container at `path` is written on one line."""
+        span = self._spans[path]
+        return "\n" not in self._text[span.start : span.end]
+
+    def _line_indent(self, offset: int) -> str:
+        line_start = self._text.rfind("\n", 0, offset) + 1
+        line = self._text[line_start:offset]
+        return line[: len(line) - len(line.lstrip(" \t"))]
+
+    def _starts_line(self, offset: int) -> bool:
+        line_start = self._text.rfind("\n", 0, offset) + 1
+        return not self._text[line_start:offset].strip()
+
+    # --- the scanned document --------------------------------------------------------------
+
+    def _load(self, text: str) -> None:
+        _, value = decode_document(text.encode(), file=self.file)
+        if is_empty_document(value):
+            raise SettingsError("cannot edit an empty document", file=self.file)
+        self._text = text
+        self._value = value
+        self._spans = scan_json(text)
+        self._child_index: dict[FieldPath, list[FieldPath]] = {}
+        for path in self._spans:
+            if path:
+                self._child_index.setdefault(path[:-1], []).append(path)
+        for children in self._child_index.values():
+            children.sort(key=self._start_of)
+        self._cached_unit = None
+
+    def _splice(self, start: int, end: int, replacement: str) -> None:
+        self._load(self._text[:start] + replacement + self._text[end:])
+
+    def _children(self, path: FieldPath) -> list[FieldPath]:
+        return self._child_index.get(path, [])
+
+    def _containers_in_order(self) -> Iterator[FieldPath]:
+        containers = [path for path, span in self._spans.items() if self._text[span.start] in "{["]
+        yield from sorted(containers, key=lambda path: self._spans[path].start)
+
+    def _start_of(self, path: FieldPath) -> int:
+        span = self._spans[path]
+        return span.start if span.key is None else span.key
+
+
+# --- hooksConfig.disabled ------------------------------------------------------------------
+
+
+def new_settings_text(document: dict[str, Any]) -> str:
+    """A new settings file: 2-space indent and a trailing newline."""
+    return json.dumps(document, ensure_ascii=False, indent=NEW_FILE_INDENT) + "\n"
+
+
+def disable_in_text(text: str, name: str, *, file: str) -> str:
+    """The settings text with `name` added to hooksConfig.disabled (unchanged if it is there)."""
+    if not text.strip():
+        return new_settings_text({"hooksConfig": {"disabled": [name]}})
+    document = _editable(text, file)
+    expected = copy.deepcopy(document.value)
+    config = _object_member(document, ("hooksConfig",))
+    if config is None:
+        document.insert((), "hooksConfig", {"disabled": [name]})
+        expected["hooksConfig"] = {"disabled": [name]}
+    else:
+        disabled = _array_member(document, ("hooksConfig", "disabled"))
+        if disabled is None:
+            document.insert(("hooksConfig",), "disabled", [name])
+            expected["hooksConfig"]["disabled"] = [name]
+        elif name in disabled:
+            return text
+        else:
+            document.append(("hooksConfig", "disabled"), name)
+            expected["hooksConfig"]["disabled"].append(name)
+    return _checked(document, expected, text)
+
+
+def enable_in_text(text: str, name: str, *, file: str) -> str:
+    """The settings text with every `name` removed from hooksConfig.disabled."""
+    if not text.strip():
+        return text
+    document = _editable(text, file)
+    expected = copy.deepcopy(document.value)
+    if _object_member(document, ("hooksConfig",)) is None:
+        return text
+    disabled = _array_member(document, ("hooksConfig", "disabled"))
+    if disabled is None or name not in disabled:
+        return text
+    # From the last one back, so earlier indexes stay valid.
+    for index in reversed([i for i, item in enumerate(disabled) if item == name]):
+        document.remove(("hooksConfig", "disabled", index))
+    expected["hooksConfig"]["disabled"] = [item for item in disabled if item != name]
+    return _checked(document, expected, text)
+
+
+def _editable(text: str, file: str) -> JsonText:
+    """The document, refused with its location unless it is a JSON object."""
+    document = JsonText(text, file=file)
+    if not isinstance(document.value, dict):
+        raise SettingsError(
+            f"cannot edit: expected a JSON object, got {_json_type(document.value)}",
+            file=file,
+            line=1,
+            column=1,
+        )
+    return document
+
+
+def _object_member(document: JsonText, path: FieldPath) -> dict[str, Any] | None:
+    value = _member(document, path, "object")
+    return value if isinstance(value, dict) else None
+
+
+def _array_member(document: JsonText, path: FieldPath) -> list[Any] | None:
+    value = _member(document, path, "array")
+    return value if isinstance(value, list) else None
+
+
+def _member(document: JsonText, path: FieldPath, expected: str) -> object:
+    """The value at `path`, None when absent; SettingsError when it is not of the expected type."""
+    if not document.has(path):
+        return None
+    value: object = document.at(path)
+    if _json_type(value) != expected:
+        line, column = document.location(path)
+        raise SettingsError(
+            f"cannot edit: expected {expected}, got {_json_type(value)}",
+            file=document.file,
+            path=render_path(path),
+            line=line,
+            column=column,
+        )
+    return value
+
+
+def _checked(document: JsonText, expected: Any, before: str) -> str:
+    """The edited text, once it decodes to exactly the intended document and has no new error."""
+    if document.value != expected:
+        raise RelayError(f"{document.file}: internal error: the edit changed more than intended")
+    errors_before = len(check_settings(before.encode(), file=document.file, scope="user").errors)
+    after = check_settings(document.text.encode(), file=document.file, scope="user")
+    if len(after.errors) > errors_before:
+        raise after.errors[0]
+    return document.text
+
+
+def _json_type(value: object) -> str:
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "boolean"
+    return "null" if value is None else "number"
+
+
+# --- files ---------------------------------------------------------------------------------
+
+
+def settings_path(scope: ToggleScope | None, cwd: Path) -> tuple[Path, Scope]:
+    """The settings file of a scope (default: project inside a project, else user)."""
+    root = find_project_root(cwd)
+    if scope is None:
+        scope = "project" if root is not None else "user"
+    if scope == "user":
+        return relay_home() / "settings.json", "user"
+    if root is None:
+        raise RelayError(f"no project here: no {PROJECT_DIR_NAME}/ or .git above {cwd}")
+    if scope == "project":
+        return root / PROJECT_DIR_NAME / "settings.json", "project"
+    return root / PROJECT_DIR_NAME / "settings.local.json", "project-local"
+
+
+def read_settings_text(path: Path) -> str | None:
+    """The text of a settings file, None when it does not exist."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise SettingsError(
+            f"cannot read settings file: {exc.strerror or exc}", file=str(path)
+        ) from None
+    return decode_text(data, file=str(path))
+
+
+def write_settings_text(path: Path, text: str) -> None:
+    """Replace the file's content at once: a reader sees the old or the new text, never half."""
+    target = path.resolve() if path.is_symlink() else path  # keep a symlinked dotfile a link
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        import tempfile
+
+        descriptor, temporary = tempfile.mkstemp(
+            dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"
+        )
+    except OSError as exc:
+        raise SettingsError(f"cannot write: {exc.strerror or exc}", file=str(path)) from None
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8", newline="") as stream:
+            stream.write(text)
+        # mkstemp makes the file 0600: keep the old file's mode, or give a new one the usual.
+        os.chmod(temporary, target.stat().st_mode & 0o7777 if target.exists() else _new_file_mode())
+        os.replace(temporary, target)
+    except OSError as exc:
+        Path(temporary).unlink(missing_ok=True)
+        raise SettingsError(f"cannot write: {exc.strerror or exc}", file=str(path)) from None
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _new_file_mode() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+class ToggleResult(msgspec.Struct, kw_only=True):
+    """What `relay hooks enable/disable` did to one settings file."""
+
+    name: str
+    file: Path
+    action: ToggleAction
+    created: bool = False
+    """The file did not exist and was written."""
+    known: bool = True
+    """NAME is the name of a hook in the settings that apply here."""
+    suggestion: str | None = None
+    """A known hook name close to NAME, when NAME is unknown."""
+    still_disabled_by: list[str] = msgspec.field(default_factory=list)
+    """Other settings files whose hooksConfig.disabled still lists NAME (the lists are joined)."""
+
+    @property
+    def changed(self) -> bool:
+        """Whether the file was written."""
+        return self.action in ("disabled", "enabled")
+
+
+def set_hook_disabled(
+    name: str, disabled: bool, *, scope: ToggleScope | None = None, cwd: Path | None = None
+) -> ToggleResult:
+    """Add NAME to (or remove it from) hooksConfig.disabled of one settings file, in place."""
+    start = Path.cwd() if cwd is None else cwd
+    path, _ = settings_path(scope, start)
+    before = read_settings_text(path)
+    text = before or ""
+    if disabled:
+        after = disable_in_text(text, name, file=str(path))
+        action: ToggleAction = "disabled" if after != text else "already-disabled"
+    else:
+        after = enable_in_text(text, name, file=str(path))
+        action = "enabled" if after != text else "not-disabled"
+    if after != text:
+        write_settings_text(path, after)
+    names, others = _hook_names_and_disabling_files(start, name, path)
+    known = name in names
+    return ToggleResult(
+        name=name,
+        file=path,
+        action=action,
+        created=before is None and after != text,
+        known=known,
+        suggestion=None if known else suggest_name(name, sorted(names)),
+        still_disabled_by=[] if disabled else others,
+    )
+
+
+def hook_names(settings: Settings) -> list[str]:
+    """The names of a file's hooks and pattern handlers, as hooksConfig.disabled matches them."""
+    names = [
+        entry.display_name
+        for groups in settings.hooks.values()
+        for group in groups
+        for entry in group.hooks
+    ]
+    for namespace, handler in settings.patterns.items():
+        if isinstance(handler, HookEntry):
+            names.append(handler.name or f"@{namespace}")
+    return names
+
+
+def _hook_names_and_disabling_files(
+    cwd: Path, name: str, edited: Path
+) -> tuple[set[str], list[str]]:
+    """Every hook name in the settings for `cwd`, and the files other than `edited` whose
+    hooksConfig.disabled lists `name`."""
+    from relay.config.discovery import discover
+
+    names: set[str] = set()
+    others: list[str] = []
+    edited_real = edited.resolve()
+    for path, scope in discover(cwd):
+        report = check_settings_file(path, scope)
+        if report.settings is None:
+            continue  # a broken file: `relay hooks validate` tells what is wrong with it
+        names.update(hook_names(report.settings))
+        if path.resolve() != edited_real and name in report.settings.hooksConfig.disabled:
+            others.append(str(path))
+    return names, others

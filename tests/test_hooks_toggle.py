@@ -1,0 +1,359 @@
+"""`relay hooks enable/disable`: a minimal textual edit of hooksConfig.disabled, nothing else."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from relay.cli.main import cli
+from relay.config.editing import JsonText, disable_in_text, enable_in_text, set_hook_disabled
+from relay.config.loader import parse_settings
+from relay.errors import SettingsError
+
+GUARD_HOOK = {"hooks": {"BeforeTool": [{"hooks": [{"name": "guard", "command": "./g.sh"}]}]}}
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "proj"
+    (root / ".git").mkdir(parents=True)
+    return root
+
+
+def invoke(args: list[str]) -> Any:
+    return CliRunner().invoke(cli, args)
+
+
+def disable(text: str, name: str = "guard") -> str:
+    after = disable_in_text(text, name, file="settings.json")
+    parse_settings(after.encode(), file="settings.json", scope="user")  # still valid
+    return after
+
+
+def enable(text: str, name: str = "guard") -> str:
+    after = enable_in_text(text, name, file="settings.json")
+    parse_settings(after.encode(), file="settings.json", scope="user")
+    return after
+
+
+# --- the text edit, layout by layout -------------------------------------------------------
+
+
+def test_two_spaces_without_hooks_config_adds_it_at_the_end() -> None:
+    before = '{\n  "hooks": {\n    "Stop": []\n  }\n}\n'
+    assert disable(before) == (
+        '{\n  "hooks": {\n    "Stop": []\n  },\n'
+        '  "hooksConfig": {\n    "disabled": [\n      "guard"\n    ]\n  }\n}\n'
+    )
+
+
+def test_four_spaces_with_hooks_config_but_no_disabled() -> None:
+    before = '{\n    "hooksConfig": {\n        "enabled": true\n    },\n    "hooks": {}\n}\n'
+    assert disable(before) == (
+        '{\n    "hooksConfig": {\n        "enabled": true,\n'
+        '        "disabled": [\n            "guard"\n        ]\n    },\n    "hooks": {}\n}\n'
+    )
+
+
+def test_tabs_with_a_disabled_list_appends_to_it() -> None:
+    before = '{\n\t"hooksConfig": {\n\t\t"disabled": [\n\t\t\t"lint"\n\t\t]\n\t}\n}\n'
+    after = disable(before)
+    assert after == (
+        '{\n\t"hooksConfig": {\n\t\t"disabled": [\n\t\t\t"lint",\n\t\t\t"guard"\n\t\t]\n\t}\n}\n'
+    )
+    assert enable(after) == before
+
+
+def test_compact_one_line_stays_compact() -> None:
+    before = '{"hooks":{},"hooksConfig":{"enabled":true}}'
+    after = disable(before)
+    assert after == '{"hooks":{},"hooksConfig":{"enabled":true,"disabled":["guard"]}}'
+    assert enable(after) == '{"hooks":{},"hooksConfig":{"enabled":true,"disabled":[]}}'
+
+
+def test_one_line_with_spaces_and_an_empty_list() -> None:
+    before = '{"hooksConfig": {"disabled": []}, "hooks": {}}\n'
+    after = disable(before)
+    assert after == '{"hooksConfig": {"disabled": ["guard"]}, "hooks": {}}\n'
+    assert enable(after) == before
+
+
+def test_keys_in_unusual_order_and_inline_members_are_kept() -> None:
+    before = (
+        "{\n"
+        '  "session": {"idleSeconds": 5},\n'
+        '  "hooksConfig": {"disabled": ["a", "b"], "enabled": true},\n'
+        '  "$schema": "https://example.com/relay.json",\n'
+        '  "hooks": {"Stop": [{"hooks": [{"command": "x"}]}]}\n'
+        "}"
+    )
+    after = disable(before)
+    assert after == before.replace('["a", "b"]', '["a", "b", "guard"]')
+    assert enable(after) == before
+    # Removing the first and the middle element keeps the others' layout.
+    assert enable(before, "a") == before.replace('["a", "b"]', '["b"]')
+    assert enable(after, "b") == before.replace('["a", "b"]', '["a", "guard"]')
+
+
+def test_unicode_names_and_content_survive() -> None:
+    before = (
+        '{\n   "hooks": {"Stop": [{"hooks": [{"name": "vérifier ✓", "command": "echo é"}]}]},\n'
+        '   "hooksConfig": {\n      "disabled": [\n         "ancien"\n      ]\n   }\n}'
+    )
+    after = disable(before, "vérifier ✓")
+    assert after == before.replace('"ancien"\n', '"ancien",\n         "vérifier ✓"\n')
+    assert enable(after, "vérifier ✓") == before
+
+
+def test_removing_the_last_name_leaves_an_empty_list() -> None:
+    before = '{\n  "hooksConfig": {\n    "disabled": [\n      "guard"\n    ]\n  }\n}\n'
+    assert enable(before) == '{\n  "hooksConfig": {\n    "disabled": []\n  }\n}\n'
+    # And disabling again restores the exact original text.
+    assert disable(enable(before)) == before
+
+
+def test_an_empty_hooks_config_in_a_multi_line_file_opens_up() -> None:
+    before = '{\n  "hooksConfig": {},\n  "memory": {"backend": "sqlite"}\n}\n'
+    assert disable(before) == (
+        '{\n  "hooksConfig": {\n    "disabled": [\n      "guard"\n    ]\n  },\n'
+        '  "memory": {"backend": "sqlite"}\n}\n'
+    )
+
+
+def test_windows_line_endings_are_kept() -> None:
+    before = '{\r\n  "hooksConfig": {\r\n    "disabled": [\r\n      "a"\r\n    ]\r\n  }\r\n}\r\n'
+    after = disable(before)
+    assert after == before.replace('"a"\r\n', '"a",\r\n      "guard"\r\n')
+    assert enable(after) == before
+
+
+def test_a_byte_order_mark_is_kept() -> None:
+    before = '\ufeff{"hooksConfig": {"disabled": []}}'
+    assert disable(before) == '\ufeff{"hooksConfig": {"disabled": ["guard"]}}'
+
+
+@pytest.mark.parametrize("before", ["", "  \n", "{}", "{}\n"])
+def test_an_empty_document_gets_the_standard_layout(before: str) -> None:
+    assert disable(before) == (
+        '{\n  "hooksConfig": {\n    "disabled": [\n      "guard"\n    ]\n  }\n}'
+        + "\n" * (before != "{}")
+    )
+
+
+def test_disabling_twice_keeps_one_entry_and_enabling_removes_duplicates() -> None:
+    once = disable('{"hooksConfig": {"disabled": []}}')
+    assert disable(once) == once
+    doubled = '{"hooksConfig": {"disabled": ["guard", "x", "guard"]}}'
+    assert enable(doubled) == '{"hooksConfig": {"disabled": ["x"]}}'
+
+
+def test_enabling_what_is_not_disabled_changes_nothing() -> None:
+    for text in [
+        "",
+        "{}",
+        '{"hooksConfig": {"enabled": false}}',
+        '{"hooksConfig": {"disabled": ["x"]}}',
+    ]:
+        assert enable(text) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "path", "line", "column"),
+    [
+        ("[]", None, 1, 1),
+        ('{\n  "hooksConfig": []\n}', "hooksConfig", 2, 3),
+        ('{"hooksConfig": {"disabled": "guard"}}', "hooksConfig.disabled", 1, 18),
+    ],
+)
+def test_a_structure_that_cannot_hold_the_name_is_refused(
+    text: str, path: str | None, line: int, column: int
+) -> None:
+    with pytest.raises(SettingsError) as caught:
+        disable_in_text(text, "guard", file="settings.json")
+    assert (caught.value.path, caught.value.line, caught.value.column) == (path, line, column)
+    assert caught.value.message.startswith("cannot edit")
+
+
+def test_malformed_json_is_refused_with_its_position() -> None:
+    with pytest.raises(SettingsError) as caught:
+        disable_in_text('{\n  "hooks": {,}\n}', "guard", file="settings.json")
+    assert (caught.value.line, caught.value.column) == (2, 13)
+
+
+def test_json_text_edits_nested_members_and_values() -> None:
+    document = JsonText('{\n  "a": {\n    "b": 1\n  },\n  "c": [1, 2]\n}', file="x")
+    document.insert(("a",), "d", {"e": [True]})
+    document.append(("c",), {"f": None})
+    document.replace(("a", "b"), "two")
+    document.remove(("c", 0))
+    assert document.text == (
+        '{\n  "a": {\n    "b": "two",\n    "d": {\n      "e": [\n        true\n      ]\n    }\n'
+        '  },\n  "c": [2, {"f": null}]\n}'
+    )
+    assert document.value == {"a": {"b": "two", "d": {"e": [True]}}, "c": [2, {"f": None}]}
+
+
+# --- the files and the command -------------------------------------------------------------
+
+
+def test_disable_in_a_project_creates_relay_folder_and_file(project: Path) -> None:
+    result = invoke(["hooks", "disable", "guard", "--cwd", str(project)])
+    assert result.exit_code == 0, result.output
+    settings = project / ".relay" / "settings.json"
+    assert result.stdout == f"disabled guard in {settings}\n"
+    assert settings.read_text() == (
+        '{\n  "hooksConfig": {\n    "disabled": [\n      "guard"\n    ]\n  }\n}\n'
+    )
+    assert "no hook named 'guard'" in result.stderr
+
+
+def test_outside_a_project_the_user_file_is_the_default(tmp_path: Path, relay_home: Path) -> None:
+    lonely = tmp_path / "lonely"
+    lonely.mkdir()
+    result = invoke(["hooks", "disable", "guard", "--cwd", str(lonely)])
+    if (relay_home / "settings.json").exists():
+        assert result.stdout == f"disabled guard in {relay_home / 'settings.json'}\n"
+    else:  # the temporary folder sits inside a project
+        pytest.skip("tmp_path is inside a project")
+
+
+@pytest.mark.parametrize(
+    ("scope", "relative"),
+    [("project", ".relay/settings.json"), ("local", ".relay/settings.local.json")],
+)
+def test_scopes_pick_the_file(project: Path, scope: str, relative: str) -> None:
+    result = invoke(["hooks", "disable", "guard", "--scope", scope, "--cwd", str(project)])
+    assert result.exit_code == 0
+    assert (project / relative).is_file()
+    assert str(project / relative) in result.stdout
+
+
+def test_user_scope_edits_relay_home_in_place(project: Path, relay_home: Path) -> None:
+    settings = relay_home / "settings.json"
+    before = json.dumps(GUARD_HOOK, indent=4) + "\n"
+    settings.write_text(before)
+    result = invoke(["hooks", "disable", "guard", "--scope", "user", "--cwd", str(project)])
+    assert result.exit_code == 0
+    assert result.stderr == ""  # guard is a known hook
+    assert settings.read_text() == before.removesuffix("\n}\n") + (
+        ',\n    "hooksConfig": {\n        "disabled": [\n            "guard"\n        ]\n    }\n}\n'
+    )
+    again = invoke(["hooks", "disable", "guard", "--scope", "user", "--cwd", str(project)])
+    assert again.stdout == f"guard is already disabled in {settings}; nothing changed\n"
+    enabled = invoke(["hooks", "enable", "guard", "--scope", "user", "--cwd", str(project)])
+    assert enabled.stdout == f"enabled guard in {settings}\n"
+    assert json.loads(settings.read_text())["hooksConfig"] == {"disabled": []}
+    nothing = invoke(["hooks", "enable", "guard", "--scope", "user", "--cwd", str(project)])
+    assert nothing.exit_code == 0
+    assert nothing.stdout == f"guard is not disabled in {settings}; nothing changed\n"
+
+
+def test_an_unknown_name_warns_with_a_suggestion(project: Path, relay_home: Path) -> None:
+    (relay_home / "settings.json").write_text(json.dumps(GUARD_HOOK))
+    result = invoke(["hooks", "disable", "gaurd", "--cwd", str(project)])
+    assert result.exit_code == 0
+    assert result.stderr == (
+        "relay: warning: no hook named 'gaurd' in the settings that apply here "
+        "(did you mean 'guard'?)\n"
+    )
+
+
+def test_enabling_tells_which_other_file_still_disables(project: Path, relay_home: Path) -> None:
+    user = relay_home / "settings.json"
+    user.write_text(json.dumps({**GUARD_HOOK, "hooksConfig": {"disabled": ["guard"]}}))
+    local = project / ".relay" / "settings.local.json"
+    local.parent.mkdir()
+    local.write_text('{"hooksConfig": {"disabled": ["guard"]}}')
+    result = invoke(["hooks", "enable", "guard", "--scope", "local", "--cwd", str(project)])
+    assert result.exit_code == 0
+    assert result.stdout == f"enabled guard in {local}\n"
+    assert result.stderr == f"relay: warning: guard is still disabled in {user}\n"
+    assert local.read_text() == '{"hooksConfig": {"disabled": []}}'
+
+
+def test_invalid_json_is_refused_and_left_alone(project: Path) -> None:
+    settings = project / ".relay" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text('{\n  "hooksConfig": {"disabled": [}\n}\n')
+    result = invoke(["hooks", "disable", "guard", "--cwd", str(project)])
+    assert result.exit_code == 1
+    assert f"{settings}:2:32: invalid JSON" in result.stderr
+    assert settings.read_text() == '{\n  "hooksConfig": {"disabled": [}\n}\n'
+
+
+def test_project_scope_outside_a_project_is_an_error(tmp_path: Path) -> None:
+    lonely = tmp_path / "lonely"
+    lonely.mkdir()
+    result = invoke(["hooks", "disable", "guard", "--scope", "project", "--cwd", str(lonely)])
+    if result.exit_code == 0:
+        pytest.skip("tmp_path is inside a project")
+    assert result.exit_code == 1 and "no project here" in result.stderr
+
+
+def test_a_symlinked_settings_file_stays_a_link(project: Path, tmp_path: Path) -> None:
+    real = tmp_path / "dotfiles" / "settings.json"
+    real.parent.mkdir()
+    real.write_text("{}\n")
+    link = project / ".relay" / "settings.json"
+    link.parent.mkdir()
+    link.symlink_to(real)
+    result = set_hook_disabled("guard", True, cwd=project)
+    assert result.action == "disabled" and result.file == link and not result.created
+    assert link.is_symlink()
+    assert json.loads(real.read_text()) == {"hooksConfig": {"disabled": ["guard"]}}
+
+
+def test_the_disabled_hook_stops_running(project: Path, relay_home: Path) -> None:
+    hooks = {"SessionStart": [{"hooks": [{"name": "hello", "command": "echo hi"}]}]}
+    (relay_home / "settings.json").write_text(json.dumps({"hooks": hooks}, indent=2))
+    run = ["hooks", "run", "SessionStart", "--cwd", str(project)]
+    assert json.loads(invoke(run).stdout)["inject"] == "hi"
+    assert invoke(["hooks", "disable", "hello", "--scope", "user"]).exit_code == 0
+    assert json.loads(invoke(run).stdout)["inject"] is None
+    assert invoke(["hooks", "enable", "hello", "--scope", "user"]).exit_code == 0
+    assert json.loads(invoke(run).stdout)["inject"] == "hi"
+
+
+def test_installed_command_toggles(project: Path, relay_home: Path) -> None:
+    relay = shutil.which("relay", path=str(Path(sys.executable).parent))
+    assert relay is not None
+    env = {**os.environ, "RELAY_HOME": str(relay_home)}
+    settings = project / ".relay" / "settings.local.json"
+    done = subprocess.run(
+        [relay, "hooks", "disable", "guard", "--scope", "local", "--cwd", str(project)],
+        capture_output=True,
+        check=False,
+        env=env,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode() == f"disabled guard in {settings}\n"
+    assert json.loads(settings.read_text()) == {"hooksConfig": {"disabled": ["guard"]}}
+    done = subprocess.run(
+        [relay, "hooks", "enable", "guard", "--scope", "local", "--cwd", str(project)],
+        capture_output=True,
+        check=False,
+        env=env,
+        timeout=30,
+    )
+    assert done.returncode == 0
+    assert json.loads(settings.read_text()) == {"hooksConfig": {"disabled": []}}
+
+
+def test_file_modes_are_kept_and_new_files_follow_the_umask(project: Path) -> None:
+    created = set_hook_disabled("guard", True, scope="local", cwd=project)
+    assert created.created
+    umask = os.umask(0)
+    os.umask(umask)
+    assert created.file.stat().st_mode & 0o777 == 0o666 & ~umask
+    created.file.chmod(0o600)
+    set_hook_disabled("other", True, scope="local", cwd=project)
+    assert created.file.stat().st_mode & 0o777 == 0o600
