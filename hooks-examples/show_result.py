@@ -8,7 +8,7 @@ result = json.load(sys.stdin)
 line = f"decision: {result['decision']}"
 if result["reason"]:
     line += f"  (reason: {result['reason']})"
-print(line)
+print(line.replace("\n", "\n    "))
 for key in ("inject", "systemMessage", "tool_input", "stopped_by"):
     value = result.get(key)
     if value:
