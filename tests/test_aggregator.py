@@ -264,3 +264,17 @@ def test_text_fields_are_capped_with_marker_included() -> None:
         assert text.endswith("[truncated by relay]")
     assert cap_text("short") == "short"
     assert cap_text("y" * TEXT_CAP) == "y" * TEXT_CAP
+
+
+def test_pass_through_permission_decisions_rank_like_decisions() -> None:
+    deny = {"behavior": "deny", "message": "not in CI"}
+    result = aggregate(
+        "PermissionRequest",
+        [
+            outcome("a", extra_specific={"decision": {"behavior": "allow"}}),
+            outcome("b", extra_specific={"decision": deny}),
+            outcome("c", extra_specific={"decision": {"behavior": "allow", "updatedInput": {}}}),
+        ],
+    )
+    assert result.hookSpecificOutput == {"decision": deny}
+    assert (result.decision, result.reason) == ("deny", "not in CI")

@@ -90,10 +90,9 @@ def test_relay_home_defaults_to_the_platform_config_dir(monkeypatch: pytest.Monk
     assert paths.relay_home() == Path(platformdirs.user_config_dir("agent-relay"))
 
 
-def test_state_dir_lives_under_relay_home_and_is_created(relay_home: Path) -> None:
-    assert not (relay_home / "state").exists()
+def test_state_dir_lives_under_relay_home_and_is_not_created_by_asking(relay_home: Path) -> None:
     assert state_dir() == relay_home / "state"
-    assert (relay_home / "state").is_dir()
+    assert not (relay_home / "state").exists()  # writers create it; readers never fail on it
 
 
 def test_system_settings_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -515,7 +515,7 @@ def test_environment_and_project_dir_expansion(
     assert result.inject == f"{expected}\n{expected}"
 
 
-def test_hook_gets_the_event_on_stdin_and_runs_in_the_event_cwd(
+def test_hook_gets_the_event_on_stdin_and_runs_in_the_project_root(
     project: Path, user_settings: Callable[..., Path], tmp_path: Path
 ) -> None:
     sub = project / "src"
@@ -525,7 +525,8 @@ def test_hook_gets_the_event_on_stdin_and_runs_in_the_event_cwd(
     )
     fire(make(project), "BeforeAgent", {"prompt": "hello", "cwd": str(sub), "future_field": [1]})
     seen = json.loads((tmp_path / "r.json").read_text())
-    assert seen["cwd"] == str(sub)
+    assert seen["cwd"] == str(project)  # not the event's cwd: see the trust test below
+    assert seen["stdin"]["cwd"] == str(sub)
     stdin = seen["stdin"]
     assert stdin["prompt"] == "hello" and stdin["hook_event_name"] == "BeforeAgent"
     assert stdin["future_field"] == [1]
@@ -952,3 +953,70 @@ def test_sequential_chaining_is_for_before_tool_only(
         "command": "orig"
     }
     assert result.tool_input is None
+
+
+def test_a_relative_script_is_the_one_trust_fingerprinted(project: Path) -> None:
+    """The agent's cwd must not pick another script than the reviewed one (trust bypass)."""
+    reviewed = project / "hooks" / "guard.sh"
+    reviewed.parent.mkdir()
+    reviewed.write_text("#!/bin/sh\necho reviewed\n")
+    reviewed.chmod(0o755)
+    write_json(
+        project / ".relay" / "settings.json",
+        {"hooks": {"SessionStart": [group({"command": "./hooks/guard.sh"})]}},
+    )
+    first = make(project)
+    first.initialize()
+    TrustStore().trust(
+        project, [(h.fingerprint, h.name) for h in first.registry.untrusted if h.fingerprint]
+    )
+    sneaky = project / "sub" / "hooks" / "guard.sh"
+    sneaky.parent.mkdir(parents=True)
+    sneaky.write_text("#!/bin/sh\necho UNREVIEWED\n")
+    sneaky.chmod(0o755)
+    result = fire(make(project), "SessionStart", {"cwd": str(project / "sub")})
+    assert result.inject == "reviewed"
+
+
+def test_project_settings_cannot_switch_off_user_hooks(
+    project: Path, user_settings: Callable[..., Path]
+) -> None:
+    """A cloned repository (not even trusted) must not disable the user's guard hooks."""
+    user_settings({"BeforeTool": [group(answer_hook("", 2, "nope", name="guard"))]})
+    write_json(
+        project / ".relay" / "settings.json",
+        {"hooksConfig": {"enabled": False, "disabled": ["guard"]}},
+    )
+    system = make(project)
+    result = fire(system, "BeforeTool", {"tool_name": "Bash"})
+    assert (result.decision, result.reason) == ("deny", "nope")
+    warnings = system.warnings()
+    assert any("cannot disable the user, system or runtime hook 'guard'" in w for w in warnings)
+    assert any("turns off the project's hooks only" in w for w in warnings)
+
+
+def test_project_settings_can_switch_off_project_hooks(project: Path) -> None:
+    write_json(
+        project / ".relay" / "settings.local.json",
+        {"hooksConfig": {"disabled": ["repo-hook"]}},
+    )
+    write_json(
+        project / ".relay" / "settings.json",
+        {"hooks": {"SessionStart": [group({"command": "echo hi", "name": "repo-hook"})]}},
+    )
+    system = make(project)
+    system.initialize()
+    (hook,) = system.registry.hooks
+    assert not hook.enabled and system.registry.untrusted == []
+
+
+def test_a_runtime_hook_comes_back_when_its_setting_goes(
+    project: Path, user_settings: Callable[..., Path]
+) -> None:
+    settings_file = user_settings({}, hooksConfig={"disabled": ["x"]})
+    system = HookSystem(cwd=project, telemetry=False)
+    system.register("SessionStart", lambda event: {"inject": "x ran"}, name="x")
+    assert system.run("SessionStart").inject is None
+    settings_file.write_text("{}")
+    system.register("SessionEnd", lambda event: None, name="y")  # forces a rebuild
+    assert system.run("SessionStart").inject == "x ran"

@@ -357,3 +357,21 @@ def test_file_modes_are_kept_and_new_files_follow_the_umask(project: Path) -> No
     created.file.chmod(0o600)
     set_hook_disabled("other", True, scope="local", cwd=project)
     assert created.file.stat().st_mode & 0o777 == 0o600
+
+
+def test_disabling_a_user_hook_in_a_project_file_warns(tmp_path: Path, relay_home: Path) -> None:
+    """Project settings cannot switch off user hooks (the engine ignores it): say so."""
+    from click.testing import CliRunner
+
+    from relay.cli.main import cli
+
+    project = tmp_path / "guarded"
+    (project / ".git").mkdir(parents=True)
+    (relay_home / "settings.json").write_text(
+        '{"hooks": {"BeforeTool": [{"hooks": [{"command": "true", "name": "guard"}]}]}}'
+    )
+    result = CliRunner().invoke(
+        cli, ["hooks", "disable", "guard", "--scope", "project", "--cwd", str(project)]
+    )
+    assert result.exit_code == 0
+    assert "project settings cannot turn off" in result.stderr and "--scope user" in result.stderr

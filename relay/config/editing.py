@@ -25,7 +25,7 @@ from relay.config.loader import (
     scan_json,
     suggest_name,
 )
-from relay.config.model import HookEntry, Scope, Settings
+from relay.config.model import TRUST_REQUIRED, HookEntry, Scope, Settings
 from relay.config.paths import PROJECT_DIR_NAME, find_project_root, relay_home
 from relay.errors import RelayError, SettingsError
 
@@ -421,6 +421,9 @@ class ToggleResult(msgspec.Struct, kw_only=True):
     """A known hook name close to NAME, when NAME is unknown."""
     still_disabled_by: list[str] = msgspec.field(default_factory=list)
     """Other settings files whose hooksConfig.disabled still lists NAME (the lists are joined)."""
+    outside_project: bool = False
+    """A project file was edited but NAME belongs only to user, system or --settings hooks,
+    which project settings cannot switch off (DESIGN §7: an untrusted repo must not)."""
 
     @property
     def changed(self) -> bool:
@@ -433,7 +436,7 @@ def set_hook_disabled(
 ) -> ToggleResult:
     """Add NAME to (or remove it from) hooksConfig.disabled of one settings file, in place."""
     start = Path.cwd() if cwd is None else cwd
-    path, _ = settings_path(scope, start)
+    path, edited_scope = settings_path(scope, start)
     before = read_settings_text(path)
     text = before or ""
     if disabled:
@@ -444,7 +447,7 @@ def set_hook_disabled(
         action = "enabled" if after != text else "not-disabled"
     if after != text:
         write_settings_text(path, after)
-    names, others = _hook_names_and_disabling_files(start, name, path)
+    names, project_names, others = _hook_names_and_disabling_files(start, name, path)
     known = name in names
     return ToggleResult(
         name=name,
@@ -454,6 +457,10 @@ def set_hook_disabled(
         known=known,
         suggestion=None if known else suggest_name(name, sorted(names)),
         still_disabled_by=[] if disabled else others,
+        outside_project=disabled
+        and edited_scope in TRUST_REQUIRED
+        and known
+        and name not in project_names,
     )
 
 
@@ -473,12 +480,13 @@ def hook_names(settings: Settings) -> list[str]:
 
 def _hook_names_and_disabling_files(
     cwd: Path, name: str, edited: Path
-) -> tuple[set[str], list[str]]:
-    """Every hook name in the settings for `cwd`, and the files other than `edited` whose
-    hooksConfig.disabled lists `name`."""
+) -> tuple[set[str], set[str], list[str]]:
+    """Every hook name in the settings for `cwd`, those of the project files, and the files
+    other than `edited` whose hooksConfig.disabled lists `name`."""
     from relay.config.discovery import discover
 
     names: set[str] = set()
+    project_names: set[str] = set()
     others: list[str] = []
     edited_real = edited.resolve()
     for path, scope in discover(cwd):
@@ -486,6 +494,8 @@ def _hook_names_and_disabling_files(
         if report.settings is None:
             continue  # a broken file: `relay hooks validate` tells what is wrong with it
         names.update(hook_names(report.settings))
+        if scope in TRUST_REQUIRED:
+            project_names.update(hook_names(report.settings))
         if path.resolve() != edited_real and name in report.settings.hooksConfig.disabled:
             others.append(str(path))
-    return names, others
+    return names, project_names, others

@@ -21,7 +21,8 @@ def relay_home() -> Path:
 
 
 def state_dir() -> Path:
-    """The folder for relay's state (trust store, databases); created on first use."""
+    """The folder for relay's state (trust store, databases). Not created here: the code
+    that writes there creates it, so reading state never fails on an unusable folder."""
     home = os.environ.get("RELAY_HOME")
     # RELAY_HOME relocates all state too, so tests and sandboxes touch nothing else.
     if home:
@@ -30,7 +31,6 @@ def state_dir() -> Path:
         import platformdirs
 
         state = Path(platformdirs.user_state_dir(APP_NAME))
-    state.mkdir(parents=True, exist_ok=True)
     return state
 
 

@@ -175,7 +175,7 @@ class TrustStore:
             return _TrustFile()
         try:
             return _DECODER.decode(raw)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
             message = f"corrupt trust store ({exc}); delete it to forget every trust decision"
             raise TrustStoreError(message, file=str(self.path)) from None
 

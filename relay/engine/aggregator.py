@@ -12,6 +12,7 @@ from relay.protocol.output import (
     AggregatedResult,
     Decision,
     HookError,
+    HookOutput,
     HookReport,
     ToolConfig,
     ToolMode,
@@ -40,6 +41,27 @@ def apply_tool_input(current: dict[str, Any], answer: Answer) -> dict[str, Any]:
     if answer.tool_input_replaces:
         return dict(answer.tool_input)
     return {**current, **answer.tool_input}
+
+
+def cap_output(output: HookOutput | None) -> HookOutput | None:
+    """A hook's answer with its text fields capped, for reports (the merged fields are too)."""
+    if output is None:
+        return None
+    specific = output.hookSpecificOutput
+    if specific is not None:
+        specific = msgspec.structs.replace(
+            specific,
+            additionalContext=cap_text(specific.additionalContext),
+            permissionDecisionReason=cap_text(specific.permissionDecisionReason),
+        )
+    return msgspec.structs.replace(
+        output,
+        inject=cap_text(output.inject),
+        systemMessage=cap_text(output.systemMessage),
+        reason=cap_text(output.reason),
+        stopReason=cap_text(output.stopReason),
+        hookSpecificOutput=specific,
+    )
 
 
 def cap_text(text: str | None) -> str | None:
@@ -109,7 +131,7 @@ class _Merge:
     def add(self, outcome: HookOutcome) -> None:
         answer, name = outcome.answer, outcome.report.name
         if answer.error is not None:
-            self.errors.append(HookError(hook=name, message=answer.error))
+            self.errors.append(HookError(hook=name, message=cap_text(answer.error) or ""))
             if outcome.fail_closed:
                 self.decide("deny", f"hook {name} failed and is failClosed: {answer.error}")
             return
@@ -133,7 +155,22 @@ class _Merge:
             self.tool_config = _merge_tool_config(self.tool_config, answer.toolConfig)
         if answer.clearContext is not None:
             self.clear_context = bool(self.clear_context) or answer.clearContext
-        self.extra.update(answer.extra_specific)
+        for key, value in answer.extra_specific.items():
+            behavior = value.get("behavior") if isinstance(value, dict) else None
+            if key == "decision" and behavior in _DECISION_RANK:
+                # Claude's PermissionRequest answer: ranked like every decision, so a later
+                # allow never erases a deny (DESIGN §9).
+                self.decide(behavior, value.get("message"))
+                current = self.extra.get("decision")
+                current_rank = (
+                    _DECISION_RANK.get(str(current.get("behavior")), -1)
+                    if isinstance(current, dict)
+                    else -1
+                )
+                if _DECISION_RANK[behavior] > current_rank:
+                    self.extra["decision"] = value
+            else:
+                self.extra[key] = value
 
     def decide(self, decision: Decision, reason: str | None) -> None:
         # deny > ask > allow on every event: a later allow never erases a block.

@@ -7,21 +7,31 @@ asyncio and the runner, which an event with no hook to run must not pay for at s
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import signal
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import anyio
-import anyio.to_thread
+import anyio.from_thread
+import anyio.lowlevel
 import msgspec
 
-from relay.engine.aggregator import TOOL_INPUT_EVENTS, HookOutcome, apply_tool_input
+from relay.engine.aggregator import (
+    TOOL_INPUT_EVENTS,
+    HookOutcome,
+    apply_tool_input,
+    cap_output,
+    cap_text,
+)
 from relay.engine.command import PROJECT_VARS, Launch, prepare_launch, substitute_project_vars
 from relay.engine.registry import RegisteredHook
-from relay.engine.runner import ProcessResult, install_child_watcher, run_process
+from relay.engine.runner import ProcessResult, run_process
 from relay.engine.telemetry import debug, debug_enabled
 from relay.engine.trace import HookTrace
 from relay.protocol.answers import Answer, answer_from_value, first_lines, parse_answer
@@ -57,7 +67,6 @@ class Executor:
 
         With `traces`, each hook's full run is recorded there under id(hook).
         """
-        install_child_watcher()
         warnings: list[str] = []
         if sequential:
             return await self._run_sequential(envelope, hooks, warnings, traces), warnings
@@ -130,7 +139,7 @@ class Executor:
         if stdin is None:
             stdin = wire[hook.dialect] = envelope.to_wire(hook.dialect)
         project_dir = self.project_dir
-        cwd = self._hook_cwd(hook, envelope, project_dir)
+        cwd = self._hook_cwd(hook, project_dir)
         process = await run_process(
             self._launch(hook, project_dir),
             stdin=stdin,
@@ -139,7 +148,10 @@ class Executor:
             timeout=hook.timeout,
             kill_signal=signal.Signals[hook.entry.signal],
         )
-        answer = _answer_from_process(hook, envelope, process)
+        try:
+            answer = _answer_from_process(hook, envelope, process)
+        except Exception as exc:  # one hook's odd output never breaks the event
+            answer = Answer(error=f"relay could not read the answer: {type(exc).__name__}: {exc}")
         if debug_enabled():
             debug(
                 f"{envelope.name} {hook.name}: {process.launch.mode} exit={process.exit_code}"
@@ -153,8 +165,8 @@ class Executor:
             signal=process.signal,
             timed_out=process.timed_out,
             duration_ms=round(process.duration_ms, 3),
-            output=answer.output,
-            error=answer.error,
+            output=cap_output(answer.output),
+            error=cap_text(answer.error),
             stdout_truncated=process.stdout_truncated,
             stderr_truncated=process.stderr_truncated,
             warnings=answer.warnings,
@@ -192,8 +204,7 @@ class Executor:
                 if inspect.iscoroutinefunction(handler):
                     value = await handler(event)
                 else:
-                    # A thread, so that a slow sync handler is held to the same timeout.
-                    value = await anyio.to_thread.run_sync(handler, event, abandon_on_cancel=True)
+                    value = await _in_daemon_thread(handler, event)
                     if inspect.isawaitable(value):
                         value = await value
             answer = answer_from_value(
@@ -211,8 +222,8 @@ class Executor:
             exit_code=None,
             timed_out=timed_out,
             duration_ms=round((time.perf_counter() - started) * 1000, 3),
-            output=answer.output,
-            error=answer.error,
+            output=cap_output(answer.output),
+            error=cap_text(answer.error),
             warnings=answer.warnings,
         )
         if traces is not None:
@@ -244,20 +255,22 @@ class Executor:
     ) -> dict[str, str]:
         env = dict(self.environ)
         env.update(self.project_vars)
-        env["RELAY_SESSION_ID"] = envelope.event.session_id
+        # NUL cannot be in an environment variable: one in the event must not stop every hook.
+        env["RELAY_SESSION_ID"] = envelope.event.session_id.replace("\0", "")
         env["RELAY_EVENT"] = envelope.name
-        env["RELAY_AGENT_NAME"] = envelope.event.agent_name or ""
+        env["RELAY_AGENT_NAME"] = (envelope.event.agent_name or "").replace("\0", "")
         assert hook.entry is not None
         env.update(hook.entry.env)
         return env
 
-    def _hook_cwd(self, hook: RegisteredHook, envelope: EventEnvelope, project_dir: str) -> str:
+    def _hook_cwd(self, hook: RegisteredHook, project_dir: str) -> str:
+        # The project root, not the event's cwd: a relative script path then names the
+        # file that trust fingerprinted, whatever directory the agent is in.
         assert hook.entry is not None
         if hook.entry.cwd:
             cwd = substitute_project_vars(hook.entry.cwd, self.project_vars)
             return str(Path(project_dir, os.path.expanduser(cwd)))
-        event_cwd = envelope.event.cwd
-        return event_cwd if event_cwd and os.path.isdir(event_cwd) else project_dir
+        return project_dir
 
 
 def _answer_from_process(
@@ -332,3 +345,26 @@ def _encode_returned(value: object) -> bytes:
         return msgspec.json.encode(value)
     except (TypeError, msgspec.EncodeError):
         return repr(value).encode()
+
+
+async def _in_daemon_thread(handler: Callable[[Any], Any], event: object) -> Any:
+    """Call a sync handler on a daemon thread, so that it is held to the hook's timeout and
+    one that never returns is abandoned without keeping the process from exiting (worker
+    threads of a pool are joined at exit)."""
+    finished = anyio.Event()
+    token = anyio.lowlevel.current_token()
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["value"] = handler(event)
+        except BaseException as exc:  # handed back to the event loop below
+            box["error"] = exc
+        with contextlib.suppress(RuntimeError):  # the loop is gone: the hook was abandoned
+            anyio.from_thread.run_sync(finished.set, token=token)
+
+    threading.Thread(target=work, name="relay-python-hook", daemon=True).start()
+    await finished.wait()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]

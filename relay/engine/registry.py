@@ -9,7 +9,14 @@ from typing import Any
 import msgspec
 
 from relay.config.discovery import SettingsSet
-from relay.config.model import SCOPE_ORDER, TRUST_REQUIRED, HookEntry, Scope, Settings
+from relay.config.model import (
+    SCOPE_ORDER,
+    TRUST_REQUIRED,
+    HookEntry,
+    LoadedSettings,
+    Scope,
+    Settings,
+)
 from relay.config.trust import TrustStore, fingerprint
 from relay.engine.planner import Matcher
 from relay.protocol.dialects import Dialect, UnknownEventError, canonical_name, registered_dialect
@@ -72,7 +79,12 @@ class RegisteredHook(msgspec.Struct, kw_only=True):
 
 
 class Registry:
-    """All registered hooks, with the runnable ones indexed by canonical event name."""
+    """All registered hooks, with the runnable ones indexed by canonical event name.
+
+    `hooksConfig` from the system, user and --settings files governs every hook. From the
+    project files it governs only the project's own hooks: a cloned repository must not
+    be able to switch off the user's guards (it has not even been trusted).
+    """
 
     def __init__(
         self,
@@ -82,11 +94,15 @@ class Registry:
         trust: TrustStore | None = None,
     ) -> None:
         self.root = settings.root
-        self.enabled = all(loaded.settings.hooksConfig.enabled for loaded in settings.files)
-        self.disabled_names = frozenset(
-            name for loaded in settings.files for name in loaded.settings.hooksConfig.disabled
-        )
-        self.hooks: list[RegisteredHook] = [*runtime]
+        self.warnings: list[str] = []
+        own = [loaded for loaded in settings.files if loaded.scope not in TRUST_REQUIRED]
+        project = [loaded for loaded in settings.files if loaded.scope in TRUST_REQUIRED]
+        self.enabled = all(loaded.settings.hooksConfig.enabled for loaded in own)
+        self.project_enabled = all(loaded.settings.hooksConfig.enabled for loaded in project)
+        self.disabled_names = frozenset(_disabled(own))
+        self.project_disabled_names = frozenset(_disabled(project))
+        # Copies: marking must not leak into the caller's runtime hooks between rebuilds.
+        self.hooks: list[RegisteredHook] = [msgspec.structs.replace(hook) for hook in runtime]
         for file_index, loaded in enumerate(settings.files):
             self.hooks.extend(
                 _hooks_of_file(loaded.settings, loaded.file, loaded.scope, file_index)
@@ -109,14 +125,39 @@ class Registry:
         return [hook for hook in self.hooks if hook.enabled and not hook.trusted]
 
     def _mark(self, trust: TrustStore | None) -> None:
+        kept: set[str] = set()
         for hook in self.hooks:
-            if hook.name in self.disabled_names or (
-                hook.entry is not None and not hook.entry.enabled
+            from_project = hook.scope in TRUST_REQUIRED
+            if (
+                hook.name in self.disabled_names
+                or (hook.entry is not None and not hook.entry.enabled)
+                or (
+                    from_project
+                    and (not self.project_enabled or hook.name in self.project_disabled_names)
+                )
             ):
                 hook.enabled = False
-            if hook.scope in TRUST_REQUIRED and hook.entry is not None and self.root is not None:
+            elif hook.name in self.project_disabled_names:
+                kept.add(hook.name)
+            if from_project and hook.entry is not None and self.root is not None:
                 hook.fingerprint = fingerprint(hook.event, hook.matcher.text, hook.entry, self.root)
                 hook.trusted = trust is not None and trust.is_trusted(self.root, hook.fingerprint)
+        for name in sorted(kept):
+            self.warnings.append(
+                f"project settings cannot disable the user, system or runtime hook {name!r}; "
+                f"it still runs (to turn it off: relay hooks disable {name} --scope user)"
+            )
+        if not self.project_enabled and any(
+            hook.scope not in TRUST_REQUIRED for hook in self.hooks
+        ):
+            self.warnings.append(
+                "project settings set hooksConfig.enabled to false: that turns off the "
+                "project's hooks only; user, system and runtime hooks still run"
+            )
+
+
+def _disabled(files: Sequence[LoadedSettings]) -> list[str]:
+    return [name for loaded in files for name in loaded.settings.hooksConfig.disabled]
 
 
 def runtime_hook(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -24,7 +25,8 @@ from relay.engine.telemetry import (
     resolve_max_events,
 )
 from relay.engine.trace import HookTrace
-from relay.protocol.codec import EventEnvelope, make_event
+from relay.errors import RelayError
+from relay.protocol.codec import EventEnvelope, complete_event, make_event
 from relay.protocol.dialects import canonical_name
 from relay.protocol.events import Event
 from relay.protocol.output import AggregatedResult
@@ -49,6 +51,7 @@ class HookSystem:
         trust: TrustStore | None = None,
         telemetry: Telemetry | bool = True,
         max_parallel: int = MAX_PARALLEL,
+        quiet: bool = False,
     ) -> None:
         self.cwd = Path(cwd) if cwd is not None else None
         self.extra_settings = [Path(path) for path in settings]
@@ -57,11 +60,15 @@ class HookSystem:
         self._telemetry_option = telemetry
         self.telemetry: Telemetry | None = None
         self.max_parallel = max_parallel
+        # quiet: problems found while running (an unwritable log) are kept for warnings()
+        # instead of printed, so a host's stderr stays the deny reason alone.
+        self.quiet = quiet
+        self._problems: list[str] = []
         self._runtime: list[RegisteredHook] = []
         self._registry: Registry | None = None
         self._settings: SettingsSet | None = None
         self._executor: Executor | None = None
-        self._start = Path.cwd()
+        self._start = self.cwd or Path("/")  # set for real by initialize()
 
     # -- set-up ---------------------------------------------------------------------
 
@@ -69,7 +76,7 @@ class HookSystem:
         """Load settings and build the registry; calling it again does nothing."""
         if self._registry is not None:
             return
-        start = self._start = self.cwd or Path.cwd()
+        start = self._start = self.cwd or _working_directory()
         if self.load_files:
             self._settings = load_settings(start, self.extra_settings)
         else:
@@ -79,7 +86,9 @@ class HookSystem:
         self._registry = Registry(self._settings, runtime=self._runtime, trust=self._trust)
         if self._telemetry_option is True:
             self.telemetry = Telemetry(
-                log_path(), max_events=resolve_max_events(self._settings.files)
+                log_path(),
+                max_events=resolve_max_events(self._settings.files),
+                on_problem=self._problem,
             )
         elif isinstance(self._telemetry_option, Telemetry):
             self.telemetry = self._telemetry_option
@@ -164,6 +173,10 @@ class HookSystem:
         return self._settings
 
     @property
+    def _start_text(self) -> str:
+        return str(self._start)
+
+    @property
     def project_dir(self) -> Path:
         """The project root, or the working directory when there is none."""
         return self.settings.root or self._start
@@ -171,6 +184,8 @@ class HookSystem:
     def warnings(self) -> list[str]:
         """Settings warnings and one line naming untrusted hooks, for the user."""
         lines = [str(warning) for warning in self.settings.warnings]
+        lines.extend(self.registry.warnings)
+        lines.extend(self._problems)
         untrusted = self.registry.untrusted
         if untrusted:
             names = ", ".join(sorted({hook.name for hook in untrusted}))
@@ -179,6 +194,11 @@ class HookSystem:
                 f"review them and run `relay trust` in {self.project_dir} to allow them"
             )
         return lines
+
+    def _problem(self, message: str) -> None:
+        self._problems.append(message)
+        if not self.quiet:
+            print(f"relay: warning: {message}", file=sys.stderr)
 
     def close(self) -> None:
         """Flush the hook log."""
@@ -234,7 +254,11 @@ class HookSystem:
         if isinstance(payload, Event):
             payload = EventEnvelope(event=payload)
         if isinstance(payload, EventEnvelope):
-            payload.event.hook_event_name = canonical
+            # A copy: the caller's event is not changed, and missing base fields are filled.
+            payload = EventEnvelope(
+                event=complete_event(payload.event, canonical, cwd=self._start_text),
+                extra=payload.extra,
+            )
             plan = plan_event(candidates, canonical, payload.field) if candidates else None
             if plan is None or not plan.hooks:
                 return _no_hooks(canonical, getattr(payload.event, "tool_input", None))
@@ -244,7 +268,8 @@ class HookSystem:
         plan = plan_event(candidates, canonical, raw.get) if candidates else None
         if plan is None or not plan.hooks:
             return _no_hooks(canonical, raw.get("tool_input"))
-        return make_event(canonical, dict(raw)), plan.hooks, plan.sequential
+        envelope = make_event(canonical, dict(raw), cwd=self._start_text)
+        return envelope, plan.hooks, plan.sequential
 
     async def _run_plan(
         self,
@@ -283,6 +308,13 @@ class HookSystem:
                 )
             )
         return result
+
+
+def _working_directory() -> Path:
+    try:
+        return Path.cwd()
+    except OSError:
+        raise RelayError("the working directory no longer exists: give a cwd") from None
 
 
 def _no_hooks(event: str, tool_input: object) -> AggregatedResult:

@@ -14,7 +14,7 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -140,8 +140,16 @@ class Telemetry:
     At most `max_events` events are kept (None: $RELAY_LOG_MAX_EVENTS, else 10,000).
     """
 
-    def __init__(self, path: Path, *, max_events: int | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        max_events: int | None = None,
+        on_problem: Callable[[str], None] | None = None,
+    ) -> None:
         self.path = path
+        # Told once when the log cannot be written; by default a warning on stderr.
+        self.on_problem = on_problem or _warn_on_stderr
         self.max_events = max_events if max_events is not None else resolve_max_events()
         # Ids at or below this are known to be gone: lets a write skip the DELETE (see _prune).
         self._pruned_through = 0
@@ -288,7 +296,8 @@ class Telemetry:
 
     def _give_up(self, exc: BaseException) -> None:
         self._broken = True
-        print(
-            f"relay: warning: hook log {self.path} cannot be written ({exc}); not logging",
-            file=sys.stderr,
-        )
+        self.on_problem(f"hook log {self.path} cannot be written ({exc}); not logging")
+
+
+def _warn_on_stderr(message: str) -> None:
+    print(f"relay: warning: {message}", file=sys.stderr)

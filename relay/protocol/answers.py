@@ -6,10 +6,12 @@ approve/block) are folded into relay's meaning here, so the aggregator sees one 
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import msgspec
 
+from relay.protocol.decoding import JsonDecodeError, decode_json, json_type, split_validation_error
 from relay.protocol.dialects import Dialect
 from relay.protocol.output import (
     HOOK_OUTPUT_FIELDS,
@@ -25,7 +27,7 @@ PLAIN_TEXT_INJECTS: frozenset[str] = frozenset(
 """Events whose plain-text stdout is `inject`; for the rest it is `systemMessage`."""
 
 STDERR_LINES_IN_ERRORS = 5
-_json_decoder = msgspec.json.Decoder()
+STDERR_CHARS_IN_ERRORS = 2_000
 
 
 class Answer(msgspec.Struct, kw_only=True):
@@ -64,6 +66,8 @@ def first_lines(data: bytes | str, limit: int = STDERR_LINES_IN_ERRORS) -> str:
     text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
     lines = text.strip().splitlines()
     shown = "\n".join(lines[:limit])
+    if len(shown) > STDERR_CHARS_IN_ERRORS:  # one huge line is as bad as many
+        return shown[:STDERR_CHARS_IN_ERRORS] + "…"
     return shown + ("\n…" if len(lines) > limit else "")
 
 
@@ -75,18 +79,17 @@ def decode_output(stdout: bytes) -> tuple[dict[str, Any] | None, str | None]:
     if text[:1] not in b'{["0123456789-tfn':
         return None, text.decode("utf-8", "replace")
     try:
-        value = _json_decoder.decode(text)
-    except msgspec.DecodeError:
-        return None, text.decode("utf-8", "replace")
+        value = decode_json(text)
+    except JsonDecodeError as exc:
+        if exc.syntax:
+            return None, text.decode("utf-8", "replace")  # not JSON: plain text
+        raise ProtocolError(f"unreadable JSON: {exc}") from None
     if isinstance(value, str):
         # A JSON string whose content is a JSON object is decoded once more.
-        try:
-            inner = _json_decoder.decode(value.encode())
-        except msgspec.DecodeError:
-            inner = value
-        value = inner
+        with contextlib.suppress(JsonDecodeError):
+            value = decode_json(value.encode())
     if not isinstance(value, dict):
-        raise ProtocolError(f"hook output must be a JSON object, got {_json_type(value)}")
+        raise ProtocolError(f"hook output must be a JSON object, got {json_type(value)}")
     return value, None
 
 
@@ -107,8 +110,7 @@ def read_output(
     try:
         output = msgspec.convert(obj, HookOutput)
     except msgspec.ValidationError as exc:
-        message, _, path = str(exc).partition(" - at `")
-        raise ProtocolError(_lower_first(message), path.rstrip("`") or "$") from None
+        raise ProtocolError(*split_validation_error(exc)) from None
     return output, extra, warnings
 
 
@@ -116,7 +118,7 @@ def normalize(output: HookOutput, extra: dict[str, Any], warnings: list[str]) ->
     """Fold dialect spellings into relay's meaning."""
     decision = _relay_decision(output.decision)
     reason = output.reason
-    injects = [output.inject] if output.inject is not None else []
+    injects = [output.inject] if output.inject else []  # empty strings add nothing
     answer = Answer(
         output=output,
         stop=bool(output.stop),
@@ -134,7 +136,7 @@ def normalize(output: HookOutput, extra: dict[str, Any], warnings: list[str]) ->
             decision = specific.permissionDecision
             if specific.permissionDecisionReason is not None:
                 reason = specific.permissionDecisionReason
-        if specific.additionalContext is not None:
+        if specific.additionalContext:
             injects.append(specific.additionalContext)
         if specific.updatedInput is not None:
             answer.tool_input = specific.updatedInput
@@ -195,22 +197,6 @@ def _relay_decision(decision: str | None) -> Decision | None:
     if decision == "approve":
         return "allow"
     return decision  # type: ignore[return-value]
-
-
-def _json_type(value: object) -> str:
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, bool):
-        return "a boolean"
-    if value is None:
-        return "null"
-    return "a number"
-
-
-def _lower_first(text: str) -> str:
-    return text[:1].lower() + text[1:]
 
 
 def answer_from_value(

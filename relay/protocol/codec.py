@@ -9,10 +9,10 @@ from typing import Any
 
 import msgspec
 
+from relay.protocol.decoding import JsonDecodeError, decode_json, split_validation_error
 from relay.protocol.dialects import CLAUDE_PASS_THROUGH_MATCHERS, Dialect, canonical_name, wire_name
 from relay.protocol.events import EVENT_TYPES, Event, PassThrough
 
-_json_decoder = msgspec.json.Decoder()
 _json_encoder = msgspec.json.Encoder()
 _FIELD_NAMES: dict[type[Event], frozenset[str]] = {}
 
@@ -73,25 +73,45 @@ def make_event(
     try:
         event = msgspec.convert({key: value for key, value in data.items() if key in known}, cls)
     except msgspec.ValidationError as exc:
-        message, _, path = str(exc).partition(" - at `")
-        raise EventError(message[:1].lower() + message[1:], path.rstrip("`") or "$") from None
+        raise EventError(*split_validation_error(exc)) from None
+    except RecursionError:
+        raise EventError("nested too deeply") from None
+    _fill_base(event, canonical, cwd)
+    return EventEnvelope(event=event, extra=extra)
+
+
+def complete_event(event: Event, name: str, *, cwd: str | None = None) -> Event:
+    """A copy of a typed event with its name set and missing base fields filled in."""
+    copy = msgspec.structs.replace(event)
+    _fill_base(copy, canonical_name(name), cwd)
+    return copy
+
+
+def _fill_base(event: Event, canonical: str, cwd: str | None) -> None:
     event.hook_event_name = canonical
     if not event.session_id:
         event.session_id = uuid.uuid4().hex
     if not event.cwd:
-        event.cwd = cwd or os.getcwd()
+        event.cwd = cwd or _working_directory()
     if not event.timestamp:
         event.timestamp = utc_timestamp()
-    return EventEnvelope(event=event, extra=extra)
+
+
+def _working_directory() -> str:
+    try:
+        return os.getcwd()
+    except OSError:
+        raise EventError("the working directory no longer exists: give the event a cwd") from None
 
 
 def decode_event(name: str, raw: bytes, *, cwd: str | None = None) -> EventEnvelope:
     """Decode a JSON event object (possibly partial) sent by a host."""
+    raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark, as some editors write
     if not raw.strip():
         return make_event(name, cwd=cwd)
     try:
-        value = _json_decoder.decode(raw)
-    except msgspec.DecodeError as exc:
+        value = decode_json(raw)
+    except JsonDecodeError as exc:
         raise EventError(f"malformed JSON: {exc}") from None
     if not isinstance(value, dict):
         raise EventError("an event must be a JSON object")

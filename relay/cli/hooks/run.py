@@ -37,7 +37,9 @@ class HostCommand(click.Command):
     help="Add a settings file at user level (repeatable).",
 )
 @click.option(
-    "--cwd", type=click.Path(file_okay=False, path_type=Path), help="Find the project from here."
+    "--cwd",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Find the project from here.",
 )
 @click.option(
     "--dialect",
@@ -63,15 +65,17 @@ def run(
     from relay.protocol.dialects import UnknownEventError
     from relay.protocol.render import render_for_host
 
-    raw = b"" if sys.stdin.isatty() else sys.stdin.buffer.read()
+    # stdin may be a terminal (not read) or closed altogether (`<&-`): both are "no event".
+    raw = b"" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.buffer.read()
     try:
         envelope = decode_event(event, raw, cwd=str(cwd.resolve()) if cwd else None)
     except UnknownEventError as exc:
         raise InputError(str(exc), source="EVENT") from None
     except EventError as exc:
         raise InputError(str(exc), path=exc.path) from None
-    start = cwd or Path(envelope.event.cwd if os.path.isdir(envelope.event.cwd) else os.getcwd())
-    system = HookSystem(cwd=start, settings=settings_files)
+    # The project is found from --cwd, else the event's cwd, else here (DESIGN §5).
+    start = cwd or (Path(envelope.event.cwd) if os.path.isdir(envelope.event.cwd) else None)
+    system = HookSystem(cwd=start, settings=settings_files, quiet=True)
     system.initialize()
     try:
         result = system.run(envelope.name, envelope)

@@ -27,6 +27,12 @@ def _toggle(name: str, scope: str | None, cwd: Path | None, *, disabled: bool) -
         "not-disabled": f"{name} is not disabled in {result.file}; nothing changed",
     }
     click.echo(messages[result.action])
+    if result.outside_project:
+        click.echo(
+            f"relay: warning: {name} is a user or system hook, which project settings cannot "
+            f"turn off; it still runs. Use: relay hooks disable {name} --scope user",
+            err=True,
+        )
     for other in result.still_disabled_by:
         # hooksConfig.disabled is joined over every file: one entry anywhere keeps it off.
         click.echo(f"relay: warning: {name} is still disabled in {other}", err=True)
