@@ -103,3 +103,20 @@ def test_typed_event_struct_is_accepted_by_fire(tmp_path: Path) -> None:
         system.fire, "BeforeTool", BeforeTool(tool_name="Bash", tool_input={"command": "ls"})
     )
     assert result.inject == "ls"
+
+
+def test_request_timeout_covers_the_hook_run(tmp_path: Path) -> None:
+    import time
+
+    from relay.engine.bus import BusError
+
+    (tmp_path / ".git").mkdir()
+    system = HookSystem(cwd=tmp_path, telemetry=False)
+    system.register_command("SessionStart", "sleep 5", name="slow")
+    bus = MessageBus()
+    attach(bus, system)
+    started = time.monotonic()
+    with pytest.raises(BusError, match="no response to SessionStart request"):
+        request_with = HookExecutionRequest(eventName="SessionStart", input={})
+        anyio.run(lambda: bus.request(request_with, timeout=0.3))
+    assert time.monotonic() - started < 2.5  # the hook was cancelled, its process killed

@@ -37,9 +37,7 @@ def discover(cwd: Path | None = None, extra: Sequence[Path] = ()) -> list[tuple[
     ]
     for path in extra:
         # Named on the command line: a missing file is a mistake, not an absent layer.
-        if not path.expanduser().exists():
-            raise SettingsError("settings file not found", file=str(path))
-        if not path.expanduser().is_file():
+        if not _is_file(path.expanduser(), named=True):
             raise SettingsError("not a file", file=str(path))
         candidates.append((path.expanduser().absolute(), "settings"))
     root = find_project_root(start)
@@ -49,7 +47,7 @@ def discover(cwd: Path | None = None, extra: Sequence[Path] = ()) -> list[tuple[
     found: list[tuple[Path, Scope]] = []
     seen: set[Path] = set()
     for path, scope in candidates:
-        if not path.is_file():
+        if not _is_file(path):
             continue
         # The same file reached twice (RELAY_HOME inside a project, a --settings that is the
         # user file) is loaded once, at its first, most trusted, place.
@@ -65,3 +63,15 @@ def load_settings(cwd: Path | None = None, extra: Sequence[Path] = ()) -> Settin
     start = Path(os.getcwd()) if cwd is None else cwd
     files = [load_settings_file(path, scope) for path, scope in discover(start, extra)]
     return SettingsSet(root=find_project_root(start), files=files)
+
+
+def _is_file(path: Path, *, named: bool = False) -> bool:
+    """Whether a settings file is there; one we may not look at is an error naming it."""
+    try:
+        if named and not path.exists():
+            raise SettingsError("settings file not found", file=str(path))
+        return path.is_file()
+    except OSError as exc:  # e.g. PermissionError on a folder on the way
+        raise SettingsError(
+            f"cannot read settings file: {exc.strerror or exc}", file=str(path)
+        ) from None

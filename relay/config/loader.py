@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
+from relay.config.matcher import matcher_problem
 from relay.config.model import (
     MILLISECOND_SUSPECT,
     ConfigWarning,
@@ -27,6 +28,7 @@ from relay.config.model import (
     Settings,
 )
 from relay.errors import SettingsError
+from relay.protocol.decoding import split_validation_error
 from relay.protocol.dialects import known_event_names
 
 Segment = str | int
@@ -36,7 +38,6 @@ FieldPath = tuple[Segment, ...]
 BUILTIN_NAMESPACES: frozenset[str] = frozenset({"relay", "memory"})
 IGNORED_TOP_LEVEL_KEYS: frozenset[str] = frozenset({"$schema"})
 
-_EXACT_NAMES = re.compile(r"[A-Za-z0-9_\- ,|]*")
 _NAMESPACE = re.compile(r"[a-z][a-z0-9_-]*")
 _PLAIN_KEY = re.compile(r"[A-Za-z_$][A-Za-z0-9_$-]*")
 _SIGNAL_NAMES: frozenset[str] = frozenset(signal.Signals.__members__)
@@ -132,8 +133,13 @@ def decode_document(data: bytes, *, file: str) -> tuple[str, Any]:
         return text, _EMPTY
     try:
         return text, msgspec.json.decode(data)
+    except msgspec.ValidationError as exc:  # a value msgspec cannot hold, e.g. 1e400
+        message, _ = split_validation_error(exc)
+        raise SettingsError(f"invalid JSON: {message}", file=file) from None
     except msgspec.DecodeError as exc:
         raise _malformed(exc, data, file) from None
+    except RecursionError:
+        raise SettingsError("invalid JSON: nested too deeply", file=file) from None
 
 
 def decode_text(data: bytes, *, file: str) -> str:
@@ -171,13 +177,7 @@ def _read_bytes(path: Path) -> bytes:
 
 def validate_matcher(matcher: str) -> str | None:
     """Why a matcher cannot be used, or None when it is fine."""
-    if matcher == "*" or _EXACT_NAMES.fullmatch(matcher):
-        return None
-    try:
-        re.compile(matcher)
-    except re.error as exc:
-        return f"invalid regular expression {matcher!r}: {exc}"
-    return None
+    return matcher_problem(matcher)
 
 
 def render_path(path: FieldPath) -> str:

@@ -44,8 +44,11 @@ class HookEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
     @property
     def display_name(self) -> str:
         """The hook's name: `name`, else the command string."""
-        if self.name:
-            return self.name
+        return self.name or self.command_line
+
+    @property
+    def command_line(self) -> str:
+        """The command as one line: `command`, with `args` after it in exec form."""
         return " ".join([self.command, *self.args]) if self.args else self.command
 
 

@@ -45,6 +45,15 @@ def find_project_root(start: Path) -> Path | None:
     here = Path(os.path.abspath(start.expanduser()))
     for folder in (here, *here.parents):
         # `.git` may be a file: worktrees and submodules point to their git dir with one.
-        if (folder / PROJECT_DIR_NAME).is_dir() or (folder / ".git").exists():
+        if _present(folder / PROJECT_DIR_NAME, folder=True) or _present(folder / ".git"):
             return folder
     return None
+
+
+def _present(path: Path, *, folder: bool = False) -> bool:
+    # Python 3.11's is_dir()/exists() raise PermissionError for a folder we may not enter:
+    # such a folder cannot be a project we can use, so it does not count.
+    try:
+        return path.is_dir() if folder else path.exists()
+    except OSError:
+        return False

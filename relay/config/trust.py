@@ -68,7 +68,7 @@ def project_scripts(entry: HookEntry, root: Path) -> dict[str, str]:
 def describe_hook(event: str, matcher: str | None, entry: HookEntry) -> str:
     """One line that tells a person which hook this is."""
     where = f"{event}[{matcher}]" if matcher not in (None, "", "*") else event
-    command = " ".join([entry.command, *entry.args]) if entry.args else entry.command
+    command = entry.command_line
     if entry.name and entry.name != command:
         return f"{where}: {entry.name}: {command}"
     return f"{where}: {command}"

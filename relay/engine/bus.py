@@ -104,8 +104,9 @@ class MessageBus:
         responses: list[HookExecutionResponse] = []
         self._waiting[request.correlationId] = (arrived, responses)
         try:
-            await self.publish(request)
+            # Publishing runs the handler inline, so it belongs inside the time limit too.
             with anyio.move_on_after(timeout):
+                await self.publish(request)
                 await arrived.wait()
         finally:
             del self._waiting[request.correlationId]

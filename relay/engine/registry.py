@@ -9,7 +9,9 @@ from typing import Any
 import msgspec
 
 from relay.config.discovery import SettingsSet
+from relay.config.matcher import Matcher
 from relay.config.model import (
+    DEFAULT_TIMEOUT,
     SCOPE_ORDER,
     TRUST_REQUIRED,
     HookEntry,
@@ -18,7 +20,6 @@ from relay.config.model import (
     Settings,
 )
 from relay.config.trust import TrustStore, fingerprint
-from relay.engine.planner import Matcher
 from relay.protocol.dialects import Dialect, UnknownEventError, canonical_name, registered_dialect
 
 PythonHandler = Callable[..., Any]
@@ -56,12 +57,8 @@ class RegisteredHook(msgspec.Struct, kw_only=True):
     def command(self) -> str:
         """The command as written (a Python hook's qualified name)."""
         if self.entry is not None:
-            return (
-                " ".join([self.entry.command, *self.entry.args])
-                if self.entry.args
-                else self.entry.command
-            )
-        return getattr(self.handler, "__qualname__", repr(self.handler))
+            return self.entry.command_line
+        return str(getattr(self.handler, "__qualname__", repr(self.handler)))
 
     @property
     def runnable(self) -> bool:
@@ -168,7 +165,7 @@ def runtime_hook(
     position: int,
     matcher: str | None = None,
     name: str | None = None,
-    timeout: float = 60.0,
+    timeout: float = DEFAULT_TIMEOUT,
     sequential: bool = False,
     fail_closed: bool = False,
 ) -> RegisteredHook:

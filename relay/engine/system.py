@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from relay.config.discovery import SettingsSet, load_settings
-from relay.config.model import HookEntry
+from relay.config.model import DEFAULT_TIMEOUT, HookEntry
 from relay.config.paths import find_project_root
 from relay.config.trust import TrustStore
 from relay.engine.aggregator import TOOL_INPUT_EVENTS, HookOutcome, aggregate
@@ -103,11 +104,13 @@ class HookSystem:
         *,
         matcher: str | None = None,
         name: str | None = None,
-        timeout: float = 60.0,
+        timeout: float = DEFAULT_TIMEOUT,
         sequential: bool = False,
         fail_closed: bool = False,
     ) -> None:
         """Register an in-process hook: `handler(event)` returns a dict, HookOutput, str or None."""
+        if not math.isfinite(timeout) or timeout <= 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
         self._runtime.append(
             runtime_hook(
                 event,
@@ -131,10 +134,12 @@ class HookSystem:
         args: Sequence[str] | None = None,
         matcher: str | None = None,
         name: str | None = None,
-        timeout: float = 60.0,
+        timeout: float = DEFAULT_TIMEOUT,
         fail_closed: bool = False,
     ) -> RegisteredHook:
         """Register a command hook from Python (not from a file): trusted, first in plan order."""
+        if not math.isfinite(timeout) or timeout <= 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
         entry = HookEntry(
             command=command,
             args=list(args) if args is not None else None,

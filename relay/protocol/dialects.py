@@ -7,7 +7,6 @@ from typing import Literal
 from relay.protocol.events import CANONICAL_EVENTS, MATCHER_FIELDS
 
 Dialect = Literal["relay", "claude", "gemini"]
-DIALECTS: tuple[Dialect, ...] = ("relay", "claude", "gemini")
 
 CLAUDE_ALIASES: dict[str, str] = {
     "BeforeAgent": "UserPromptSubmit",
@@ -19,9 +18,6 @@ CLAUDE_ALIASES: dict[str, str] = {
 """Canonical name -> the Claude Code name of the same event, where they differ."""
 
 CANONICAL_OF_CLAUDE: dict[str, str] = {alias: name for name, alias in CLAUDE_ALIASES.items()}
-
-SHARED_NAMES: frozenset[str] = frozenset({"SessionStart", "SessionEnd", "Notification"})
-"""Names both dialects use: read as relay (DESIGN §2)."""
 
 CLAUDE_PASS_THROUGH_MATCHERS: dict[str, str | None] = {
     "PermissionRequest": "tool_name",
@@ -74,12 +70,6 @@ def registered_dialect(registered_name: str) -> Dialect:
     if registered_name in CANONICAL_OF_CLAUDE or registered_name in CLAUDE_PASS_THROUGH_MATCHERS:
         return "claude"
     return "relay"
-
-
-def registration_names(canonical: str) -> tuple[str, ...]:
-    """The names under which hooks for this canonical event may be registered."""
-    alias = CLAUDE_ALIASES.get(canonical)
-    return (canonical, alias) if alias else (canonical,)
 
 
 def wire_name(canonical: str, dialect: Dialect) -> str:
