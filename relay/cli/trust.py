@@ -7,11 +7,13 @@ from pathlib import Path
 
 import click
 
+from relay.cli.options import cwd_option
+
 
 @click.command()
 @click.option("--yes", "-y", is_flag=True, help="Trust without asking.")
 @click.option("--revoke", is_flag=True, help="Forget every trusted hook of this project.")
-@click.option("--cwd", type=click.Path(file_okay=False, path_type=Path), help="Project to act on.")
+@cwd_option
 def trust(yes: bool, revoke: bool, cwd: Path | None) -> None:
     """List this project's hooks and record them as trusted.
 

@@ -28,6 +28,7 @@ from relay.config.loader import (
 from relay.config.model import TRUST_REQUIRED, HookEntry, Scope, Settings
 from relay.config.paths import PROJECT_DIR_NAME, find_project_root, relay_home
 from relay.errors import RelayError, SettingsError
+from relay.protocol.decoding import json_type_name
 
 ToggleScope = Literal["user", "project", "local"]
 ToggleAction = Literal["disabled", "enabled", "already-disabled", "not-disabled"]
@@ -287,7 +288,7 @@ def _editable(text: str, file: str) -> JsonText:
     document = JsonText(text, file=file)
     if not isinstance(document.value, dict):
         raise SettingsError(
-            f"cannot edit: expected a JSON object, got {_json_type(document.value)}",
+            f"cannot edit: expected a JSON object, got {json_type_name(document.value)}",
             file=file,
             line=1,
             column=1,
@@ -310,10 +311,10 @@ def _member(document: JsonText, path: FieldPath, expected: str) -> object:
     if not document.has(path):
         return None
     value: object = document.at(path)
-    if _json_type(value) != expected:
+    if json_type_name(value) != expected:
         line, column = document.location(path)
         raise SettingsError(
-            f"cannot edit: expected {expected}, got {_json_type(value)}",
+            f"cannot edit: expected {expected}, got {json_type_name(value)}",
             file=document.file,
             path=render_path(path),
             line=line,
@@ -331,18 +332,6 @@ def _checked(document: JsonText, expected: Any, before: str) -> str:
     if len(after.errors) > errors_before:
         raise after.errors[0]
     return document.text
-
-
-def _json_type(value: object) -> str:
-    if isinstance(value, dict):
-        return "object"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, bool):
-        return "boolean"
-    return "null" if value is None else "number"
 
 
 # --- files ---------------------------------------------------------------------------------

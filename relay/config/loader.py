@@ -28,7 +28,7 @@ from relay.config.model import (
     Settings,
 )
 from relay.errors import SettingsError
-from relay.protocol.decoding import split_validation_error
+from relay.protocol.decoding import json_type_name, split_validation_error
 from relay.protocol.dialects import known_event_names
 
 Segment = str | int
@@ -215,7 +215,7 @@ class _SettingsReader:
         origin = typing.get_origin(kind)
         if origin is list:
             if not isinstance(value, list):
-                return self._fail(path, f"expected array, got {_json_type(value)}")
+                return self._fail(path, f"expected array, got {json_type_name(value)}")
             (item_kind,) = typing.get_args(kind)
             items = [self.convert(item, item_kind, (*path, i)) for i, item in enumerate(value)]
             if any(item is _INVALID for item in items):
@@ -223,7 +223,7 @@ class _SettingsReader:
             return [item for item in items if item is not _SKIP]
         if origin is dict:
             if not isinstance(value, dict):
-                return self._fail(path, f"expected object, got {_json_type(value)}")
+                return self._fail(path, f"expected object, got {json_type_name(value)}")
             _, item_kind = typing.get_args(kind)
             entries = {
                 key: self.convert(item, item_kind, (*path, key)) for key, item in value.items()
@@ -244,7 +244,7 @@ class _SettingsReader:
 
     def _convert_struct(self, value: Any, kind: type[msgspec.Struct], path: FieldPath) -> Any:
         if not isinstance(value, dict):
-            return self._fail(path, f"expected object, got {_json_type(value)}")
+            return self._fail(path, f"expected object, got {json_type_name(value)}")
         if kind is HookEntry and self._is_skipped_entry(value, path):
             return _SKIP
         if kind is Settings:
@@ -377,7 +377,7 @@ class _SettingsReader:
         if missing:
             return self._error(path, f"missing required field {missing.group(1)!r}")
         if not suffix:
-            message = re.sub(r"got `[^`]*`", f"got {_json_type(value)}", message)
+            message = re.sub(r"got `[^`]*`", f"got {json_type_name(value)}", message)
         message = re.sub(r"`([^`]*)`", _type_words, message)
         message = re.sub(r"(\d+)\.0\b", r"\1", message)
         if ", got" not in message and not suffix and not isinstance(value, dict | list):
@@ -506,20 +506,6 @@ def _line_column(data: bytes, offset: int) -> tuple[int, int]:
 
 def _is_struct(kind: Any) -> bool:
     return isinstance(kind, type) and issubclass(kind, msgspec.Struct)
-
-
-def _json_type(value: object) -> str:
-    if isinstance(value, dict):
-        return "object"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, bool):
-        return "boolean"
-    if value is None:
-        return "null"
-    return "number"
 
 
 def _type_words(match: re.Match[str]) -> str:

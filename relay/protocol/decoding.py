@@ -38,16 +38,22 @@ def split_validation_error(exc: msgspec.ValidationError) -> tuple[str, str]:
     return message[:1].lower() + message[1:], path.rstrip("`") or "$"
 
 
-def json_type(value: object) -> str:
-    """The JSON type of a decoded value, in words: an object, an array, a string, …"""
+def json_type_name(value: object) -> str:
+    """The JSON type of a decoded value: object, array, string, boolean, null or number."""
     if isinstance(value, dict):
-        return "an object"
+        return "object"
     if isinstance(value, list):
-        return "an array"
+        return "array"
     if isinstance(value, str):
-        return "a string"
+        return "string"
     if isinstance(value, bool):
-        return "a boolean"
-    if value is None:
-        return "null"
-    return "a number"
+        return "boolean"
+    return "null" if value is None else "number"
+
+
+def json_type(value: object) -> str:
+    """The JSON type of a decoded value with its article: an object, an array, … null."""
+    name = json_type_name(value)
+    if name == "null":
+        return name
+    return ("an " if name[0] in "aeiou" else "a ") + name

@@ -7,6 +7,8 @@ from typing import cast
 
 import click
 
+from relay.cli.options import cwd_option
+
 
 @click.command("import")
 @click.option(
@@ -23,7 +25,7 @@ import click
     type=click.Path(dir_okay=False, path_type=Path),
     help="Read this file (repeatable) instead of the project's .claude/ or .gemini/ settings.",
 )
-@click.option("--cwd", type=click.Path(file_okay=False, path_type=Path), help="Project to act on.")
+@cwd_option
 @click.option(
     "--write",
     is_flag=True,

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 import click
 import msgspec
 
+from relay.cli.options import cwd_option, settings_option
+
 if TYPE_CHECKING:
     from relay.engine.registry import Registry
 
@@ -64,16 +66,8 @@ def hook_rows(registry: Registry, event: str | None = None) -> list[HookRow]:
 
 @click.command("list")
 @click.option("--event", help="Only this event's hooks (canonical or Claude Code name).")
-@click.option(
-    "--cwd", type=click.Path(file_okay=False, path_type=Path), help="Find the project from here."
-)
-@click.option(
-    "--settings",
-    "settings_files",
-    multiple=True,
-    type=click.Path(path_type=Path),
-    help="Add a settings file at user level (repeatable).",
-)
+@cwd_option
+@settings_option
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of hooks.")
 def list_hooks(
     event: str | None, cwd: Path | None, settings_files: tuple[Path, ...], as_json: bool

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 import click
 import msgspec
 
+from relay.cli.options import cwd_option, settings_option
+
 if TYPE_CHECKING:
     from relay.engine.hooklog import LoggedCall, LoggedEvent
     from relay.engine.replay import Change, Replay
@@ -53,16 +55,8 @@ def log(limit: int, event: str | None, hook: str | None, failed: bool, as_json: 
 
 @click.command("replay")
 @click.argument("event_id", metavar="ID", type=int)
-@click.option(
-    "--cwd", type=click.Path(file_okay=False, path_type=Path), help="Find the project from here."
-)
-@click.option(
-    "--settings",
-    "settings_files",
-    multiple=True,
-    type=click.Path(path_type=Path),
-    help="Add a settings file at user level (repeatable).",
-)
+@cwd_option
+@settings_option
 @click.option("--json", "as_json", is_flag=True, help='Print {"id", "before", "after", "changes"}.')
 def replay(
     event_id: int, cwd: Path | None, settings_files: tuple[Path, ...], as_json: bool

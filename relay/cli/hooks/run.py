@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from relay.cli.options import cwd_option, settings_option
+
 DIALECT_CHOICE = click.Choice(["relay", "claude", "gemini"])
 
 
@@ -29,18 +31,8 @@ class HostCommand(click.Command):
 
 @click.command("run", cls=HostCommand)
 @click.argument("event")
-@click.option(
-    "--settings",
-    "settings_files",
-    multiple=True,
-    type=click.Path(path_type=Path),
-    help="Add a settings file at user level (repeatable).",
-)
-@click.option(
-    "--cwd",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="Find the project from here.",
-)
+@settings_option
+@cwd_option
 @click.option(
     "--dialect",
     type=DIALECT_CHOICE,

@@ -12,6 +12,7 @@ from typing import IO, Any
 
 import click
 
+from relay.cli.options import cwd_option, settings_option
 from relay.engine.trial import EXPECTATIONS
 
 SHOWN_LINES = 12
@@ -42,18 +43,8 @@ SHOWN_CHARS = 1200
     "--expect", type=click.Choice(EXPECTATIONS), help="Exit 1 unless the merged result is this."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print everything as one JSON object.")
-@click.option(
-    "--settings",
-    "settings_files",
-    multiple=True,
-    type=click.Path(path_type=Path),
-    help="Add a settings file (repeatable).",
-)
-@click.option(
-    "--cwd",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Project directory (default: here).",
-)
+@settings_option
+@cwd_option
 @click.pass_context
 def test(
     ctx: click.Context,

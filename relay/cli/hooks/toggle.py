@@ -7,6 +7,8 @@ from typing import cast
 
 import click
 
+from relay.cli.options import cwd_option
+
 SCOPE_CHOICE = click.Choice(["user", "project", "local"])
 
 
@@ -48,7 +50,7 @@ _SCOPE_HELP = (
 @click.command("disable")
 @click.argument("name")
 @click.option("--scope", type=SCOPE_CHOICE, help=_SCOPE_HELP)
-@click.option("--cwd", type=click.Path(file_okay=False, path_type=Path), help="Project to act on.")
+@cwd_option
 def disable(name: str, scope: str | None, cwd: Path | None) -> None:
     """Stop the hook named NAME from running: add it to hooksConfig.disabled.
 
@@ -60,7 +62,7 @@ def disable(name: str, scope: str | None, cwd: Path | None) -> None:
 @click.command("enable")
 @click.argument("name")
 @click.option("--scope", type=SCOPE_CHOICE, help=_SCOPE_HELP)
-@click.option("--cwd", type=click.Path(file_okay=False, path_type=Path), help="Project to act on.")
+@cwd_option
 def enable(name: str, scope: str | None, cwd: Path | None) -> None:
     """Let the hook named NAME run again: remove it from hooksConfig.disabled.
 

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 import click
 import msgspec
 
+from relay.cli.options import cwd_option
+
 if TYPE_CHECKING:
     from relay.config.loader import SettingsReport
     from relay.errors import SettingsError
@@ -34,11 +36,7 @@ class _Output(msgspec.Struct):
 
 @click.command("validate")
 @click.argument("files", nargs=-1, type=click.Path(path_type=Path))
-@click.option(
-    "--cwd",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Find the settings files from here (default: the working directory).",
-)
+@cwd_option
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
 @click.pass_context
 def validate(ctx: click.Context, files: tuple[Path, ...], cwd: Path | None, as_json: bool) -> None:
