@@ -15,4 +15,5 @@ def relay_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("RELAY_HOME", str(home))
     monkeypatch.setenv("RELAY_SYSTEM_SETTINGS", str(tmp_path / "no-system-settings.json"))
     monkeypatch.delenv("RELAY_DEBUG", raising=False)
+    monkeypatch.delenv("RELAY_SETTINGS", raising=False)
     return home

@@ -656,3 +656,20 @@ def test_a_bad_file_in_the_set_names_that_file(project: Path, relay_home: Path) 
         load_settings(project)
     assert caught.value.file == str(bad)
     assert (caught.value.line, caught.value.column) == (1, 27)
+
+
+def test_relay_settings_variable_adds_files_before_settings_options(
+    tmp_path: Path, relay_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from relay.config.discovery import discover
+
+    first, second, given = (tmp_path / f"{name}.json" for name in ("first", "second", "given"))
+    for path in (first, second, given):
+        path.write_text("{}")
+    monkeypatch.setenv("RELAY_SETTINGS", f"{first}{os.pathsep}{second}")
+    found = discover(tmp_path, [given])
+    assert [(path.name, scope) for path, scope in found] == [
+        ("first.json", "settings"),
+        ("second.json", "settings"),
+        ("given.json", "settings"),
+    ]

@@ -28,6 +28,17 @@ class SettingsSet(msgspec.Struct, kw_only=True):
         return [warning for loaded in self.files for warning in loaded.warnings]
 
 
+SETTINGS_VARIABLE = "RELAY_SETTINGS"
+"""Extra settings files (os.pathsep-separated), as if given with --settings first. `relay
+run` sets it for the agent, so hooks the wrapped agent runs see the session's settings."""
+
+
+def settings_from_environment() -> list[Path]:
+    """The files named by $RELAY_SETTINGS."""
+    value = os.environ.get(SETTINGS_VARIABLE, "")
+    return [Path(part) for part in value.split(os.pathsep) if part]
+
+
 def discover(cwd: Path | None = None, extra: Sequence[Path] = ()) -> list[tuple[Path, Scope]]:
     """The settings files that exist for `cwd`, with their scopes, in merge order."""
     start = Path(os.getcwd()) if cwd is None else cwd
@@ -35,7 +46,7 @@ def discover(cwd: Path | None = None, extra: Sequence[Path] = ()) -> list[tuple[
         (system_settings_path(), "system"),
         (relay_home() / "settings.json", "user"),
     ]
-    for path in extra:
+    for path in [*settings_from_environment(), *extra]:
         # Named on the command line: a missing file is a mistake, not an absent layer.
         if not _is_file(path.expanduser(), named=True):
             raise SettingsError("not a file", file=str(path))

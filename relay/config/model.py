@@ -79,6 +79,11 @@ class SessionConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
     """`relay run` timings."""
 
     idleSeconds: Annotated[float, Meta(gt=0)] = 30.0
+    """Quiet seconds before Idle fires (once per quiet period)."""
+    injectQuietMs: Annotated[int, Meta(ge=0)] = 500
+    """The agent's output must be quiet this long before relay types into it."""
+    endGraceSeconds: Annotated[float, Meta(ge=0)] = 5.0
+    """On a stop: how long to wait for the agent to go quiet after SessionEnd's inject."""
 
 
 class LogConfig(msgspec.Struct, kw_only=True, omit_defaults=True):

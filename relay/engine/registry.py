@@ -226,7 +226,8 @@ def _hooks_of_file(
                     event="PatternMatch",
                     canonical="PatternMatch",
                     matcher=Matcher(namespace),
-                    sequential=False,
+                    # A namespace's handlers run in order and `stop` ends the chain (§8).
+                    sequential=True,
                     scope=scope,
                     file=file,
                     order=(SCOPE_ORDER[scope], file_index, _PATTERN_GROUPS + pattern_index, 0),
