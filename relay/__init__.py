@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         HookSpecificOutput,
         ToolConfig,
     )
+    from relay.session.wrapper import Relay
 
 _EVENTS = [
     "AfterAgent", "AfterModel", "AfterTool", "BeforeAgent", "BeforeModel", "BeforeTool",
@@ -55,6 +56,7 @@ _OUTPUTS = [
 ]
 _WHERE: dict[str, str] = {
     "HookSystem": "relay.engine.system",
+    "Relay": "relay.session.wrapper",
     "InputError": "relay.errors",
     "RelayError": "relay.errors",
     "SettingsError": "relay.errors",
@@ -85,6 +87,7 @@ __all__ = [
     "PassThrough",
     "PatternMatch",
     "PreCompress",
+    "Relay",
     "RelayError",
     "SessionEnd",
     "SessionStart",

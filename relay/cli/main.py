@@ -16,6 +16,9 @@ from relay.cli.lazy import LazyGroup
 COMMANDS: dict[str, tuple[str, str]] = {
     "hooks": ("relay.cli.hooks", "hooks"),
     "trust": ("relay.cli.trust", "trust"),
+    "run": ("relay.cli.session", "run"),
+    "sessions": ("relay.cli.session", "sessions_command"),
+    "stop": ("relay.cli.session", "stop_command"),
 }
 
 

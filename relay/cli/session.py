@@ -1,0 +1,83 @@
+"""`relay run`, `relay sessions`, `relay stop`: wrap an agent CLI, list and stop sessions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from relay.cli.options import cwd_option, settings_option
+
+
+@click.command(
+    "run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}
+)
+@click.option(
+    "--name", help="The agent's name (default: the command's name); unique among live sessions."
+)
+@settings_option
+@cwd_option
+@click.option("--headless", is_flag=True, help="Process output line by line even on a terminal.")
+@click.option(
+    "--idle-seconds",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Quiet seconds before Idle fires.",
+)
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.pass_context
+def run(
+    ctx: click.Context,
+    *,
+    name: str | None,
+    settings_files: tuple[Path, ...],
+    cwd: Path | None,
+    headless: bool,
+    idle_seconds: float | None,
+    command: tuple[str, ...],
+) -> None:
+    """Run COMMAND (an agent CLI) in a PTY with relay's hooks and directives.
+
+    Example: relay run --name Alice -- claude
+    """
+    from relay.session.wrapper import Relay
+
+    relay = Relay(
+        name=name,
+        settings=settings_files,
+        cwd=cwd,
+        headless=headless or None,
+        idle_seconds=idle_seconds,
+    )
+    ctx.exit(relay.wrap(list(command)))
+
+
+@click.command("sessions")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+def sessions_command(as_json: bool) -> None:
+    """List running `relay run` sessions."""
+    import msgspec
+
+    from relay.session.sessions import list_sessions
+
+    records = list_sessions()
+    if as_json:
+        click.echo(json.dumps(msgspec.to_builtins(records)))
+        return
+    if not records:
+        click.echo("no relay sessions running")
+        return
+    for record in records:
+        click.echo(
+            f"{record.name:16} pid {record.pid:<7} {record.started}  {' '.join(record.command)}  ({record.cwd})"
+        )
+
+
+@click.command("stop")
+@click.argument("name")
+def stop_command(name: str) -> None:
+    """Ask the session NAME to end (SessionEnd with reason `stop`)."""
+    from relay.session.sessions import stop
+
+    record = stop(name)
+    click.echo(f"asked {record.name} (pid {record.pid}) to stop")

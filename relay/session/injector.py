@@ -1,0 +1,339 @@
+"""Typing text into the wrapped agent without trampling the human (DESIGN §9).
+
+Earlier wrappers typed over what the human was writing, typed before the agent was
+ready, and lost or doubled messages. The Injector delivers a FIFO queue one text at a
+time, and only when the agent's output has been quiet for `quiet_ms` (it has drawn its
+prompt and is waiting) and the human has no half-typed line. It never erases the
+human's line to make room: it waits until the human submits or clears it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+
+import anyio
+
+PASTE_START = b"\x1b[200~"
+PASTE_END = b"\x1b[201~"
+
+# DECSET / DECRST with any parameter list (ESC [ ? 2004 h, ESC [ ? 1049 ; 2004 l), or
+# a full reset (ESC c), which turns every mode off.
+_PRIVATE_MODE = re.compile(rb"\x1b\[\?([0-9;]*)([hl])|\x1bc")
+# The start of a private mode sequence that the next chunk may complete.
+_PRIVATE_MODE_PREFIX = re.compile(rb"\x1b(?:\[(?:\?[0-9;]*)?)?\Z")
+_PREFIX_LIMIT = 64  # longer than any real mode list; bounds the carried tail
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+# C0 controls except tab and line breaks, DEL, C1 controls: an injected ESC could end a
+# bracketed paste early and turn the rest of the text into keystrokes.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+_MIN_CHUNK = len(PASTE_END) + 4  # a marker and the longest UTF-8 character fit
+
+Exclusive = Callable[[], AbstractAsyncContextManager[object]]
+
+
+@dataclass
+class _Message:
+    text: str
+    key: str | None
+
+
+class Injector:
+    """Types queued texts into the agent, one at a time, when the agent and the human are both idle.
+
+    Feed it what the agent prints (`observe_output`) and what the human types
+    (`observe_input`); `submit` texts; keep `run` running in a task.
+
+    Readiness: the agent has printed something (unless `await_first_output` is False:
+    an agent is not ready before it draws its prompt), then nothing for `quiet_ms`, and
+    no partial human line is pending. A delivery counts as activity too, so the next
+    text waits another `quiet_ms`, for the agent's reaction.
+
+    Delivery: with bracketed paste on (the agent printed ESC[?2004h), ESC[200~ + text +
+    ESC[201~, line breaks sent as CR like a terminal's paste; without it, every line
+    break (CRLF, CR or LF) becomes one space, so the text is one line that one Enter
+    submits and no line of it can be submitted early; tabs become spaces too (a tab
+    would trigger completion). Control characters are removed from the text in both
+    modes, and trailing line breaks dropped. Then, after `enter_delay_ms`, `enter` in a
+    write of its own: agents that detect pastes by timing would otherwise take it for
+    a newline inside the paste. Bytes are written in chunks of at most `chunk_size`
+    (never splitting a UTF-8 character or a paste marker), `pace_ms` apart.
+
+    With `exclusive` (for example `AgentPty.exclusive_input`), the whole delivery holds
+    the agent's input, so keys the human types meanwhile arrive after the Enter instead
+    of inside the text; readiness is checked again once it is held.
+
+    Bookkeeping: `delivered` lists the texts as sent, in order, and `on_delivered(text,
+    key)` is called after each Enter is written (for the transcript, or to acknowledge a
+    message only once the agent has it). A delivery that fails or is cancelled before
+    its first write returned stays queued; one that fails or is cancelled later is
+    dropped, neither retried nor reported: part of it was typed, and typing it again
+    would double it.
+    """
+
+    def __init__(
+        self,
+        write: Callable[[bytes], Awaitable[None]],
+        *,
+        quiet_ms: int = 500,
+        chunk_size: int = 512,
+        pace_ms: int = 10,
+        enter: bytes = b"\r",
+        enter_delay_ms: int = 100,
+        await_first_output: bool = True,
+        exclusive: Exclusive | None = None,
+        on_delivered: Callable[[str, str | None], None] | None = None,
+    ) -> None:
+        """An injector writing through `write` (typically `AgentPty.write`)."""
+        if chunk_size < _MIN_CHUNK:
+            raise ValueError(f"chunk_size must be at least {_MIN_CHUNK} bytes, got {chunk_size}")
+        self._write = write
+        self._quiet = quiet_ms / 1000
+        self._chunk_size = chunk_size
+        self._pace = pace_ms / 1000
+        self._enter = enter
+        self._enter_delay = enter_delay_ms / 1000
+        self._exclusive = exclusive
+        self._on_delivered = on_delivered
+        self.delivered: list[str] = []
+        self._queue: deque[_Message] = deque()
+        self._keys: set[str] = set()
+        self._last_activity = time.monotonic()
+        self._output_seen = not await_first_output
+        self._bracketed_paste = False
+        self._output_tail = b""
+        self._line = _HumanLine()
+        self._changed: anyio.Event | None = None
+        self._running = False
+
+    # ---- what relay sees
+
+    def observe_output(self, data: bytes) -> None:
+        """Agent output seen: restart the quiet timer; track bracketed paste mode."""
+        if not data:
+            return
+        self._last_activity = time.monotonic()
+        self._output_seen = True
+        self._scan_modes(data)
+        self._notify()
+
+    def observe_input(self, data: bytes) -> None:
+        """The human's keys, as relay passes them to the agent: track whether a partial line is pending."""
+        if data:
+            self._line.feed(data)
+            self._notify()
+
+    @property
+    def bracketed_paste(self) -> bool:
+        """Whether the agent has bracketed paste mode on."""
+        return self._bracketed_paste
+
+    @property
+    def human_line_pending(self) -> bool:
+        """Whether the human has typed part of a line and not yet submitted or cleared it."""
+        return self._line.pending
+
+    # ---- the queue
+
+    def submit(self, text: str, *, key: str | None = None) -> bool:
+        """Queue `text` (FIFO); False, and nothing queued, for an empty text or a key seen before.
+
+        A key is remembered for the injector's lifetime: a message delivered once is
+        not typed again when it is submitted again.
+        """
+        if not text:
+            return False
+        if key is not None:
+            if key in self._keys:
+                return False
+            self._keys.add(key)
+        self._queue.append(_Message(text, key))
+        self._notify()
+        return True
+
+    @property
+    def pending(self) -> int:
+        """Texts not yet fully delivered (the one being typed included)."""
+        return len(self._queue)
+
+    async def drained(self) -> None:
+        """Wait until every submitted text is delivered."""
+        while self._queue:
+            await self._next_change()
+
+    async def run(self) -> None:
+        """Deliver queued texts in order, one at a time, each when the agent and the human are idle; runs until cancelled."""
+        if self._running:
+            raise RuntimeError("Injector.run is already running: two would double deliveries")
+        self._running = True
+        try:
+            await self._run()
+        finally:
+            self._running = False
+
+    async def _run(self) -> None:
+        while True:
+            if not self._queue:
+                await self._next_change()
+                continue
+            wait = self._time_to_ready()
+            if wait is None or wait > 0:
+                with anyio.move_on_after(wait if wait is not None else float("inf")):
+                    await self._next_change()
+                continue
+            async with self._hold():
+                # Keys may have arrived while the input was being acquired.
+                if self._time_to_ready() != 0:
+                    continue
+                await self._deliver(self._queue[0])
+            self._queue.popleft()
+            self._last_activity = time.monotonic()
+            self._notify()
+
+    # ---- delivery
+
+    def _time_to_ready(self) -> float | None:
+        """0 when ready, seconds until the quiet period is over, or None while waiting on the human or the first output."""
+        if self._line.pending or not self._output_seen:
+            return None
+        return max(0.0, self._last_activity + self._quiet - time.monotonic())
+
+    @contextlib.asynccontextmanager
+    async def _hold(self) -> AsyncIterator[None]:
+        if self._exclusive is None:
+            yield
+            return
+        async with self._exclusive():
+            yield
+
+    async def _deliver(self, message: _Message) -> None:
+        payload = self.encode(message.text, bracketed_paste=self._bracketed_paste)
+        started = False
+        try:
+            for index, chunk in enumerate(_chunks(payload, self._chunk_size)):
+                if index:
+                    await anyio.sleep(self._pace)
+                await self._write(chunk)
+                started = True
+            await anyio.sleep(max(self._enter_delay, self._pace))
+            await self._write(self._enter)
+        except BaseException:
+            if started:
+                # Partly typed: typing it again would double it, so it is dropped.
+                self._queue.popleft()
+                self._notify()
+            raise
+        self.delivered.append(message.text)
+        if self._on_delivered is not None:
+            self._on_delivered(message.text, message.key)
+
+    @staticmethod
+    def encode(text: str, *, bracketed_paste: bool) -> bytes:
+        """The bytes typed for `text`, without the Enter (see the class docstring)."""
+        text = _CONTROL.sub("", text).rstrip("\r\n")
+        if bracketed_paste:
+            return PASTE_START + _LINE_BREAK.sub("\r", text).encode() + PASTE_END
+        return _LINE_BREAK.sub(" ", text).replace("\t", " ").encode()
+
+    # ---- wake-ups
+
+    async def _next_change(self) -> None:
+        """Wait for the next observe, submit or delivery."""
+        if self._changed is None:
+            self._changed = anyio.Event()
+        await self._changed.wait()
+
+    def _notify(self) -> None:
+        changed, self._changed = self._changed, None
+        if changed is not None:
+            changed.set()
+
+    def _scan_modes(self, data: bytes) -> None:
+        """Follow ESC[?2004h / ESC[?2004l, even when a sequence is split across chunks."""
+        buffer = self._output_tail + data if self._output_tail else data
+        for match in _PRIVATE_MODE.finditer(buffer):
+            if match.group(2) is None:
+                self._bracketed_paste = False
+            elif b"2004" in match.group(1).split(b";"):
+                self._bracketed_paste = match.group(2) == b"h"
+        start = buffer.rfind(b"\x1b", max(0, len(buffer) - _PREFIX_LIMIT))
+        if start >= 0 and _PRIVATE_MODE_PREFIX.match(buffer, start):
+            self._output_tail = buffer[start:]
+        else:
+            self._output_tail = b""
+
+
+def _chunks(payload: bytes, size: int) -> Iterator[bytes]:
+    """`payload` in pieces of at most `size` bytes, never inside a UTF-8 character or the closing paste marker."""
+    marker_at = len(payload) - len(PASTE_END) if payload.endswith(PASTE_END) else len(payload)
+    start = 0
+    while start < len(payload):
+        end = min(start + size, len(payload))
+        if end < len(payload):
+            end = min(end, marker_at)
+            while end > start + 1 and payload[end] & 0xC0 == 0x80:  # a continuation byte
+                end -= 1
+        yield payload[start:end]
+        start = end
+
+
+class _HumanLine:
+    """What the human has typed since the last Enter, as far as the keys tell.
+
+    A model, not an emulator: printable keys add to the line, Backspace removes a
+    character, Ctrl-W a word, Ctrl-U and Ctrl-C clear it, CR or LF submits it (outside
+    a bracketed paste: pasted line breaks do not submit). Escape sequences (arrows,
+    function keys) leave it as it is.
+    """
+
+    def __init__(self) -> None:
+        self._text = bytearray()
+        self._escape = b""  # an escape sequence in progress
+        self._in_paste = False
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._text) or self._in_paste
+
+    def feed(self, data: bytes) -> None:
+        for byte in data:
+            if self._escape:
+                self._escape += bytes((byte,))
+                self._end_escape()
+            elif byte == 0x1B:
+                self._escape = b"\x1b"
+            elif self._in_paste:
+                self._text.append(byte)
+            elif byte in (0x0D, 0x0A, 0x03, 0x15):  # Enter, Ctrl-C, Ctrl-U
+                self._text.clear()
+            elif byte in (0x7F, 0x08):  # Backspace: one character, UTF-8 aware
+                while self._text and self._text.pop() & 0xC0 == 0x80:
+                    pass
+            elif byte == 0x17:  # Ctrl-W: trailing spaces, then a word
+                while self._text and self._text[-1] in b" \t":
+                    self._text.pop()
+                while self._text and self._text[-1] not in b" \t":
+                    self._text.pop()
+            elif byte >= 0x20 or byte == 0x09:
+                self._text.append(byte)
+
+    def _end_escape(self) -> None:
+        sequence = self._escape
+        if len(sequence) == 2:
+            if sequence[1:] in (b"[", b"O"):
+                return  # CSI or SS3: more to come
+            self._escape = b""  # Alt+key
+            return
+        if sequence[1:2] == b"O" or 0x40 <= sequence[-1] <= 0x7E:
+            self._escape = b""
+            if sequence == PASTE_START:
+                self._in_paste = True
+            elif sequence == PASTE_END:
+                self._in_paste = False
+        elif len(sequence) > _PREFIX_LIMIT:
+            self._escape = b""  # not a sequence after all

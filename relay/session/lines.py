@@ -1,0 +1,131 @@
+"""Lines of terminal output: complete lines from a byte stream, and the text each one shows.
+
+A PTY stream arrives in chunks cut anywhere: inside an escape sequence, inside a UTF-8
+character, between `\\r` and `\\n`. Everything here works on complete lines (split on
+`\\n` only), so no decision ever depends on where a chunk ended. See spec/directives.md.
+"""
+
+from __future__ import annotations
+
+import re
+
+MAX_LINE_BYTES = 1 << 20
+"""A longer line is cut (see `bound_line`): full-screen TUIs may never print a newline."""
+
+_LINE_RESET = re.compile(rb"\x1b\[[01]?G|\x1b\[[12]K")
+"""Cursor to column 1 and erase-line: on screen they act as a carriage return."""
+
+_ESCAPE = re.compile(
+    rb"\x1b\[[0-?]*[ -/]*(?:[@-~]|\Z)"  # CSI: colours, cursor moves (or cut off at line end)
+    rb"|\x1b[\]PX^_][^\x07\x1b\r]*(?:\x07|\x1b\\)?"  # OSC, DCS, SOS, PM, APC: to BEL or ST
+    rb"|\x1b[ -/]+[0-~]?"  # nF: charset selects such as ESC ( B
+    rb"|\x1b[0-~]?"  # ESC x (ESC 7, ESC =, ESC M, ST), or a lone ESC
+)
+# The string sequences stop at \r so that no escape spans a carriage return: dropping
+# what precedes a redraw (bound_line) then never changes the text a line shows.
+
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+"""Control characters left after escapes and redraws are applied (tab is text)."""
+
+
+def clean_line(raw: bytes) -> str:
+    """The text a terminal shows for one raw line: escapes stripped, redraws applied."""
+    if b"\x1b" in raw:
+        raw = _ESCAPE.sub(b"", _LINE_RESET.sub(b"\r", raw))
+    text = raw.decode("utf-8", "replace")
+    if "\r" in text:
+        text = text.rstrip("\r")  # the \r of \r\n, or a redraw nothing followed
+        text = text[text.rfind("\r") + 1 :]  # a redraw: the text after the last \r wins
+    if "\b" in text:
+        text = _apply_backspaces(text)
+    if _CONTROL.search(text) is not None:
+        text = _CONTROL.sub("", text)
+    return text
+
+
+def _apply_backspaces(text: str) -> str:
+    # Each backspace takes back the character before it, as overstrike output intends.
+    shown: list[str] = []
+    for char in text:
+        if char != "\b":
+            shown.append(char)
+        elif shown:
+            shown.pop()
+    return "".join(shown)
+
+
+def bound_line(line: bytes, limit: int = MAX_LINE_BYTES) -> bytes:
+    """An over-long raw line cut to what matters: from its last redraw, at most `limit` bytes.
+
+    Dropping the bytes before the last carriage return that text follows never changes
+    `clean_line`'s result; the cut at `limit` does, by design. A trailing `\\r` is kept
+    (as one), so the line can still grow by redraws: bounding a line's first part and
+    then the whole gives what bounding the whole once gives.
+    """
+    text = line.rstrip(b"\r")
+    redraw = text.rfind(b"\r")
+    if redraw > 0:
+        text = text[redraw:]
+    trailing = b"\r" if line.endswith(b"\r") else b""
+    return text[: max(limit, 2)] + trailing  # 2: room for the redraw \r and one character
+
+
+class PendingLine:
+    """The unfinished last line of a stream, kept within a byte limit."""
+
+    __slots__ = ("cut", "limit", "parts", "size")
+
+    def __init__(self, limit: int = MAX_LINE_BYTES) -> None:
+        self.limit = limit
+        self.parts: list[bytes] = []
+        self.size = 0
+        self.cut = False  # bounded already: the completed line is bounded again
+
+    def add(self, data: bytes) -> None:
+        """Hold more of the line (data holds no newline)."""
+        if not data:
+            return
+        self.parts.append(data)
+        self.size += len(data)
+        if self.size > 2 * self.limit:
+            # A spinner redrawn with \r for hours, or a TUI that never prints \n: bounded.
+            # At twice the limit, so that each bounding pays for the bytes since the last.
+            line = bound_line(b"".join(self.parts), self.limit)
+            self.parts, self.size, self.cut = [line], len(line), True
+
+    def take(self) -> tuple[bytes, bool]:
+        """What is held, and whether it was cut; the line starts over empty."""
+        held, cut = b"".join(self.parts), self.cut
+        self.parts, self.size, self.cut = [], 0, False
+        return held, cut
+
+
+class LineSplitter:
+    """Complete raw lines (without the `\\n`) from chunks of a byte stream."""
+
+    def __init__(self, *, max_line_bytes: int = MAX_LINE_BYTES) -> None:
+        self._limit = max_line_bytes
+        self._pending = PendingLine(max_line_bytes)
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The lines this chunk completes; a line longer than the limit is bounded."""
+        if b"\n" not in chunk:
+            self._pending.add(chunk)
+            return []
+        lines = chunk.split(b"\n")
+        self._pending.add(lines[0])
+        first, cut = self._pending.take()
+        lines[0] = bound_line(first, self._limit) if cut else first
+        self._pending.add(lines.pop())
+        if len(chunk) > self._limit or len(first) > self._limit:
+            lines = [
+                bound_line(line, self._limit) if len(line) > self._limit else line for line in lines
+            ]
+        return lines
+
+    def close(self) -> list[bytes]:
+        """The final line, when the stream did not end with a newline."""
+        line, cut = self._pending.take()
+        if not line:
+            return []
+        return [bound_line(line, self._limit) if cut or len(line) > self._limit else line]

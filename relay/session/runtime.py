@@ -1,0 +1,395 @@
+"""`relay run`: an agent CLI in a PTY, its lifecycle events, its directives, safe injection.
+
+One Session wraps one agent process. The agent's output goes to the user's terminal
+unaltered (TTY mode) or line by line to stdout (headless mode), and is also fed to the
+directive scanner, to Output hooks (only when some are registered) and to the injector,
+which types text back into the agent only when that is safe.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import sys
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import anyio.to_thread
+import msgspec
+from anyio.streams.memory import MemoryObjectSendStream
+
+from relay.config.discovery import SETTINGS_VARIABLE, settings_from_environment
+from relay.config.model import SessionConfig
+from relay.engine.system import HookSystem
+from relay.engine.telemetry import debug, debug_enabled
+from relay.protocol.codec import utc_timestamp
+from relay.protocol.output import AggregatedResult
+from relay.session import sessions
+from relay.session.directives import Directive, DirectiveScanner, LineSplitter, clean_line, unescape
+from relay.session.injector import Injector
+from relay.session.pty import AgentPty
+from relay.session.terminal import passthrough, raw_terminal, terminal_size
+
+RECENT_LINES = 200
+OUTPUT_BATCH_SECONDS = 0.05
+
+
+class SessionContext:
+    """What Python handlers get: who the session is, recent output, and a way to inject."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self.agent_name: str = session.name
+        self.session_id: str = session.session_id
+        self.working_dir: Path = session.cwd
+        self.env: Mapping[str, str] = session.env
+
+    def inject(self, text: str) -> None:
+        """Queue text to be typed into the agent when it is ready."""
+        self._session.inject(text)
+
+    @property
+    def recent_output(self) -> list[str]:
+        """The agent's last output lines, ANSI stripped, oldest first."""
+        return list(self._session.recent)
+
+
+class Session:
+    """One wrapped agent: run() starts it, fires the lifecycle events, and returns its exit code."""
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        *,
+        hooks: HookSystem,
+        name: str | None = None,
+        headless: bool | None = None,
+        idle_seconds: float | None = None,
+        cwd: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin_fd: int = 0,
+        stdout_fd: int = 1,
+    ) -> None:
+        if not command:
+            raise ValueError("no agent command given")
+        self.command = list(command)
+        self.hooks = hooks
+        self.name = name or Path(self.command[0]).name
+        self.session_id = uuid.uuid4().hex
+        self.cwd = (cwd or Path.cwd()).resolve()
+        self.stdin_fd, self.stdout_fd = stdin_fd, stdout_fd
+        self.headless = headless if headless is not None else not os.isatty(stdin_fd)
+        config = _session_config(hooks)
+        self.idle_seconds = idle_seconds if idle_seconds is not None else config.idleSeconds
+        self.quiet_ms = config.injectQuietMs
+        self.end_grace = config.endGraceSeconds
+        self.env = {
+            **(env if env is not None else os.environ),
+            "RELAY_SESSION_ID": self.session_id,
+            "RELAY_AGENT_NAME": self.name,
+        }
+        extra = [*settings_from_environment(), *hooks.extra_settings]
+        if extra:  # hooks the agent runs itself (`relay hooks run`) see the same settings
+            self.env[SETTINGS_VARIABLE] = os.pathsep.join(str(path.resolve()) for path in extra)
+        self.recent: collections.deque[str] = collections.deque(maxlen=RECENT_LINES)
+        self.context = SessionContext(self)
+        self.exit_code: int | None = None
+        self._scanner = DirectiveScanner()
+        self._lines = LineSplitter()
+        self._agent: AgentPty | None = None
+        self._injector: Injector | None = None
+        self._early_injects: list[str] = []
+        self._directives: MemoryObjectSendStream[Directive] | None = None
+        self._output_lines: list[str] = []
+        self._output_hooked = False
+        self._last_output = time.monotonic()
+        self._idle_fired = False
+        self._stop_requested: anyio.Event | None = None
+        self._stop_reason = "stop"
+        self._stopping = False
+        self._transcript: Any = None
+
+    # -- public -----------------------------------------------------------------------
+
+    def inject(self, text: str) -> None:
+        """Queue text for the agent (typed in when it is ready)."""
+        if self._injector is None:
+            self._early_injects.append(text)
+        else:
+            self._injector.submit(text)
+
+    def request_stop(self, reason: str = "stop") -> None:
+        """End the session as `relay stop` does: SessionEnd first, then EOF, TERM, KILL."""
+        self._stop_reason = reason
+        if self._stop_requested is not None:
+            self._stop_requested.set()
+
+    async def run(self) -> int:
+        """Run the agent to its end; return its exit code."""
+        self.hooks.initialize()
+        record = sessions.SessionRecord(
+            name=self.name,
+            pid=os.getpid(),
+            started_ticks=sessions.process_start_ticks(os.getpid()),
+            command=self.command,
+            cwd=str(self.cwd),
+            started=utc_timestamp(),
+        )
+        record_path = sessions.register(record)
+        transcript_path = sessions.sessions_dir() / f"{self.name}.transcript.jsonl"
+        try:
+            with transcript_path.open("ab") as self._transcript:
+                return await self._run()
+        finally:
+            sessions.unregister(record_path)
+
+    # -- the session --------------------------------------------------------------------
+
+    async def _run(self) -> int:
+        self._stop_requested = anyio.Event()
+        start = await self._fire("SessionStart", {"source": "startup"})
+        if start.inject:
+            self._early_injects.insert(0, start.inject)
+        if self._stopping:
+            return 0
+        rows, cols = terminal_size(self.stdin_fd) if not self.headless else (24, 80)
+        agent = self._agent = AgentPty.spawn(
+            self.command, env=self.env, cwd=str(self.cwd), rows=rows, cols=cols
+        )
+        injector = self._injector = Injector(
+            agent.write,
+            quiet_ms=self.quiet_ms,
+            exclusive=agent.exclusive_input,  # keys typed meanwhile land after the Enter
+            on_delivered=lambda text, key: self._record("inject", text),
+        )
+        for text in self._early_injects:
+            injector.submit(text)
+        self._early_injects.clear()
+        send, receive = anyio.create_memory_object_stream[Directive](max_buffer_size=1000)
+        self._directives = send
+        async with anyio.create_task_group() as group:
+            group.start_soon(injector.run)
+            group.start_soon(self._dispatch_directives, receive)
+            group.start_soon(self._watch_idle)
+            group.start_soon(self._watch_stop)
+            group.start_soon(self._watch_signals)
+            self._output_hooked = self._has_hooks("Output")
+            if self._output_hooked:  # no Output hooks, no cost (DESIGN: issue 4)
+                group.start_soon(self._fire_output_batches)
+            if self.headless:
+                code = await self._pump_headless(agent, injector)
+            else:
+                with raw_terminal(self.stdin_fd):
+                    code = await passthrough(
+                        agent,
+                        stdin_fd=self.stdin_fd,
+                        stdout_fd=self.stdout_fd,
+                        on_output=self._on_output,
+                        on_input=injector.observe_input,
+                    )
+            for directive in self._scanner.close():
+                await send.send(directive)
+            self._lines_done()
+            await send.aclose()
+            await anyio.sleep(0)  # let the dispatcher take what is queued
+            group.cancel_scope.cancel()
+        self.exit_code = code
+        if not self._stopping:
+            await self._fire("SessionEnd", {"reason": "exit"})
+        agent.close()
+        return code
+
+    def _on_output(self, data: bytes) -> None:
+        """Every chunk the agent prints (already shown to the user in TTY mode)."""
+        assert self._injector is not None and self._directives is not None
+        self._injector.observe_output(data)
+        self._last_output = time.monotonic()
+        self._idle_fired = False
+        for directive in self._scanner.feed(data):
+            self._directives.send_nowait(directive)
+        if not self.headless:
+            for raw in self._lines.feed(data):
+                self._keep_line(raw)
+
+    def _keep_line(self, raw: bytes) -> str:
+        text = unescape(clean_line(raw))
+        self.recent.append(text)
+        if self._output_hooked:
+            self._output_lines.append(text)  # shown (headless) once Output hooks have seen it
+        else:
+            self._show(text)
+        return text
+
+    def _show(self, text: str) -> None:
+        """A finished output line: to the transcript and, headless, to stdout."""
+        self._record("output", text)
+        if self.headless:
+            os.write(self.stdout_fd, (text + "\n").encode())
+
+    def _lines_done(self) -> None:
+        for raw in self._lines.close():
+            self._keep_line(raw)
+
+    async def _pump_headless(self, agent: AgentPty, injector: Injector) -> int:
+        """Headless: agent output to stdout line by line (unescaped); our stdin to the agent."""
+
+        async def forward_stdin() -> None:
+            if self.stdin_fd < 0:
+                return
+            while True:
+                # A thread: stdin may be a file or /dev/null, which epoll refuses to watch.
+                data = await anyio.to_thread.run_sync(
+                    _read_some, self.stdin_fd, abandon_on_cancel=True
+                )
+                if not data:
+                    return
+                injector.observe_input(data)
+                await agent.write(data)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(forward_stdin)
+            while True:
+                data = await agent.read()
+                if not data:
+                    break
+                self._on_output(data)
+                for raw in self._lines.feed(data):
+                    self._keep_line(raw)
+            group.cancel_scope.cancel()
+        return await agent.wait()
+
+    async def _dispatch_directives(
+        self, directives: anyio.abc.ObjectReceiveStream[Directive]
+    ) -> None:
+        """Each directive once, in stream order, through PatternMatch (DESIGN §8)."""
+        async with directives:
+            async for directive in directives:
+                payload = {
+                    "namespace": directive.namespace,
+                    "target": directive.target,
+                    "message": directive.message,
+                    "line": directive.line,
+                }
+                result = await self._fire("PatternMatch", payload)
+                if not result.hooks and debug_enabled():
+                    debug(f"@{directive.namespace}: no handler, ordinary text")
+
+    async def _fire_output_batches(self) -> None:
+        try:
+            while True:
+                await anyio.sleep(OUTPUT_BATCH_SECONDS)
+                await self._flush_output()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._flush_output()
+
+    async def _flush_output(self) -> None:
+        """Fire Output for the lines so far; show them unless a hook suppressed them."""
+        if not self._output_lines:
+            return
+        lines, self._output_lines = self._output_lines, []
+        result = await self._fire("Output", {"text": "\n".join(lines), "stream": "stdout"})
+        if not result.suppressOutput:
+            for text in lines:
+                self._show(text)
+
+    async def _watch_idle(self) -> None:
+        while True:
+            await anyio.sleep(min(1.0, self.idle_seconds / 4))
+            quiet = time.monotonic() - self._last_output
+            if quiet >= self.idle_seconds and not self._idle_fired:
+                self._idle_fired = True  # once per quiet period
+                await self._fire("Idle", {"idle_seconds": round(quiet, 1)})
+
+    async def _watch_signals(self) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as received:
+            async for _ in received:
+                self.request_stop("stop")
+
+    async def _watch_stop(self) -> None:
+        assert self._stop_requested is not None
+        await self._stop_requested.wait()
+        await self._end(self._stop_reason)
+
+    async def _end(self, reason: str) -> None:
+        """SessionEnd's inject first, then wait for quiet, then EOF, SIGTERM, SIGKILL."""
+        if self._stopping:
+            return
+        self._stopping = True
+        end = await self._fire("SessionEnd", {"reason": reason})
+        agent, injector = self._agent, self._injector
+        if agent is None or injector is None:
+            return
+        if end.inject:
+            injector.submit(end.inject)
+            with anyio.move_on_after(self.end_grace):
+                await injector.drained()
+        deadline = time.monotonic() + self.end_grace
+        while (
+            time.monotonic() < deadline
+            and time.monotonic() - self._last_output < self.quiet_ms / 1000
+        ):
+            await anyio.sleep(0.05)
+        await agent.terminate(eof_first=True)
+
+    # -- events ---------------------------------------------------------------------------
+
+    async def _fire(self, event: str, fields: dict[str, Any]) -> AggregatedResult:
+        payload = {
+            "session_id": self.session_id,
+            "cwd": str(self.cwd),
+            "agent_name": self.name,
+            **fields,
+        }
+        result = await self.hooks.fire(event, payload)
+        if result.inject and event not in ("SessionStart", "SessionEnd"):
+            self.inject(result.inject)
+        if result.systemMessage:
+            self._tell_user(result.systemMessage)
+        for error in result.errors:
+            self._tell_user(f"hook {error.hook} failed: {error.message}")
+        if not result.continue_ and not self._stopping:
+            self._tell_user(
+                f"stopping the session: {result.stopReason or 'a hook said continue: false'}"
+            )
+            self.request_stop("stop")
+        return result
+
+    def _has_hooks(self, event: str) -> bool:
+        return bool(self.hooks.registry.for_event(event))
+
+    def _tell_user(self, text: str) -> None:
+        # stderr, and \r\n: the user's terminal may be in raw mode.
+        sys.stderr.write("relay: " + text.replace("\n", "\r\n") + "\r\n")
+        sys.stderr.flush()
+        self._record("system", text)
+
+    def _record(self, kind: str, text: str) -> None:
+        if self._transcript is not None:
+            self._transcript.write(
+                msgspec.json.encode({"time": utc_timestamp(), "kind": kind, "text": text}) + b"\n"
+            )
+
+
+def _read_some(fd: int) -> bytes:
+    try:
+        return os.read(fd, 65536)
+    except OSError:
+        return b""  # closed or unreadable stdin: nothing to forward
+
+
+def _session_config(hooks: HookSystem) -> SessionConfig:
+    """The `session` settings: for each field, the most specific file that sets it."""
+    chosen = SessionConfig()
+    defaults = msgspec.structs.asdict(SessionConfig())
+    for loaded in hooks.settings.files:  # merge order: later files are more specific
+        values = msgspec.structs.asdict(loaded.settings.session)
+        changed = {key: value for key, value in values.items() if value != defaults[key]}
+        chosen = msgspec.structs.replace(chosen, **changed)
+    return chosen

@@ -1,0 +1,112 @@
+"""Which `relay run` sessions are running: one small JSON file each in relay's state folder.
+
+`relay sessions` lists them (dropping entries whose relay process is gone, checked by pid
+and process start time, so a reused pid is not taken for a live session); `relay stop
+NAME` asks one to end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from pathlib import Path
+
+import msgspec
+
+from relay.config.paths import state_dir
+from relay.errors import RelayError
+
+
+class SessionRecord(msgspec.Struct, kw_only=True):
+    """A running session."""
+
+    name: str
+    pid: int
+    started_ticks: int | None
+    agent_pid: int | None = None
+    command: list[str]
+    cwd: str
+    started: str
+
+
+class SessionError(RelayError):
+    """A session that cannot be registered or found."""
+
+
+def sessions_dir() -> Path:
+    """Where session records live."""
+    return state_dir() / "sessions"
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """When a process started (clock ticks since boot), to tell a reused pid apart."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return int(fields[19])
+
+
+def alive(record: SessionRecord) -> bool:
+    """Whether the session's relay process is still the one that registered."""
+    try:
+        os.kill(record.pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    ticks = process_start_ticks(record.pid)
+    return record.started_ticks is None or ticks is None or ticks == record.started_ticks
+
+
+def list_sessions() -> list[SessionRecord]:
+    """Live sessions, oldest first; records of dead ones are removed on the way."""
+    folder = sessions_dir()
+    if not folder.is_dir():
+        return []
+    records = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            record = msgspec.json.decode(path.read_bytes(), type=SessionRecord)
+        except (OSError, msgspec.DecodeError):
+            continue  # written half-way by a crashed relay, or being replaced
+        if alive(record):
+            records.append(record)
+        else:
+            with contextlib.suppress(OSError):
+                path.unlink()
+    return sorted(records, key=lambda record: record.started)
+
+
+def register(record: SessionRecord) -> Path:
+    """Record a starting session; a live session of the same name is an error."""
+    for other in list_sessions():
+        if other.name == record.name:
+            raise SessionError(
+                f"a session named {record.name!r} is already running (pid {other.pid}); "
+                "choose another --name or `relay stop` it"
+            )
+    folder = sessions_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{record.name}.json"
+    temporary = path.with_suffix(f".{os.getpid()}.tmp")
+    temporary.write_bytes(msgspec.json.encode(record))
+    os.replace(temporary, path)
+    return path
+
+
+def unregister(path: Path) -> None:
+    """Forget a session that ended."""
+    with contextlib.suppress(OSError):
+        path.unlink()
+
+
+def stop(name: str) -> SessionRecord:
+    """Ask the named session to end (SIGTERM to its relay: SessionEnd with reason `stop`)."""
+    for record in list_sessions():
+        if record.name == name:
+            os.kill(record.pid, signal.SIGTERM)
+            return record
+    running = ", ".join(record.name for record in list_sessions()) or "none"
+    raise SessionError(f"no running session named {name!r}; running: {running}")

@@ -1,0 +1,251 @@
+"""The human's terminal in TTY mode: raw mode that is always undone, its size, and the byte pump.
+
+`passthrough` copies keystrokes to the agent and the agent's output to the terminal
+byte for byte, writing each chunk before anyone else sees it (DESIGN §8: TTY
+passthrough never alters or delays the terminal bytes); scanning happens after, on a
+copy. It reads and writes the terminal through file descriptions of its own, opened
+non-blocking, so the loop never blocks on a slow terminal and O_NONBLOCK never leaks
+into the shell that shares the terminal's original description.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import termios
+import threading
+import tty
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+import anyio
+
+from relay.session.pty import AgentExitedError, AgentPty
+
+_DEFAULT_SIZE = (24, 80)
+_READ_SIZE = 1 << 16
+_EXIT_DRAIN = 0.5  # seconds to take the agent's last output once it has exited
+# Signals whose default action would end relay with the terminal still raw. SIGINT is
+# not here: raw mode turns Ctrl-C into a byte for the agent, and a SIGINT sent by
+# kill raises KeyboardInterrupt, which unwinds through raw_terminal's `finally`.
+_RESTORING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+_TermAttrs = list[Any]  # what termios.tcgetattr returns
+_SignalHandler = Callable[[int, FrameType | None], object] | int | None
+
+
+@dataclass(eq=False)  # levels are told apart by identity
+class _RawLevel:
+    """One active raw_terminal: the modes it found and the raw modes it set."""
+
+    fd: int
+    before: _TermAttrs
+    raw: _TermAttrs
+
+
+_levels: list[_RawLevel] = []  # active raw_terminal calls, outermost first
+_previous_handlers: dict[int, _SignalHandler] = {}
+
+
+@contextlib.contextmanager
+def raw_terminal(fd: int = 0) -> Iterator[None]:
+    """Put the terminal on `fd` in raw mode for the block, and always restore it.
+
+    Restored on a normal exit, an exception, KeyboardInterrupt, and SIGTERM or SIGHUP
+    to relay (the handler restores the terminal first, then exits with 128+N, or calls
+    the handler that was there before and goes back to raw mode if that one returns).
+    Nested calls restore what they found, so the outermost restores the original. Not
+    a terminal: nothing to do.
+    """
+    if not os.isatty(fd):
+        yield
+        return
+    before = termios.tcgetattr(fd)
+    outermost = not _levels
+    if outermost:
+        _install_signal_handlers()
+    level = _RawLevel(fd, before, before)
+    _levels.append(level)
+    try:
+        # TCSANOW keeps keys typed before the switch: they reach the agent.
+        tty.setraw(fd, termios.TCSANOW)
+        level.raw = termios.tcgetattr(fd)
+        yield
+    finally:
+        _levels.remove(level)
+        with contextlib.suppress(termios.error, OSError):  # the terminal may be gone (SIGHUP)
+            termios.tcsetattr(fd, termios.TCSADRAIN, before)
+        if outermost:
+            _remove_signal_handlers()
+
+
+def terminal_size(fd: int = 0) -> tuple[int, int]:
+    """The terminal's (rows, cols); 24x80 when `fd` is not a terminal or reports no size."""
+    try:
+        size = os.get_terminal_size(fd)
+    except OSError:
+        return _DEFAULT_SIZE
+    if size.lines <= 0 or size.columns <= 0:
+        return _DEFAULT_SIZE
+    return size.lines, size.columns
+
+
+async def forward_window_size(agent: AgentPty, fd: int = 0) -> None:
+    """Give the agent the terminal's size now and on every SIGWINCH, until cancelled.
+
+    Needs the main thread (signal handlers); elsewhere it sets the size once and returns.
+    """
+    try:
+        with anyio.open_signal_receiver(signal.SIGWINCH) as window_changes:
+            agent.resize(*terminal_size(fd))  # after the receiver: no change is missed
+            async for _ in window_changes:
+                agent.resize(*terminal_size(fd))
+    except (RuntimeError, ValueError):  # not the main thread
+        agent.resize(*terminal_size(fd))
+
+
+async def passthrough(
+    agent: AgentPty,
+    *,
+    stdin_fd: int = 0,
+    stdout_fd: int = 1,
+    on_output: Callable[[bytes], None],
+    on_input: Callable[[bytes], None] | None = None,
+) -> int:
+    """Connect the human's terminal to the agent until the agent exits; its exit code.
+
+    Keys go to the agent as typed (`on_input` sees them first, so an Injector knows
+    what is pending before the agent does); output goes to `stdout_fd` unaltered, then
+    to `on_output`. Window size changes reach the agent. Once the agent has exited, its
+    last output is taken for up to 0.5 s (descendants may hold the PTY open). If the
+    terminal goes away, output still reaches `on_output`. Does not set raw mode: wrap
+    it in `raw_terminal`.
+    """
+    output_done = anyio.Event()
+
+    async def pump_output(user_out: int) -> None:
+        terminal_open = True
+        try:
+            while data := await agent.read():
+                if terminal_open:
+                    try:
+                        await _write_all(user_out, data)
+                    except OSError:  # EIO / EPIPE: the terminal is gone; keep scanning
+                        terminal_open = False
+                on_output(data)
+        finally:
+            output_done.set()
+
+    async def pump_input(user_in: int) -> None:
+        while data := await _read(user_in):
+            if on_input is not None:
+                on_input(data)
+            try:
+                await agent.write(data)
+            except AgentExitedError:
+                return
+
+    size_fd = next((fd for fd in (stdout_fd, stdin_fd) if os.isatty(fd)), None)
+    with (
+        _own_description(stdin_fd, os.O_RDONLY) as user_in,
+        _own_description(stdout_fd, os.O_WRONLY) as user_out,
+    ):
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(pump_output, user_out)
+            tasks.start_soon(pump_input, user_in)
+            if size_fd is not None:
+                tasks.start_soon(forward_window_size, agent, size_fd)
+            exit_code = await agent.wait()
+            with anyio.move_on_after(_EXIT_DRAIN):
+                await output_done.wait()
+            tasks.cancel_scope.cancel()
+    return exit_code
+
+
+# ---- signals
+
+
+def _install_signal_handlers() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return  # signal handlers belong to the main thread; the finally still restores
+    for signum in _RESTORING_SIGNALS:
+        previous = signal.getsignal(signum)
+        if previous == signal.SIG_IGN:
+            continue  # relay was told to ignore it: keep ignoring
+        _previous_handlers[signum] = previous
+        signal.signal(signum, _restore_then_exit)
+
+
+def _remove_signal_handlers() -> None:
+    for signum, previous in list(_previous_handlers.items()):
+        del _previous_handlers[signum]
+        # Someone replaced ours meanwhile (an event loop's handler): leave theirs alone.
+        if signal.getsignal(signum) is _restore_then_exit:
+            signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+
+
+def _restore_then_exit(signum: int, frame: FrameType | None) -> None:
+    for level in reversed(_levels):  # innermost first, so each fd ends in its original modes
+        with contextlib.suppress(termios.error, OSError):
+            termios.tcsetattr(level.fd, termios.TCSANOW, level.before)
+    previous = _previous_handlers.get(signum)
+    if callable(previous):
+        previous(signum, frame)
+        # The program chose to go on: back to raw mode.
+        for level in _levels:
+            with contextlib.suppress(termios.error, OSError):
+                termios.tcsetattr(level.fd, termios.TCSANOW, level.raw)
+        return
+    raise SystemExit(128 + signum)
+
+
+# ---- terminal I/O that never blocks the loop
+
+
+@contextlib.contextmanager
+def _own_description(fd: int, mode: int) -> Iterator[int]:
+    """A non-blocking fd on a new open file description of the terminal on `fd`, else `fd`."""
+    if not os.isatty(fd):
+        yield fd  # a pipe or file: blocking reads and writes there do not stall for long
+        return
+    try:
+        own = os.open(f"/proc/self/fd/{fd}", mode | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        try:
+            own = os.open(os.ttyname(fd), mode | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        except OSError:
+            yield fd
+            return
+    try:
+        yield own
+    finally:
+        os.close(own)
+
+
+async def _read(fd: int) -> bytes:
+    """The next bytes from `fd`; b"" at end of input or when the terminal is gone."""
+    while True:
+        # A regular file or /dev/null cannot be polled (EPERM); reading it never blocks.
+        with contextlib.suppress(PermissionError):
+            await anyio.wait_readable(fd)
+        try:
+            return os.read(fd, _READ_SIZE)
+        except BlockingIOError:
+            continue
+        except OSError as exc:
+            if exc.errno == errno.EIO:  # terminal hung up
+                return b""
+            raise
+
+
+async def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:
+            await anyio.wait_writable(fd)

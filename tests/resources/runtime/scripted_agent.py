@@ -1,0 +1,30 @@
+"""A fake agent for session tests: follows a JSON script of steps and records what it reads.
+
+argv[1]: the script, a JSON list of steps:
+  {"print": TEXT}        print a line
+  {"read": LABEL}        read one line from stdin; record {"label": LABEL, "line": ...}
+  {"sleep": SECONDS}
+  {"exit": CODE}
+argv[2]: the record file (JSON lines).
+"""
+
+import json
+import sys
+import time
+
+steps = json.loads(sys.argv[1])
+record = open(sys.argv[2], "a", encoding="utf-8")  # noqa: SIM115 - kept open for the run
+for step in steps:
+    if "print" in step:
+        print(step["print"], flush=True)
+    elif "read" in step:
+        print("> ", end="", flush=True)  # a prompt, as real agents draw one before reading
+        line = sys.stdin.readline()
+        record.write(json.dumps({"label": step["read"], "line": line.rstrip("\r\n")}) + "\n")
+        record.flush()
+        if not line:
+            sys.exit(9)
+    elif "sleep" in step:
+        time.sleep(step["sleep"])
+    elif "exit" in step:
+        sys.exit(step["exit"])

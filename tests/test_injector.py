@@ -1,0 +1,500 @@
+"""The Injector: typing into the agent only when it and the human are idle (DESIGN §9)."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import random
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import anyio
+import pytest
+
+from relay.session.injector import PASTE_END, PASTE_START, Injector
+from relay.session.pty import AgentPty
+from relay.session.terminal import passthrough
+
+pytestmark = pytest.mark.anyio
+
+RESOURCES = Path(__file__).parent / "resources" / "session"
+QUIET = 0.12  # quiet_ms of the timing tests, in seconds
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+class Recorder:
+    """A fake agent input: records every write with its time."""
+
+    def __init__(self) -> None:
+        self.writes: list[tuple[float, bytes]] = []
+
+    async def __call__(self, data: bytes) -> None:
+        self.writes.append((time.monotonic(), data))
+
+    @property
+    def data(self) -> bytes:
+        return b"".join(chunk for _, chunk in self.writes)
+
+    @property
+    def chunks(self) -> list[bytes]:
+        return [chunk for _, chunk in self.writes]
+
+
+def make(recorder: Recorder, **options: object) -> Injector:
+    settings: dict[str, object] = {"quiet_ms": int(QUIET * 1000), "pace_ms": 1, "enter_delay_ms": 5}
+    settings.update(options)
+    return Injector(recorder, **settings)  # type: ignore[arg-type]
+
+
+@contextlib.asynccontextmanager
+async def running(injector: Injector) -> AsyncIterator[None]:
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(injector.run)
+        yield
+        tasks.cancel_scope.cancel()
+
+
+async def drained(injector: Injector, timeout: float = 3.0) -> None:
+    with anyio.fail_after(timeout):
+        await injector.drained()
+
+
+# ---- readiness
+
+
+async def test_nothing_is_written_while_output_keeps_arriving() -> None:
+    recorder = Recorder()
+    quiet = 0.3  # ten times the output interval: scheduling delays cannot fake a quiet period
+    injector = make(recorder, quiet_ms=int(quiet * 1000))
+    injector.submit("hello")
+    async with running(injector):
+        for _ in range(16):  # 0.48 s of output, never `quiet` apart
+            injector.observe_output(b"working...\r\n")
+            last_output = time.monotonic()
+            await anyio.sleep(0.03)
+        assert recorder.writes == []
+        await drained(injector)
+    assert recorder.chunks == [b"hello", b"\r"]
+    assert recorder.writes[0][0] - last_output >= quiet - 0.01
+
+
+async def test_nothing_is_written_before_the_agent_printed_anything() -> None:
+    recorder = Recorder()
+    injector = make(recorder)
+    injector.submit("hello")
+    async with running(injector):
+        await anyio.sleep(QUIET * 3)
+        assert recorder.writes == []
+        injector.observe_output(b"> ")
+        await drained(injector)
+    assert recorder.data == b"hello\r"
+
+
+async def test_await_first_output_can_be_turned_off() -> None:
+    recorder = Recorder()
+    injector = make(recorder, await_first_output=False)
+    injector.submit("hello")
+    async with running(injector):
+        await drained(injector)
+    assert recorder.data == b"hello\r"
+
+
+@pytest.mark.parametrize(
+    ("finish", "name"),
+    [
+        (b"\r", "Enter"),
+        (b"\n", "LF"),
+        (b"\x15", "Ctrl-U"),
+        (b"\x03", "Ctrl-C"),
+        (b"\x7f" * 5, "Backspaces"),
+    ],
+)
+async def test_a_partial_human_line_blocks_until_submitted_or_cleared(
+    finish: bytes, name: str
+) -> None:
+    recorder = Recorder()
+    injector = make(recorder)
+    injector.observe_output(b"> ")
+    injector.observe_input(b"hel")
+    injector.observe_input(b"lo")
+    injector.submit("message")
+    async with running(injector):
+        await anyio.sleep(QUIET * 3)
+        assert recorder.writes == [], name
+        assert injector.pending == 1
+        injector.observe_input(finish)
+        await drained(injector)
+    # Nothing erased the human's line: the message is all that was written.
+    assert recorder.data == b"message\r"
+
+
+@pytest.mark.parametrize(
+    ("keys", "pending"),
+    [
+        ([b"abc"], True),
+        ([b"abc\r"], False),
+        ([b"ab\x7f"], True),
+        ([b"ab\x7f\x7f"], False),
+        ([b"ab\x7f\x7f\x7f\x7f"], False),
+        (["hé".encode(), b"\x7f\x7f"], False),  # one Backspace per character, not per byte
+        ([b"one two\x17"], True),
+        ([b"one two\x17\x17"], False),  # Ctrl-W erases a word
+        ([b"ab\x1b[D\x1b[D"], True),  # arrows move, they do not erase
+        ([b"\x1b[A"], False),  # history recall is not typing
+        ([b"ab\x1b", b"[", b"D"], True),  # an escape sequence split across reads
+        ([b"\x1b[200~line1\rline2\x1b[201~"], True),  # a pasted line break does not submit
+        ([b"\x1b[200~line1", b"\rline2"], True),  # still inside the paste
+        ([b"\x1b[200~line1\rline2\x1b[2", b"01~\r"], False),
+        ([b"x\x1b\r"], True),  # Alt-Enter: a newline in the input box, not a submit
+        ([b"\t"], True),
+        ([b"\x01\x05"], False),  # Ctrl-A / Ctrl-E alone type nothing
+    ],
+)
+async def test_human_line_tracking(keys: list[bytes], pending: bool) -> None:
+    injector = make(Recorder())
+    for chunk in keys:
+        injector.observe_input(chunk)
+    assert injector.human_line_pending is pending
+
+
+# ---- what is typed
+
+
+async def test_bracketed_paste_only_when_the_agent_enabled_it() -> None:
+    recorder = Recorder()
+    injector = make(recorder)
+    injector.observe_output(b"prompt> ")
+    injector.submit("plain\nmulti-line")
+    async with running(injector):
+        await drained(injector)
+        injector.observe_output(b"\x1b[?1049h\x1b[?20")  # the enable sequence split in two
+        assert not injector.bracketed_paste
+        injector.observe_output(b"04h\x1b[2J> ")
+        assert injector.bracketed_paste
+        injector.submit("pasted\nmulti-line")
+        await drained(injector)
+        injector.observe_output(b"\x1b[?2004l")
+        assert not injector.bracketed_paste
+        injector.submit("plain again")
+        await drained(injector)
+    assert recorder.chunks == [
+        b"plain multi-line",
+        b"\r",
+        PASTE_START + b"pasted\rmulti-line" + PASTE_END,
+        b"\r",
+        b"plain again",
+        b"\r",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("chunks", "on"),
+    [
+        ([b"\x1b[?2004h"], True),
+        ([b"\x1b", b"[?2004h"], True),
+        ([b"\x1b[", b"?2004", b"h"], True),
+        ([b"\x1b[?1049;2004h"], True),  # several modes in one sequence
+        ([b"\x1b[?2004h", b"\x1b[?2004l"], False),
+        ([b"\x1b[?2004h\x1b[?1049l"], True),  # another mode off
+        ([b"\x1b[?20044h"], False),
+        ([b"\x1b[2004h"], False),  # not a private mode
+        ([b"\x1b[?2004h", b"\x1bc"], False),  # a full reset
+        ([b"\x1b[?2004h\x1b", b"c"], False),
+    ],
+)
+async def test_bracketed_paste_detection(chunks: list[bytes], on: bool) -> None:
+    injector = make(Recorder())
+    for chunk in chunks:
+        injector.observe_output(chunk)
+    assert injector.bracketed_paste is on
+
+
+def test_encoding_of_line_breaks_and_controls() -> None:
+    text = "line1\nline2\r\nline3\rtab\there \x1b[201~esc\x07bell\n\n"
+    assert (
+        Injector.encode(text, bracketed_paste=False) == b"line1 line2 line3 tab here [201~escbell"
+    )
+    assert Injector.encode(text, bracketed_paste=True) == (
+        PASTE_START + b"line1\rline2\rline3\rtab\there [201~escbell" + PASTE_END
+    )
+    assert (
+        Injector.encode("h\u00e9\u0085", bracketed_paste=False) == "hé".encode()
+    )  # C1 NEL removed
+
+
+@pytest.mark.parametrize("bracketed", [False, True])
+async def test_long_texts_go_in_paced_chunks_of_at_most_chunk_size(bracketed: bool) -> None:
+    recorder = Recorder()
+    injector = make(recorder, chunk_size=512, pace_ms=5)
+    if bracketed:
+        injector.observe_output(b"\x1b[?2004h")
+    injector.observe_output(b"> ")
+    rng = random.Random(7)
+    text = "".join(rng.choice("ab é✓ \n") for _ in range(3000))
+    injector.submit(text)
+    async with running(injector):
+        await drained(injector)
+    *chunks, enter = recorder.chunks
+    assert enter == b"\r"
+    assert len(chunks) >= 7
+    assert all(len(chunk) <= 512 for chunk in chunks)
+    assert b"".join(chunks) == Injector.encode(text, bracketed_paste=bracketed)
+    for chunk in chunks:
+        chunk.decode()  # no UTF-8 character split across writes
+        assert PASTE_END not in chunk[1:-1] and chunk.count(b"\x1b") <= 2  # markers whole
+    times = [when for when, _ in recorder.writes]
+    assert all(later - earlier >= 0.004 for earlier, later in itertools.pairwise(times))
+
+
+async def test_enter_is_a_separate_write_after_the_enter_delay() -> None:
+    recorder = Recorder()
+    injector = make(recorder, enter_delay_ms=60)
+    injector.observe_output(b"> ")
+    injector.submit("text")
+    async with running(injector):
+        await drained(injector)
+    (text_at, text), (enter_at, enter) = recorder.writes
+    assert (text, enter) == (b"text", b"\r")
+    assert enter_at - text_at >= 0.055
+
+
+# ---- the queue
+
+
+async def test_fifo_and_dedup_by_key() -> None:
+    recorder = Recorder()
+    delivered: list[tuple[str, str | None]] = []
+    injector = make(recorder, on_delivered=lambda text, key: delivered.append((text, key)))
+    injector.observe_output(b"> ")
+    assert injector.submit("first")
+    assert injector.submit("second", key="msg-1")
+    assert injector.submit("third")
+    assert not injector.submit("second again", key="msg-1")  # queued already
+    assert not injector.submit("")
+    assert injector.pending == 3
+    async with running(injector):
+        await drained(injector)
+        assert not injector.submit("second once more", key="msg-1")  # delivered already
+        assert injector.pending == 0
+    assert recorder.data == b"first\rsecond\rthird\r"
+    assert injector.delivered == ["first", "second", "third"]
+    assert delivered == [("first", None), ("second", "msg-1"), ("third", None)]
+
+
+async def test_each_text_waits_for_quiet_after_the_previous_delivery() -> None:
+    recorder = Recorder()
+    injector = make(recorder)
+    injector.observe_output(b"> ")
+    injector.submit("one")
+    injector.submit("two")
+    async with running(injector):
+        await drained(injector)
+    (_, _), (first_enter_at, _), (second_at, _), _ = recorder.writes
+    assert second_at - first_enter_at >= QUIET - 0.01
+
+
+async def test_many_interleaved_submissions_none_lost_none_doubled() -> None:
+    recorder = Recorder()
+    injector = make(recorder, quiet_ms=15, pace_ms=0, enter_delay_ms=0)
+    rng = random.Random(1)
+    accepted: list[str] = []
+
+    async def submitter(name: str) -> None:
+        for index in range(15):
+            key = f"{name}-{index % 12}"  # three repeats per submitter
+            text = f"{name} says {index}"
+            if injector.submit(text, key=key):
+                accepted.append(text)
+            await anyio.sleep(rng.uniform(0, 0.02))
+
+    async def agent_and_human() -> None:
+        for _ in range(40):
+            injector.observe_output(b"output\r\n")
+            if rng.random() < 0.3:
+                injector.observe_input(b"typing")
+                await anyio.sleep(rng.uniform(0, 0.03))
+                injector.observe_input(rng.choice([b"\r", b"\x15"]))
+            await anyio.sleep(rng.uniform(0, 0.02))
+
+    async with running(injector):
+        async with anyio.create_task_group() as tasks:
+            for name in ("a", "b", "c"):
+                tasks.start_soon(submitter, name)
+            tasks.start_soon(agent_and_human)
+        await drained(injector, timeout=10)
+    assert len(accepted) == 36
+    assert injector.delivered == accepted
+    assert recorder.data == b"".join(text.encode() + b"\r" for text in accepted)
+
+
+async def test_drained_and_pending() -> None:
+    injector = make(Recorder())
+    with anyio.fail_after(1):
+        await injector.drained()  # nothing queued: returns at once
+    injector.submit("x")
+    assert injector.pending == 1
+    with anyio.move_on_after(QUIET) as scope:
+        await injector.drained()  # no run(): never drains
+    assert scope.cancelled_caught
+
+
+async def test_a_delivery_cancelled_midway_is_not_retried() -> None:
+    writes: list[bytes] = []
+    stuck = anyio.Event()
+
+    async def write(data: bytes) -> None:
+        writes.append(data)
+        if len(writes) == 2:
+            stuck.set()
+            await anyio.sleep_forever()
+
+    injector = Injector(write, quiet_ms=10, chunk_size=16, pace_ms=0)
+    injector.observe_output(b"> ")
+    injector.submit("a" * 40)
+    injector.submit("next")
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(injector.run)
+        with anyio.fail_after(2):
+            await stuck.wait()
+        tasks.cancel_scope.cancel()
+    assert injector.pending == 1  # "next" is still queued; the half-typed one is gone
+    assert injector.delivered == []
+
+
+async def test_a_delivery_that_never_wrote_stays_queued() -> None:
+    attempts: list[bytes] = []
+
+    async def write(data: bytes) -> None:
+        attempts.append(data)
+        if len(attempts) == 1:
+            raise OSError("agent input unavailable")
+
+    injector = Injector(write, quiet_ms=10, pace_ms=0, enter_delay_ms=0)
+    injector.observe_output(b"> ")
+    injector.submit("kept")
+    with pytest.raises(OSError), anyio.fail_after(2):
+        await injector.run()
+    assert injector.pending == 1
+    with anyio.fail_after(2):
+        async with running(injector):
+            await injector.drained()
+    assert attempts == [b"kept", b"kept", b"\r"]
+    assert injector.delivered == ["kept"]
+
+
+async def test_readiness_is_checked_again_once_the_input_is_held() -> None:
+    recorder = Recorder()
+    injector = make(recorder)
+    holds: list[str] = []
+
+    @contextlib.asynccontextmanager
+    async def exclusive() -> AsyncIterator[None]:
+        holds.append("held")
+        if len(holds) == 1:
+            injector.observe_input(b"the human got there first")
+        yield
+        holds.append("released")
+
+    injector = make(recorder, exclusive=exclusive)
+    injector.observe_output(b"> ")
+    injector.submit("message")
+    async with running(injector):
+        await anyio.sleep(QUIET * 3)
+        assert recorder.writes == []
+        injector.observe_input(b"\r")
+        await drained(injector)
+    assert recorder.data == b"message\r"
+    assert holds == ["held", "released", "held", "released"]
+
+
+async def test_run_twice_at_once_is_refused() -> None:
+    injector = make(Recorder())
+    async with running(injector):
+        await anyio.sleep(0.01)
+        with pytest.raises(RuntimeError, match="already running"):
+            await injector.run()
+
+
+def test_chunk_size_must_fit_a_marker() -> None:
+    with pytest.raises(ValueError, match="chunk_size"):
+        Injector(Recorder(), chunk_size=4)
+
+
+# ---- end to end: a real agent in a PTY, a human typing through passthrough
+
+
+@pytest.mark.parametrize("bracketed", [False, True], ids=["typed", "bracketed-paste"])
+async def test_injection_into_a_real_agent_never_mixes_with_the_human_line(
+    tmp_path: Path, bracketed: bool
+) -> None:
+    record = tmp_path / "lines"
+    argv = [sys.executable, str(RESOURCES / "echo_agent.py"), "--record", str(record)]
+    if bracketed:
+        argv.append("--bracketed-paste")
+    agent = AgentPty.spawn(argv)
+    injector = Injector(
+        agent.write, quiet_ms=150, pace_ms=2, enter_delay_ms=20, exclusive=agent.exclusive_input
+    )
+    seen = bytearray()
+
+    def on_output(data: bytes) -> None:
+        seen.extend(data)
+        injector.observe_output(data)
+
+    keys_read, keys_write = os.pipe()
+
+    async def type_keys(keys: bytes) -> None:
+        for key in keys:
+            os.write(keys_write, bytes([key]))
+            await anyio.sleep(0.005)
+
+    async def until(condition: Callable[[], bool]) -> None:
+        with anyio.fail_after(5):
+            while not condition():
+                await anyio.sleep(0.01)
+
+    def recorded() -> list[str]:
+        return record.read_text().splitlines() if record.exists() else []
+
+    async def human_and_relay() -> None:
+        await until(lambda: b"READY" in seen)
+        await type_keys(b"partial")
+        await until(lambda: injector.human_line_pending)
+        for index in (1, 2, 3):
+            injector.submit(f"message {index}", key=f"m{index}")
+        injector.submit("message 2 again", key="m2")
+        await anyio.sleep(0.6)  # four quiet periods
+        assert recorded() == []
+        assert injector.pending == 3
+        await type_keys(b" line\r")
+        with anyio.fail_after(5):
+            await injector.drained()
+        await until(lambda: len(recorded()) == 4)
+        await type_keys(b"exit 5\r")
+
+    with open(tmp_path / "screen", "wb") as screen, contextlib.ExitStack() as cleanup:
+        cleanup.callback(os.close, keys_read)
+        cleanup.callback(os.close, keys_write)
+        cleanup.callback(agent.close)
+        with anyio.fail_after(15):
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(injector.run)
+                tasks.start_soon(human_and_relay)
+                code = await passthrough(
+                    agent,
+                    stdin_fd=keys_read,
+                    stdout_fd=screen.fileno(),
+                    on_output=on_output,
+                    on_input=injector.observe_input,
+                )
+                tasks.cancel_scope.cancel()
+    assert code == 5
+    assert recorded() == ["partial line", "message 1", "message 2", "message 3", "exit 5"]
+    assert injector.delivered == ["message 1", "message 2", "message 3"]

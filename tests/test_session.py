@@ -1,0 +1,359 @@
+"""`relay run` end to end, headless, with a real PTY and a scripted fake agent."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from relay.engine.system import HookSystem
+from relay.session.runtime import Session
+from relay.session.sessions import list_sessions
+from relay.session.wrapper import Relay
+
+AGENT = str(Path(__file__).resolve().parent / "resources" / "runtime" / "scripted_agent.py")
+RELAY = str(Path(sys.executable).parent / "relay")
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "proj"
+    (root / ".git").mkdir(parents=True)
+    return root
+
+
+def agent(steps: list[dict[str, Any]], record: Path) -> list[str]:
+    return [sys.executable, AGENT, json.dumps(steps), str(record)]
+
+
+def reads(record: Path) -> list[tuple[str, str]]:
+    if not record.exists():
+        return []
+    return [
+        (entry["label"], entry["line"])
+        for entry in map(json.loads, record.read_text().splitlines())
+    ]
+
+
+def settings(path: Path, data: dict[str, Any]) -> Path:
+    path.write_text(json.dumps(data))
+    return path
+
+
+def run_session(
+    command: list[str], project: Path, *, settings_files: tuple[Path, ...] = (), **options: Any
+) -> tuple[int, str]:
+    """Run a headless session; return its exit code and what it printed."""
+    out = project / "session-stdout.txt"
+    with out.open("wb") as stream:
+        hooks = HookSystem(cwd=project, settings=settings_files)
+        session = Session(
+            command,
+            hooks=hooks,
+            headless=True,
+            cwd=project,
+            stdin_fd=-1,
+            stdout_fd=stream.fileno(),
+            **options,
+        )
+        code = anyio.run(session.run)
+        hooks.close()
+    return code, out.read_text()
+
+
+def test_start_inject_directive_answer_and_exit(project: Path, tmp_path: Path) -> None:
+    record = tmp_path / "reads.jsonl"
+    file = settings(
+        tmp_path / "s.json",
+        {
+            "hooks": {
+                "SessionStart": [{"hooks": [{"command": "echo 'read the style guide'"}]}],
+                "SessionEnd": [{"hooks": [{"command": f"cat > '{tmp_path / 'end.json'}'"}]}],
+            },
+            "patterns": {
+                "deploy": {
+                    "command": f"{sys.executable} -c \"import json,sys; e=json.load(sys.stdin); print('deployed ' + e['message'] + ' to ' + e['target'])\""
+                }
+            },
+            "session": {"injectQuietMs": 100},
+        },
+    )
+    steps = [
+        {"read": "start"},
+        {"print": "⏺ working on it"},
+        {"print": "@deploy:staging release 1.4.2"},
+        {"read": "deploy"},
+        {"print": "done"},
+        {"exit": 3},
+    ]
+    code, output = run_session(agent(steps, record), project, settings_files=(file,))
+    assert code == 3
+    assert reads(record) == [
+        ("start", "read the style guide"),
+        ("deploy", "deployed release 1.4.2 to staging"),
+    ]
+    assert (
+        "⏺ working on it" in output
+        and "@deploy:staging release 1.4.2" in output
+        and "done" in output
+    )
+    end = json.loads((tmp_path / "end.json").read_text())
+    assert (end["hook_event_name"], end["reason"]) == ("SessionEnd", "exit")
+
+
+def test_python_handlers_through_the_relay_api(project: Path, tmp_path: Path) -> None:
+    record = tmp_path / "reads.jsonl"
+    seen: list[tuple[str, str, list[str]]] = []
+    relay = Relay(name="Tester", cwd=project, headless=True)
+
+    @relay.on("SessionStart")
+    def hello(event: Any, ctx: Any) -> dict[str, str]:
+        return {"inject": f"hello {ctx.agent_name}"}
+
+    @relay.pattern("ask")
+    async def ask(target: str, message: str, ctx: Any) -> dict[str, str]:
+        seen.append((target, message, ctx.recent_output[-2:]))
+        return {"inject": f"answer for {target}: {message.upper()}", "stop": True}
+
+    @relay.pattern("ask")
+    def never(target: str, message: str, ctx: Any) -> None:
+        raise AssertionError("a stop in the first handler ends the chain")
+
+    steps = [
+        {"read": "start"},
+        {"print": "thinking"},
+        {"print": "  @ask:bob what now"},
+        {"read": "answer"},
+    ]
+    code = anyio.run(relay.run, agent(steps, record))
+    assert code == 0
+    assert reads(record) == [("start", "hello Tester"), ("answer", "answer for bob: WHAT NOW")]
+    assert seen == [("bob", "what now", ["thinking", "  @ask:bob what now"])]
+
+
+def test_directives_in_fences_and_escapes_are_not_dispatched(project: Path, tmp_path: Path) -> None:
+    record = tmp_path / "reads.jsonl"
+    relay = Relay(cwd=project, headless=True)
+    calls: list[str] = []
+
+    @relay.pattern("x")
+    def handler(target: str, message: str, ctx: Any) -> None:
+        calls.append(f"{target} {message}")
+
+    steps = [
+        {"print": "```"},
+        {"print": "@x:a inside a fence"},
+        {"print": "```"},
+        {"print": "\\@x:b escaped"},
+        {"print": "@x:c real"},
+    ]
+    assert anyio.run(relay.run, agent(steps, record)) == 0
+    assert calls == ["c real"]
+
+
+def test_idle_fires_once_per_quiet_period(project: Path, tmp_path: Path) -> None:
+    record = tmp_path / "reads.jsonl"
+    relay = Relay(cwd=project, headless=True, idle_seconds=0.4)
+    idles: list[float] = []
+
+    @relay.on("Idle")
+    def idle(event: Any, ctx: Any) -> dict[str, str] | None:
+        idles.append(event.idle_seconds)
+        return {"inject": "still there?"} if len(idles) == 1 else None
+
+    steps = [{"print": "working"}, {"read": "nudge"}, {"print": "back"}, {"sleep": 1.3}]
+    assert anyio.run(relay.run, agent(steps, record)) == 0
+    assert reads(record) == [("nudge", "still there?")]
+    assert len(idles) == 2  # one per quiet period: before the nudge, and after "back"
+    assert all(seconds >= 0.4 for seconds in idles)
+
+
+def test_output_hooks_see_lines_and_suppress_output(project: Path, tmp_path: Path) -> None:
+    lines_file = tmp_path / "output.txt"
+    file = settings(
+        tmp_path / "s.json",
+        {
+            "hooks": {
+                "Output": [
+                    {
+                        "hooks": [
+                            {
+                                "command": sys.executable,
+                                "args": [
+                                    "-c",
+                                    f"import json,sys; e=json.load(sys.stdin); open({str(lines_file)!r},'a').write(e['text']+'\\n'); print(json.dumps({{'suppressOutput': 'SECRET' in e['text']}}))",
+                                ],
+                            }
+                        ]
+                    }
+                ]
+            }
+        },
+    )
+    steps = [
+        {"print": "visible line"},
+        {"sleep": 0.3},
+        {"print": "SECRET token"},
+        {"sleep": 0.3},
+        {"print": "\x1b[32mgreen\x1b[0m"},
+    ]
+    code, output = run_session(agent(steps, tmp_path / "r.jsonl"), project, settings_files=(file,))
+    assert code == 0
+    assert "visible line" in output and "green" in output and "\x1b[" not in output
+    assert "SECRET" not in output
+    seen = lines_file.read_text()
+    assert "visible line" in seen and "SECRET token" in seen and "green" in seen
+
+
+def test_continue_false_ends_the_session(project: Path, tmp_path: Path) -> None:
+    relay = Relay(cwd=project, headless=True)
+    ends: list[str] = []
+
+    @relay.pattern("halt")
+    def halt(target: str, message: str, ctx: Any) -> dict[str, Any]:
+        return {"continue": False, "stopReason": "budget spent"}
+
+    @relay.on("SessionEnd")
+    def end(event: Any, ctx: Any) -> None:
+        ends.append(event.reason)
+
+    steps = [{"print": "@halt:now please"}, {"sleep": 30}]
+    started = time.monotonic()
+    code = anyio.run(relay.run, agent(steps, tmp_path / "r.jsonl"))
+    assert time.monotonic() - started < 15
+    assert ends == ["stop"]
+    assert code != 0  # ended by relay: EOF, then SIGTERM
+
+
+def test_relay_stop_from_another_process_delivers_the_end_inject(
+    project: Path, tmp_path: Path, relay_home: Path
+) -> None:
+    record = tmp_path / "reads.jsonl"
+    file = settings(
+        tmp_path / "s.json",
+        {
+            "hooks": {
+                "SessionEnd": [
+                    {"matcher": "stop", "hooks": [{"command": "echo '{\"inject\": \"save what you learned\"}'"}]}
+                ]
+            },
+            "session": {"injectQuietMs": 100, "endGraceSeconds": 3},
+        },
+    )
+    steps = [{"print": "ready"}, {"read": "end"}, {"print": "saved"}, {"sleep": 30}]
+    env = {**os.environ, "RELAY_HOME": str(relay_home)}
+    process = subprocess.Popen(
+        [
+            RELAY,
+            "run",
+            "--headless",
+            "--name",
+            "Stoppable",
+            "--settings",
+            str(file),
+            "--cwd",
+            str(project),
+            "--",
+            *agent(steps, record),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and not any(
+            s.name == "Stoppable" for s in _sessions(relay_home)
+        ):
+            time.sleep(0.05)
+        listed = subprocess.run(
+            [RELAY, "sessions"], capture_output=True, text=True, env=env, timeout=30, check=False
+        )
+        assert "Stoppable" in listed.stdout
+        duplicate = subprocess.run(
+            [RELAY, "run", "--headless", "--name", "Stoppable", "--", "true"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=30,
+            check=False,
+        )
+        assert duplicate.returncode == 1 and "already running" in duplicate.stderr
+        time.sleep(0.5)
+        stopped = subprocess.run(
+            [RELAY, "stop", "Stoppable"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=30,
+            check=False,
+        )
+        assert stopped.returncode == 0, stopped.stderr
+        out, _ = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert reads(record) == [("end", "save what you learned")]
+    assert b"saved" in out
+    assert not any(s.name == "Stoppable" for s in _sessions(relay_home))
+
+
+def _sessions(relay_home: Path) -> list[Any]:
+    os.environ["RELAY_HOME"] = str(relay_home)
+    return list_sessions()
+
+
+def test_a_missing_agent_is_a_clear_error(project: Path) -> None:
+    done = subprocess.run(
+        [RELAY, "run", "--headless", "--cwd", str(project), "--", "no-such-agent-xyz"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "no-such-agent-xyz" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_sigterm_to_relay_is_a_stop(project: Path, tmp_path: Path, relay_home: Path) -> None:
+    steps = [{"print": "ready"}, {"sleep": 30}]
+    file = settings(
+        tmp_path / "s.json",
+        {
+            "hooks": {"SessionEnd": [{"hooks": [{"command": f"cat > '{tmp_path / 'end.json'}'"}]}]},
+            "session": {"endGraceSeconds": 1},
+        },
+    )
+    env = {**os.environ, "RELAY_HOME": str(relay_home)}
+    process = subprocess.Popen(
+        [
+            RELAY,
+            "run",
+            "--headless",
+            "--settings",
+            str(file),
+            "--cwd",
+            str(project),
+            "--",
+            *agent(steps, tmp_path / "r.jsonl"),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    with process:
+        assert process.stdout is not None
+        assert b"ready" in process.stdout.readline()
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=20)
+    assert json.loads((tmp_path / "end.json").read_text())["reason"] == "stop"
