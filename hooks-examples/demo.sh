@@ -1,32 +1,32 @@
 #!/usr/bin/env bash
-# `make demo`: fire realistic events through relay with the example hooks and show what
-# relay decided. Uses a throwaway RELAY_HOME (and notification log), so it leaves nothing
-# behind; needs no network.
+# `make demo`: relay wraps a scripted stand-in for an AI coding agent (no network, no API
+# key) and you watch a session: SessionStart context typed in, a dangerous command blocked
+# by a hook, an `@deploy:` directive answered, an Idle nudge, and a clean end.
+# Uses a throwaway RELAY_HOME, so it leaves nothing behind.
 set -euo pipefail
 relay=${1:-relay}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
-python=$(dirname "$relay")/python
-export RELAY_HOME RELAY_NOTIFICATION_LOG
+export RELAY_HOME PATH
 RELAY_HOME=$(mktemp -d)
-RELAY_NOTIFICATION_LOG=$RELAY_HOME/notifications.jsonl
+PATH="$(cd "$(dirname "$relay")" && pwd):$PATH"  # the agent calls `relay hooks run` itself
 trap 'rm -rf "$RELAY_HOME"' EXIT
 
-show() {  # show TITLE EVENT JSON [NAME=VALUE]: fire EVENT (with NAME set) and print the result
-  local setting=${4:-}
-  printf "\n\033[1m== %s\033[0m\n\$ echo '%s' | %srelay hooks run %s --settings hooks-examples/settings.json\n" \
-    "$1" "$3" "${setting:+${setting%%=*}='${setting#*=}' }" "$2"
-  printf '%s' "$3" | env ${setting:+"$setting"} "$relay" hooks run "$2" --settings "$here/settings.json" --cwd "$root" |
-    "$python" "$here/show_result.py"
-}
+cat <<TEXT
+$(printf '\033[1m')relay run: an agent CLI wrapped in a PTY, with hooks and directives$(printf '\033[0m')
+  settings: hooks-examples/demo/settings.json (a start-up context, the bash guard as
+            PreToolUse, an @deploy handler, an Idle nudge after 2 s of quiet)
+  agent:    hooks-examples/demo/demo_agent.py (it prints tool calls, asks relay's hook
+            engine before running them, and reads what relay types into it)
+  lines the agent did not print itself are what relay typed in (the PTY echoes them)
 
-show "A session starts: the context hook tells the agent where it is" SessionStart '{"source": "startup"}'
-show "The agent wants to run a harmless command" PreToolUse '{"tool_name": "Bash", "tool_input": {"command": "ls -la"}}'
-show "The agent wants to wipe the disk: the bash guard denies it (exit 2)" PreToolUse '{"tool_name": "Bash", "tool_input": {"command": "rm -rf / --no-preserve-root"}}'
-show "The agent force-pushes: the Node hook rewrites the command" BeforeTool '{"tool_name": "run_shell_command", "tool_input": {"command": "git push --force origin main", "description": "publish"}}'
-show "The agent wants to edit .env: the Perl hook denies it" PreToolUse '{"tool_name": "Edit", "tool_input": {"file_path": ".env", "old_string": "DEBUG=0", "new_string": "DEBUG=1"}}'
-show "The agent wants to stop, but the tests fail: the stop hook asks it to go on" Stop '{"stop_hook_active": false}' \
-  'RELAY_TEST_COMMAND=echo "FAILED test_cli.py::test_verbose"; exit 1'
-show "The agent asks for permission: the notification is logged" Notification '{"notification_type": "permission_prompt", "message": "Claude needs your permission to use Bash"}'
-printf 'logged: %s' "$(tail -n 1 "$RELAY_NOTIFICATION_LOG")"
-printf '\n\nClaude Code can use all of this through one hook entry:\n  {"type": "command", "command": "relay hooks run --dialect claude PreToolUse"}\n'
+\$ relay run --headless --name demo --settings hooks-examples/demo/settings.json -- python3 hooks-examples/demo/demo_agent.py
+TEXT
+"$relay" run --headless --name demo --settings "$here/demo/settings.json" --cwd "$root" \
+  -- python3 "$here/demo/demo_agent.py"
+cat <<'TEXT'
+
+The session ended cleanly (the agent exited 0; SessionEnd fired).
+Try next:  bash hooks-examples/tour.sh .venv/bin/relay     (every example hook, one event each)
+           relay hooks test PreToolUse --set 'tool_input.command="rm -rf /"' --settings hooks-examples/settings.json
+TEXT

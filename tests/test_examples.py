@@ -757,9 +757,34 @@ def test_every_hook_is_registered_and_documented(tmp_path: Path) -> None:
 
 @needs_node
 @needs_perl
-def test_demo_script_runs(relay_home: Path) -> None:
+def test_demo_runs_a_whole_session(relay_home: Path) -> None:
+    """`make demo`: relay run on the scripted agent shows each step of a session."""
     done = subprocess.run(
         ["bash", str(EXAMPLES / "demo.sh"), str(BIN / "relay")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    expected_in_order = [
+        "agent: got start-up context from relay: Project: relay demo. Run the tests before you finish.",
+        "  ✓ allowed; output: total 3  README.md  src/  tests/",
+        "  ✗ blocked by a hook: Refusing 'rm -rf / --no-preserve-root': it deletes far more than a task needs. Remove only the paths you created, by name.",
+        "@deploy:staging release 1.4.2",
+        "agent: the deploy handler answered: deploy: dry run of 'release 1.4.2' to staging passed (3 services, 0 migrations)",
+        "agent: relay nudged me after a quiet spell: Still there? Wrap up and summarise what you did.",
+        "agent: done, exiting",
+        "The session ended cleanly (the agent exited 0; SessionEnd fired).",
+    ]
+    positions = [lines.index(line) for line in expected_in_order]
+    assert positions == sorted(positions)
+
+
+def test_tour_script_runs(relay_home: Path) -> None:
+    done = subprocess.run(
+        ["bash", str(EXAMPLES / "tour.sh"), str(BIN / "relay")],
         capture_output=True,
         text=True,
         timeout=60,
