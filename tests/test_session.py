@@ -242,7 +242,10 @@ def test_relay_stop_from_another_process_delivers_the_end_inject(
         {
             "hooks": {
                 "SessionEnd": [
-                    {"matcher": "stop", "hooks": [{"command": "echo '{\"inject\": \"save what you learned\"}'"}]}
+                    {
+                        "matcher": "stop",
+                        "hooks": [{"command": 'echo \'{"inject": "save what you learned"}\''}],
+                    }
                 ]
             },
             "session": {"injectQuietMs": 100, "endGraceSeconds": 3},
@@ -357,3 +360,45 @@ def test_sigterm_to_relay_is_a_stop(project: Path, tmp_path: Path, relay_home: P
         process.send_signal(signal.SIGTERM)
         process.communicate(timeout=20)
     assert json.loads((tmp_path / "end.json").read_text())["reason"] == "stop"
+
+
+def test_nothing_is_typed_over_a_half_typed_human_line(
+    project: Path, tmp_path: Path, relay_home: Path
+) -> None:
+    """Headless, relay's stdin is the human's keyboard: an injection waits for their Enter."""
+    record = tmp_path / "reads.jsonl"
+    file = settings(
+        tmp_path / "s.json",
+        {"patterns": {"ping": {"command": "echo pong"}}, "session": {"injectQuietMs": 1000}},
+    )
+    steps = [{"print": "@ping:x hi"}, {"read": "first"}, {"read": "second"}, {"print": "bye"}]
+    env = {**os.environ, "RELAY_HOME": str(relay_home)}
+    with subprocess.Popen(
+        [
+            RELAY,
+            "run",
+            "--headless",
+            "--settings",
+            str(file),
+            "--cwd",
+            str(project),
+            "--",
+            *agent(steps, record),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    ) as process:
+        assert process.stdin is not None and process.stdout is not None
+        assert b"@ping:x hi" in process.stdout.readline()
+        process.stdin.write(b"abc")  # half a line, within the injector's quiet period
+        process.stdin.flush()
+        time.sleep(2.0)  # the quiet period passes: "pong" is ready, but the human is typing
+        assert reads(record) == []
+        process.stdin.write(b"def\n")
+        process.stdin.flush()
+        out, _ = process.communicate(timeout=30)
+    assert process.returncode == 0
+    assert reads(record) == [("first", "abcdef"), ("second", "pong")]
+    assert b"bye" in out
