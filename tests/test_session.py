@@ -402,3 +402,18 @@ def test_nothing_is_typed_over_a_half_typed_human_line(
     assert process.returncode == 0
     assert reads(record) == [("first", "abcdef"), ("second", "pong")]
     assert b"bye" in out
+
+
+def test_a_burst_of_directives_before_exit_is_dispatched_in_order(
+    project: Path, tmp_path: Path
+) -> None:
+    relay = Relay(cwd=project, headless=True)
+    seen: list[str] = []
+
+    @relay.pattern("note")
+    def note(target: str, message: str, ctx: Any) -> None:
+        seen.append(message)
+
+    steps = [{"print": f"@note:n message {i}"} for i in range(300)]
+    assert anyio.run(relay.run, agent(steps, tmp_path / "r.jsonl")) == 0
+    assert seen == [f"message {i}" for i in range(300)]

@@ -9,6 +9,8 @@ which types text back into the agent only when that is safe.
 from __future__ import annotations
 
 import collections
+import contextlib
+import math
 import os
 import signal
 import sys
@@ -19,10 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import anyio.abc
 import anyio.to_thread
 import msgspec
-from anyio.streams.memory import MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from relay.config.discovery import SETTINGS_VARIABLE, settings_from_environment
 from relay.config.model import SessionConfig
@@ -33,7 +34,7 @@ from relay.protocol.output import AggregatedResult
 from relay.session import sessions
 from relay.session.directives import Directive, DirectiveScanner, LineSplitter, clean_line, unescape
 from relay.session.injector import Injector
-from relay.session.pty import AgentPty
+from relay.session.pty import AgentExitedError, AgentPty
 from relay.session.terminal import passthrough, raw_terminal, terminal_size
 
 RECENT_LINES = 200
@@ -156,7 +157,7 @@ class Session:
         start = await self._fire("SessionStart", {"source": "startup"})
         if start.inject:
             self._early_injects.insert(0, start.inject)
-        if self._stopping:
+        if self._stop_requested.is_set():  # continue: false from SessionStart: never start
             return 0
         rows, cols = terminal_size(self.stdin_fd) if not self.headless else (24, 80)
         agent = self._agent = AgentPty.spawn(
@@ -171,11 +172,14 @@ class Session:
         for text in self._early_injects:
             injector.submit(text)
         self._early_injects.clear()
-        send, receive = anyio.create_memory_object_stream[Directive](max_buffer_size=1000)
+        # Unbounded: directives are small, and output must never wait on their handlers.
+        send, receive = anyio.create_memory_object_stream[Directive](max_buffer_size=math.inf)
         self._directives = send
+        dispatched = anyio.Event()
         async with anyio.create_task_group() as group:
-            group.start_soon(injector.run)
-            group.start_soon(self._dispatch_directives, receive)
+            injecting = anyio.CancelScope()
+            group.start_soon(self._run_injector, injector, injecting)
+            group.start_soon(self._dispatch_directives, receive, dispatched)
             group.start_soon(self._watch_idle)
             group.start_soon(self._watch_stop)
             group.start_soon(self._watch_signals)
@@ -193,11 +197,15 @@ class Session:
                         on_output=self._on_output,
                         on_input=injector.observe_input,
                     )
+            injecting.cancel()  # the agent is gone: nothing more can be typed in
             for directive in self._scanner.close():
                 await send.send(directive)
             self._lines_done()
             await send.aclose()
-            await anyio.sleep(0)  # let the dispatcher take what is queued
+            # Directives printed just before the exit are still dispatched (their handlers
+            # may have side effects the agent asked for), within a bound.
+            with anyio.move_on_after(self.end_grace):
+                await dispatched.wait()
             group.cancel_scope.cancel()
         self.exit_code = code
         if not self._stopping:
@@ -264,10 +272,21 @@ class Session:
             group.cancel_scope.cancel()
         return await agent.wait()
 
+    async def _run_injector(self, injector: Injector, scope: anyio.CancelScope) -> None:
+        # The agent may end while text is being typed: the session is ending then anyway.
+        with scope, contextlib.suppress(AgentExitedError):
+            await injector.run()
+
     async def _dispatch_directives(
-        self, directives: anyio.abc.ObjectReceiveStream[Directive]
+        self, directives: MemoryObjectReceiveStream[Directive], done: anyio.Event
     ) -> None:
         """Each directive once, in stream order, through PatternMatch (DESIGN §8)."""
+        try:
+            await self._dispatch(directives)
+        finally:
+            done.set()
+
+    async def _dispatch(self, directives: MemoryObjectReceiveStream[Directive]) -> None:
         async with directives:
             async for directive in directives:
                 payload = {
