@@ -417,3 +417,26 @@ def test_a_burst_of_directives_before_exit_is_dispatched_in_order(
     steps = [{"print": f"@note:n message {i}"} for i in range(300)]
     assert anyio.run(relay.run, agent(steps, tmp_path / "r.jsonl")) == 0
     assert seen == [f"message {i}" for i in range(300)]
+
+
+def test_a_failing_python_handler_is_reported_and_the_session_goes_on(
+    project: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    record = tmp_path / "reads.jsonl"
+    relay = Relay(cwd=project, headless=True)
+
+    @relay.pattern("boom")
+    def boom(target: str, message: str, ctx: Any) -> None:
+        raise RuntimeError("handler bug")
+
+    @relay.pattern("ok")
+    def fine(target: str, message: str, ctx: Any) -> str:
+        return "still working"
+
+    steps = [{"print": "@boom:x now"}, {"print": "@ok:x now"}, {"read": "answer"}, {"exit": 4}]
+    assert anyio.run(relay.run, agent(steps, record)) == 4
+    assert reads(record) == [("answer", "still working")]
+    assert (
+        "hook test_a_failing_python_handler_is_reported_and_the_session_goes_on.<locals>.boom failed: python hook raised RuntimeError: handler bug"
+        in capfd.readouterr().err
+    )
