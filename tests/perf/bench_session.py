@@ -5,17 +5,31 @@ main() runs them all and exits 1 when a target is missed. The stream is syntheti
 shaped like an agent's terminal: compiler and test output, ANSI colours, progress
 redraws, prompts and bullets, e-mail addresses, decorators and `npm … @scope/pkg`,
 code fences, and a directive every few thousand lines.
+
+The passthrough figures run the installed `relay run` console script in TTY mode (its
+stdin and stdout a PTY this script allocates and drains) and, as the baseline, the same
+program directly on such a PTY; they have no target and are reported only.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
+import os
 import random
 import re
+import select
+import signal
 import statistics
+import struct
+import subprocess
 import sys
+import tempfile
+import termios
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 from relay.session.directives import DirectiveScanner
 
@@ -23,6 +37,11 @@ TARGET_SCAN_MB_S = 500.0
 STREAM_BYTES = 50_000_000
 CHUNK_BYTES = 64 * 1024
 RUNS = 5
+PTY_RUNS = 3
+ROUND_TRIPS = 500
+WARM_UP_TRIPS = 20
+SECTION_SECONDS = 50.0  # each PTY section gives up (and says so) after this long
+RELAY = Path(sys.executable).parent / "relay"
 
 GREEN, RED, BOLD, DIM, RESET = "\x1b[32m", "\x1b[31m", "\x1b[1m", "\x1b[2m", "\x1b[0m"
 WORDS = [
@@ -174,6 +193,175 @@ def bench_naive_per_line(data: bytes) -> float:
     return rate
 
 
+# ---- TTY passthrough: `relay run` against the program run directly
+
+# Writes the file named by argv[1] to stdout in 64 KiB writes, as fast as it can.
+_WRITER = """
+import os, sys
+view = memoryview(open(sys.argv[1], "rb").read())
+while view:
+    view = view[os.write(1, view[:65536]) :]
+"""
+# Answers each line it reads with `pong <line>` at once.
+_PING_PONG = r"""
+import os, sys
+os.write(1, b"ready\n")
+for line in sys.stdin.buffer:
+    os.write(1, b"pong " + line.rstrip() + b"\n")
+"""
+
+
+class _Section:
+    """The deadline of one bench section, shared by its runs."""
+
+    def __init__(self, seconds: float) -> None:
+        self.deadline = time.monotonic() + seconds
+
+    def left(self) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("section over its time limit")
+        return left
+
+
+@contextlib.contextmanager
+def _on_pty(argv: Sequence[str], env: dict[str, str], cwd: str) -> Iterator[int]:
+    """Run `argv` with a new 30x100 PTY as stdin, stdout and stderr; the master fd."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+    process = subprocess.Popen(
+        argv, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=cwd, start_new_session=True
+    )
+    os.close(slave)  # the child holds it now: its exit brings EIO on the master
+    try:
+        yield master
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)  # its own session: only what it started
+        process.wait()
+        os.close(master)
+
+
+def _read(master: int, section: _Section) -> bytes:
+    """The next bytes from the master; b"" once every slave fd is closed."""
+    ready, _, _ = select.select([master], [], [], section.left())
+    if not ready:
+        raise TimeoutError("no output")
+    try:
+        return os.read(master, 1 << 16)
+    except OSError:  # EIO: the child side is closed
+        return b""
+
+
+def _drain_timed(master: int, section: _Section) -> tuple[int, float]:
+    """Read to EOF; the line feeds read and the seconds from the first byte to the last."""
+    lines = 0
+    first = last = 0.0
+    while data := _read(master, section):
+        last = time.perf_counter()
+        if not first:
+            first = last
+        lines += data.count(b"\n")  # lines, not bytes: the terminal adds a CR to each (ONLCR)
+    return lines, last - first
+
+
+def _relay_argv(program: Sequence[str], cwd: str) -> list[str]:
+    return [str(RELAY), "run", "--name", "bench", "--cwd", cwd, "--", *program]
+
+
+def _relay_env(home: str) -> dict[str, str]:
+    """The environment for `relay run`: a throwaway RELAY_HOME, no system or extra settings."""
+    env = {**os.environ, "RELAY_HOME": home}
+    env["RELAY_SYSTEM_SETTINGS"] = os.path.join(home, "no-system-settings.json")
+    env.pop("RELAY_SETTINGS", None)
+    env.pop("RELAY_DEBUG", None)
+    return env
+
+
+def bench_passthrough(data: bytes) -> float:
+    """`relay run` (TTY passthrough) vs the writer directly on a PTY: median MB/s, first byte to last."""
+    with tempfile.TemporaryDirectory() as home:
+        stream = os.path.join(home, "stream.bin")
+        Path(stream).write_bytes(data)
+        writer = [sys.executable, "-c", _WRITER, stream]
+        env = _relay_env(home)
+        runs = {"direct": writer, "relay": _relay_argv(writer, home)}
+        rates: dict[str, list[float]] = {name: [] for name in runs}
+        expected_lines = data.count(b"\n")
+        section = _Section(SECTION_SECONDS)
+        try:
+            for _ in range(PTY_RUNS):
+                for name, argv in runs.items():
+                    with _on_pty(argv, env, home) as master:
+                        lines, seconds = _drain_timed(master, section)
+                    if lines != expected_lines:
+                        raise SystemExit(f"{name}: read {lines} lines of {expected_lines}")
+                    rates[name].append(len(data) / seconds / 1e6)
+        except TimeoutError:
+            print(f"passthrough             gave up after {SECTION_SECONDS:.0f} s")
+            return 0.0
+    direct, relay = (statistics.median(rates[name]) for name in ("direct", "relay"))
+    print(
+        f"passthrough             direct {direct:5.0f} MB/s  relay {relay:5.0f} MB/s"
+        f"  ({relay / direct:.2f}x; {len(data) / 1e6:.0f} MB, median of {PTY_RUNS})"
+    )
+    return relay
+
+
+def _round_trips(master: int, section: _Section) -> list[float]:
+    """Milliseconds from typing `N` + Enter to reading `pong N`, for each of the round trips."""
+    buffer = b""
+    while b"ready" not in buffer:
+        buffer += _read(master, section) or b"EOF"
+        if buffer.endswith(b"EOF"):
+            raise SystemExit(f"ended before it was ready: {buffer!r}")
+    times: list[float] = []
+    for trip in range(WARM_UP_TRIPS + ROUND_TRIPS):
+        answer = b"pong %d\r\n" % trip
+        buffer = b""
+        start = time.perf_counter()
+        os.write(master, b"%d\r" % trip)
+        while answer not in buffer:
+            data = _read(master, section)
+            if not data:
+                raise SystemExit(f"EOF waiting for {answer!r}")
+            buffer += data
+        if trip >= WARM_UP_TRIPS:
+            times.append((time.perf_counter() - start) * 1000)
+    os.write(master, b"\x04")  # Ctrl-D: end of input, the program exits (and relay with it)
+    while _read(master, section):
+        pass
+    return times
+
+
+def _p99(times: list[float]) -> float:
+    return statistics.quantiles(times, n=100)[98]
+
+
+def bench_round_trip() -> float:
+    """Keystroke to answer through `relay run` vs directly: added median latency in ms."""
+    with tempfile.TemporaryDirectory() as home:
+        program = [sys.executable, "-c", _PING_PONG]
+        env = _relay_env(home)
+        section = _Section(SECTION_SECONDS)
+        try:
+            with _on_pty(program, env, home) as master:
+                direct = _round_trips(master, section)
+            with _on_pty(_relay_argv(program, home), env, home) as master:
+                relay = _round_trips(master, section)
+        except TimeoutError:
+            print(f"round trip              gave up after {SECTION_SECONDS:.0f} s")
+            return 0.0
+    direct_median, relay_median = statistics.median(direct), statistics.median(relay)
+    added = relay_median - direct_median
+    print(
+        f"round trip              direct {direct_median:.2f} ms  relay {relay_median:.2f} ms"
+        f"  (+{added:.2f} ms median; p99 direct {_p99(direct):.2f} ms, relay {_p99(relay):.2f} ms;"
+        f" {ROUND_TRIPS} trips)"
+    )
+    return added
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--megabytes", type=float, default=STREAM_BYTES / 1e6)
@@ -183,6 +371,8 @@ def main() -> int:
     print(f"stream: {len(data) / 1e6:.0f} MB, {lines} lines, {expected} directives")
     rate = bench_scanner(data, expected)
     bench_naive_per_line(data)
+    bench_passthrough(data)
+    bench_round_trip()
     return 0 if rate > TARGET_SCAN_MB_S else 1
 
 
