@@ -642,3 +642,48 @@ def test_chunking_is_invisible_with_long_lines(parts: list[bytes], size: int, li
         lines += splitter.feed(stream[start : start + size])
     whole = LineSplitter(max_line_bytes=limit)
     assert lines + splitter.close() == whole.feed(stream) + whole.close()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.lists(
+            st.sampled_from(
+                [
+                    b"a",
+                    b"\xc3\xa9",
+                    b"\xff",
+                    b" ",
+                    b"\t",
+                    b"\r",
+                    b"\x08",
+                    b"\x1b",
+                    b"[",
+                    b"31",
+                    b"m",
+                    b"]0;t",
+                    b"\x07",
+                    b"\x1b\\",
+                    b"(B",
+                    b"K",
+                    b"2",
+                    b"G",
+                    b";",
+                    b"\xc2\x85",
+                    b"\x7f",
+                    b"@x:y z",
+                    b"P",
+                    b"\x00",
+                ]
+            ),
+            max_size=12,
+        ).map(b"".join),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_clean_lines_equals_clean_line_per_line(raws: list[bytes]) -> None:
+    """The batch path used for passthrough is exactly clean_line on each line."""
+    from relay.session.lines import clean_lines
+
+    assert clean_lines(raws) == [clean_line(raw) for raw in raws]

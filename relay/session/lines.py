@@ -16,13 +16,14 @@ _LINE_RESET = re.compile(rb"\x1b\[[01]?G|\x1b\[[12]K")
 """Cursor to column 1 and erase-line: on screen they act as a carriage return."""
 
 _ESCAPE = re.compile(
-    rb"\x1b\[[0-?]*[ -/]*(?:[@-~]|\Z)"  # CSI: colours, cursor moves (or cut off at line end)
-    rb"|\x1b[\]PX^_][^\x07\x1b\r]*(?:\x07|\x1b\\)?"  # OSC, DCS, SOS, PM, APC: to BEL or ST
+    rb"\x1b\[[0-?]*[ -/]*(?:[@-~]|\Z|(?=\n))"  # CSI: colours, cursor moves (or cut off at line end)
+    rb"|\x1b[\]PX^_][^\x07\x1b\r\n]*(?:\x07|\x1b\\)?"  # OSC, DCS, SOS, PM, APC: to BEL or ST
     rb"|\x1b[ -/]+[0-~]?"  # nF: charset selects such as ESC ( B
     rb"|\x1b[0-~]?"  # ESC x (ESC 7, ESC =, ESC M, ST), or a lone ESC
 )
 # The string sequences stop at \r so that no escape spans a carriage return: dropping
-# what precedes a redraw (bound_line) then never changes the text a line shows.
+# what precedes a redraw (bound_line) then never changes the text a line shows. No escape
+# spans a \n either, so a batch of lines joined by \n is cleaned as each line would be.
 
 _CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 """Control characters left after escapes and redraws are applied (tab is text)."""
@@ -30,9 +31,17 @@ _CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 
 def clean_line(raw: bytes) -> str:
     """The text a terminal shows for one raw line: escapes stripped, redraws applied."""
+    return _finish(_strip_escapes(raw).decode("utf-8", "replace"))
+
+
+def _strip_escapes(raw: bytes) -> bytes:
     if b"\x1b" in raw:
-        raw = _ESCAPE.sub(b"", _LINE_RESET.sub(b"\r", raw))
-    text = raw.decode("utf-8", "replace")
+        return _ESCAPE.sub(b"", _LINE_RESET.sub(b"\r", raw))
+    return raw
+
+
+def _finish(text: str) -> str:
+    """Redraws, backspaces and stray control characters of one decoded line."""
     if "\r" in text:
         text = text.rstrip("\r")  # the \r of \r\n, or a redraw nothing followed
         text = text[text.rfind("\r") + 1 :]  # a redraw: the text after the last \r wins
@@ -41,6 +50,21 @@ def clean_line(raw: bytes) -> str:
     if _CONTROL.search(text) is not None:
         text = _CONTROL.sub("", text)
     return text
+
+
+_NEEDS_FINISH = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+"""Characters that _finish acts on, bar the \n that joins a batch."""
+
+
+def clean_lines(raws: list[bytes]) -> list[str]:
+    """clean_line for a batch of lines: escapes stripped and text decoded once for all, per
+    line work only for the rare lines with redraws or controls (per-line work is what
+    limits passthrough throughput)."""
+    text = _strip_escapes(b"\n".join(raws)).decode("utf-8", "replace")
+    lines = text.split("\n")
+    if _NEEDS_FINISH.search(text) is None:
+        return lines
+    return [_finish(line) for line in lines]
 
 
 def _apply_backspaces(text: str) -> str:

@@ -32,10 +32,12 @@ from relay.engine.telemetry import debug, debug_enabled
 from relay.protocol.codec import utc_timestamp
 from relay.protocol.output import AggregatedResult
 from relay.session import sessions
-from relay.session.directives import Directive, DirectiveScanner, LineSplitter, clean_line, unescape
+from relay.session.directives import Directive, DirectiveScanner, LineSplitter, unescape
 from relay.session.injector import Injector
+from relay.session.lines import clean_lines
 from relay.session.pty import AgentExitedError, AgentPty
 from relay.session.terminal import passthrough, raw_terminal, terminal_size
+from relay.session.transcript import Transcript
 
 RECENT_LINES = 200
 OUTPUT_BATCH_SECONDS = 0.05
@@ -114,7 +116,7 @@ class Session:
         self._stop_requested: anyio.Event | None = None
         self._stop_reason = "stop"
         self._stopping = False
-        self._transcript: Any = None
+        self._transcript: Transcript | None = None
 
     # -- public -----------------------------------------------------------------------
 
@@ -143,11 +145,11 @@ class Session:
             started=utc_timestamp(),
         )
         record_path = sessions.register(record)
-        transcript_path = sessions.sessions_dir() / f"{self.name}.transcript.jsonl"
+        self._transcript = Transcript(sessions.sessions_dir() / f"{self.name}.transcript.jsonl")
         try:
-            with transcript_path.open("ab") as self._transcript:
-                return await self._run()
+            return await self._run()
         finally:
+            self._transcript.close()
             sessions.unregister(record_path)
 
     # -- the session --------------------------------------------------------------------
@@ -221,28 +223,29 @@ class Session:
         self._idle_fired = False
         for directive in self._scanner.feed(data):
             self._directives.send_nowait(directive)
-        if not self.headless:
-            for raw in self._lines.feed(data):
-                self._keep_line(raw)
+        self._keep_lines(self._lines.feed(data))
 
-    def _keep_line(self, raw: bytes) -> str:
-        text = unescape(clean_line(raw))
-        self.recent.append(text)
+    def _keep_lines(self, raws: list[bytes]) -> None:
+        """Complete output lines, a chunk's worth at a time (per-line work would cap
+        passthrough throughput): recent lines, then Output hooks or straight on."""
+        if not raws:
+            return
+        texts = [unescape(text) for text in clean_lines(raws)]
+        self.recent.extend(texts[-RECENT_LINES:])
         if self._output_hooked:
-            self._output_lines.append(text)  # shown (headless) once Output hooks have seen it
+            self._output_lines.extend(texts)  # shown (headless) once Output hooks have seen them
         else:
-            self._show(text)
-        return text
+            self._show(texts)
 
-    def _show(self, text: str) -> None:
-        """A finished output line: to the transcript and, headless, to stdout."""
-        self._record("output", text)
+    def _show(self, texts: list[str]) -> None:
+        """Finished output lines: to the transcript and, headless, to stdout."""
+        block = "\n".join(texts)
+        self._record("output", block)
         if self.headless:
-            os.write(self.stdout_fd, (text + "\n").encode())
+            os.write(self.stdout_fd, (block + "\n").encode())
 
     def _lines_done(self) -> None:
-        for raw in self._lines.close():
-            self._keep_line(raw)
+        self._keep_lines(self._lines.close())
 
     async def _pump_headless(self, agent: AgentPty, injector: Injector) -> int:
         """Headless: agent output to stdout line by line (unescaped); our stdin to the agent."""
@@ -267,8 +270,6 @@ class Session:
                 if not data:
                     break
                 self._on_output(data)
-                for raw in self._lines.feed(data):
-                    self._keep_line(raw)
             group.cancel_scope.cancel()
         return await agent.wait()
 
@@ -315,8 +316,7 @@ class Session:
         lines, self._output_lines = self._output_lines, []
         result = await self._fire("Output", {"text": "\n".join(lines), "stream": "stdout"})
         if not result.suppressOutput:
-            for text in lines:
-                self._show(text)
+            self._show(lines)
 
     async def _watch_idle(self) -> None:
         while True:
@@ -391,9 +391,7 @@ class Session:
 
     def _record(self, kind: str, text: str) -> None:
         if self._transcript is not None:
-            self._transcript.write(
-                msgspec.json.encode({"time": utc_timestamp(), "kind": kind, "text": text}) + b"\n"
-            )
+            self._transcript.record(kind, text)
 
 
 def _read_some(fd: int) -> bytes:
