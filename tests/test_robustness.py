@@ -250,3 +250,14 @@ def test_hooks_help_lists_every_subcommand() -> None:
         "import",
     ):
         assert f"  {name} " in result.stdout
+
+
+def test_an_exit_request_inside_a_task_group_is_unwrapped() -> None:
+    from relay.session.terminal import exit_request
+
+    nested = BaseExceptionGroup("tasks", [BaseExceptionGroup("inner", [SystemExit(143)])])
+    request = exit_request(nested)
+    assert request is not None and request.code == 143
+    interrupted = exit_request(BaseExceptionGroup("tasks", [KeyboardInterrupt()]))
+    assert interrupted is not None and interrupted.code == 130
+    assert exit_request(BaseExceptionGroup("tasks", [ValueError("bug")])) is None

@@ -40,6 +40,14 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, click.exceptions.Abort):
         click.echo("relay: interrupted", err=True)
         return 130
+    except BaseExceptionGroup as group:
+        from relay.session.terminal import exit_request
+
+        request = exit_request(group)  # e.g. SIGTERM's SystemExit raised inside a task
+        if request is None:
+            click.echo(f"relay: internal error: {group!r} (please report this)", err=True)
+            return 3
+        return request.code if isinstance(request.code, int) else 1
     except Exception as exc:
         click.echo(
             f"relay: internal error: {type(exc).__name__}: {exc} (please report this)", err=True

@@ -51,6 +51,23 @@ _levels: list[_RawLevel] = []  # active raw_terminal calls, outermost first
 _previous_handlers: dict[int, _SignalHandler] = {}
 
 
+def exit_request(group: BaseExceptionGroup[BaseException]) -> SystemExit | None:
+    """The SystemExit (or Ctrl-C, as exit 130) inside an exception group, if any.
+
+    A signal handler's SystemExit raised inside an anyio task reaches the caller wrapped
+    in a group, which Python would report as a crash with exit code 1.
+    """
+    matched, _ = group.split((SystemExit, KeyboardInterrupt))
+    found: BaseException | None = matched
+    while isinstance(found, BaseExceptionGroup):
+        found = found.exceptions[0]
+    if isinstance(found, SystemExit):
+        return found
+    if isinstance(found, KeyboardInterrupt):
+        return SystemExit(130)
+    return None
+
+
 @contextlib.contextmanager
 def raw_terminal(fd: int = 0) -> Iterator[None]:
     """Put the terminal on `fd` in raw mode for the block, and always restore it.

@@ -14,7 +14,7 @@ from pathlib import Path
 import anyio
 
 from relay.session.pty import AgentPty
-from relay.session.terminal import passthrough, raw_terminal, terminal_size
+from relay.session.terminal import exit_request, passthrough, raw_terminal, terminal_size
 
 
 def main() -> int:
@@ -25,7 +25,13 @@ def main() -> int:
     code = None
     try:
         with raw_terminal(0):
-            code = anyio.run(partial(passthrough, agent, on_output=seen.extend))
+            try:
+                code = anyio.run(partial(passthrough, agent, on_output=seen.extend))
+            except BaseExceptionGroup as group:  # SIGTERM's SystemExit, raised inside a task
+                request = exit_request(group)
+                if request is None:
+                    raise
+                raise request from None
     finally:
         agent.close()
         log_path.write_bytes(bytes(seen))
