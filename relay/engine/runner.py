@@ -382,7 +382,7 @@ def _spawn(
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
         for fd in (stdin_write, stdout_read, stderr_read):
             os.close(fd)
-        raise _SpawnError(launch, _describe_spawn_error(exc, launch, cwd)) from None
+        raise _SpawnError(launch, describe_spawn_error(exc, launch.argv[0], cwd)) from None
     finally:
         for fd in child_fds:
             os.close(fd)
@@ -404,8 +404,8 @@ def _popen(
     )
 
 
-def _describe_spawn_error(exc: BaseException, launch: Launch, cwd: str | None) -> str:
-    program = launch.argv[0]
+def describe_spawn_error(exc: BaseException, program: str, cwd: str | None) -> str:
+    """Why `program` could not be started, in words (for hooks and wrapped agents alike)."""
     if not isinstance(exc, OSError):
         return f"cannot run {program}: {exc}"
     if cwd is not None and exc.filename == cwd and exc.filename != program:

@@ -28,6 +28,7 @@ from types import TracebackType
 
 import anyio
 
+from relay.engine.runner import describe_spawn_error
 from relay.errors import RelayError
 
 _EOF = b"\x04"  # Ctrl-D: VEOF of a terminal in its default (canonical) mode
@@ -104,7 +105,7 @@ class AgentPty:
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             os.close(master_fd)
             raise AgentSpawnError(
-                _describe_spawn_error(exc, argv, cwd), argv=argv, cwd=cwd
+                f"cannot start agent: {describe_spawn_error(exc, argv[0], cwd)}", argv=argv, cwd=cwd
             ) from None
         finally:
             os.close(slave_fd)  # the agent holds the slave now; its exit brings EOF
@@ -302,26 +303,6 @@ def _exit_code(returncode: int | None) -> int | None:
     if returncode is None:
         return None
     return 128 - returncode if returncode < 0 else returncode
-
-
-def _describe_spawn_error(exc: BaseException, argv: Sequence[str], cwd: str | None) -> str:
-    program = argv[0]
-    if not isinstance(exc, OSError):
-        return f"cannot run {program}: {exc}"
-    if cwd is not None and exc.filename == cwd and exc.filename != program:
-        reasons = {
-            errno.ENOENT: "working directory not found",
-            errno.ENOTDIR: "working directory is not a directory",
-            errno.EACCES: "working directory not accessible",
-        }
-        return f"cannot start agent: {reasons.get(exc.errno or 0, 'cannot enter working directory')}: {cwd}"
-    reasons = {
-        errno.ENOENT: "command not found",
-        errno.EACCES: "permission denied (not executable?)",
-        errno.ENOEXEC: "exec format error",
-    }
-    reason = reasons.get(exc.errno or 0, exc.strerror or str(exc))
-    return f"cannot start agent: {reason}: {program}"
 
 
 def _session_members(sid: int) -> list[int]:
