@@ -1,0 +1,1 @@
+"""Built-in services behind the `@memory:` and `@relay:` namespaces."""

@@ -1,0 +1,1 @@
+"""The memory service: a Protocol, an embedded SQLite default and a command backend."""
