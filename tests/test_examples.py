@@ -744,7 +744,14 @@ def test_every_hook_is_registered_and_documented(tmp_path: Path) -> None:
     }
     scripts = {name: match.group(1) for name, match in hooks.items() if match}
     assert len(scripts) == len(hooks) >= 7, "every command runs a script in hooks-examples/"
-    helpers = {"demo.sh", "tour.sh", "show_result.py", "settings.json", "README.md"}
+    helpers = {
+        "demo.sh",
+        "tour.sh",
+        "show_result.py",
+        "settings.json",
+        "README.md",
+        "memory_store.py",
+    }
     assert set(scripts.values()) == {p.name for p in EXAMPLES.iterdir() if p.is_file()} - helpers
     readme = (EXAMPLES / "README.md").read_text()
     tries = [line.split() for line in readme.splitlines() if "relay hooks test" in line]

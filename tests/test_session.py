@@ -249,6 +249,7 @@ def test_relay_stop_from_another_process_delivers_the_end_inject(
                 ]
             },
             "session": {"injectQuietMs": 100, "endGraceSeconds": 3},
+            "memory": {"promptOnEnd": False},
         },
     )
     steps = [{"print": "ready"}, {"read": "end"}, {"print": "saved"}, {"sleep": 30}]

@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("relay.cli.session", "run"),
     "sessions": ("relay.cli.session", "sessions_command"),
     "stop": ("relay.cli.session", "stop_command"),
+    "memory": ("relay.cli.memory", "memory"),
 }
 
 

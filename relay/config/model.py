@@ -70,9 +70,17 @@ class HooksConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
 class MemoryConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
     """The built-in memory service."""
 
-    backend: str = "sqlite"
+    backend: Literal["sqlite", "command"] = "sqlite"
+    command: str | None = None
+    """For backend "command": the executable speaking JSON over stdio (spec/memory-backend.md).
+    Read from the system, user and --settings files only: a project file cannot choose
+    a program for relay to run outside trust."""
     injectOnStart: bool = True
+    """SessionStart's inject starts with the project's most relevant memories."""
     promptOnEnd: bool = True
+    """SessionEnd (reason stop) asks the agent to save what it learned."""
+    startBudget: Annotated[int, Meta(ge=0)] = 2000
+    """At most this many characters of memories at SessionStart."""
 
 
 class SessionConfig(msgspec.Struct, kw_only=True, omit_defaults=True):

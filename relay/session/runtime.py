@@ -16,7 +16,8 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,12 @@ from relay.config.model import SessionConfig
 from relay.engine.system import HookSystem
 from relay.engine.telemetry import debug, debug_enabled
 from relay.protocol.codec import utc_timestamp
+from relay.protocol.events import PatternMatch
 from relay.protocol.output import AggregatedResult
+from relay.services.memory.backends import memory_config, open_memory
+from relay.services.memory.model import MemoryService, MemoryStoreError
+from relay.services.memory.namespace import END_PROMPT, start_summary
+from relay.services.memory.namespace import handle as handle_memory
 from relay.session import sessions
 from relay.session.directives import Directive, DirectiveScanner, LineSplitter, unescape
 from relay.session.injector import Injector
@@ -52,6 +58,8 @@ class SessionContext:
         self.session_id: str = session.session_id
         self.working_dir: Path = session.cwd
         self.env: Mapping[str, str] = session.env
+        self.memory: MemoryService | None = session.memory
+        """The memory service (None when the user replaced `@memory:` with a handler of their own)."""
 
     def inject(self, text: str) -> None:
         """Queue text to be typed into the agent when it is ready."""
@@ -101,6 +109,8 @@ class Session:
         if extra:  # hooks the agent runs itself (`relay hooks run`) see the same settings
             self.env[SETTINGS_VARIABLE] = os.pathsep.join(str(path.resolve()) for path in extra)
         self.recent: collections.deque[str] = collections.deque(maxlen=RECENT_LINES)
+        self.memory: MemoryService | None = None
+        self.memory_config = memory_config(hooks.settings)
         self.context = SessionContext(self)
         self.exit_code: int | None = None
         self._scanner = DirectiveScanner()
@@ -156,9 +166,19 @@ class Session:
 
     async def _run(self) -> int:
         self._stop_requested = anyio.Event()
+        self._start_memory()
         start = await self._fire("SessionStart", {"source": "startup"})
         if start.inject:
             self._early_injects.insert(0, start.inject)
+        if self.memory is not None and self.memory_config.injectOnStart:
+            summary = await self._memory_call(
+                start_summary,
+                self.memory,
+                project=self._project,
+                budget=self.memory_config.startBudget,
+            )
+            if isinstance(summary, str):
+                self._early_injects.insert(0, summary)
         if self._stop_requested.is_set():  # continue: false from SessionStart: never start
             return 0
         rows, cols = terminal_size(self.stdin_fd) if not self.headless else (24, 80)
@@ -345,8 +365,11 @@ class Session:
         agent, injector = self._agent, self._injector
         if agent is None or injector is None:
             return
-        if end.inject:
-            injector.submit(end.inject)
+        parting = [end.inject] if end.inject else []
+        if reason == "stop" and self.memory is not None and self.memory_config.promptOnEnd:
+            parting.append(END_PROMPT)
+        if parting:
+            injector.submit("\n".join(parting))
             with anyio.move_on_after(self.end_grace):
                 await injector.drained()
         deadline = time.monotonic() + self.end_grace
@@ -379,6 +402,51 @@ class Session:
             )
             self.request_stop("stop")
         return result
+
+    # -- memory ---------------------------------------------------------------------------
+
+    @property
+    def _project(self) -> str:
+        return str(self.hooks.project_dir)
+
+    def _start_memory(self) -> None:
+        """The built-in `@memory:` namespace, unless the user has a `memory` handler of their own."""
+        if any(
+            hook.canonical == "PatternMatch"
+            and not hook.matcher.matches_all
+            and hook.matcher("memory")
+            for hook in self.hooks.registry.hooks
+        ):
+            return
+        self.memory = open_memory(self.memory_config)
+        self.context.memory = self.memory
+        self.hooks.register(
+            "PatternMatch",
+            self._memory_directive,
+            matcher="memory",
+            name="@memory (built-in)",
+            sequential=True,
+        )
+
+    async def _memory_directive(self, event: PatternMatch) -> dict[str, str]:
+        assert self.memory is not None
+        answer = await self._memory_call(
+            handle_memory,
+            self.memory,
+            event.target,
+            event.message,
+            project=self._project,
+            agent=self.name,
+        )
+        return {"inject": answer}
+
+    async def _memory_call(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """A memory operation on a worker thread; a store that fails is reported, not raised."""
+        try:
+            return await anyio.to_thread.run_sync(partial(function, *args, **kwargs))
+        except MemoryStoreError as exc:
+            self._tell_user(f"memory unavailable: {exc}")
+            return f"Memory is unavailable right now ({exc.message}); carry on without it."
 
     def _has_hooks(self, event: str) -> bool:
         return bool(self.hooks.registry.for_event(event))

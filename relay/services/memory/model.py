@@ -31,7 +31,7 @@ class MemoryHit(msgspec.Struct, kw_only=True, frozen=True):
     score: float
 
 
-class MemoryError(RelayError):
+class MemoryStoreError(RelayError):
     """The memory store cannot be used (locked, read-only, corrupt, …); names the store."""
 
     def __init__(self, message: str, *, store: str) -> None:

@@ -1,0 +1,168 @@
+"""`relay memory …`: save, search, list, forget, export and import memories."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import IO, Any
+
+import click
+
+from relay.cli.lazy import LazyGroup
+from relay.cli.options import cwd_option, settings_option
+
+
+@click.group(cls=LazyGroup, lazy={})
+def memory() -> None:
+    """The memory agents keep across sessions (the built-in @memory: namespace)."""
+
+
+def _service(cwd: Path | None, settings_files: tuple[Path, ...]) -> tuple[Any, str]:
+    """The configured memory backend and this project's root."""
+    from relay.config.discovery import load_settings
+    from relay.config.paths import find_project_root
+    from relay.services.memory.backends import memory_config, open_memory
+
+    start = cwd or Path.cwd()
+    settings = load_settings(start, settings_files)
+    project = settings.root or find_project_root(start) or start
+    return open_memory(memory_config(settings)), str(Path(project).resolve())
+
+
+def _print_json(value: Any) -> None:
+    import msgspec
+
+    click.echo(json.dumps(msgspec.to_builtins(value), ensure_ascii=False))
+
+
+@memory.command("save")
+@click.argument("content", nargs=-1, required=True)
+@click.option("--global", "is_global", is_flag=True, help="Visible in every project.")
+@click.option("--agent", help="Who saved it.")
+@click.option("--json", "as_json", is_flag=True)
+@cwd_option
+@settings_option
+def save(
+    *,
+    content: tuple[str, ...],
+    is_global: bool,
+    agent: str | None,
+    as_json: bool,
+    cwd: Path | None,
+    settings_files: tuple[Path, ...],
+) -> None:
+    """Save CONTENT (`#tag` words become tags)."""
+    from relay.services.memory.namespace import tags_of
+
+    service, project = _service(cwd, settings_files)
+    text = " ".join(content)
+    saved = service.add(
+        text, tags=tags_of(text), agent=agent, project=None if is_global else project
+    )
+    if as_json:
+        _print_json(saved)
+    else:
+        click.echo(f"✓ Saved to memory [{saved.id}]")
+
+
+@memory.command("search")
+@click.argument("query", nargs=-1, required=True)
+@click.option("--limit", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@cwd_option
+@settings_option
+def search(
+    query: tuple[str, ...],
+    limit: int,
+    as_json: bool,
+    cwd: Path | None,
+    settings_files: tuple[Path, ...],
+) -> None:
+    """Memories of this project (and global ones) matching QUERY, best first."""
+    service, project = _service(cwd, settings_files)
+    hits = service.search(" ".join(query), project=project, limit=limit)
+    if as_json:
+        _print_json(hits)
+        return
+    if not hits:
+        click.echo(f"No memory matches “{' '.join(query)}”.")
+    for hit in hits:
+        _print_memory(hit.memory, extra=f"  (score {hit.score:.2f})")
+
+
+@memory.command("list")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@cwd_option
+@settings_option
+def list_memories(
+    limit: int, as_json: bool, cwd: Path | None, settings_files: tuple[Path, ...]
+) -> None:
+    """Memories of this project and global ones, newest first."""
+    service, project = _service(cwd, settings_files)
+    memories = service.list(project=project, limit=limit)
+    if as_json:
+        _print_json(memories)
+        return
+    if not memories:
+        click.echo("No memories yet.")
+    for item in memories:
+        _print_memory(item)
+
+
+@memory.command("forget")
+@click.argument("memory_id", metavar="ID")
+@cwd_option
+@settings_option
+@click.pass_context
+def forget(
+    ctx: click.Context, memory_id: str, cwd: Path | None, settings_files: tuple[Path, ...]
+) -> None:
+    """Forget the memory ID."""
+    service, _ = _service(cwd, settings_files)
+    if service.delete(memory_id):
+        click.echo(f"✓ Forgot memory [{memory_id}]")
+    else:
+        click.echo(f"No memory with id {memory_id}.", err=True)
+        ctx.exit(1)
+
+
+@memory.command("export")
+@click.option(
+    "--output",
+    "-o",
+    type=click.File("w", encoding="utf-8"),
+    default="-",
+    help="File (default: stdout).",
+)
+@cwd_option
+@settings_option
+def export(output: IO[str], cwd: Path | None, settings_files: tuple[Path, ...]) -> None:
+    """Every memory as JSON Lines, oldest first (ids, tags and dates kept)."""
+    from relay.services.memory.jsonl import write_jsonl
+
+    service, _ = _service(cwd, settings_files)
+    count = write_jsonl(service.export(), output)
+    click.echo(f"exported {count} memories", err=True)
+
+
+@memory.command("import")
+@click.argument("source", type=click.File("r", encoding="utf-8"), default="-")
+@cwd_option
+@settings_option
+def import_memories(source: IO[str], cwd: Path | None, settings_files: tuple[Path, ...]) -> None:
+    """Memories from JSON Lines (as `relay memory export` writes them); ids, tags and dates kept."""
+    from relay.services.memory.jsonl import read_jsonl
+
+    service, _ = _service(cwd, settings_files)
+    count = service.import_memories(read_jsonl(source))
+    click.echo(f"imported {count} memories")
+
+
+def _print_memory(item: Any, extra: str = "") -> None:
+    tags = " ".join("#" + tag for tag in item.tags)
+    where = "global" if item.project is None else "project"
+    click.echo(
+        f"[{item.id}] {item.created_at[:19]} ({where}){extra}\n    {item.content}"
+        + (f"\n    {tags}" if tags else "")
+    )

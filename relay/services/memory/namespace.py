@@ -1,0 +1,91 @@
+"""The built-in `@memory:` namespace: save, search, forget, list. Pure text in, text out.
+
+@memory:save the API uses OAuth, not API keys #auth #api
+@memory:search oauth
+@memory:forget 3f9a12bc
+@memory:list
+"""
+
+from __future__ import annotations
+
+import re
+
+from relay.services.memory.model import Memory, MemoryService
+
+_TAG = re.compile(r"(?<!\S)#([\w-]+)")
+SEARCH_LIMIT = 8
+LIST_LIMIT = 15
+
+
+def tags_of(content: str) -> list[str]:
+    """The `#tag` words of a text, lowercase, in order, without repeats."""
+    return list(dict.fromkeys(tag.lower() for tag in _TAG.findall(content)))
+
+
+def handle(
+    service: MemoryService, command: str, text: str, *, project: str | None, agent: str | None
+) -> str:
+    """Run one `@memory:COMMAND TEXT` directive; return what to type back to the agent."""
+    text = text.strip()
+    if command == "save":
+        if not text:
+            return "Nothing to save: write @memory:save <what to remember> #tags"
+        memory = service.add(text, tags=tags_of(text), agent=agent, project=project)
+        return f"✓ Saved to memory [{memory.id}]"
+    if command == "search":
+        if not text:
+            return "Search for what? Write @memory:search <words>"
+        hits = service.search(text, project=project, limit=SEARCH_LIMIT)
+        if not hits:
+            return f"No memory matches “{text}”."
+        return _numbered(f"Memories matching “{text}”:", [hit.memory for hit in hits])
+    if command == "forget":
+        memory_id = text.split()[0].strip("[]") if text else ""
+        if not memory_id:
+            return "Forget which? Write @memory:forget <id>"
+        if service.delete(memory_id):
+            return f"✓ Forgot memory [{memory_id}]"
+        return f"No memory with id {memory_id}."
+    if command == "list":
+        memories = service.list(project=project, limit=LIST_LIMIT)
+        if not memories:
+            return "No memories yet. Save one with @memory:save <what to remember> #tags"
+        return _numbered("Memories, newest first:", memories)
+    return f"Unknown @memory command {command!r}: use save, search, forget or list."
+
+
+def start_summary(service: MemoryService, *, project: str | None, budget: int) -> str | None:
+    """The project's (and global) memories for SessionStart, newest first, within `budget` characters."""
+    heading = "Memories from earlier sessions (@memory:search for more):"
+    lines: list[str] = []
+    used = len(heading)
+    for memory in service.list(project=project, limit=50):
+        line = f"- [{memory.id}] {_one_line(memory.content)}"
+        if used + len(line) + 1 > budget:
+            break
+        lines.append(line)
+        used += len(line) + 1
+    return "\n".join([heading, *lines]) if lines else None
+
+
+END_PROMPT = (
+    "Before this session ends: save anything worth remembering next time with "
+    "@memory:save <what you learned> #tags (one line each)."
+)
+
+
+def _numbered(title: str, memories: list[Memory]) -> str:
+    lines = [title]
+    for number, memory in enumerate(memories, 1):
+        shown = set(tags_of(memory.content))  # tags saved with @memory:save are in the text
+        extra = [f"#{tag}" for tag in memory.tags if tag not in shown]
+        tags = f" {' '.join(extra)}" if extra else ""
+        lines.append(
+            f"{number}. [{memory.id}] {memory.created_at[:10]} {_one_line(memory.content)}{tags}"
+        )
+    return "\n".join(lines)
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

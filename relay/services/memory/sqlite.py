@@ -1,0 +1,512 @@
+"""The default memory backend: one SQLite file with an FTS5 full-text index.
+
+Layout (schema version 1, kept in `PRAGMA user_version`):
+
+- `memories`: one row per memory; `seq` is an INTEGER PRIMARY KEY so the FTS index has a
+  rowid that VACUUM never renumbers, `id` (8 hex characters) is UNIQUE; tags are JSON text.
+- `memories_fts`: an external-content FTS5 index over `content` and `tags`, tokenized
+  with `porter unicode61` ("deploying" finds "deploy"), kept in step by triggers.
+  It also indexes `scope`, a generated column holding one token for the memory's
+  project ("global", or "p" and the project's UTF-8 in hex): a search names its scopes
+  in the MATCH, so FTS5 drops other projects' memories before any row is read or ranked
+  (filtering them in SQL after the join cost 3x more at 100,000 memories).
+
+The database runs in WAL mode so readers never wait for a writer, with a busy timeout
+and a few retries for writes that still meet SQLITE_BUSY. `synchronous=NORMAL`: in WAL
+mode a power cut can lose the last few commits but never corrupts the file, and a
+memory an agent saved a moment before a power cut is an acceptable loss for the speed
+of not syncing on every save.
+
+Every sqlite3 or file-system failure leaves this module as MemoryStoreError naming the file.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import re
+import secrets
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import msgspec
+
+from relay.config.paths import state_dir
+from relay.services.memory.model import Memory, MemoryHit, MemoryStoreError
+
+__all__ = ["DATABASE_NAME", "SCHEMA_VERSION", "SqliteMemory", "build_match", "default_store"]
+
+DATABASE_NAME = "memory.db"
+SCHEMA_VERSION = 1
+DEFAULT_BUSY_TIMEOUT = 5.0
+"""Seconds a statement waits for another connection's lock before failing."""
+WRITE_ATTEMPTS = 3
+"""Tries for a write that meets SQLITE_BUSY, while its busy timeout has not yet passed."""
+ID_ATTEMPTS = 20
+MAX_QUERY_TERMS = 32
+"""More words than this add little relevance and cost time on every search."""
+SEARCH_CANDIDATES = 1000
+"""A search ranks at most this many matches, the most recently stored (see search)."""
+RECENCY_WEIGHT = 0.2
+RECENCY_DAYS = 30.0
+EXPORT_BATCH = 1000
+CACHE_KIB = 32 * 1024
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS memories (
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    content TEXT NOT NULL,
+    tags TEXT NOT NULL DEFAULT '[]',
+    agent TEXT,
+    project TEXT,
+    created_at TEXT NOT NULL,
+    scope TEXT GENERATED ALWAYS AS (
+        CASE WHEN project IS NULL THEN 'global' ELSE 'p' || hex(project) END
+    ) VIRTUAL
+);
+CREATE INDEX IF NOT EXISTS memories_created ON memories(created_at);
+CREATE VIRTUAL TABLE IF NOT EXISTS memories_fts USING fts5(
+    content, tags, scope,
+    content='memories', content_rowid='seq', tokenize='porter unicode61'
+);
+CREATE TRIGGER IF NOT EXISTS memories_after_insert AFTER INSERT ON memories BEGIN
+    INSERT INTO memories_fts(rowid, content, tags, scope)
+    VALUES (new.seq, new.content, new.tags, new.scope);
+END;
+CREATE TRIGGER IF NOT EXISTS memories_after_delete AFTER DELETE ON memories BEGIN
+    INSERT INTO memories_fts(memories_fts, rowid, content, tags, scope)
+    VALUES ('delete', old.seq, old.content, old.tags, old.scope);
+END;
+CREATE TRIGGER IF NOT EXISTS memories_after_update AFTER UPDATE ON memories BEGIN
+    INSERT INTO memories_fts(memories_fts, rowid, content, tags, scope)
+    VALUES ('delete', old.seq, old.content, old.tags, old.scope);
+    INSERT INTO memories_fts(rowid, content, tags, scope)
+    VALUES (new.seq, new.content, new.tags, new.scope);
+END;
+"""
+
+_COLUMNS = "m.id, m.content, m.tags, m.agent, m.project, m.created_at"
+# Visible in a project: its own memories and global ones; with no project: global only.
+# Searches narrow by `scope` in the MATCH first; this exact test also guards them against
+# two projects whose scope tokens the porter stemmer might fold together.
+_VISIBLE = "(m.project = :project OR m.project IS NULL)"
+# FTS5's bm25() is lower for better matches, hence the minus. julianday() reads the
+# ISO 8601 `...Z` form of created_at.
+_SCORE = (
+    "-bm25(memories_fts, 1.0, 2.0, 0.0) * (1.0 + :weight / (1.0 + "
+    "max(julianday('now') - julianday(m.created_at), 0.0) / :days))"
+)
+# The inner query walks the matches newest-stored first (FTS5 yields rowid order without a
+# sort) and stops after :candidates; the outer one ranks those. See SqliteMemory.search.
+_SEARCH = f"""
+SELECT * FROM (
+    SELECT {_COLUMNS}, {_SCORE} AS score
+    FROM memories_fts JOIN memories AS m ON m.seq = memories_fts.rowid
+    WHERE memories_fts MATCH :match AND {_VISIBLE}
+    ORDER BY memories_fts.rowid DESC
+    LIMIT :candidates
+)
+ORDER BY score DESC, created_at DESC
+LIMIT :limit
+"""
+_UPSERT = """
+INSERT INTO memories (id, content, tags, agent, project, created_at)
+VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT(id) DO UPDATE SET
+    content = excluded.content, tags = excluded.tags, agent = excluded.agent,
+    project = excluded.project, created_at = excluded.created_at
+"""
+# UPSERT rather than INSERT OR REPLACE: REPLACE deletes without firing the delete trigger
+# (unless recursive_triggers is on), which would leave stale rows in the FTS index.
+
+_WORD = re.compile(r"\w+")
+_tags_encoder = msgspec.json.Encoder()
+_tags_decoder = msgspec.json.Decoder(list[str])
+_Result = TypeVar("_Result")
+
+
+def default_store() -> SqliteMemory:
+    """The user's memory store: `memory.db` in relay's state folder."""
+    return SqliteMemory()
+
+
+def build_match(query: str, *, operator: str = "AND") -> str | None:
+    """An FTS5 MATCH expression for the words of `query` (each quoted, so any FTS syntax in
+    it is taken literally), joined with `operator`; None when the query has no words."""
+    words = list(dict.fromkeys(word.lower() for word in _WORD.findall(query)))
+    if not words:
+        return None
+    # Every word is an FTS5 string: `AND`, `NEAR`, `*`, `:` and parentheses inside quotes
+    # are plain text. \w+ holds no quote, but doubling keeps this safe if the pattern changes.
+    quoted = ['"' + word.replace('"', '""') + '"' for word in words[:MAX_QUERY_TERMS]]
+    return f" {operator} ".join(quoted)
+
+
+def now_iso() -> str:
+    """The current UTC time as ISO 8601 with milliseconds and Z."""
+    now = datetime.now(UTC)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+
+
+class SqliteMemory:
+    """Memories in one SQLite file (default: `$RELAY_HOME/state/memory.db`).
+
+    One connection per store, opened on first use and shared by threads under a lock.
+    `busy_timeout` is how many seconds an operation waits for another process's lock.
+    """
+
+    def __init__(self, path: Path | None = None, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT):
+        self.path = path if path is not None else state_dir() / DATABASE_NAME
+        self.busy_timeout = busy_timeout
+        self._connection: sqlite3.Connection | None = None
+        self._lock = threading.RLock()
+
+    def __repr__(self) -> str:
+        return f"SqliteMemory({str(self.path)!r})"
+
+    def __enter__(self) -> SqliteMemory:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection (a later call opens it again)."""
+        with self._lock:
+            connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.close()
+
+    # -- the MemoryService protocol -------------------------------------------------
+
+    def add(
+        self,
+        content: str,
+        *,
+        tags: Sequence[str] = (),
+        agent: str | None = None,
+        project: str | None = None,
+    ) -> Memory:
+        """Save a memory (project None: global) and return it with its new id."""
+        tag_list = list(tags)
+        tags_json = _tags_encoder.encode(tag_list).decode()
+        created_at = now_iso()
+
+        def insert(connection: sqlite3.Connection) -> str:
+            for _ in range(ID_ATTEMPTS):
+                memory_id = secrets.token_hex(4)
+                cursor = connection.execute(
+                    "INSERT INTO memories (id, content, tags, agent, project, created_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO NOTHING",
+                    (memory_id, content, tags_json, agent, project, created_at),
+                )
+                if cursor.rowcount == 1:
+                    return memory_id
+            # 20 collisions in a 2**32 space: the store holds billions, or secrets is broken.
+            raise MemoryStoreError("no free id after 20 tries", store=str(self.path))
+
+        memory_id = self._write(insert)
+        return Memory(
+            id=memory_id,
+            content=content,
+            tags=tag_list,
+            agent=agent,
+            project=project,
+            created_at=created_at,
+        )
+
+    def search(self, query: str, *, project: str | None = None, limit: int = 10) -> list[MemoryHit]:
+        """Memories of `project` and global ones matching `query`, best first; [] when none.
+
+        Project None searches global memories only. All words must match; when no memory
+        has them all, any word may. The score (higher is better) is
+
+            -bm25 * (1 + 0.2 / (1 + age_days / 30))
+
+        BM25 relevance (a word in the tags counts twice one in the content) with a mild
+        lift for recent memories: at most +20% for one saved today, +10% at 30 days old,
+        fading towards none; so recency decides between equally relevant memories but
+        seldom overturns a clearly better match.
+
+        When more than SEARCH_CANDIDATES (1,000) memories in scope match, only the 1,000
+        most recently stored are ranked: ranking costs about a microsecond per match, and
+        a query that broad ranks poorly anyway. This keeps search p50 near 3.5 ms at 100,000
+        memories (tests/perf/bench_memory.py).
+        """
+        if limit <= 0:
+            return []
+        rows: builtins.list[Any] = []
+        for operator in ("AND", "OR"):
+            match = build_match(query, operator=operator)
+            if match is None:
+                return []
+            parameters = {
+                "match": f"{{content tags}} : ({match}) AND scope : ({_scopes(project)})",
+                "project": project,
+                "limit": limit,
+                "candidates": max(SEARCH_CANDIDATES, limit),
+                "weight": RECENCY_WEIGHT,
+                "days": RECENCY_DAYS,
+            }
+            rows = self._fetch(_SEARCH, parameters)
+            if rows or " OR " in match or " AND " not in match:
+                break
+        return [MemoryHit(memory=_memory(row[:6]), score=row[6]) for row in rows]
+
+    def get(self, memory_id: str) -> Memory | None:
+        """The memory with this id, or None."""
+        row = self._read(
+            lambda c: c.execute(
+                f"SELECT {_COLUMNS} FROM memories AS m WHERE m.id = ?", (memory_id,)
+            ).fetchone()
+        )
+        return _memory(row) if row is not None else None
+
+    def delete(self, memory_id: str) -> bool:
+        """Forget a memory; False when there was none with this id."""
+        return self._write(
+            lambda c: c.execute("DELETE FROM memories WHERE id = ?", (memory_id,)).rowcount > 0
+        )
+
+    def list(self, *, project: str | None = None, limit: int = 50) -> list[Memory]:
+        """Memories of `project` and global ones (project None: global only), newest first."""
+        if limit <= 0:
+            return []
+        rows = self._read(
+            lambda c: c.execute(
+                f"SELECT {_COLUMNS} FROM memories AS m WHERE {_VISIBLE}"
+                " ORDER BY m.created_at DESC, m.seq DESC LIMIT :limit",
+                {"project": project, "limit": limit},
+            ).fetchall()
+        )
+        return [_memory(row) for row in rows]
+
+    def export(self) -> Iterator[Memory]:
+        """Every memory, oldest first."""
+        # Pages by (created_at, seq) so the lock is not held while the caller works.
+        after: tuple[str, int] = ("", -1)
+        while True:
+            rows = self._fetch(
+                f"SELECT {_COLUMNS}, m.seq FROM memories AS m"
+                " WHERE (m.created_at, m.seq) > (?, ?)"
+                " ORDER BY m.created_at, m.seq LIMIT ?",
+                (*after, EXPORT_BATCH),
+            )
+            for row in rows:
+                yield _memory(row[:6])
+            if len(rows) < EXPORT_BATCH:
+                return
+            after = (rows[-1][5], rows[-1][6])
+
+    def import_memories(self, memories: Iterable[Memory]) -> int:
+        """Store memories as given (ids, tags, dates kept; an existing id is replaced);
+        return how many were stored."""
+        rows = [
+            (
+                memory.id,
+                memory.content,
+                _tags_encoder.encode(memory.tags).decode(),
+                memory.agent,
+                memory.project,
+                memory.created_at,
+            )
+            for memory in memories
+        ]
+        if rows:
+            self._write(lambda c: c.executemany(_UPSERT, rows))
+        return len(rows)
+
+    # -- connection and error handling ----------------------------------------------
+
+    def _fetch(
+        self, sql: str, parameters: Sequence[object] | Mapping[str, object]
+    ) -> builtins.list[Any]:
+        # builtins.list: in this class `list` is the MemoryService method.
+        return self._read(lambda connection: connection.execute(sql, parameters).fetchall())
+
+    def _read(self, operation: Callable[[sqlite3.Connection], _Result]) -> _Result:
+        with self._lock:
+            connection = self._connect()
+            try:
+                return operation(connection)
+            except sqlite3.Error as exc:
+                raise self._error(exc) from exc
+
+    def _write(self, operation: Callable[[sqlite3.Connection], _Result]) -> _Result:
+        """Run `operation` in one write transaction, retrying when the database is busy.
+
+        The busy timeout already waits for a lock; a few more tries cover the SQLITE_BUSY
+        that SQLite returns without waiting (a WAL checkpoint or recovery in progress), and
+        stop once the busy timeout has passed, so a held lock fails in about that time.
+        """
+        with self._lock:
+            connection = self._connect()
+            deadline = time.monotonic() + self.busy_timeout
+            for attempt in range(1, WRITE_ATTEMPTS + 1):
+                try:
+                    # IMMEDIATE: take the write lock up front, where the busy timeout
+                    # applies, rather than fail on upgrading a read lock mid-transaction.
+                    connection.execute("BEGIN IMMEDIATE")
+                    result = operation(connection)
+                    connection.execute("COMMIT")
+                except BaseException as exc:
+                    _rollback(connection)
+                    if not isinstance(exc, sqlite3.Error):
+                        raise
+                    retry = attempt < WRITE_ATTEMPTS and time.monotonic() < deadline
+                    if _busy(exc) and retry:
+                        time.sleep(0.01 * attempt)
+                        continue
+                    raise self._error(exc) from exc
+                return result
+            raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _connect(self) -> sqlite3.Connection:
+        """The open connection; opened, configured and migrated on first use."""
+        if self._connection is not None:
+            return self._connection
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise MemoryStoreError(
+                f"cannot create the folder {self.path.parent}: {exc.strerror or exc}",
+                store=str(self.path),
+            ) from exc
+        connection: sqlite3.Connection | None = None
+        try:
+            connection = sqlite3.connect(
+                self.path,
+                timeout=self.busy_timeout,
+                isolation_level=None,  # transactions are explicit (BEGIN IMMEDIATE)
+                check_same_thread=False,  # shared by threads; self._lock serialises use
+            )
+            self._configure(connection)
+        except sqlite3.Error as exc:
+            if connection is not None:
+                connection.close()
+            raise self._error(exc) from exc
+        except BaseException:
+            if connection is not None:
+                connection.close()
+            raise
+        self._connection = connection
+        return connection
+
+    def _configure(self, connection: sqlite3.Connection) -> None:
+        connection.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+        (version,) = connection.execute("PRAGMA user_version").fetchone()
+        if version > SCHEMA_VERSION:
+            raise MemoryStoreError(
+                f"written by a newer relay (schema {version}; this relay knows {SCHEMA_VERSION})",
+                store=str(self.path),
+            )
+        (mode,) = connection.execute("PRAGMA journal_mode").fetchone()
+        if mode != "wal":
+            # Needs a moment alone with the file: retried, as several processes may
+            # open a new store at once.
+            for attempt in range(1, WRITE_ATTEMPTS + 1):
+                try:
+                    connection.execute("PRAGMA journal_mode = WAL")
+                    break
+                except sqlite3.OperationalError as exc:
+                    if not _busy(exc) or attempt == WRITE_ATTEMPTS:
+                        raise
+                    time.sleep(0.01 * attempt)
+        connection.execute("PRAGMA synchronous = NORMAL")
+        # The 2 MB default cache misses on every row a search joins once the store passes
+        # tens of thousands of memories; pages are allocated only as they are read.
+        connection.execute(f"PRAGMA cache_size = {-CACHE_KIB}")
+        if version < SCHEMA_VERSION:
+            self._migrate(connection)
+
+    def _migrate(self, connection: sqlite3.Connection) -> None:
+        """Create the schema (version 0: a new file) under the write lock."""
+        for attempt in range(1, WRITE_ATTEMPTS + 1):
+            try:
+                connection.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                if not _busy(exc) or attempt == WRITE_ATTEMPTS:
+                    raise
+                time.sleep(0.01 * attempt)
+                continue
+            break
+        try:
+            # Read again under the lock: another process may have migrated meanwhile.
+            (version,) = connection.execute("PRAGMA user_version").fetchone()
+            if version < 1:
+                for statement in _statements(_SCHEMA):
+                    connection.execute(statement)
+            connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            connection.execute("COMMIT")
+        except BaseException:
+            _rollback(connection)
+            raise
+
+    def _error(self, exc: sqlite3.Error) -> MemoryStoreError:
+        """A MemoryStoreError naming the file, saying in words what went wrong."""
+        name = getattr(exc, "sqlite_errorname", "") or ""
+        if _busy(exc):
+            message = (
+                f"the database is locked by another process (waited {self.busy_timeout:g}s): {exc}"
+            )
+        elif name.startswith("SQLITE_READONLY"):
+            message = f"the database is read-only: {exc}"
+        elif name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
+            message = f"the database is corrupt or not a memory database: {exc}"
+        elif name.startswith("SQLITE_CANTOPEN"):
+            message = f"the database cannot be opened: {exc}"
+        else:
+            message = f"database error: {exc}"
+        return MemoryStoreError(message, store=str(self.path))
+
+
+def _scopes(project: str | None) -> str:
+    """The FTS5 expression for the scopes a search in `project` sees (see `scope`)."""
+    if project is None:
+        return '"global"'
+    # Matches the generated column: 'p' || hex(project), hex of the UTF-8 bytes.
+    return f'"global" OR "p{project.encode().hex()}"'
+
+
+def _rollback(connection: sqlite3.Connection) -> None:
+    """End a failed transaction; a failure here must not hide the one that caused it."""
+    if connection.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            connection.execute("ROLLBACK")
+
+
+def _busy(exc: sqlite3.Error) -> bool:
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "database is locked" in str(exc)
+
+
+def _statements(script: str) -> Iterator[str]:
+    """The statements of a script, one by one (executescript would COMMIT our transaction)."""
+    statement = ""
+    for line in script.splitlines(keepends=True):
+        statement += line
+        if sqlite3.complete_statement(statement):
+            yield statement.strip()
+            statement = ""
+
+
+def _memory(row: Sequence[object]) -> Memory:
+    memory_id, content, tags, agent, project, created_at = row[:6]
+    assert isinstance(memory_id, str) and isinstance(content, str)
+    assert isinstance(tags, str) and isinstance(created_at, str)
+    assert agent is None or isinstance(agent, str)
+    assert project is None or isinstance(project, str)
+    return Memory(
+        id=memory_id,
+        content=content,
+        tags=_tags_decoder.decode(tags),
+        agent=agent,
+        project=project,
+        created_at=created_at,
+    )

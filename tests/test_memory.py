@@ -1,0 +1,260 @@
+"""The @memory: namespace, backend selection, session integration and `relay memory`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from click.testing import CliRunner
+
+from relay.cli.main import cli
+from relay.config.discovery import load_settings
+from relay.services.memory.backends import memory_config
+from relay.services.memory.model import Memory, MemoryHit
+from relay.services.memory.namespace import END_PROMPT, handle, start_summary, tags_of
+from relay.session.wrapper import Relay
+
+AGENT = str(Path(__file__).resolve().parent / "resources" / "runtime" / "scripted_agent.py")
+RELAY = str(Path(sys.executable).parent / "relay")
+
+
+class ListMemory:
+    """A minimal in-test MemoryService: enough to test the namespace's words exactly."""
+
+    def __init__(self) -> None:
+        self.items: list[Memory] = []
+
+    def add(
+        self,
+        content: str,
+        *,
+        tags: Sequence[str] = (),
+        agent: str | None = None,
+        project: str | None = None,
+    ) -> Memory:
+        memory = Memory(
+            id=f"{len(self.items) + 1:08x}",
+            content=content,
+            tags=list(tags),
+            agent=agent,
+            project=project,
+            created_at=f"2026-11-{len(self.items) + 1:02d}T10:00:00.000Z",
+        )
+        self.items.append(memory)
+        return memory
+
+    def search(self, query: str, *, project: str | None = None, limit: int = 10) -> list[MemoryHit]:
+        words = query.lower().split()
+        found = [
+            m
+            for m in self.items
+            if m.project in (project, None) and any(w in m.content.lower() for w in words)
+        ]
+        return [MemoryHit(memory=m, score=1.0) for m in found[:limit]]
+
+    def get(self, memory_id: str) -> Memory | None:
+        return next((m for m in self.items if m.id == memory_id), None)
+
+    def delete(self, memory_id: str) -> bool:
+        before = len(self.items)
+        self.items = [m for m in self.items if m.id != memory_id]
+        return len(self.items) < before
+
+    def list(self, *, project: str | None = None, limit: int = 50) -> list[Memory]:
+        return [m for m in reversed(self.items) if m.project in (project, None)][:limit]
+
+    def export(self) -> Iterator[Memory]:
+        return iter(self.items)
+
+    def import_memories(self, memories: Iterable[Memory]) -> int:
+        added = list(memories)
+        self.items.extend(added)
+        return len(added)
+
+
+def test_the_namespace_answers_in_words_an_agent_can_act_on() -> None:
+    store = ListMemory()
+    saved = handle(
+        store, "save", "the API uses OAuth, not keys #auth #API #auth", project="/p", agent="Alice"
+    )
+    assert saved == "✓ Saved to memory [00000001]"
+    assert store.items[0].tags == ["auth", "api"] and store.items[0].agent == "Alice"
+    handle(store, "save", "deploys go through make release", project="/p", agent="Alice")
+    assert handle(store, "search", "oauth", project="/p", agent=None) == (
+        "Memories matching “oauth”:\n1. [00000001] 2026-11-01 the API uses OAuth, not keys #auth #API #auth"
+    )
+    assert (
+        handle(store, "search", "kubernetes", project="/p", agent=None)
+        == "No memory matches “kubernetes”."
+    )
+    assert (
+        handle(store, "list", "", project="/p", agent=None)
+        .splitlines()[1]
+        .startswith("1. [00000002] 2026-11-02 deploys")
+    )
+    assert (
+        handle(store, "forget", "[00000002]", project="/p", agent=None)
+        == "✓ Forgot memory [00000002]"
+    )
+    assert (
+        handle(store, "forget", "00000002", project="/p", agent=None)
+        == "No memory with id 00000002."
+    )
+    assert handle(store, "save", "  ", project="/p", agent=None).startswith("Nothing to save")
+    assert handle(store, "remember", "x", project="/p", agent=None).startswith(
+        "Unknown @memory command 'remember'"
+    )
+    assert handle(ListMemory(), "list", "", project="/p", agent=None).startswith("No memories yet.")
+
+
+def test_tags_of() -> None:
+    assert tags_of("fix #Auth and #api-v2, not x#y #auth") == ["auth", "api-v2"]
+
+
+def test_start_summary_respects_its_budget() -> None:
+    store = ListMemory()
+    for index in range(20):
+        store.add(f"fact number {index} " + "x" * 80, project="/p")
+    store.add("elsewhere", project="/other")
+    summary = start_summary(store, project="/p", budget=500)
+    assert summary is not None and len(summary) <= 500
+    assert summary.splitlines()[1].startswith("- [00000014] fact number 19")
+    assert "elsewhere" not in summary
+    assert start_summary(ListMemory(), project="/p", budget=500) is None
+
+
+def test_a_project_file_cannot_choose_the_memory_command(tmp_path: Path, relay_home: Path) -> None:
+    project = tmp_path / "p"
+    (project / ".relay").mkdir(parents=True)
+    (project / ".relay" / "settings.json").write_text(
+        json.dumps({"memory": {"backend": "command", "command": "evil", "injectOnStart": False}})
+    )
+    config = memory_config(load_settings(project))
+    assert (config.backend, config.command, config.injectOnStart) == ("sqlite", None, False)
+    (relay_home / "settings.json").write_text(
+        json.dumps({"memory": {"backend": "command", "command": "mine"}})
+    )
+    config = memory_config(load_settings(project))
+    assert (config.backend, config.command) == ("command", "mine")
+
+
+# -- with the embedded SQLite store ----------------------------------------------------------
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "proj"
+    (root / ".git").mkdir(parents=True)
+    return root
+
+
+def agent(steps: list[dict[str, Any]], record: Path) -> list[str]:
+    return [sys.executable, AGENT, json.dumps(steps), str(record)]
+
+
+def reads(record: Path) -> list[tuple[str, str]]:
+    return (
+        [
+            (entry["label"], entry["line"])
+            for entry in map(json.loads, record.read_text().splitlines())
+        ]
+        if record.exists()
+        else []
+    )
+
+
+def test_memory_in_a_session(project: Path, tmp_path: Path) -> None:
+    pytest.importorskip("relay.services.memory.sqlite")
+    first = tmp_path / "first.jsonl"
+    steps = [
+        {"print": "@memory:save the build needs make release #build"},
+        {"read": "saved"},
+        {"print": "@memory:search release"},
+        {"read": "found"},
+    ]
+    relay = Relay(cwd=project, headless=True, name="Mem")
+    assert anyio.run(relay.run, agent(steps, first)) == 0
+    answers = reads(first)
+    assert answers[0][1].startswith("✓ Saved to memory [")
+    memory_id = answers[0][1].split("[")[1].rstrip("]")
+    # A multi-line answer is typed as one line (line breaks become spaces).
+    assert answers[1][1].startswith(f"Memories matching “release”: 1. [{memory_id}] ")
+    assert answers[1][1].endswith("the build needs make release #build")
+    # The next session starts with it.
+    second = tmp_path / "second.jsonl"
+    relay = Relay(cwd=project, headless=True, name="Mem")
+    assert anyio.run(relay.run, agent([{"read": "start"}], second)) == 0
+    (_, line) = reads(second)[0]
+    assert (
+        line.startswith("Memories from earlier sessions")
+        and memory_id in line
+        and "make release" in line
+    )
+
+
+def test_relay_memory_cli_round_trip(project: Path, tmp_path: Path, relay_home: Path) -> None:
+    pytest.importorskip("relay.services.memory.sqlite")
+    run = CliRunner().invoke
+    saved = run(
+        cli, ["memory", "save", "--cwd", str(project), "--json", "use", "uv, not pip #tooling"]
+    )
+    assert saved.exit_code == 0, saved.output
+    memory = json.loads(saved.stdout)
+    assert memory["tags"] == ["tooling"] and memory["project"] == str(project)
+    run(cli, ["memory", "save", "--cwd", str(project), "--global", "always sign commits"])
+    found = json.loads(
+        run(cli, ["memory", "search", "--cwd", str(project), "--json", "tooling uv"]).stdout
+    )
+    assert found[0]["memory"]["id"] == memory["id"]
+    listed = run(
+        cli, ["memory", "list", "--cwd", str(tmp_path)]
+    ).stdout  # another directory: only global ones
+    assert "always sign commits" in listed and "uv, not pip" not in listed
+    exported = tmp_path / "memories.jsonl"
+    assert run(cli, ["memory", "export", "--cwd", str(project), "-o", str(exported)]).exit_code == 0
+    lines = [json.loads(line) for line in exported.read_text().splitlines()]
+    assert {line["id"] for line in lines} >= {memory["id"]}
+    other_home = tmp_path / "other-home"
+    env = {**os.environ, "RELAY_HOME": str(other_home)}
+    done = subprocess.run(
+        [RELAY, "memory", "import", str(exported), "--cwd", str(project)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    again = subprocess.run(
+        [RELAY, "memory", "export", "--cwd", str(project)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+        check=False,
+    )
+    assert [json.loads(line) for line in again.stdout.splitlines()] == lines
+    assert run(cli, ["memory", "forget", "--cwd", str(project), memory["id"]]).exit_code == 0
+    missing = run(cli, ["memory", "forget", "--cwd", str(project), memory["id"]])
+    assert missing.exit_code == 1 and "No memory with id" in missing.stderr
+
+
+def test_end_prompt_is_typed_in_on_a_stop(project: Path, tmp_path: Path) -> None:
+    pytest.importorskip("relay.services.memory.sqlite")
+    record = tmp_path / "r.jsonl"
+    relay = Relay(cwd=project, headless=True, name="Ender")
+
+    @relay.pattern("done")
+    def done(target: str, message: str, ctx: Any) -> dict[str, Any]:
+        return {"continue": False, "stopReason": "finished"}
+
+    steps = [{"print": "@done:x now"}, {"read": "end"}, {"print": "bye"}, {"sleep": 30}]
+    anyio.run(relay.run, agent(steps, record))
+    assert reads(record)[-1] == ("end", END_PROMPT)

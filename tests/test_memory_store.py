@@ -1,0 +1,340 @@
+"""The SQLite memory store on real database files, and the JSON Lines helpers."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from relay.config.paths import state_dir
+from relay.services.memory.jsonl import MemoryFileError, read_jsonl, write_jsonl
+from relay.services.memory.model import Memory, MemoryService, MemoryStoreError
+from relay.services.memory.sqlite import SqliteMemory, build_match, default_store, now_iso
+
+FTS_SYNTAX = ['"unbalanced', "AND", "NEAR(a b)", "foo*", "col:val", "(a", "a)", "-x", "***", ""]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SqliteMemory]:
+    with SqliteMemory(tmp_path / "memory.db") as memory:
+        yield memory
+
+
+def test_is_a_memory_service(store: SqliteMemory) -> None:
+    service: MemoryService = store
+    assert service is store
+
+
+def test_default_store_lives_in_the_state_folder_created_on_first_write() -> None:
+    with default_store() as memory:
+        assert memory.path == state_dir() / "memory.db"
+        assert not state_dir().exists()  # opening lazily: nothing is created until used
+        memory.add("hello")
+        assert memory.path.is_file()
+
+
+def test_add_get_list_delete(store: SqliteMemory) -> None:
+    first = store.add("use uv for installs", tags=["python", "tooling"], agent="claude")
+    second = store.add("tests live in tests/")
+    assert re.fullmatch(r"[0-9a-f]{8}", first.id)
+    assert first.id != second.id
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", first.created_at)
+    assert store.get(first.id) == first
+    assert store.get("00000000") is None
+    assert store.list() == [second, first]
+    assert store.list(limit=1) == [second]
+    assert store.delete(first.id) is True
+    assert store.delete(first.id) is False
+    assert store.get(first.id) is None
+    assert store.list() == [second]
+    assert store.search("uv installs") == []  # the index forgot it too
+
+
+def test_porter_stemming_finds_other_forms(store: SqliteMemory) -> None:
+    deploy = store.add("how to deploy the staging server")
+    store.add("unrelated note about cats")
+    assert [hit.memory for hit in store.search("deploying")] == [deploy]
+    deploying = store.add("deploying needs the VPN")
+    assert {hit.memory.id for hit in store.search("deploy")} == {deploy.id, deploying.id}
+
+
+def test_tags_are_searchable(store: SqliteMemory) -> None:
+    tagged = store.add("run make check before pushing", tags=["workflow"])
+    assert [hit.memory for hit in store.search("workflow")] == [tagged]
+
+
+def test_project_and_global_visibility(store: SqliteMemory) -> None:
+    mine = store.add("alpha build uses bazel", project="/src/alpha")
+    theirs = store.add("beta build uses make", project="/src/beta")
+    everywhere = store.add("every build needs a clean tree")
+    found = {hit.memory.id for hit in store.search("build", project="/src/alpha")}
+    assert found == {mine.id, everywhere.id}
+    assert {hit.memory.id for hit in store.search("build")} == {everywhere.id}
+    assert store.list(project="/src/beta") == [everywhere, theirs]
+    assert store.list() == [everywhere]
+
+
+def test_project_names_with_any_characters(store: SqliteMemory) -> None:
+    odd = store.add("alpha note", project="/src/ünï 日本/with space & 'quote\"")
+    plain = store.add("alpha note", project="/src/ünï")
+    assert [hit.memory for hit in store.search("alpha", project=odd.project)] == [odd]
+    assert [hit.memory for hit in store.search("alpha", project=plain.project)] == [plain]
+    assert store.search("alpha", project="/src") == []
+
+
+def test_recent_memory_wins_between_equally_relevant_ones(store: SqliteMemory) -> None:
+    new = Memory(id="0000000b", content="restart the worker after deploy", created_at=now_iso())
+    old = Memory(
+        id="0000000a",
+        content="restart the worker after deploy",
+        created_at="2020-01-01T00:00:00.000Z",
+    )
+    store.import_memories([new, old])  # the newer one first: insertion order cannot decide
+    hits = store.search("restart worker")
+    assert [hit.memory.id for hit in hits] == ["0000000b", "0000000a"]
+    assert hits[0].score > hits[1].score > 0
+
+
+def test_relevance_outweighs_mild_recency(store: SqliteMemory) -> None:
+    old = Memory(
+        id="0000000a",
+        content="postgres postgres postgres migration notes",
+        created_at="2024-01-01T00:00:00.000Z",
+    )
+    store.import_memories([old])
+    store.add("a long note that mentions postgres once among many other words about lunch")
+    assert store.search("postgres")[0].memory.id == "0000000a"
+
+
+def test_only_the_newest_candidates_are_ranked(
+    store: SqliteMemory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("relay.services.memory.sqlite.SEARCH_CANDIDATES", 2)
+    store.add("zebra zebra zebra")  # the best match, but stored first
+    newer = [store.add("zebra among many other words here"), store.add("zebra and friends")]
+    hits = store.search("zebra", limit=2)
+    assert {hit.memory.id for hit in hits} == {memory.id for memory in newer}
+
+
+def test_all_words_first_then_any_word(store: SqliteMemory) -> None:
+    both = store.add("redis cache eviction policy")
+    one = store.add("redis connection pool")
+    assert [hit.memory for hit in store.search("redis eviction")] == [both]
+    assert {hit.memory.id for hit in store.search("redis nonexistentword")} == {both.id, one.id}
+
+
+@pytest.mark.parametrize("query", FTS_SYNTAX)
+def test_fts_syntax_in_a_query_never_raises(store: SqliteMemory, query: str) -> None:
+    store.add('notes: foo AND bar, NEAR(a b) "quoted" (a) -x col:val ***')
+    hits = store.search(query)
+    assert isinstance(hits, list)
+
+
+def test_fts_syntax_is_taken_literally(store: SqliteMemory) -> None:
+    literal = store.add("the AND gate and the NEAR field")
+    store.add("something else")
+    assert [hit.memory for hit in store.search("NEAR")] == [literal]
+    assert store.search("") == []
+    assert store.search("*** ( ) : -") == []
+    assert build_match('say "hi" AND (x') == '"say" AND "hi" AND "and" AND "x"'
+
+
+def test_content_is_stored_exactly(store: SqliteMemory) -> None:
+    texts = [
+        "naïve café — 日本語 — emoji 🚀 — RTL עברית",
+        "line one\nline two\r\n\ttabbed\n\n",
+        "x" * 100_000 + "\n" + "ünïcode " * 1000,
+        "  leading and trailing spaces  ",
+        "quote ' double \" backslash \\ nul-free",
+    ]
+    saved = [store.add(text, tags=["ünï", "with space"]) for text in texts]
+    store.close()  # read back through a new connection, from the file
+    for memory, text in zip(saved, texts, strict=True):
+        got = store.get(memory.id)
+        assert got is not None
+        assert got.content == text
+        assert got.tags == ["ünï", "with space"]
+    assert [hit.memory.id for hit in store.search("日本語")] == [saved[0].id]
+
+
+def test_export_import_keeps_everything(store: SqliteMemory, tmp_path: Path) -> None:
+    store.import_memories(
+        [Memory(id="abcdef01", content="oldest", tags=["a"], created_at="2021-05-06T07:08:09.123Z")]
+    )
+    store.add("global note", tags=["x", "y"], agent="codex")
+    store.add("project note", project="/src/p", agent="claude")
+    exported = list(store.export())
+    assert [memory.content for memory in exported] == ["oldest", "global note", "project note"]
+
+    stream = io.StringIO()
+    assert write_jsonl(exported, stream) == 3
+    stream.seek(0)
+    with SqliteMemory(tmp_path / "fresh" / "memory.db") as fresh:
+        assert fresh.import_memories(read_jsonl(stream)) == 3
+        assert list(fresh.export()) == exported
+        assert [hit.memory.id for hit in fresh.search("oldest")] == ["abcdef01"]
+
+
+def test_import_replaces_an_existing_id_and_its_index_entry(store: SqliteMemory) -> None:
+    original = store.add("kiwi fruit", tags=["food"])
+    replacement = Memory(
+        id=original.id, content="mango fruit", tags=["new"], created_at="2022-02-02T02:02:02.000Z"
+    )
+    assert store.import_memories([replacement]) == 1
+    assert store.get(original.id) == replacement
+    assert store.search("kiwi") == []
+    assert [hit.memory for hit in store.search("mango")] == [replacement]
+    assert len(list(store.export())) == 1
+
+
+def test_export_pages_through_many_memories(store: SqliteMemory) -> None:
+    memories = [
+        Memory(id=f"{index:08x}", content=f"note {index}", created_at="2023-01-01T00:00:00.000Z")
+        for index in range(2500)
+    ]
+    store.import_memories(memories)
+    assert [memory.id for memory in store.export()] == [memory.id for memory in memories]
+
+
+def test_jsonl_bad_line_names_the_line() -> None:
+    good = Memory(id="00000001", content="fine", created_at="2024-01-01T00:00:00.000Z")
+    stream = io.StringIO()
+    write_jsonl([good], stream)
+    lines = stream.getvalue() + "\n" + '{"id": 1, "content": "x", "created_at": "y"}\n'
+    with pytest.raises(MemoryFileError) as caught:
+        list(read_jsonl(io.StringIO(lines), source="memories.jsonl"))
+    assert caught.value.line == 3
+    assert caught.value.source == "memories.jsonl"
+    assert str(caught.value).startswith("memories.jsonl:3: ")
+    assert "$.id" in str(caught.value)
+
+    with pytest.raises(MemoryFileError) as caught:
+        list(read_jsonl(io.StringIO(stream.getvalue() + "{not json\n"), source="m.jsonl"))
+    assert caught.value.line == 2
+
+
+def test_threads_share_one_store(store: SqliteMemory) -> None:
+    def save(worker: int) -> None:
+        for index in range(25):
+            store.add(f"thread {worker} note {index}")
+
+    threads = [threading.Thread(target=save, args=(worker,)) for worker in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(list(store.export())) == 100
+
+
+def test_eight_processes_saving_at_once_lose_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "shared" / "memory.db"
+    script = textwrap.dedent(
+        """
+        import sys
+        from pathlib import Path
+        from relay.services.memory.sqlite import SqliteMemory
+        with SqliteMemory(Path(sys.argv[1]), busy_timeout=30) as store:
+            for index in range(50):
+                store.add(f"process {sys.argv[2]} memory {index}", tags=["stress"])
+        """
+    )
+    processes = [
+        subprocess.Popen([sys.executable, "-c", script, str(path), str(worker)])
+        for worker in range(8)
+    ]
+    assert [process.wait(timeout=60) for process in processes] == [0] * 8
+    with SqliteMemory(path) as store:
+        memories = list(store.export())
+        assert len(memories) == 400
+        assert len({memory.id for memory in memories}) == 400
+        assert len(store.search("stress", limit=1000)) == 400
+
+
+def test_corrupt_file_raises_memory_error_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "memory.db"
+    path.write_bytes(b"this is not a SQLite database at all\n" * 200)
+    with SqliteMemory(path) as store, pytest.raises(MemoryStoreError) as caught:
+        store.list()
+    assert caught.value.store == str(path)
+    assert str(path) in str(caught.value)
+    assert "corrupt" in caught.value.message
+
+
+def test_folder_that_cannot_be_created_raises_memory_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    path = blocker / "state" / "memory.db"
+    with SqliteMemory(path) as store, pytest.raises(MemoryStoreError) as caught:
+        store.add("x")
+    assert caught.value.store == str(path)
+    assert "cannot create the folder" in caught.value.message
+
+
+@pytest.mark.skipif(
+    hasattr(os, "geteuid") and os.geteuid() == 0,
+    reason="root ignores file modes, so chmod cannot make the database read-only",
+)
+def test_read_only_database_raises_memory_error(tmp_path: Path) -> None:
+    folder = tmp_path / "ro"
+    path = folder / "memory.db"
+    with SqliteMemory(path) as store:
+        store.add("saved before it became read-only")
+    path.chmod(0o444)
+    folder.chmod(0o555)
+    try:
+        with SqliteMemory(path) as store, pytest.raises(MemoryStoreError) as caught:
+            store.add("x")
+        assert caught.value.store == str(path)
+    finally:
+        folder.chmod(0o755)
+        path.chmod(0o644)
+
+
+def test_read_only_connection_raises_memory_error_saying_so(tmp_path: Path) -> None:
+    # Runs as root too (where chmod cannot make a file read-only): query_only makes SQLite
+    # refuse writes with the same SQLITE_READONLY a read-only file gives.
+    path = tmp_path / "memory.db"
+    with SqliteMemory(path) as store:
+        store.add("exists")
+        store._connect().execute("PRAGMA query_only = 1")
+        with pytest.raises(MemoryStoreError) as caught:
+            store.add("refused")
+        assert caught.value.store == str(path)
+        assert "read-only" in caught.value.message
+        assert [memory.content for memory in store.list()] == ["exists"]
+
+
+def test_locked_database_raises_memory_error_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "memory.db"
+    with SqliteMemory(path) as store:
+        store.add("exists")
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        with SqliteMemory(path, busy_timeout=0.1) as store:
+            with pytest.raises(MemoryStoreError) as caught:
+                store.add("blocked")
+            assert caught.value.store == str(path)
+            assert "locked" in caught.value.message
+            assert [memory.content for memory in store.list()] == ["exists"]  # WAL: reads go on
+        holder.execute("ROLLBACK")
+    finally:
+        holder.close()
+
+
+def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "memory.db"
+    connection = sqlite3.connect(path)
+    connection.execute("PRAGMA user_version = 99")
+    connection.close()
+    with SqliteMemory(path) as store, pytest.raises(MemoryStoreError, match="newer relay"):
+        store.list()
