@@ -33,6 +33,7 @@ schemas: $(VENV)/.installed
 bench: $(VENV)/.installed-test
 	$(BIN)/python tests/perf/bench_engine.py
 	$(BIN)/python tests/perf/bench_session.py
+	$(BIN)/python tests/perf/bench_memory.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

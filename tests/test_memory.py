@@ -258,3 +258,24 @@ def test_end_prompt_is_typed_in_on_a_stop(project: Path, tmp_path: Path) -> None
     steps = [{"print": "@done:x now"}, {"read": "end"}, {"print": "bye"}, {"sleep": 30}]
     anyio.run(relay.run, agent(steps, record))
     assert reads(record)[-1] == ("end", END_PROMPT)
+
+
+def test_a_corrupt_store_never_stops_the_session(
+    project: Path, tmp_path: Path, relay_home: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("relay.services.memory.sqlite")
+    (relay_home / "state").mkdir(parents=True)
+    (relay_home / "state" / "memory.db").write_bytes(b"not a database at all " * 200)
+    record = tmp_path / "r.jsonl"
+    relay = Relay(cwd=project, headless=True, name="Broken")
+    steps = [
+        {"print": "@memory:save something #x"},
+        {"read": "answer"},
+        {"print": "still going"},
+        {"exit": 5},
+    ]
+    assert anyio.run(relay.run, agent(steps, record)) == 5
+    (_, answer) = reads(record)[0]
+    assert answer.startswith("Memory is unavailable right now (")
+    err = capfd.readouterr().err
+    assert "memory unavailable:" in err and "memory.db" in err
