@@ -279,3 +279,18 @@ def test_a_corrupt_store_never_stops_the_session(
     assert answer.startswith("Memory is unavailable right now (")
     err = capfd.readouterr().err
     assert "memory unavailable:" in err and "memory.db" in err
+
+
+def test_one_relay_running_two_sessions_saves_once_per_directive(
+    project: Path, tmp_path: Path
+) -> None:
+    pytest.importorskip("relay.services.memory.sqlite")
+    relay = Relay(cwd=project, headless=True, name="Twice")
+    for run in range(2):
+        record = tmp_path / f"r{run}.jsonl"
+        steps = [{"print": f"@memory:save fact {run}"}, {"read": "saved"}]
+        if run == 1:
+            steps = [{"read": "start"}, *steps]
+        assert anyio.run(relay.run, agent(steps, record)) == 0
+    listed = CliRunner().invoke(cli, ["memory", "list", "--cwd", str(project), "--json"])
+    assert sorted(item["content"] for item in json.loads(listed.stdout)) == ["fact 0", "fact 1"]

@@ -31,12 +31,15 @@ from relay.config.model import SessionConfig
 from relay.engine.system import HookSystem
 from relay.engine.telemetry import debug, debug_enabled
 from relay.protocol.codec import utc_timestamp
-from relay.protocol.events import PatternMatch
 from relay.protocol.output import AggregatedResult
 from relay.services.memory.backends import memory_config, open_memory
 from relay.services.memory.model import MemoryService, MemoryStoreError
-from relay.services.memory.namespace import END_PROMPT, start_summary
-from relay.services.memory.namespace import handle as handle_memory
+from relay.services.memory.namespace import (
+    BUILTIN_NAME,
+    END_PROMPT,
+    MemoryDirectives,
+    start_summary,
+)
 from relay.session import sessions
 from relay.session.directives import Directive, DirectiveScanner, LineSplitter, unescape
 from relay.session.injector import Injector
@@ -411,34 +414,21 @@ class Session:
 
     def _start_memory(self) -> None:
         """The built-in `@memory:` namespace, unless the user has a `memory` handler of their own."""
-        if any(
-            hook.canonical == "PatternMatch"
-            and not hook.matcher.matches_all
-            and hook.matcher("memory")
-            for hook in self.hooks.registry.hooks
-        ):
-            return
-        self.memory = open_memory(self.memory_config)
-        self.context.memory = self.memory
+        for hook in self.hooks.registry.hooks:
+            if hook.name == BUILTIN_NAME and isinstance(hook.handler, MemoryDirectives):
+                self.memory = self.context.memory = hook.handler.service  # an earlier session's
+                return
+            if (
+                hook.canonical == "PatternMatch"
+                and not hook.matcher.matches_all
+                and hook.matcher("memory")
+            ):
+                return  # the user's own `memory` namespace replaces the built-in (DESIGN §8)
+        self.memory = self.context.memory = open_memory(self.memory_config)
+        handler = MemoryDirectives(self.memory, project=self._project)
         self.hooks.register(
-            "PatternMatch",
-            self._memory_directive,
-            matcher="memory",
-            name="@memory (built-in)",
-            sequential=True,
+            "PatternMatch", handler, matcher="memory", name=BUILTIN_NAME, sequential=True
         )
-
-    async def _memory_directive(self, event: PatternMatch) -> dict[str, str]:
-        assert self.memory is not None
-        answer = await self._memory_call(
-            handle_memory,
-            self.memory,
-            event.target,
-            event.message,
-            project=self._project,
-            agent=self.name,
-        )
-        return {"inject": answer}
 
     async def _memory_call(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """A memory operation on a worker thread; a store that fails is reported, not raised."""

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 
-from relay.services.memory.model import Memory, MemoryService
+from relay.protocol.events import PatternMatch
+from relay.services.memory.model import Memory, MemoryService, MemoryStoreError
 
 _TAG = re.compile(r"(?<!\S)#([\w-]+)")
 SEARCH_LIMIT = 8
@@ -89,3 +90,35 @@ def _numbered(title: str, memories: list[Memory]) -> str:
 def _one_line(text: str, limit: int = 300) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+BUILTIN_NAME = "@memory (built-in)"
+
+
+class MemoryDirectives:
+    """The built-in handler for PatternMatch events of namespace `memory` (a Python hook).
+
+    Independent of any one session: the agent comes from the event, so one registration
+    serves every session a HookSystem runs. A store that fails is reported to the agent
+    and the user, never raised: a session keeps running without memory.
+    """
+
+    def __init__(self, service: MemoryService, *, project: str | None) -> None:
+        self.service = service
+        self.project = project
+
+    def __call__(self, event: PatternMatch) -> dict[str, str]:
+        try:
+            answer = handle(
+                self.service,
+                event.target,
+                event.message,
+                project=self.project,
+                agent=event.agent_name,
+            )
+        except MemoryStoreError as exc:
+            return {
+                "inject": f"Memory is unavailable right now ({exc.message}); carry on without it.",
+                "systemMessage": f"memory unavailable: {exc}",
+            }
+        return {"inject": answer}
