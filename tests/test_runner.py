@@ -414,7 +414,7 @@ async def test_cancellation_kills_the_process_group(env: dict[str, str], pid_fil
 async def test_without_pidfd_a_thread_watches_the_exit(
     env: dict[str, str], pid_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(runner, "_open_pidfd", lambda pid: None)
+    monkeypatch.setattr(runner, "open_pidfd", lambda pid: None)
     result = await run(python_hook("exit_code.py", "2"), env)
     assert (result.exit_code, result.stdout) == (2, b"out\n")
     result = await run(script_hook("background_child.sh", str(pid_file)), env, exit_drain=0.3)

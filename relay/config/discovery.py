@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import msgspec
 
@@ -27,6 +28,8 @@ class SettingsSet(msgspec.Struct, kw_only=True):
         """The warnings of every file, in merge order."""
         return [warning for loaded in self.files for warning in loaded.warnings]
 
+
+S = TypeVar("S", bound=msgspec.Struct)
 
 SETTINGS_VARIABLE = "RELAY_SETTINGS"
 """Extra settings files (os.pathsep-separated), as if given with --settings first. `relay
@@ -86,3 +89,18 @@ def _is_file(path: Path, *, named: bool = False) -> bool:
         raise SettingsError(
             f"cannot read settings file: {exc.strerror or exc}", file=str(path)
         ) from None
+
+
+def most_specific(sections: Sequence[S], default: S) -> S:
+    """One settings section from several files given in merge order: for each field, the
+    value of the most specific (last) file that sets it to something other than the default."""
+    defaults = msgspec.structs.asdict(default)
+    chosen = default
+    for section in sections:
+        changed = {
+            key: value
+            for key, value in msgspec.structs.asdict(section).items()
+            if value != defaults[key]
+        }
+        chosen = msgspec.structs.replace(chosen, **changed)
+    return chosen

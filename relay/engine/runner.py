@@ -170,7 +170,7 @@ class _HookProcess:
             assert pipe.fd is not None
             os.set_blocking(pipe.fd, False)
             loop.add_reader(pipe.fd, self._on_readable, pipe)
-        self._pidfd = _open_pidfd(self.pid)
+        self._pidfd = open_pidfd(self.pid)
         if self._pidfd is not None:
             loop.add_reader(self._pidfd, self._on_exit)
         else:
@@ -435,14 +435,15 @@ def _signal_name(number: int) -> str:
 
 @functools.cache
 def _pidfd_supported() -> bool:
-    fd = _open_pidfd(os.getpid())
+    fd = open_pidfd(os.getpid())
     if fd is None:
         return False
     os.close(fd)
     return True
 
 
-def _open_pidfd(pid: int) -> int | None:
+def open_pidfd(pid: int) -> int | None:
+    """A pidfd for `pid` (readable when it exits), or None where pidfds are unavailable."""
     pidfd_open = getattr(os, "pidfd_open", None)
     if pidfd_open is None:
         return None

@@ -28,7 +28,7 @@ from types import TracebackType
 
 import anyio
 
-from relay.engine.runner import describe_spawn_error
+from relay.engine.runner import describe_spawn_error, open_pidfd
 from relay.errors import RelayError
 
 _EOF = b"\x04"  # Ctrl-D: VEOF of a terminal in its default (canonical) mode
@@ -64,7 +64,7 @@ class AgentPty:
         self.pid: int = popen.pid
         self.master_fd: int = master_fd
         self._closed = False
-        self._pidfd = _open_pidfd(self.pid)
+        self._pidfd = open_pidfd(self.pid)
         self._wait_lock: anyio.Lock | None = None
         self._input_lock: anyio.Lock | None = None
         self._input_owner: int | None = None
@@ -324,17 +324,6 @@ def _session_members(sid: int) -> list[int]:
         if len(fields) > 3 and int(fields[3]) == sid:
             members.append(int(entry))
     return members
-
-
-def _open_pidfd(pid: int) -> int | None:
-    pidfd_open = getattr(os, "pidfd_open", None)
-    if pidfd_open is None:
-        return None
-    try:
-        fd: int = pidfd_open(pid)
-    except OSError:  # ENOSYS on old kernels, EPERM under some seccomp filters
-        return None
-    return fd
 
 
 def _poll_readable(fd: int, timeout: float) -> bool:

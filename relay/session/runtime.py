@@ -23,10 +23,9 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
-import msgspec
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from relay.config.discovery import SETTINGS_VARIABLE, settings_from_environment
+from relay.config.discovery import SETTINGS_VARIABLE, most_specific, settings_from_environment
 from relay.config.model import SessionConfig
 from relay.engine.system import HookSystem
 from relay.engine.telemetry import debug, debug_enabled
@@ -461,10 +460,6 @@ def _read_some(fd: int) -> bytes:
 
 def _session_config(hooks: HookSystem) -> SessionConfig:
     """The `session` settings: for each field, the most specific file that sets it."""
-    chosen = SessionConfig()
-    defaults = msgspec.structs.asdict(SessionConfig())
-    for loaded in hooks.settings.files:  # merge order: later files are more specific
-        values = msgspec.structs.asdict(loaded.settings.session)
-        changed = {key: value for key, value in values.items() if value != defaults[key]}
-        chosen = msgspec.structs.replace(chosen, **changed)
-    return chosen
+    return most_specific(
+        [loaded.settings.session for loaded in hooks.settings.files], SessionConfig()
+    )

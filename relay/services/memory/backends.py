@@ -2,27 +2,23 @@
 
 from __future__ import annotations
 
-from relay.config.discovery import SettingsSet
+import msgspec
+
+from relay.config.discovery import SettingsSet, most_specific
 from relay.config.model import TRUST_REQUIRED, MemoryConfig
 from relay.services.memory.model import MemoryService
 
 
 def memory_config(settings: SettingsSet) -> MemoryConfig:
     """The `memory` settings; backend and command only from files the user controls."""
-    chosen = MemoryConfig()
+    sections = []
     for loaded in settings.files:
-        config = loaded.settings.memory
-        fields: dict[str, object] = {
-            "injectOnStart": config.injectOnStart,
-            "promptOnEnd": config.promptOnEnd,
-            "startBudget": config.startBudget,
-        }
-        if loaded.scope not in TRUST_REQUIRED:
-            fields.update(backend=config.backend, command=config.command)
-        defaults = MemoryConfig()
-        changed = {key: value for key, value in fields.items() if value != getattr(defaults, key)}
-        chosen = _replace(chosen, changed)
-    return chosen
+        section = loaded.settings.memory
+        if loaded.scope in TRUST_REQUIRED:
+            # A project file cannot choose a program for relay to run outside trust.
+            section = msgspec.structs.replace(section, backend="sqlite", command=None)
+        sections.append(section)
+    return most_specific(sections, MemoryConfig())
 
 
 def open_memory(config: MemoryConfig) -> MemoryService:
@@ -34,9 +30,3 @@ def open_memory(config: MemoryConfig) -> MemoryService:
     from relay.services.memory.sqlite import SqliteMemory
 
     return SqliteMemory()
-
-
-def _replace(config: MemoryConfig, changed: dict[str, object]) -> MemoryConfig:
-    import msgspec
-
-    return msgspec.structs.replace(config, **changed)
