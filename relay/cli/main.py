@@ -20,6 +20,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sessions": ("relay.cli.session", "sessions_command"),
     "stop": ("relay.cli.session", "stop_command"),
     "memory": ("relay.cli.memory", "memory"),
+    "send": ("relay.cli.messaging", "send"),
+    "agents": ("relay.cli.messaging", "agents"),
+    "inbox": ("relay.cli.messaging", "inbox"),
+    "messages": ("relay.cli.messaging", "messages"),
 }
 
 

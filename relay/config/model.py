@@ -94,6 +94,55 @@ class SessionConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
     """On a stop: how long to wait for the agent to go quiet after SessionEnd's inject."""
 
 
+class NatsTls(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """TLS options for the NATS connection (paths to PEM files)."""
+
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    verify: bool = True
+    """False skips checking the server's certificate (tests with self-signed ones only)."""
+
+
+class NatsConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """Where the NATS server is and how to log in (one of credentials, nkey, user/password, token)."""
+
+    url: str = "nats://127.0.0.1:4222"
+    """One URL, or several separated by commas (a cluster)."""
+    credentials: str | None = None
+    """A .creds file (JWT and nkey seed), as `nsc` writes it."""
+    nkey: str | None = None
+    """A file holding an nkey seed."""
+    user: str | None = None
+    password: str | None = None
+    token: str | None = None
+    tls: NatsTls | None = None
+    presenceTtlSeconds: Annotated[float, Meta(gt=0)] = 30.0
+    """An agent not heard from for this long is offline."""
+
+
+class MessagingConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Messages between agents (`@relay:`, `relay send`)."""
+
+    transport: Literal["sqlite", "nats"] = "sqlite"
+    """sqlite: one machine, the embedded mailbox. nats: NATS JetStream between machines.
+    Read from the system, user and --settings files only."""
+    team: str = "default"
+    """Agents of one team can message each other; other teams are invisible."""
+    maxAttempts: Annotated[int, Meta(ge=1)] = 5
+    """A delivery handed out this many times without an acknowledgement is dead."""
+    maxPerMinute: Annotated[int, Meta(ge=1)] = 30
+    """Messages one agent may send in a minute (stops two agents replying forever)."""
+    doorbell: bool = True
+    """Wake a waiting recipient with a datagram after a send; false: poll only."""
+    pollMs: Annotated[int, Meta(ge=1)] = 250
+    """How often a waiting recipient checks the mailbox (PRAGMA data_version, cheap)."""
+    ackTimeoutSeconds: Annotated[float, Meta(gt=0)] = 2.0
+    """After injecting a message: how long to wait for its [id8] marker in the agent's
+    output before the first output after it counts as the acknowledgement."""
+    nats: NatsConfig | None = None
+
+
 class LogConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
     """The hook log (`relay hooks log`)."""
 
@@ -109,6 +158,7 @@ class Settings(msgspec.Struct, kw_only=True, omit_defaults=True):
     patterns: dict[str, HookEntry | Literal["builtin"]] = msgspec.field(default_factory=dict)
     memory: MemoryConfig = msgspec.field(default_factory=MemoryConfig)
     session: SessionConfig = msgspec.field(default_factory=SessionConfig)
+    messaging: MessagingConfig = msgspec.field(default_factory=MessagingConfig)
     log: LogConfig = msgspec.field(default_factory=LogConfig)
 
 

@@ -12,6 +12,7 @@ import collections
 import contextlib
 import math
 import os
+import re
 import signal
 import sys
 import time
@@ -39,8 +40,13 @@ from relay.services.memory.namespace import (
     MemoryDirectives,
     start_summary,
 )
+from relay.services.messaging.messenger import Messenger, messaging_config
+from relay.services.messaging.model import Message, MessagingError, check_name
+from relay.services.messaging.namespace import BUILTIN_NAME as RELAY_BUILTIN_NAME
+from relay.services.messaging.namespace import MessagingDirectives
 from relay.session import sessions
 from relay.session.directives import Directive, DirectiveScanner, LineSplitter, unescape
+from relay.session.inbox import SessionInbox
 from relay.session.injector import Injector
 from relay.session.lines import clean_lines
 from relay.session.pty import AgentExitedError, AgentPty
@@ -49,6 +55,9 @@ from relay.session.transcript import Transcript
 
 RECENT_LINES = 200
 OUTPUT_BATCH_SECONDS = 0.05
+INJECTED_LINES_KEPT = 2000
+INJECTED_LINES_SECONDS = 600.0
+_DIRECTIVE_START = re.compile(r"[ \t\u00a0>$%#•●⏺✦│*-]*(@[a-z][a-z0-9_-]*:.*)")
 
 
 class SessionContext:
@@ -66,6 +75,14 @@ class SessionContext:
     def inject(self, text: str) -> None:
         """Queue text to be typed into the agent when it is ready."""
         self._session.inject(text)
+
+    async def send(self, to: str, body: str, *, thread: str | None = None) -> Message:
+        """Send a message from this agent to `to` (a name, or "*" for the team); MessagingError if it cannot be."""
+        messenger = self._session.messenger
+        if messenger is None:
+            raise MessagingError("messaging is not running in this session")
+        message, _ = await messenger.send(self._session.name, to, body, thread)
+        return message
 
     @property
     def recent_output(self) -> list[str]:
@@ -93,7 +110,8 @@ class Session:
             raise ValueError("no agent command given")
         self.command = list(command)
         self.hooks = hooks
-        self.name = name or Path(self.command[0]).name
+        # The name other agents write after @relay: (a default name is made safe for it).
+        self.name = check_name(name) if name is not None else _safe_name(Path(self.command[0]).name)
         self.session_id = uuid.uuid4().hex
         self.cwd = (cwd or Path.cwd()).resolve()
         self.stdin_fd, self.stdout_fd = stdin_fd, stdout_fd
@@ -113,6 +131,10 @@ class Session:
         self.recent: collections.deque[str] = collections.deque(maxlen=RECENT_LINES)
         self.memory: MemoryService | None = None
         self.memory_config = memory_config(hooks.settings)
+        self.messaging_config = messaging_config(hooks.settings)
+        self.messenger: Messenger | None = None
+        self.inbox: SessionInbox | None = None
+        self._injected: collections.OrderedDict[str, float] = collections.OrderedDict()
         self.context = SessionContext(self)
         self.exit_code: int | None = None
         self._scanner = DirectiveScanner()
@@ -132,12 +154,36 @@ class Session:
 
     # -- public -----------------------------------------------------------------------
 
-    def inject(self, text: str) -> None:
-        """Queue text for the agent (typed in when it is ready)."""
+    def inject(self, text: str, *, key: str | None = None) -> bool:
+        """Queue text for the agent (typed in when it is ready); False if `key` was queued before."""
+        self._remember_injected(text)
         if self._injector is None:
             self._early_injects.append(text)
-        else:
-            self._injector.submit(text)
+            return True
+        return self._injector.submit(text, key=key)
+
+    def _remember_injected(self, text: str) -> None:
+        """Lines of injected text that look like directives: their echo is never read as one."""
+        now = time.monotonic()
+        for line in [*text.splitlines(), " ".join(text.splitlines())]:
+            found = _DIRECTIVE_START.match(line)
+            if found:
+                self._injected[found.group(1).strip()] = now
+                self._injected.move_to_end(found.group(1).strip())
+        while len(self._injected) > INJECTED_LINES_KEPT:
+            self._injected.popitem(last=False)
+
+    def _was_injected(self, line: str) -> bool:
+        """Whether a directive line is the echo of injected text (it starts with a line relay typed
+        in during the last 10 minutes; the terminal may add to it, `^[[201~` after a paste)."""
+        found = _DIRECTIVE_START.match(line)
+        if not found:
+            return False
+        text, oldest = found.group(1).strip(), time.monotonic() - INJECTED_LINES_SECONDS
+        return any(
+            text.startswith(injected) and when >= oldest
+            for injected, when in self._injected.items()
+        )
 
     def request_stop(self, reason: str = "stop") -> None:
         """End the session as `relay stop` does: SessionEnd first, then EOF, TERM, KILL."""
@@ -161,6 +207,9 @@ class Session:
         try:
             return await self._run()
         finally:
+            if self.inbox is not None:
+                with anyio.CancelScope(shield=True):
+                    await self.inbox.close()
             self._transcript.close()
             sessions.unregister(record_path)
 
@@ -169,6 +218,7 @@ class Session:
     async def _run(self) -> int:
         self._stop_requested = anyio.Event()
         self._start_memory()
+        await self._start_messaging()
         start = await self._fire("SessionStart", {"source": "startup"})
         if start.inject:
             self._early_injects.insert(0, start.inject)
@@ -191,7 +241,7 @@ class Session:
             agent.write,
             quiet_ms=self.quiet_ms,
             exclusive=agent.exclusive_input,  # keys typed meanwhile land after the Enter
-            on_delivered=lambda text, key: self._record("inject", text),
+            on_delivered=self._delivered,
         )
         for text in self._early_injects:
             injector.submit(text)
@@ -207,6 +257,8 @@ class Session:
             group.start_soon(self._watch_idle)
             group.start_soon(self._watch_stop)
             group.start_soon(self._watch_signals)
+            if self.inbox is not None:
+                group.start_soon(self.inbox.run)
             self._output_hooked = self._has_hooks("Output")
             if self._output_hooked:  # no Output hooks, no cost (DESIGN: issue 4)
                 group.start_soon(self._fire_output_batches)
@@ -241,6 +293,8 @@ class Session:
         """Every chunk the agent prints (already shown to the user in TTY mode)."""
         assert self._injector is not None and self._directives is not None
         self._injector.observe_output(data)
+        if self.inbox is not None:
+            self.inbox.observe_output(data)
         self._last_output = time.monotonic()
         self._idle_fired = False
         for directive in self._scanner.feed(data):
@@ -312,6 +366,11 @@ class Session:
     async def _dispatch(self, directives: MemoryObjectReceiveStream[Directive]) -> None:
         async with directives:
             async for directive in directives:
+                if self._was_injected(directive.line):
+                    # Loop guard: relay typed this line in; its echo is not the agent's directive.
+                    if debug_enabled():
+                        debug(f"ignored a directive relay injected itself: {directive.line!r}")
+                    continue
                 payload = {
                     "namespace": directive.namespace,
                     "target": directive.target,
@@ -346,6 +405,8 @@ class Session:
             quiet = time.monotonic() - self._last_output
             if quiet >= self.idle_seconds and not self._idle_fired:
                 self._idle_fired = True  # once per quiet period
+                if self.inbox is not None:
+                    self.inbox.observe_idle()
                 await self._fire("Idle", {"idle_seconds": round(quiet, 1)})
 
     async def _watch_signals(self) -> None:
@@ -392,7 +453,7 @@ class Session:
             **fields,
         }
         result = await self.hooks.fire(event, payload)
-        if result.inject and event not in ("SessionStart", "SessionEnd"):
+        if result.inject and event not in ("SessionStart", "SessionEnd", "MessageReceived"):
             self.inject(result.inject)
         if result.systemMessage:
             self._tell_user(result.systemMessage)
@@ -404,6 +465,48 @@ class Session:
             )
             self.request_stop("stop")
         return result
+
+    def _delivered(self, text: str, key: str | None) -> None:
+        """The injector typed a text in (Enter written)."""
+        self._record("inject", text)
+        if self.inbox is not None:
+            self.inbox.on_delivered(key)
+
+    # -- messaging ------------------------------------------------------------------------
+
+    async def _start_messaging(self) -> None:
+        """The agent's mailbox (it must not be taken by a live agent) and the built-in `@relay:`."""
+        messenger = None
+        for hook in self.hooks.registry.hooks:
+            if hook.name == RELAY_BUILTIN_NAME and isinstance(hook.handler, MessagingDirectives):
+                messenger = hook.handler.messenger  # registered by an earlier session
+        self.messenger = messenger or Messenger(self.messaging_config)
+        inbox = SessionInbox(
+            self.messenger,
+            name=self.name,
+            session_id=self.session_id,
+            fire=self._fire,
+            submit=lambda text, key: self.inject(text, key=key),
+            tell=self._tell_user,
+        )
+        await inbox.register(cwd=str(self.cwd))
+        self.inbox = inbox
+        if messenger is not None:
+            return
+        for hook in self.hooks.registry.hooks:
+            if (
+                hook.canonical == "PatternMatch"
+                and not hook.matcher.matches_all
+                and hook.matcher("relay")
+            ):
+                return  # the user's own `relay` namespace replaces the built-in (DESIGN §8)
+        self.hooks.register(
+            "PatternMatch",
+            MessagingDirectives(self.messenger),
+            matcher="relay",
+            name=RELAY_BUILTIN_NAME,
+            sequential=True,
+        )
 
     # -- memory ---------------------------------------------------------------------------
 
@@ -449,6 +552,12 @@ class Session:
     def _record(self, kind: str, text: str) -> None:
         if self._transcript is not None:
             self._transcript.record(kind, text)
+
+
+def _safe_name(name: str) -> str:
+    """`name` with what an agent name may not hold replaced by '-' (python3.11 -> python3-11)."""
+    safe = re.sub(r"[^A-Za-z0-9_-]", "-", name).strip("-_")[:64] or "agent"
+    return safe if safe not in ("relay",) else "relay-agent"
 
 
 def _read_some(fd: int) -> bytes:

@@ -5,11 +5,13 @@ argv[1]: the script, a JSON list of steps:
   {"read": LABEL}        read one line from stdin; record {"label": LABEL, "line": ...}
   {"sleep": SECONDS}
   {"exit": CODE}
+  {"noecho": true}       turn the terminal's echo off (only the agent's own prints show)
 argv[2]: the record file (JSON lines).
 """
 
 import json
 import sys
+import termios
 import time
 
 steps = json.loads(sys.argv[1])
@@ -26,5 +28,9 @@ for step in steps:
             sys.exit(9)
     elif "sleep" in step:
         time.sleep(step["sleep"])
+    elif "noecho" in step:
+        attributes = termios.tcgetattr(0)
+        attributes[3] &= ~termios.ECHO
+        termios.tcsetattr(0, termios.TCSANOW, attributes)
     elif "exit" in step:
         sys.exit(step["exit"])

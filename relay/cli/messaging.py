@@ -1,0 +1,223 @@
+"""`relay send`, `relay agents`, `relay inbox`, `relay messages`: messaging from a terminal."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from relay.cli.options import cwd_option, settings_option
+
+Result = TypeVar("Result")
+
+team_option = click.option("--team", help="The team (default: messaging.team from the settings).")
+
+
+def _with_messenger(
+    cwd: Path | None,
+    settings_files: tuple[Path, ...],
+    team: str | None,
+    work: Callable[[Any], Awaitable[Result]],
+) -> Result:
+    """Run `work(messenger)` with messaging as the settings configure it (NATS connected if used)."""
+    import anyio
+    import msgspec
+
+    from relay.config.discovery import load_settings
+    from relay.services.messaging.messenger import Messenger, messaging_config
+
+    config = messaging_config(load_settings(cwd or Path.cwd(), settings_files))
+    if team:
+        config = msgspec.structs.replace(config, team=team)
+    messenger = Messenger(config)
+
+    async def run() -> Result:
+        if not messenger.uses_nats:
+            return await work(messenger)
+        from relay.services.messaging.nats import NatsMessaging
+
+        async with NatsMessaging(config.nats or _default_nats(), team=messenger.team) as nats:
+            messenger.nats = nats
+            return await work(messenger)
+
+    try:
+        return anyio.run(run)
+    finally:
+        messenger.mailbox.close()
+
+
+def _default_nats() -> Any:
+    from relay.config.model import NatsConfig
+
+    return NatsConfig()
+
+
+def _print_json(value: Any) -> None:
+    import msgspec
+
+    click.echo(json.dumps(msgspec.to_builtins(value), ensure_ascii=False))
+
+
+def _human() -> str:
+    return os.environ.get("USER") or getpass.getuser()
+
+
+@click.command("send")
+@click.argument("recipient")
+@click.argument("message", nargs=-1)
+@click.option("--thread", help="The thread the message belongs to.")
+@click.option("--as", "sender", help="Send as this name (default: $USER).")
+@click.option("--json", "as_json", is_flag=True, help="Print the message sent as JSON.")
+@team_option
+@cwd_option
+@settings_option
+def send(
+    *,
+    recipient: str,
+    message: tuple[str, ...],
+    thread: str | None,
+    sender: str | None,
+    as_json: bool,
+    team: str | None,
+    cwd: Path | None,
+    settings_files: tuple[Path, ...],
+) -> None:
+    """Send MESSAGE to the agent RECIPIENT (`*`: everyone in the team). No MESSAGE, or `-`: read stdin."""
+    body = " ".join(message)
+    if not message or body == "-":
+        body = sys.stdin.read()
+    name = sender or _human()
+
+    async def work(messenger: Any) -> Any:
+        return await messenger.send(name, recipient, body, thread)
+
+    sent, recipients = _with_messenger(cwd, settings_files, team, work)
+    if as_json:
+        _print_json({"message": sent, "queued_for": recipients})
+        return
+    click.echo(f"queued [{sent.short_id}] for {', '.join(recipients)} (id {sent.id})")
+
+
+@click.command("agents")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@team_option
+@cwd_option
+@settings_option
+def agents(
+    *, as_json: bool, team: str | None, cwd: Path | None, settings_files: tuple[Path, ...]
+) -> None:
+    """List the team's agents: name, state, host, pid, cwd, last seen."""
+
+    async def work(messenger: Any) -> Any:
+        return await messenger.agents()
+
+    found = _with_messenger(cwd, settings_files, team, work)
+    if as_json:
+        _print_json(found)
+        return
+    if not found:
+        click.echo("no agents yet (an agent joins with `relay run --name NAME -- …`)")
+        return
+    click.echo(f"{'NAME':16} {'STATE':8} {'HOST':16} {'PID':>7}  {'LAST SEEN':24}  CWD")
+    for agent in found:
+        click.echo(
+            f"{agent.name:16} {agent.state:8} {agent.host:16} {agent.pid or '-':>7}  "
+            f"{agent.last_seen:24}  {agent.cwd or '-'}"
+        )
+
+
+@click.command("inbox")
+@click.argument("name", required=False)
+@click.option("--all", "show_all", is_flag=True, help="Also acked, dead and denied messages.")
+@click.option("--limit", type=click.IntRange(min=1), default=200, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@team_option
+@cwd_option
+@settings_option
+def inbox(
+    *,
+    name: str | None,
+    show_all: bool,
+    limit: int,
+    as_json: bool,
+    team: str | None,
+    cwd: Path | None,
+    settings_files: tuple[Path, ...],
+) -> None:
+    """Messages for NAME (default: $RELAY_AGENT_NAME, else $USER): queued and handed, or --all."""
+    who = name or os.environ.get("RELAY_AGENT_NAME") or _human()
+
+    async def work(messenger: Any) -> Any:
+        import anyio.to_thread
+
+        states = None if show_all else ("queued", "handed")
+        return await anyio.to_thread.run_sync(
+            lambda: messenger.mailbox.inbox(who, team=messenger.team, states=states, limit=limit)
+        )
+
+    deliveries = _with_messenger(cwd, settings_files, team, work)
+    if as_json:
+        _print_json(deliveries)
+        return
+    if not deliveries:
+        click.echo(f"no {'' if show_all else 'waiting '}messages for {who}")
+        return
+    for delivery in deliveries:
+        message = delivery.message
+        thread = f" [thread:{message.thread}]" if message.thread else ""
+        why = f" ({delivery.reason})" if delivery.reason else ""
+        click.echo(
+            f"{delivery.state:7} [{message.short_id}] {message.created_at}  from {message.sender}"
+            f"{thread}: {_one_line(message.body)}{why}"
+        )
+
+
+@click.command("messages")
+@click.option("--thread", help="Only this thread.")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@team_option
+@cwd_option
+@settings_option
+def messages(
+    *,
+    thread: str | None,
+    limit: int,
+    as_json: bool,
+    team: str | None,
+    cwd: Path | None,
+    settings_files: tuple[Path, ...],
+) -> None:
+    """The team's message history, oldest first (the newest LIMIT)."""
+
+    async def work(messenger: Any) -> Any:
+        import anyio.to_thread
+
+        return await anyio.to_thread.run_sync(
+            lambda: messenger.mailbox.history(team=messenger.team, thread=thread, limit=limit)
+        )
+
+    history = _with_messenger(cwd, settings_files, team, work)
+    if as_json:
+        _print_json(history)
+        return
+    if not history:
+        click.echo("no messages yet")
+        return
+    for message in history:
+        thread_note = f" [thread:{message.thread}]" if message.thread else ""
+        click.echo(
+            f"{message.created_at} [{message.short_id}] {message.sender} -> {message.recipient}"
+            f"{thread_note}: {_one_line(message.body)}"
+        )
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

@@ -1,0 +1,722 @@
+"""The embedded mailbox: one SQLite file, the source of truth for messages on one machine.
+
+Layout (schema version 1, in `PRAGMA user_version`):
+
+- `agents`: every agent (and human sender) the team has known, with presence: state,
+  host, relay's pid and its start time (a reused pid is not mistaken for a live agent),
+  cwd, last seen, session id.
+- `messages`: one row per message; `seq` (INTEGER PRIMARY KEY) is the commit order,
+  which is the delivery order, so one sender's messages arrive in the order it sent them.
+- `deliveries`: one row per message and recipient, keyed (team, recipient, seq), with
+  the state queued -> handed -> acked, or dead / denied, the attempts, the session it
+  was handed to, and why it was acked (evidence) or refused (reason).
+
+Durability: WAL with `synchronous=FULL`, so a message whose send returned survives a
+power cut; writes take the lock up front (BEGIN IMMEDIATE) and wait `busy_timeout` for
+other writers. After a commit that queued mail, the sender rings each recipient's
+doorbell (doorbell.py). Every sqlite3 or file-system failure leaves this module as
+MessagingError naming the file.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import os
+import socket
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+from relay.config.paths import state_dir
+from relay.services.messaging.doorbell import bell_address, ring
+from relay.services.messaging.model import (
+    BROADCAST,
+    SYSTEM_SENDER,
+    Agent,
+    AgentState,
+    Delivery,
+    DeliveryState,
+    Message,
+    MessagingError,
+    NameTakenError,
+    RateLimitedError,
+    UnknownRecipientError,
+    check_body,
+    check_name,
+)
+from relay.services.messaging.ulid import new_ulid
+
+__all__ = ["DATABASE_NAME", "SCHEMA_VERSION", "SqliteMailbox", "default_store", "utc_now"]
+
+DATABASE_NAME = "messages.db"
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT = 10.0
+"""Seconds a write waits for another process's lock before failing."""
+RATE_WINDOW = 60.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS agents (
+    team TEXT NOT NULL,
+    name TEXT NOT NULL,
+    state TEXT NOT NULL,
+    host TEXT NOT NULL,
+    pid INTEGER,
+    started_ticks INTEGER,
+    cwd TEXT,
+    last_seen TEXT NOT NULL,
+    session_id TEXT,
+    PRIMARY KEY (team, name)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS messages (
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    team TEXT NOT NULL,
+    sender TEXT NOT NULL,
+    recipient TEXT NOT NULL,
+    thread TEXT,
+    body TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS messages_by_sender ON messages(team, sender, created_at);
+CREATE INDEX IF NOT EXISTS messages_by_thread ON messages(team, thread, seq);
+CREATE TABLE IF NOT EXISTS deliveries (
+    team TEXT NOT NULL,
+    recipient TEXT NOT NULL,
+    seq INTEGER NOT NULL REFERENCES messages(seq),
+    state TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    session_id TEXT,
+    handed_at TEXT,
+    acked_at TEXT,
+    evidence TEXT,
+    reason TEXT,
+    PRIMARY KEY (team, recipient, seq)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS deliveries_by_state ON deliveries(team, recipient, state, seq);
+"""
+
+_DELIVERY_COLUMNS = (
+    "m.id, m.team, m.sender, m.recipient, m.thread, m.body, m.created_at, "
+    "d.recipient, d.state, d.attempts, d.handed_at, d.acked_at, d.evidence, d.reason"
+)
+_MESSAGE_COLUMNS = "id, team, sender, recipient, thread, body, created_at"
+_AGENT_COLUMNS = "name, team, state, host, pid, started_ticks, cwd, last_seen, session_id"
+
+Result = TypeVar("Result")
+
+
+def default_store() -> Path:
+    """Where the mailbox lives: $RELAY_HOME/state/messages.db (or the platform state dir)."""
+    return state_dir() / DATABASE_NAME
+
+
+def utc_now(offset: float = 0.0) -> str:
+    """Now (plus `offset` seconds), ISO 8601 UTC with milliseconds and Z: sorts as text."""
+    moment = datetime.now(UTC) + timedelta(seconds=offset)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """When a process started (clock ticks since boot), to tell a reused pid apart."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return int(fields[19])
+
+
+def process_alive(pid: int | None, started_ticks: int | None) -> bool:
+    """Whether `pid` is running and is the process that started at `started_ticks`."""
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    ticks = process_start_ticks(pid)
+    return started_ticks is None or ticks is None or ticks == started_ticks
+
+
+class SqliteMailbox:
+    """The embedded mailbox (see the module docstring). Thread-safe; methods are synchronous:
+    async callers run them on a worker thread."""
+
+    def __init__(
+        self,
+        path: Path | None = None,
+        *,
+        max_attempts: int = 5,
+        max_per_minute: int = 30,
+        doorbell: bool = True,
+    ) -> None:
+        self.path = Path(path) if path is not None else default_store()
+        self.max_attempts = max_attempts
+        self.max_per_minute = max_per_minute
+        self.doorbell = doorbell
+        self.host = socket.gethostname()
+        self._lock = threading.RLock()
+        self._connection: sqlite3.Connection | None = None
+
+    # -- connection --------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._connection is not None:
+            return self._connection
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            connection = sqlite3.connect(
+                self.path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False
+            )
+        except (OSError, sqlite3.Error) as exc:
+            raise self._error(f"cannot open the mailbox: {exc}") from None
+        try:
+            connection.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
+            if connection.execute("PRAGMA journal_mode = WAL").fetchone()[0] != "wal":
+                raise sqlite3.OperationalError("cannot switch to WAL journal mode")
+            connection.execute("PRAGMA synchronous = FULL")  # a sent message survives a power cut
+            connection.execute("PRAGMA foreign_keys = ON")
+            version = connection.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise sqlite3.DatabaseError(
+                    f"schema version {version} is newer than this relay knows ({SCHEMA_VERSION})"
+                )
+            if version < SCHEMA_VERSION:
+                connection.execute("BEGIN IMMEDIATE")
+                connection.executescript(_SCHEMA + f"PRAGMA user_version = {SCHEMA_VERSION};")
+                if connection.in_transaction:
+                    connection.execute("COMMIT")
+        except sqlite3.Error as exc:
+            connection.close()
+            raise self._error(f"cannot use the mailbox: {exc}") from None
+        self._connection = connection
+        return connection
+
+    def close(self) -> None:
+        """Close the connection (a later call opens it again)."""
+        with self._lock:
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
+
+    def _error(self, message: str) -> MessagingError:
+        return MessagingError(message, store=str(self.path))
+
+    def _read(self, work: Callable[[sqlite3.Connection], Result]) -> Result:
+        with self._lock:
+            try:
+                return work(self._connect())
+            except sqlite3.Error as exc:
+                raise self._error(str(exc)) from None
+
+    def _write(self, work: Callable[[sqlite3.Connection], Result]) -> Result:
+        """Run `work` in one IMMEDIATE transaction; commit, or roll back on any error."""
+        with self._lock:
+            connection = self._connect()
+            try:
+                connection.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise self._error(f"cannot write to the mailbox: {exc}") from None
+            try:
+                result = work(connection)
+                connection.execute("COMMIT")
+            except BaseException as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    connection.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):
+                    raise self._error(str(exc)) from None
+                raise
+            return result
+
+    def data_version(self) -> int:
+        """A number that changes when another connection commits (a cheap poll)."""
+        return self._read(lambda db: int(db.execute("PRAGMA data_version").fetchone()[0]))
+
+    # -- agents ------------------------------------------------------------------------
+
+    def register_agent(
+        self,
+        name: str,
+        *,
+        team: str,
+        session_id: str,
+        pid: int | None = None,
+        cwd: str | None = None,
+    ) -> Agent:
+        """Mark `name` live for this session; a live agent of that name elsewhere is NameTakenError."""
+        check_name(name)
+        check_name(team, what="team name")
+        pid = os.getpid() if pid is None else pid
+        ticks = process_start_ticks(pid)
+        now = utc_now()
+
+        def work(db: sqlite3.Connection) -> Agent:
+            current = self._agent_row(db, team, name)
+            if (
+                current is not None
+                and current.session_id != session_id
+                and self._presence(current) != "offline"
+            ):
+                raise NameTakenError(current)
+            agent = Agent(
+                name=name,
+                team=team,
+                state="live",
+                host=self.host,
+                pid=pid,
+                started_ticks=ticks,
+                cwd=cwd,
+                last_seen=now,
+                session_id=session_id,
+            )
+            db.execute(
+                "INSERT OR REPLACE INTO agents (team, name, state, host, pid, started_ticks, cwd,"
+                " last_seen, session_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (team, name, "live", self.host, pid, ticks, cwd, now, session_id),
+            )
+            return agent
+
+        return self._write(work)
+
+    def set_presence(self, name: str, *, team: str, session_id: str, state: AgentState) -> None:
+        """Record the agent's state (live, idle, busy, offline) and that it was seen now."""
+        self._write(
+            lambda db: db.execute(
+                "UPDATE agents SET state = ?, last_seen = ? WHERE team = ? AND name = ?"
+                " AND session_id = ?",
+                (state, utc_now(), team, name, session_id),
+            )
+        )
+
+    def known_names(self, team: str) -> list[str]:
+        """Every name the team has known (agents and human senders), sorted."""
+        return self._read(lambda db: self._names(db, team))
+
+    def agents(self, team: str) -> list[Agent]:
+        """The team's agents with their presence as it is now (a dead relay is offline)."""
+
+        def work(db: sqlite3.Connection) -> list[Agent]:
+            rows = db.execute(
+                f"SELECT {_AGENT_COLUMNS} FROM agents WHERE team = ? ORDER BY name", (team,)
+            ).fetchall()
+            agents = []
+            for row in rows:
+                agent = _agent(row)
+                agent.state = self._presence(agent)
+                agents.append(agent)
+            return agents
+
+        return self._read(work)
+
+    def _presence(self, agent: Agent) -> AgentState:
+        if agent.state == "offline" or agent.pid is None:
+            return "offline"
+        if agent.host == self.host and not process_alive(agent.pid, agent.started_ticks):
+            return "offline"  # its relay died without saying so (SIGKILL, a crash)
+        return agent.state
+
+    def _agent_row(self, db: sqlite3.Connection, team: str, name: str) -> Agent | None:
+        row = db.execute(
+            f"SELECT {_AGENT_COLUMNS} FROM agents WHERE team = ? AND name = ?", (team, name)
+        ).fetchone()
+        return _agent(row) if row is not None else None
+
+    @staticmethod
+    def _names(db: sqlite3.Connection, team: str) -> list[str]:
+        return [
+            row[0]
+            for row in db.execute("SELECT name FROM agents WHERE team = ? ORDER BY name", (team,))
+        ]
+
+    # -- sending -----------------------------------------------------------------------
+
+    def send(
+        self,
+        *,
+        team: str,
+        sender: str,
+        recipient: str,
+        body: str,
+        thread: str | None = None,
+    ) -> tuple[Message, list[str]]:
+        """Queue a message for `recipient` (a name or `*`); return it and who it was queued for.
+
+        Errors (nothing is queued): an unknown recipient, a broadcast with nobody to
+        hear it, a bad body, a sender over `max_per_minute` (the recipients are told once
+        a minute that the sender is being held back).
+        """
+        check_name(sender)
+        check_body(body)
+        if recipient != BROADCAST:
+            check_name(recipient)
+        if thread is not None and not thread.strip():
+            thread = None
+        message = Message(
+            id=new_ulid(),
+            team=team,
+            sender=sender,
+            recipient=recipient,
+            body=body,
+            created_at=utc_now(),
+            thread=thread,
+        )
+
+        def work(db: sqlite3.Connection) -> tuple[list[str], list[str]]:
+            names = self._names(db, team)
+            if recipient == BROADCAST:
+                recipients = [name for name in names if name != sender]
+                if not recipients:
+                    raise MessagingError(f"nobody else in team {team} to broadcast to")
+            elif recipient not in names:
+                raise UnknownRecipientError(recipient, team=team, known=names)
+            else:
+                recipients = [recipient]
+            if sender not in names:  # a human sending from a terminal gets a mailbox for replies
+                db.execute(
+                    "INSERT INTO agents (team, name, state, host, last_seen) VALUES (?, ?, ?, ?, ?)",
+                    (team, sender, "offline", self.host, message.created_at),
+                )
+            limited = self._over_rate(db, team, sender)
+            if limited is not None:
+                notified = [
+                    name
+                    for name in recipients
+                    if self._notice_once(
+                        db,
+                        team,
+                        name,
+                        f"{sender} is sending more than {self.max_per_minute} messages a minute: "
+                        f"relay holds its messages back for now. No need to answer each one.",
+                    )
+                ]
+                return [], notified
+            self._insert(db, message, recipients)
+            return recipients, recipients
+
+        recipients, to_ring = self._write(work)
+        self._ring_all(team, to_ring)
+        if not recipients:
+            retry = self._read(lambda db: self._over_rate(db, team, sender)) or 1.0
+            raise RateLimitedError(sender, limit=self.max_per_minute, retry_after=retry)
+        return message, recipients
+
+    def store_incoming(self, message: Message, recipients: Sequence[str]) -> bool:
+        """Store a message that arrived from elsewhere (NATS), queued for `recipients`;
+        idempotent by message id. True when anything was new. Rings the recipients."""
+
+        def work(db: sqlite3.Connection) -> bool:
+            row = db.execute("SELECT seq FROM messages WHERE id = ?", (message.id,)).fetchone()
+            if row is None:
+                self._insert(db, message, [])
+                row = db.execute("SELECT seq FROM messages WHERE id = ?", (message.id,)).fetchone()
+            new = False
+            for name in recipients:
+                if self._agent_row(db, message.team, name) is None:
+                    db.execute(
+                        "INSERT INTO agents (team, name, state, host, last_seen)"
+                        " VALUES (?, ?, ?, ?, ?)",
+                        (message.team, name, "offline", self.host, message.created_at),
+                    )
+                cursor = db.execute(
+                    "INSERT OR IGNORE INTO deliveries (team, recipient, seq, state)"
+                    " VALUES (?, ?, ?, 'queued')",
+                    (message.team, name, row[0]),
+                )
+                new = new or cursor.rowcount > 0
+            return new
+
+        new = self._write(work)
+        if new:
+            self._ring_all(message.team, recipients)
+        return new
+
+    def record_sent(self, message: Message) -> None:
+        """Keep a copy of a message sent through another transport, for `relay messages`."""
+
+        def work(db: sqlite3.Connection) -> None:
+            if db.execute("SELECT 1 FROM messages WHERE id = ?", (message.id,)).fetchone() is None:
+                self._insert(db, message, [])
+
+        self._write(work)
+
+    def _insert(self, db: sqlite3.Connection, message: Message, recipients: Sequence[str]) -> None:
+        cursor = db.execute(
+            "INSERT INTO messages (id, team, sender, recipient, thread, body, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                message.id,
+                message.team,
+                message.sender,
+                message.recipient,
+                message.thread,
+                message.body,
+                message.created_at,
+            ),
+        )
+        db.executemany(
+            "INSERT INTO deliveries (team, recipient, seq, state) VALUES (?, ?, ?, 'queued')",
+            [(message.team, name, cursor.lastrowid) for name in recipients],
+        )
+
+    def _over_rate(self, db: sqlite3.Connection, team: str, sender: str) -> float | None:
+        """None when `sender` may send now; else seconds until it may."""
+        if sender == SYSTEM_SENDER:
+            return None
+        rows = db.execute(
+            "SELECT created_at FROM messages WHERE team = ? AND sender = ? AND created_at >= ?"
+            " ORDER BY created_at DESC LIMIT ?",
+            (team, sender, utc_now(-RATE_WINDOW), self.max_per_minute),
+        ).fetchall()
+        if len(rows) < self.max_per_minute:
+            return None
+        oldest = datetime.strptime(rows[-1][0], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+        return max(0.0, RATE_WINDOW - (datetime.now(UTC) - oldest).total_seconds())
+
+    def _notice_once(self, db: sqlite3.Connection, team: str, to: str, body: str) -> bool:
+        """Queue a notice from relay to `to`, unless the same one went out in the last minute."""
+        if to == SYSTEM_SENDER or self._agent_row(db, team, to) is None:
+            return False
+        seen = db.execute(
+            "SELECT 1 FROM messages WHERE team = ? AND sender = ? AND recipient = ? AND body = ?"
+            " AND created_at >= ?",
+            (team, SYSTEM_SENDER, to, body, utc_now(-RATE_WINDOW)),
+        ).fetchone()
+        if seen is not None:
+            return False
+        self._notice(db, team, to, body)
+        return True
+
+    def _notice(self, db: sqlite3.Connection, team: str, to: str, body: str) -> None:
+        """Queue a notice from relay to `to` (a known agent)."""
+        if to == SYSTEM_SENDER or self._agent_row(db, team, to) is None:
+            return
+        notice = Message(
+            id=new_ulid(),
+            team=team,
+            sender=SYSTEM_SENDER,
+            recipient=to,
+            body=body,
+            created_at=utc_now(),
+        )
+        self._insert(db, notice, [to])
+
+    def ring(self, team: str, name: str) -> None:
+        """Wake `name` if it is waiting for mail (no-op with the doorbell off)."""
+        if self.doorbell:
+            ring(bell_address(self.path, team, name))
+
+    def _ring_all(self, team: str, names: Sequence[str]) -> None:
+        for name in names:
+            self.ring(team, name)
+
+    # -- receiving ---------------------------------------------------------------------
+
+    def claim(self, name: str, *, team: str, session_id: str, limit: int = 100) -> list[Delivery]:
+        """Hand `name`'s waiting mail to a session, oldest first.
+
+        Waiting: queued, or handed to another session that never acknowledged it (that
+        session died). A delivery handed `max_attempts` times is dead instead, and its
+        sender is told. Mail already handed to this session is never handed again.
+        """
+        now = utc_now()
+
+        def work(db: sqlite3.Connection) -> tuple[list[Delivery], set[str]]:
+            rows = db.execute(
+                f"SELECT {_DELIVERY_COLUMNS}, d.seq FROM deliveries d JOIN messages m ON m.seq = d.seq"
+                " WHERE d.team = ? AND d.recipient = ? AND (d.state = 'queued'"
+                " OR (d.state = 'handed' AND d.session_id IS NOT ?)) ORDER BY d.seq LIMIT ?",
+                (team, name, session_id, limit),
+            ).fetchall()
+            handed: list[Delivery] = []
+            told: set[str] = set()
+            for row in rows:
+                delivery, seq = _delivery(row[:-1]), row[-1]
+                if delivery.attempts >= self.max_attempts:
+                    reason = f"handed out {delivery.attempts} times without an acknowledgement"
+                    db.execute(
+                        "UPDATE deliveries SET state = 'dead', reason = ? WHERE team = ?"
+                        " AND recipient = ? AND seq = ?",
+                        (reason, team, name, seq),
+                    )
+                    sender = delivery.message.sender
+                    self._notice(
+                        db,
+                        team,
+                        sender,
+                        f"Your message to {name} [{delivery.message.short_id}] could not be "
+                        f"delivered: {reason}.",
+                    )
+                    told.add(sender)
+                    continue
+                db.execute(
+                    "UPDATE deliveries SET state = 'handed', attempts = attempts + 1,"
+                    " session_id = ?, handed_at = ? WHERE team = ? AND recipient = ? AND seq = ?",
+                    (session_id, now, team, name, seq),
+                )
+                delivery.state, delivery.attempts, delivery.handed_at = (
+                    "handed",
+                    delivery.attempts + 1,
+                    now,
+                )
+                handed.append(delivery)
+            return handed, told
+
+        handed, told = self._write(work)
+        self._ring_all(team, sorted(told))
+        return handed
+
+    def ack(self, message_id: str, recipient: str, *, team: str, evidence: str) -> bool:
+        """The recipient took the message in; False if it was not handed out (already acked)."""
+        return self._finish(message_id, recipient, team, "acked", evidence=evidence)
+
+    def deny(self, message_id: str, recipient: str, *, team: str, reason: str) -> bool:
+        """A MessageReceived hook refused the message: drop it and tell the sender."""
+        return self._finish(message_id, recipient, team, "denied", reason=reason)
+
+    def _finish(
+        self,
+        message_id: str,
+        recipient: str,
+        team: str,
+        state: DeliveryState,
+        *,
+        evidence: str | None = None,
+        reason: str | None = None,
+    ) -> bool:
+        def work(db: sqlite3.Connection) -> str | None:
+            row = db.execute(
+                "SELECT seq, sender FROM messages WHERE id = ? AND team = ?", (message_id, team)
+            ).fetchone()
+            if row is None:
+                return None
+            cursor = db.execute(
+                "UPDATE deliveries SET state = ?, acked_at = ?, evidence = ?, reason = ?"
+                " WHERE team = ? AND recipient = ? AND seq = ? AND state IN ('queued', 'handed')",
+                (state, utc_now(), evidence, reason, team, recipient, row[0]),
+            )
+            if cursor.rowcount == 0:
+                return None
+            if state == "denied":
+                self._notice(
+                    db,
+                    team,
+                    row[1],
+                    f"Your message to {recipient} [{message_id[-8:].lower()}] was refused: "
+                    f"{reason or 'a MessageReceived hook denied it'}.",
+                )
+                return str(row[1])
+            return ""
+
+        told = self._write(work)
+        if told:
+            self.ring(team, told)
+        return told is not None
+
+    # -- reading -----------------------------------------------------------------------
+
+    def inbox(
+        self, name: str, *, team: str, states: Sequence[DeliveryState] | None = None, limit: int = 200
+    ) -> builtins.list[Delivery]:
+        """`name`'s deliveries in the given states (default: all), oldest first."""
+
+        def work(db: sqlite3.Connection) -> builtins.list[Delivery]:
+            where, parameters = "d.team = ? AND d.recipient = ?", [team, name]
+            if states:
+                where += f" AND d.state IN ({', '.join('?' * len(states))})"
+                parameters.extend(states)
+            rows = db.execute(
+                f"SELECT {_DELIVERY_COLUMNS} FROM deliveries d JOIN messages m ON m.seq = d.seq"
+                f" WHERE {where} ORDER BY d.seq DESC LIMIT ?",
+                (*parameters, limit),
+            ).fetchall()
+            return [_delivery(row) for row in reversed(rows)]
+
+        return self._read(work)
+
+    def delivery(self, message_id: str, recipient: str, *, team: str) -> Delivery | None:
+        """One delivery, or None."""
+        row = self._read(
+            lambda db: db.execute(
+                f"SELECT {_DELIVERY_COLUMNS} FROM deliveries d JOIN messages m ON m.seq = d.seq"
+                " WHERE m.id = ? AND d.team = ? AND d.recipient = ?",
+                (message_id, team, recipient),
+            ).fetchone()
+        )
+        return _delivery(row) if row is not None else None
+
+    def history(
+        self, *, team: str, thread: str | None = None, limit: int = 50
+    ) -> builtins.list[Message]:
+        """The team's messages (of one thread), the newest `limit`, oldest first."""
+
+        def work(db: sqlite3.Connection) -> builtins.list[Message]:
+            if thread is None:
+                rows = db.execute(
+                    f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE team = ? ORDER BY seq DESC LIMIT ?",
+                    (team, limit),
+                ).fetchall()
+            else:
+                rows = db.execute(
+                    f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE team = ? AND thread = ?"
+                    " ORDER BY seq DESC LIMIT ?",
+                    (team, thread, limit),
+                ).fetchall()
+            return [_message(row) for row in reversed(rows)]
+
+        return self._read(work)
+
+    def iter_deliveries(self, *, team: str) -> Iterator[Delivery]:
+        """Every delivery of the team, in order (for tests and exports)."""
+        rows = self._read(
+            lambda db: db.execute(
+                f"SELECT {_DELIVERY_COLUMNS} FROM deliveries d JOIN messages m ON m.seq = d.seq"
+                " WHERE d.team = ? ORDER BY d.seq",
+                (team,),
+            ).fetchall()
+        )
+        return (_delivery(row) for row in rows)
+
+
+def _message(row: Sequence[Any]) -> Message:
+    return Message(
+        id=row[0],
+        team=row[1],
+        sender=row[2],
+        recipient=row[3],
+        thread=row[4],
+        body=row[5],
+        created_at=row[6],
+    )
+
+
+def _delivery(row: Sequence[Any]) -> Delivery:
+    return Delivery(
+        message=_message(row[:7]),
+        recipient=row[7],
+        state=row[8],
+        attempts=row[9],
+        handed_at=row[10],
+        acked_at=row[11],
+        evidence=row[12],
+        reason=row[13],
+    )
+
+
+def _agent(row: Sequence[Any]) -> Agent:
+    return Agent(
+        name=row[0],
+        team=row[1],
+        state=row[2],
+        host=row[3],
+        pid=row[4],
+        started_ticks=row[5],
+        cwd=row[6],
+        last_seen=row[7],
+        session_id=row[8],
+    )

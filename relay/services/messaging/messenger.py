@@ -1,0 +1,77 @@
+"""Messaging as the settings configure it: the embedded mailbox, and NATS JetStream in front
+of it when `messaging.transport` is "nats" (imported only then)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import anyio.to_thread
+import msgspec
+
+from relay.config.discovery import SettingsSet, most_specific
+from relay.config.model import TRUST_REQUIRED, MessagingConfig
+from relay.services.messaging.mailbox import SqliteMailbox
+from relay.services.messaging.model import BROADCAST, Agent, Message, check_name
+
+if TYPE_CHECKING:
+    from relay.services.messaging.nats import NatsMessaging
+
+
+def messaging_config(settings: SettingsSet) -> MessagingConfig:
+    """The `messaging` settings; transport and server only from files the user controls."""
+    sections = []
+    for loaded in settings.files:
+        section = loaded.settings.messaging
+        if loaded.scope in TRUST_REQUIRED:
+            # A project file cannot send the team's messages to a server of its choosing.
+            section = msgspec.structs.replace(section, transport="sqlite", nats=None)
+        sections.append(section)
+    return most_specific(sections, MessagingConfig())
+
+
+class Messenger:
+    """Send, list agents and read history for one team (see spec/messaging.md).
+
+    The local mailbox is always the store a session reads from. With the nats
+    transport, sends go to JetStream and a bridge (`NatsMessaging.run_bridge`) stores
+    what arrives for local agents in the local mailbox before acknowledging it to NATS.
+    """
+
+    def __init__(self, config: MessagingConfig, *, mailbox: SqliteMailbox | None = None) -> None:
+        self.config = config
+        self.team = check_name(config.team, what="team name")
+        self.mailbox = mailbox or SqliteMailbox(
+            max_attempts=config.maxAttempts,
+            max_per_minute=config.maxPerMinute,
+            doorbell=config.doorbell,
+        )
+        self.nats: NatsMessaging | None = None
+        """The connected NATS transport, set by whoever connected it (a session, a CLI call)."""
+
+    @property
+    def uses_nats(self) -> bool:
+        """Whether messages cross machines through NATS."""
+        return self.config.transport == "nats"
+
+    async def send(
+        self, sender: str, recipient: str, body: str, thread: str | None = None
+    ) -> tuple[Message, list[str]]:
+        """Send a message; return it and who it was queued for (MessagingError when it cannot be)."""
+        if self.nats is None:
+            return await anyio.to_thread.run_sync(
+                lambda: self.mailbox.send(
+                    team=self.team, sender=sender, recipient=recipient, body=body, thread=thread
+                )
+            )
+        return await self.nats.send(
+            self.mailbox, sender=sender, recipient=recipient, body=body, thread=thread
+        )
+
+    async def agents(self) -> list[Agent]:
+        """The team's agents and their presence."""
+        if self.nats is None:
+            return await anyio.to_thread.run_sync(self.mailbox.agents, self.team)
+        return await self.nats.agents()
+
+
+__all__ = ["BROADCAST", "Messenger", "messaging_config"]

@@ -1,0 +1,151 @@
+"""Messages between agents, their deliveries, agents' presence, and the errors of messaging.
+
+A message is written once and delivered to each recipient separately: a delivery goes
+queued -> handed (given to a session, not yet taken in by the agent) -> acked (the agent
+showed it had it), or -> dead (handed `maxAttempts` times without an acknowledgement) or
+-> denied (a MessageReceived hook refused it). The message id (a ULID) is the dedup key
+everywhere: in the mailbox, in the injector and as NATS's `Nats-Msg-Id`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+import msgspec
+
+from relay.errors import RelayError
+
+MAX_BODY_BYTES = 64 * 1024
+"""A message body is UTF-8 of at most this many bytes."""
+BROADCAST = "*"
+"""The recipient that means everyone in the team but the sender."""
+SYSTEM_SENDER = "relay"
+"""The sender of relay's own notices (a refused or dead message, a rate limit)."""
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
+"""Agent and team names: safe in file names, NATS subjects and consumer names."""
+RESERVED_NAMES = frozenset({SYSTEM_SENDER, BROADCAST})
+
+DeliveryState = Literal["queued", "handed", "acked", "dead", "denied"]
+AgentState = Literal["live", "idle", "busy", "offline"]
+
+
+class Message(msgspec.Struct, kw_only=True, frozen=True):
+    """One message, as sent (a broadcast is one message with recipient `*`)."""
+
+    id: str
+    """A ULID: unique, sortable by creation time; the dedup key."""
+    team: str
+    sender: str
+    recipient: str
+    """An agent name, or `*` for everyone in the team but the sender."""
+    body: str
+    created_at: str
+    """ISO 8601 UTC with milliseconds and Z."""
+    thread: str | None = None
+
+    @property
+    def short_id(self) -> str:
+        """The marker shown to agents: the id's last 8 characters (the random part)."""
+        return self.id[-8:].lower()
+
+
+class Delivery(msgspec.Struct, kw_only=True):
+    """A message for one recipient, and where its delivery stands."""
+
+    message: Message
+    recipient: str
+    state: DeliveryState
+    attempts: int = 0
+    """How many times it was handed to a session."""
+    handed_at: str | None = None
+    acked_at: str | None = None
+    evidence: str | None = None
+    """Why it counts as taken in: "marker" (its [id8] seen in the agent's output) or "output"."""
+    reason: str | None = None
+    """Why it is dead or denied."""
+
+
+class Agent(msgspec.Struct, kw_only=True):
+    """An agent known to the team, and its presence."""
+
+    name: str
+    team: str
+    state: AgentState
+    host: str
+    pid: int | None = None
+    started_ticks: int | None = None
+    """The relay process's start time (clock ticks since boot): a reused pid is not this agent."""
+    cwd: str | None = None
+    last_seen: str
+    session_id: str | None = None
+
+
+class MessagingError(RelayError):
+    """A message that cannot be sent or a mailbox that cannot be used; says what and where."""
+
+    def __init__(self, message: str, *, store: str | None = None) -> None:
+        self.message = message
+        self.store = store
+        super().__init__(f"{store}: {message}" if store else message)
+
+
+class UnknownRecipientError(MessagingError):
+    """Mail for a name no agent of the team has ever had."""
+
+    def __init__(self, recipient: str, *, team: str, known: list[str]) -> None:
+        self.recipient = recipient
+        self.team = team
+        self.known = known
+        listed = ", ".join(known) if known else "none yet"
+        super().__init__(f"no agent named {recipient} in team {team}; known: {listed}")
+
+
+class NameTakenError(MessagingError):
+    """A second live agent with a name that a live agent of the team already has."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        super().__init__(
+            f"an agent named {agent.name} is already live in team {agent.team} "
+            f"(pid {agent.pid} on {agent.host}); choose another --name"
+        )
+
+
+class RateLimitedError(MessagingError):
+    """A sender over `messaging.maxPerMinute`."""
+
+    def __init__(self, sender: str, *, limit: int, retry_after: float) -> None:
+        self.sender = sender
+        self.limit = limit
+        self.retry_after = retry_after
+        super().__init__(
+            f"{sender} has sent {limit} messages in the last minute (messaging.maxPerMinute); "
+            f"not sent: try again in {max(1, round(retry_after))} s"
+        )
+
+
+def check_name(name: str, *, what: str = "agent name") -> str:
+    """`name` if it is a usable agent or team name; else a MessagingError saying why."""
+    if not NAME_PATTERN.match(name):
+        raise MessagingError(
+            f"{what} {name!r} is not usable: 1 to 64 letters, digits, '_' or '-', "
+            "starting with a letter or digit"
+        )
+    if what == "agent name" and name in RESERVED_NAMES:
+        raise MessagingError(f"{what} {name!r} is reserved")
+    return name
+
+
+def check_body(body: str) -> str:
+    """`body` if it is a sendable message body; else a MessagingError saying why."""
+    size = len(body.encode("utf-8", "surrogatepass"))
+    if size > MAX_BODY_BYTES:
+        raise MessagingError(f"message body is {size} bytes; the limit is {MAX_BODY_BYTES} (64 KiB)")
+    try:
+        body.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise MessagingError(f"message body is not valid UTF-8 (at character {exc.start})") from None
+    if not body.strip():
+        raise MessagingError("message body is empty")
+    return body

@@ -1,0 +1,273 @@
+"""A session's inbox: claims the agent's mail, runs MessageReceived hooks, types each message
+in through the safe injector, and acknowledges it only on evidence the agent took it in.
+
+Evidence (DESIGN §9: a daemon must not acknowledge a message before the agent has seen
+it): after the message's Enter was written, its `[id8]` marker in the agent's output;
+failing that, output of any kind within `ackTimeoutSeconds` after it, acknowledged when
+that time is up. Until then the delivery stays handed: a session that dies first leaves
+it for the next session of that agent, which gets it again (the mailbox never hands one
+delivery twice to one session).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+from relay.engine.telemetry import debug, debug_enabled
+from relay.protocol.output import AggregatedResult
+from relay.services.messaging.doorbell import Doorbell, bell_address
+from relay.services.messaging.messenger import Messenger
+from relay.services.messaging.model import AgentState, Delivery, MessagingError
+from relay.services.messaging.namespace import delivery_text
+
+CLAIM_BATCH = 50
+HEARTBEAT_SECONDS = 10.0
+DOORBELL_FALLBACK_SECONDS = 1.0
+"""With the doorbell: a look at the mailbox at least this often anyway (a poke may be lost)."""
+_MARKER_TAIL = 16  # bytes kept between output chunks: a marker may be split across them
+
+Fire = Callable[[str, dict[str, Any]], Awaitable[AggregatedResult]]
+Submit = Callable[[str, str], bool]
+Tell = Callable[[str], None]
+
+
+@dataclass
+class _Awaiting:
+    """A message typed in, waiting for its acknowledgement."""
+
+    message_id: str
+    marker: bytes
+    delivered_at: float
+    output_at: float | None = None
+
+
+@dataclass
+class InboxStats:
+    """What the inbox did, for the transcript and tests."""
+
+    handed: int = 0
+    acked: list[tuple[str, str]] = field(default_factory=list)
+    denied: int = 0
+
+
+class SessionInbox:
+    """The receiving half of messaging for one `relay run` session (see the module docstring)."""
+
+    def __init__(
+        self,
+        messenger: Messenger,
+        *,
+        name: str,
+        session_id: str,
+        fire: Fire,
+        submit: Submit,
+        tell: Tell,
+    ) -> None:
+        self.messenger = messenger
+        self.mailbox = messenger.mailbox
+        self.team = messenger.team
+        self.name = name
+        self.session_id = session_id
+        self._fire = fire
+        self._submit = submit
+        self._tell = tell
+        self._config = messenger.config
+        self._awaiting: dict[str, _Awaiting] = {}
+        self._tail = b""
+        self._to_ack: list[tuple[str, str]] = []
+        self._ack_ready = anyio.Event()
+        self._state: AgentState = "live"
+        self._presence_changed = anyio.Event()
+        self.stats = InboxStats()
+
+    async def register(self, *, cwd: str) -> None:
+        """Mark the agent live (NameTakenError when a live agent of the team has its name)."""
+        await anyio.to_thread.run_sync(
+            lambda: self.mailbox.register_agent(
+                self.name, team=self.team, session_id=self.session_id, cwd=cwd
+            )
+        )
+
+    async def close(self) -> None:
+        """Mark the agent offline. A message the agent printed output after is acknowledged
+        now; what has no evidence stays handed, for the agent's next session."""
+        for key, awaiting in list(self._awaiting.items()):
+            if awaiting.output_at is not None:
+                self._acknowledge(key, "output")
+        await self._write_acks()
+        try:
+            await anyio.to_thread.run_sync(
+                lambda: self.mailbox.set_presence(
+                    self.name, team=self.team, session_id=self.session_id, state="offline"
+                )
+            )
+        except MessagingError as exc:
+            self._tell(f"messaging: {exc}")
+
+    # -- receiving -----------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Claim and deliver mail as it arrives; also acknowledge and keep presence. Runs until cancelled."""
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._acknowledger)
+            group.start_soon(self._keep_presence)
+            await self._receive()
+
+    async def _receive(self) -> None:
+        config = self._config
+        bell: Doorbell | None = None
+        if config.doorbell:
+            try:
+                bell = Doorbell(bell_address(self.mailbox.path, self.team, self.name))
+            except OSError as exc:  # another process holds it: poll instead
+                debug(f"messaging: no doorbell for {self.name} ({exc}); polling")
+        try:
+            version = -1
+            while True:
+                try:
+                    now_version = await anyio.to_thread.run_sync(self.mailbox.data_version)
+                    if now_version != version or bell is not None:
+                        version = now_version
+                        await self._claim_all()
+                except MessagingError as exc:
+                    self._tell(f"messaging unavailable: {exc}")
+                    await anyio.sleep(5)
+                if bell is not None:
+                    await bell.wait(DOORBELL_FALLBACK_SECONDS)
+                else:
+                    await anyio.sleep(config.pollMs / 1000)
+        finally:
+            if bell is not None:
+                bell.close()
+
+    async def _claim_all(self) -> None:
+        while True:
+            deliveries = await anyio.to_thread.run_sync(
+                lambda: self.mailbox.claim(
+                    self.name, team=self.team, session_id=self.session_id, limit=CLAIM_BATCH
+                )
+            )
+            for delivery in deliveries:
+                await self._deliver(delivery)
+            if len(deliveries) < CLAIM_BATCH:
+                return
+
+    async def _deliver(self, delivery: Delivery) -> None:
+        """MessageReceived hooks, then the injector (DESIGN §2: deny drops it, body rewrites it)."""
+        message = delivery.message
+        self.stats.handed += 1
+        result = await self._fire(
+            "MessageReceived",
+            {
+                "message_id": message.id,
+                "sender": message.sender,
+                "body": message.body,
+                "thread": message.thread,
+            },
+        )
+        if result.decision == "deny":
+            reason = result.reason or "a MessageReceived hook denied it"
+            await anyio.to_thread.run_sync(
+                lambda: self.mailbox.deny(message.id, self.name, team=self.team, reason=reason)
+            )
+            self.stats.denied += 1
+            return
+        specific = result.hookSpecificOutput or {}
+        body = specific.get("body") if isinstance(specific.get("body"), str) else None
+        text = delivery_text(message, body)
+        if result.inject:
+            text += "\n" + result.inject
+        if not self._submit(text, message.id) and debug_enabled():
+            debug(f"messaging: {message.id} already typed in this session")
+
+    # -- acknowledging -------------------------------------------------------------------
+
+    def on_delivered(self, key: str | None) -> None:
+        """The injector wrote a message's Enter: start waiting for evidence."""
+        if key is None or key in self._awaiting:
+            return
+        self._awaiting[key] = _Awaiting(
+            message_id=key, marker=f"[{key[-8:].lower()}]".encode(), delivered_at=time.monotonic()
+        )
+
+    def observe_output(self, data: bytes) -> None:
+        """Agent output: a marker acknowledges its message; any output starts the fallback clock."""
+        self._set_state("busy")
+        if not self._awaiting:
+            return
+        window = self._tail + data
+        self._tail = window[-_MARKER_TAIL:]
+        now = time.monotonic()
+        for key, awaiting in list(self._awaiting.items()):
+            if awaiting.marker in window:
+                self._acknowledge(key, "marker")
+            elif awaiting.output_at is None:
+                awaiting.output_at = now
+
+    def observe_idle(self) -> None:
+        """The agent went quiet (Idle fired)."""
+        self._set_state("idle")
+
+    def _acknowledge(self, key: str, evidence: str) -> None:
+        """Queue the acknowledgement: written by `_acknowledger`, off the output path."""
+        self._awaiting.pop(key, None)
+        self._to_ack.append((key, evidence))
+        self._ack_ready.set()
+
+    async def _acknowledger(self) -> None:
+        """Write acknowledgements as they come; turn output-after-injection into one when its time is up."""
+        timeout = self._config.ackTimeoutSeconds
+        while True:
+            with anyio.move_on_after(min(0.25, timeout / 4)):
+                await self._ack_ready.wait()
+            self._ack_ready = anyio.Event()
+            now = time.monotonic()
+            for key, awaiting in list(self._awaiting.items()):
+                if awaiting.output_at is not None and now - awaiting.delivered_at >= timeout:
+                    self._acknowledge(key, "output")
+            await self._write_acks()
+
+    async def _write_acks(self) -> None:
+        """Write the queued acknowledgements; each leaves the queue only once written."""
+        while self._to_ack:
+            key, evidence = self._to_ack[0]
+            try:
+                await anyio.to_thread.run_sync(
+                    partial(self.mailbox.ack, key, self.name, team=self.team, evidence=evidence)
+                )
+            except MessagingError as exc:
+                # Left handed: the next session delivers it again rather than losing it.
+                self._tell(f"messaging: could not acknowledge {key}: {exc}")
+            else:
+                self.stats.acked.append((key, evidence))
+            self._to_ack.pop(0)
+
+    # -- presence ------------------------------------------------------------------------
+
+    def _set_state(self, state: AgentState) -> None:
+        if state != self._state:
+            self._state = state
+            self._presence_changed.set()
+
+    async def _keep_presence(self) -> None:
+        """The agent's state and last-seen time in the mailbox: on a change, and every 10 s."""
+        while True:
+            with anyio.move_on_after(HEARTBEAT_SECONDS):
+                await self._presence_changed.wait()
+            self._presence_changed = anyio.Event()
+            try:
+                await anyio.to_thread.run_sync(
+                    lambda: self.mailbox.set_presence(
+                        self.name, team=self.team, session_id=self.session_id, state=self._state
+                    )
+                )
+            except MessagingError as exc:
+                debug(f"messaging: presence not recorded: {exc}")
+            await anyio.sleep(1.0)  # at most one presence write a second

@@ -1,0 +1,321 @@
+"""Messaging end to end: real `relay run` processes with scripted fake agents, one real mailbox."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from relay.engine.system import HookSystem
+from relay.services.messaging.mailbox import SqliteMailbox
+from relay.session.runtime import Session
+from relay.session.wrapper import Relay
+
+AGENT = str(Path(__file__).resolve().parent / "resources" / "runtime" / "scripted_agent.py")
+RELAY = str(Path(sys.executable).parent / "relay")
+FAST = {"session": {"injectQuietMs": 100}, "messaging": {"ackTimeoutSeconds": 0.3}}
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "proj"
+    (root / ".git").mkdir(parents=True)
+    return root
+
+
+@pytest.fixture
+def fast_settings(tmp_path: Path) -> Path:
+    path = tmp_path / "fast.json"
+    path.write_text(json.dumps(FAST))
+    return path
+
+
+@pytest.fixture
+def mailbox(relay_home: Path) -> Iterator[SqliteMailbox]:
+    box = SqliteMailbox(relay_home / "state" / "messages.db")
+    yield box
+    box.close()
+
+
+def reads(record: Path) -> list[tuple[str, str]]:
+    if not record.exists():
+        return []
+    return [(e["label"], e["line"]) for e in map(json.loads, record.read_text().splitlines())]
+
+
+def start(name: str, steps: list[dict[str, Any]], record: Path, *settings: Path) -> subprocess.Popen[bytes]:
+    options = [arg for path in settings for arg in ("--settings", str(path))]
+    return subprocess.Popen(
+        [RELAY, "run", "--headless", "--name", name, *options, "--",
+         sys.executable, AGENT, json.dumps(steps), str(record)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=record.parent,
+    )
+
+
+def wait_for(condition: Callable[[], object], what: str, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def live(mailbox: SqliteMailbox, name: str) -> bool:
+    return any(a.name == name and a.state != "offline" for a in mailbox.agents("default"))
+
+
+def finish(process: subprocess.Popen[bytes], timeout: float = 20.0) -> tuple[int, str]:
+    try:
+        _, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        _, err = process.communicate()
+        raise AssertionError(f"session did not end: {err.decode()}") from None
+    return process.returncode, err.decode()
+
+
+def test_two_sessions_exchange_messages(
+    tmp_path: Path, fast_settings: Path, mailbox: SqliteMailbox
+) -> None:
+    bob_record, alice_record = tmp_path / "bob.jsonl", tmp_path / "alice.jsonl"
+    bob = start(
+        "Bob",
+        [
+            {"print": "bob ready"},
+            {"read": "from-alice"},
+            {"print": "@relay:Alice [thread:t1] got it, thanks"},
+            {"read": "confirm"},
+            {"sleep": 0.6},
+            {"exit": 0},
+        ],
+        bob_record,
+        fast_settings,
+    )
+    wait_for(lambda: live(mailbox, "Bob"), "Bob to be live")
+    alice = start(
+        "Alice",
+        [
+            {"print": "@relay:Bob hello from alice"},
+            {"read": "confirm"},
+            {"read": "reply"},
+            {"sleep": 0.6},
+            {"exit": 0},
+        ],
+        alice_record,
+        fast_settings,
+    )
+    assert finish(alice)[0] == 0 and finish(bob)[0] == 0
+    to_bob = mailbox.inbox("Bob", team="default")
+    to_alice = mailbox.inbox("Alice", team="default")
+    assert [d.message.body for d in to_bob] == ["hello from alice"]
+    assert [(d.message.body, d.message.thread) for d in to_alice] == [("got it, thanks", "t1")]
+    first, reply = to_bob[0].message, to_alice[0].message
+    assert reads(bob_record) == [
+        ("from-alice", f"Relay message from Alice [{first.short_id}]: hello from alice"),
+        ("confirm", f"✓ Queued for Alice [{reply.short_id}] in thread t1"),
+    ]
+    assert reads(alice_record) == [
+        ("confirm", f"✓ Queued for Bob [{first.short_id}]"),
+        ("reply", f"Relay message from Bob [{reply.short_id}] [thread:t1]: got it, thanks"),
+    ]
+    assert [(d.state, d.attempts) for d in [*to_bob, *to_alice]] == [("acked", 1), ("acked", 1)]
+    assert all(d.evidence in ("marker", "output") for d in [*to_bob, *to_alice])
+    assert {a.name: a.state for a in mailbox.agents("default")} == {
+        "Alice": "offline",
+        "Bob": "offline",
+    }
+
+
+def test_killed_between_hand_out_and_ack_delivers_once_after_restart(
+    tmp_path: Path, fast_settings: Path, mailbox: SqliteMailbox
+) -> None:
+    first_record = tmp_path / "first.jsonl"
+    # Echo off and silent after reading: no evidence the agent took the message in.
+    first = start(
+        "Bob",
+        [{"noecho": True}, {"print": "ready"}, {"read": "first"}, {"sleep": 60}],
+        first_record,
+        fast_settings,
+    )
+    wait_for(lambda: live(mailbox, "Bob"), "Bob to be live")
+    sent, _ = mailbox.send(team="default", sender="carol", recipient="Bob", body="deploy at 5")
+    wait_for(lambda: reads(first_record), "the first Bob to read the message")
+    assert reads(first_record) == [("first", f"Relay message from carol [{sent.short_id}]: deploy at 5")]
+    time.sleep(0.6)  # past ackTimeoutSeconds: still no evidence, so still handed
+    delivery = mailbox.delivery(sent.id, "Bob", team="default")
+    assert delivery is not None and (delivery.state, delivery.attempts) == ("handed", 1)
+    os.kill(first.pid, signal.SIGKILL)
+    first.communicate(timeout=10)
+    assert not live(mailbox, "Bob")  # the pid is dead: offline, and the name is free
+
+    second_record = tmp_path / "second.jsonl"
+    second = start(
+        "Bob",
+        [{"print": "ready again"}, {"read": "again"}, {"print": "on it"}, {"sleep": 0.8}, {"exit": 0}],
+        second_record,
+        fast_settings,
+    )
+    assert finish(second)[0] == 0
+    assert reads(second_record) == [
+        ("again", f"Relay message from carol [{sent.short_id}]: deploy at 5")
+    ]
+    delivery = mailbox.delivery(sent.id, "Bob", team="default")
+    assert delivery is not None and (delivery.state, delivery.attempts) == ("acked", 2)
+
+
+def test_a_second_live_agent_with_the_same_name_is_refused(
+    tmp_path: Path, fast_settings: Path, mailbox: SqliteMailbox
+) -> None:
+    first = start("Alice", [{"print": "ready"}, {"sleep": 30}], tmp_path / "a.jsonl", fast_settings)
+    try:
+        wait_for(lambda: live(mailbox, "Alice"), "Alice to be live")
+        second = start("Alice", [{"print": "ready"}], tmp_path / "b.jsonl", fast_settings)
+        code, err = finish(second)
+        assert code == 1
+        assert "named 'Alice' is already running" in err or "named Alice is already live" in err
+    finally:
+        first.terminate()
+        finish(first)
+
+
+def run_session(
+    project: Path, name: str, steps: list[dict[str, Any]], record: Path, settings: dict[str, Any]
+) -> tuple[int, str]:
+    """An in-process headless session (hooks from `settings`), as in test_session.py."""
+    file = project.parent / f"{name}-settings.json"
+    file.write_text(json.dumps({**FAST, **settings}))
+    out = project / f"{name}-stdout.txt"
+    with out.open("wb") as stream:
+        hooks = HookSystem(cwd=project, settings=(file,))
+        session = Session(
+            [sys.executable, AGENT, json.dumps(steps), str(record)],
+            hooks=hooks,
+            name=name,
+            headless=True,
+            cwd=project,
+            stdin_fd=-1,
+            stdout_fd=stream.fileno(),
+        )
+        code = anyio.run(session.run)
+        hooks.close()
+    return code, out.read_text()
+
+
+def hook(code: str) -> dict[str, Any]:
+    return {"hooks": [{"command": f"{sys.executable} -c {json.dumps(code)}"}]}
+
+
+def test_message_received_hooks_deny_rewrite_and_add(
+    project: Path, tmp_path: Path, mailbox: SqliteMailbox
+) -> None:
+    mailbox.register_agent("Bob", team="default", session_id="earlier", pid=999_999_999)
+    mailbox.set_presence("Bob", team="default", session_id="earlier", state="offline")
+    mailbox.register_agent("Alice", team="default", session_id="alice", pid=999_999_998)
+    spam, _ = mailbox.send(team="default", sender="Alice", recipient="Bob", body="BUY NOW")
+    loud, _ = mailbox.send(team="default", sender="Alice", recipient="Bob", body="hello bob")
+    rule = (
+        "import json,sys; e=json.load(sys.stdin); "
+        "print(json.dumps({'decision':'deny','reason':'no spam'}) if 'BUY' in e['body'] else "
+        "json.dumps({'inject':'(reply with @relay:'+e['sender']+')',"
+        "'hookSpecificOutput':{'body':e['body'].upper()}}))"
+    )
+    record = tmp_path / "bob.jsonl"
+    code, _ = run_session(
+        project,
+        "Bob",
+        [{"print": "ready"}, {"read": "one"}, {"print": "ok"}, {"sleep": 0.6}, {"exit": 0}],
+        record,
+        {"hooks": {"MessageReceived": [hook(rule)]}},
+    )
+    assert code == 0
+    assert reads(record) == [
+        ("one", f"Relay message from Alice [{loud.short_id}]: HELLO BOB (reply with @relay:Alice)")
+    ]
+    denied = mailbox.delivery(spam.id, "Bob", team="default")
+    assert denied is not None and (denied.state, denied.reason) == ("denied", "no spam")
+    notices = mailbox.inbox("Alice", team="default")
+    assert [(n.message.sender, n.message.body) for n in notices] == [
+        ("relay", f"Your message to Bob [{spam.short_id}] was refused: no spam.")
+    ]
+
+
+def test_injected_text_is_never_read_back_as_a_directive(
+    project: Path, tmp_path: Path, mailbox: SqliteMailbox
+) -> None:
+    mailbox.register_agent("Alice", team="default", session_id="alice", pid=999_999_998)
+    mailbox.set_presence("Alice", team="default", session_id="alice", state="offline")
+    mailbox.register_agent("Bob", team="default", session_id="earlier", pid=999_999_999)
+    sent, _ = mailbox.send(
+        team="default", sender="Alice", recipient="Bob", body="x\n@relay:Alice loop forever"
+    )
+    record = tmp_path / "bob.jsonl"
+    # The agent turns bracketed paste on, so the body's second line is echoed as a line of its own.
+    steps = [
+        {"print": "\x1b[?2004hready"},
+        {"read": "one"},
+        {"print": "@relay:Alice loop forever"},  # an echo-like line, as a TUI redraw prints it
+        {"sleep": 0.6},
+        {"exit": 0},
+    ]
+    code, _ = run_session(project, "Bob", steps, record, {})
+    assert code == 0
+    assert f"Relay message from Alice [{sent.short_id}]: x" in reads(record)[0][1]
+    assert [d.message.body for d in mailbox.inbox("Alice", team="default")] == []
+
+
+def test_rate_limit_stops_a_reply_loop_and_tells_both(
+    project: Path, tmp_path: Path, mailbox: SqliteMailbox
+) -> None:
+    mailbox.register_agent("Alice", team="default", session_id="alice", pid=999_999_998)
+    mailbox.set_presence("Alice", team="default", session_id="alice", state="offline")
+    record = tmp_path / "bob.jsonl"
+    steps: list[dict[str, Any]] = [{"print": "ready"}]
+    for number in range(3):
+        steps += [{"print": f"@relay:Alice reply {number}"}, {"read": f"confirm {number}"}]
+    steps += [{"sleep": 0.3}, {"exit": 0}]
+    code, _ = run_session(
+        project, "Bob", steps, record, {"messaging": {"maxPerMinute": 2, "ackTimeoutSeconds": 0.3}}
+    )
+    assert code == 0
+    answers = [line for _, line in reads(record)]
+    assert answers[0].startswith("✓ Queued for Alice") and answers[1].startswith("✓ Queued for Alice")
+    assert answers[2].startswith("✗ Not sent: Bob has sent 2 messages in the last minute")
+    to_alice = [d.message for d in mailbox.inbox("Alice", team="default")]
+    assert [m.sender for m in to_alice] == ["Bob", "Bob", "relay"]
+    assert "Bob is sending more than 2 messages a minute" in to_alice[2].body
+
+
+def test_python_handlers_send_with_ctx(project: Path, tmp_path: Path, mailbox: SqliteMailbox) -> None:
+    mailbox.register_agent("Carol", team="default", session_id="c", pid=999_999_997)
+    record = tmp_path / "reads.jsonl"
+    relay = Relay(name="Dave", cwd=project, headless=True)
+    sent: list[str] = []
+
+    @relay.pattern("tell")
+    async def tell(target: str, message: str, ctx: Any) -> dict[str, str]:
+        message_sent = await ctx.send(target, message, thread="ops")
+        sent.append(message_sent.id)
+        return {"inject": f"told {target}"}
+
+    steps = [{"print": "@tell:Carol the build is green"}, {"read": "answer"}, {"exit": 0}]
+    code = relay.wrap([sys.executable, AGENT, json.dumps(steps), str(record)])
+    assert code == 0
+    assert reads(record) == [("answer", "told Carol")]
+    [delivery] = mailbox.inbox("Carol", team="default")
+    assert (delivery.message.id, delivery.message.sender, delivery.message.thread) == (
+        sent[0],
+        "Dave",
+        "ops",
+    )
