@@ -52,11 +52,24 @@ def reads(record: Path) -> list[tuple[str, str]]:
     return [(e["label"], e["line"]) for e in map(json.loads, record.read_text().splitlines())]
 
 
-def start(name: str, steps: list[dict[str, Any]], record: Path, *settings: Path) -> subprocess.Popen[bytes]:
+def start(
+    name: str, steps: list[dict[str, Any]], record: Path, *settings: Path
+) -> subprocess.Popen[bytes]:
     options = [arg for path in settings for arg in ("--settings", str(path))]
     return subprocess.Popen(
-        [RELAY, "run", "--headless", "--name", name, *options, "--",
-         sys.executable, AGENT, json.dumps(steps), str(record)],
+        [
+            RELAY,
+            "run",
+            "--headless",
+            "--name",
+            name,
+            *options,
+            "--",
+            sys.executable,
+            AGENT,
+            json.dumps(steps),
+            str(record),
+        ],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -152,7 +165,9 @@ def test_killed_between_hand_out_and_ack_delivers_once_after_restart(
     wait_for(lambda: live(mailbox, "Bob"), "Bob to be live")
     sent, _ = mailbox.send(team="default", sender="carol", recipient="Bob", body="deploy at 5")
     wait_for(lambda: reads(first_record), "the first Bob to read the message")
-    assert reads(first_record) == [("first", f"Relay message from carol [{sent.short_id}]: deploy at 5")]
+    assert reads(first_record) == [
+        ("first", f"Relay message from carol [{sent.short_id}]: deploy at 5")
+    ]
     time.sleep(0.6)  # past ackTimeoutSeconds: still no evidence, so still handed
     delivery = mailbox.delivery(sent.id, "Bob", team="default")
     assert delivery is not None and (delivery.state, delivery.attempts) == ("handed", 1)
@@ -163,7 +178,13 @@ def test_killed_between_hand_out_and_ack_delivers_once_after_restart(
     second_record = tmp_path / "second.jsonl"
     second = start(
         "Bob",
-        [{"print": "ready again"}, {"read": "again"}, {"print": "on it"}, {"sleep": 0.8}, {"exit": 0}],
+        [
+            {"print": "ready again"},
+            {"read": "again"},
+            {"print": "on it"},
+            {"sleep": 0.8},
+            {"exit": 0},
+        ],
         second_record,
         fast_settings,
     )
@@ -290,14 +311,18 @@ def test_rate_limit_stops_a_reply_loop_and_tells_both(
     )
     assert code == 0
     answers = [line for _, line in reads(record)]
-    assert answers[0].startswith("✓ Queued for Alice") and answers[1].startswith("✓ Queued for Alice")
+    assert answers[0].startswith("✓ Queued for Alice") and answers[1].startswith(
+        "✓ Queued for Alice"
+    )
     assert answers[2].startswith("✗ Not sent: Bob has sent 2 messages in the last minute")
     to_alice = [d.message for d in mailbox.inbox("Alice", team="default")]
     assert [m.sender for m in to_alice] == ["Bob", "Bob", "relay"]
     assert "Bob is sending more than 2 messages a minute" in to_alice[2].body
 
 
-def test_python_handlers_send_with_ctx(project: Path, tmp_path: Path, mailbox: SqliteMailbox) -> None:
+def test_python_handlers_send_with_ctx(
+    project: Path, tmp_path: Path, mailbox: SqliteMailbox
+) -> None:
     mailbox.register_agent("Carol", team="default", session_id="c", pid=999_999_997)
     record = tmp_path / "reads.jsonl"
     relay = Relay(name="Dave", cwd=project, headless=True)

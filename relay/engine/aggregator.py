@@ -125,6 +125,7 @@ class _Merge:
         self.llm_response: dict[str, Any] = {}
         self.tool_config: ToolConfig | None = None
         self.clear_context: bool | None = None
+        self.body: str | None = None
         self.extra: dict[str, Any] = {}
         self.errors: list[HookError] = []
 
@@ -155,6 +156,8 @@ class _Merge:
             self.tool_config = _merge_tool_config(self.tool_config, answer.toolConfig)
         if answer.clearContext is not None:
             self.clear_context = bool(self.clear_context) or answer.clearContext
+        if answer.body is not None:
+            self.body = answer.body  # MessageReceived: the last rewrite in plan order wins
         for key, value in answer.extra_specific.items():
             behavior = value.get("behavior") if isinstance(value, dict) else None
             if key == "decision" and behavior in _DECISION_RANK:
@@ -192,6 +195,8 @@ class _Merge:
             merged["toolConfig"] = msgspec.to_builtins(self.tool_config)
         if self.clear_context is not None:
             merged["clearContext"] = self.clear_context
+        if self.body is not None:
+            merged["body"] = self.body
         return merged
 
 

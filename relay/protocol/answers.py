@@ -48,6 +48,7 @@ class Answer(msgspec.Struct, kw_only=True):
     llm_response: dict[str, Any] | None = None
     toolConfig: ToolConfig | None = None
     clearContext: bool | None = None
+    body: str | None = None
     extra_specific: dict[str, Any] = msgspec.field(default_factory=dict)
     error: str | None = None
     warnings: list[str] = msgspec.field(default_factory=list)
@@ -147,6 +148,7 @@ def normalize(output: HookOutput, extra: dict[str, Any], warnings: list[str]) ->
         answer.llm_response = specific.llm_response
         answer.toolConfig = specific.toolConfig
         answer.clearContext = specific.clearContext
+        answer.body = specific.body
     answer.decision = decision
     answer.reason = reason
     answer.inject = "\n".join(injects) if injects else None

@@ -32,6 +32,8 @@ class HookSpecificOutput(msgspec.Struct, kw_only=True, omit_defaults=True):
     permissionDecision: Decision | None = None
     permissionDecisionReason: str | None = None
     updatedInput: dict[str, Any] | None = None
+    body: str | None = None
+    """MessageReceived: the message body to deliver instead (the last hook in plan order that sets it wins)."""
 
 
 class HookOutput(

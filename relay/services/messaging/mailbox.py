@@ -621,7 +621,12 @@ class SqliteMailbox:
     # -- reading -----------------------------------------------------------------------
 
     def inbox(
-        self, name: str, *, team: str, states: Sequence[DeliveryState] | None = None, limit: int = 200
+        self,
+        name: str,
+        *,
+        team: str,
+        states: Sequence[DeliveryState] | None = None,
+        limit: int = 200,
     ) -> builtins.list[Delivery]:
         """`name`'s deliveries in the given states (default: all), oldest first."""
 

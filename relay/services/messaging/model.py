@@ -141,11 +141,15 @@ def check_body(body: str) -> str:
     """`body` if it is a sendable message body; else a MessagingError saying why."""
     size = len(body.encode("utf-8", "surrogatepass"))
     if size > MAX_BODY_BYTES:
-        raise MessagingError(f"message body is {size} bytes; the limit is {MAX_BODY_BYTES} (64 KiB)")
+        raise MessagingError(
+            f"message body is {size} bytes; the limit is {MAX_BODY_BYTES} (64 KiB)"
+        )
     try:
         body.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise MessagingError(f"message body is not valid UTF-8 (at character {exc.start})") from None
+        raise MessagingError(
+            f"message body is not valid UTF-8 (at character {exc.start})"
+        ) from None
     if not body.strip():
         raise MessagingError("message body is empty")
     return body

@@ -13,12 +13,11 @@ import time
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # Crockford's base 32
 _RANDOM_BITS = 80
 _lock = threading.Lock()
-_last = (0, 0)  # (milliseconds, random part) of the last id made here
+_last = [0, 0]  # milliseconds and random part of the last id made here
 
 
 def new_ulid() -> str:
     """A new ULID, 26 characters of Crockford base 32."""
-    global _last
     with _lock:
         now = time.time_ns() // 1_000_000
         last_ms, last_random = _last
@@ -28,7 +27,7 @@ def new_ulid() -> str:
                 now, random = now + 1, int.from_bytes(os.urandom(10), "big")
         else:
             random = int.from_bytes(os.urandom(10), "big")
-        _last = (now, random)
+        _last[:] = [now, random]
     value = (now << _RANDOM_BITS) | random
     return "".join(_ALPHABET[(value >> shift) & 31] for shift in range(125, -1, -5))
 

@@ -1,0 +1,297 @@
+"""The embedded mailbox, on real SQLite files: states, errors, presence, doorbell, concurrency."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from relay.engine.aggregator import HookOutcome, aggregate
+from relay.protocol.answers import parse_answer
+from relay.protocol.output import HookReport
+from relay.services.messaging.doorbell import Doorbell, bell_address
+from relay.services.messaging.mailbox import SqliteMailbox
+from relay.services.messaging.model import (
+    MAX_BODY_BYTES,
+    MessagingError,
+    NameTakenError,
+    RateLimitedError,
+    UnknownRecipientError,
+)
+from relay.services.messaging.namespace import parse
+from relay.services.messaging.ulid import new_ulid, ulid_time_ms
+
+TEAM = "default"
+
+
+@pytest.fixture
+def box(tmp_path: Path) -> Iterator[SqliteMailbox]:
+    mailbox = SqliteMailbox(tmp_path / "messages.db", max_attempts=3, max_per_minute=1000)
+    mailbox.register_agent("Alice", team=TEAM, session_id="a")
+    mailbox.register_agent("Bob", team=TEAM, session_id="b", pid=_dead_pid())
+    yield mailbox
+    mailbox.close()
+
+
+def _dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def test_ulids_sort_in_creation_order_and_carry_the_time() -> None:
+    ids = [new_ulid() for _ in range(2000)]
+    assert ids == sorted(ids) and len(set(ids)) == 2000
+    assert all(len(value) == 26 for value in ids)
+    assert abs(ulid_time_ms(ids[0]) - time.time() * 1000) < 5000
+
+
+def test_send_claim_ack(box: SqliteMailbox) -> None:
+    sent, recipients = box.send(team=TEAM, sender="Alice", recipient="Bob", body="hi", thread="t")
+    assert recipients == ["Bob"]
+    [handed] = box.claim("Bob", team=TEAM, session_id="s1")
+    assert (handed.message, handed.state, handed.attempts) == (sent, "handed", 1)
+    assert box.claim("Bob", team=TEAM, session_id="s1") == []  # never twice to one session
+    assert box.ack(sent.id, "Bob", team=TEAM, evidence="marker")
+    assert not box.ack(sent.id, "Bob", team=TEAM, evidence="marker")
+    assert box.claim("Bob", team=TEAM, session_id="s2") == []
+    delivery = box.delivery(sent.id, "Bob", team=TEAM)
+    assert delivery is not None and (delivery.state, delivery.evidence) == ("acked", "marker")
+    assert [m.id for m in box.history(team=TEAM, thread="t")] == [sent.id]
+
+
+def test_unknown_recipient_is_an_error_listing_the_known(box: SqliteMailbox) -> None:
+    with pytest.raises(UnknownRecipientError) as caught:
+        box.send(team=TEAM, sender="Alice", recipient="Zed", body="hi")
+    assert str(caught.value) == "no agent named Zed in team default; known: Alice, Bob"
+    assert box.history(team=TEAM) == []
+    with pytest.raises(UnknownRecipientError, match="known: none yet"):
+        box.send(team="other", sender="Alice", recipient="Bob", body="hi")
+
+
+def test_broadcast_reaches_everyone_but_the_sender(box: SqliteMailbox) -> None:
+    box.register_agent("Carol", team=TEAM, session_id="c")
+    box.register_agent("Eve", team="elsewhere", session_id="e")
+    sent, recipients = box.send(team=TEAM, sender="Alice", recipient="*", body="all hands")
+    assert recipients == ["Bob", "Carol"] and sent.recipient == "*"
+    assert [d.message.id for d in box.claim("Carol", team=TEAM, session_id="c")] == [sent.id]
+    assert box.claim("Alice", team=TEAM, session_id="a") == []
+    assert box.claim("Eve", team="elsewhere", session_id="e") == []
+
+
+def test_bad_messages_are_refused_with_what_is_wrong(box: SqliteMailbox) -> None:
+    with pytest.raises(MessagingError, match="limit is 65536"):
+        box.send(team=TEAM, sender="Alice", recipient="Bob", body="x" * (MAX_BODY_BYTES + 1))
+    box.send(team=TEAM, sender="Alice", recipient="Bob", body="é" * (MAX_BODY_BYTES // 2))
+    with pytest.raises(MessagingError, match="empty"):
+        box.send(team=TEAM, sender="Alice", recipient="Bob", body="  \n")
+    with pytest.raises(MessagingError, match="not valid UTF-8"):
+        box.send(team=TEAM, sender="Alice", recipient="Bob", body="bad \udc80 surrogate")
+    with pytest.raises(MessagingError, match="agent name 'a b' is not usable"):
+        box.send(team=TEAM, sender="a b", recipient="Bob", body="hi")
+    with pytest.raises(MessagingError, match="'relay' is reserved"):
+        box.register_agent("relay", team=TEAM, session_id="x")
+
+
+def test_per_sender_order_across_sessions_and_retries(box: SqliteMailbox) -> None:
+    sent = [box.send(team=TEAM, sender="Alice", recipient="Bob", body=str(n))[0] for n in range(5)]
+    first = box.claim("Bob", team=TEAM, session_id="s1", limit=2)
+    assert [d.message.body for d in first] == ["0", "1"]
+    box.ack(sent[0].id, "Bob", team=TEAM, evidence="output")
+    # s1 died with "1" handed: the next session gets it again, before the rest.
+    again = box.claim("Bob", team=TEAM, session_id="s2")
+    assert [(d.message.body, d.attempts) for d in again] == [("1", 2), ("2", 1), ("3", 1), ("4", 1)]
+
+
+def test_dead_after_max_attempts_and_the_sender_is_told(box: SqliteMailbox) -> None:
+    sent, _ = box.send(team=TEAM, sender="Alice", recipient="Bob", body="hello")
+    for session in ("s1", "s2", "s3"):
+        assert len(box.claim("Bob", team=TEAM, session_id=session)) == 1
+    assert box.claim("Bob", team=TEAM, session_id="s4") == []
+    delivery = box.delivery(sent.id, "Bob", team=TEAM)
+    assert delivery is not None and delivery.state == "dead"
+    assert delivery.reason == "handed out 3 times without an acknowledgement"
+    [notice] = box.claim("Alice", team=TEAM, session_id="a")
+    assert notice.message.sender == "relay"
+    assert notice.message.body == (
+        f"Your message to Bob [{sent.short_id}] could not be delivered: "
+        "handed out 3 times without an acknowledgement."
+    )
+
+
+def test_denied_message_tells_the_sender(box: SqliteMailbox) -> None:
+    sent, _ = box.send(team=TEAM, sender="Alice", recipient="Bob", body="spam")
+    box.claim("Bob", team=TEAM, session_id="s1")
+    assert box.deny(sent.id, "Bob", team=TEAM, reason="no spam")
+    assert [d.message.body for d in box.inbox("Alice", team=TEAM)] == [
+        f"Your message to Bob [{sent.short_id}] was refused: no spam."
+    ]
+    assert box.inbox("Bob", team=TEAM, states=["queued", "handed"]) == []
+
+
+def test_rate_limit_refuses_and_tells_the_recipient_once(tmp_path: Path) -> None:
+    box = SqliteMailbox(tmp_path / "m.db", max_per_minute=3)
+    box.register_agent("Alice", team=TEAM, session_id="a")
+    box.register_agent("Bob", team=TEAM, session_id="b")
+    for n in range(3):
+        box.send(team=TEAM, sender="Alice", recipient="Bob", body=f"m{n}")
+    for _ in range(2):
+        with pytest.raises(RateLimitedError) as caught:
+            box.send(team=TEAM, sender="Alice", recipient="Bob", body="again")
+    assert 0 < caught.value.retry_after <= 60
+    bodies = [d.message.body for d in box.inbox("Bob", team=TEAM)]
+    assert bodies[:3] == ["m0", "m1", "m2"]
+    assert len(bodies) == 4 and "Alice is sending more than 3 messages a minute" in bodies[3]
+    box.close()
+
+
+def test_presence_names_and_reused_pids(box: SqliteMailbox, tmp_path: Path) -> None:
+    states = {agent.name: agent.state for agent in box.agents(TEAM)}
+    assert states == {"Alice": "live", "Bob": "offline"}  # Bob's pid is gone
+    with pytest.raises(NameTakenError, match="already live in team default"):
+        box.register_agent("Alice", team=TEAM, session_id="another")
+    box.register_agent("Bob", team=TEAM, session_id="new")  # a dead pid frees the name
+    # A live pid with another start time is a reused pid, not the agent.
+    other = SqliteMailbox(tmp_path / "messages.db")
+    other._write(lambda db: db.execute("UPDATE agents SET started_ticks = 1 WHERE name = 'Alice'"))
+    assert {a.name: a.state for a in box.agents(TEAM)}["Alice"] == "offline"
+    box.set_presence("Bob", team=TEAM, session_id="new", state="idle")
+    assert {a.name: a.state for a in box.agents(TEAM)}["Bob"] == "idle"
+    other.close()
+
+
+def test_a_human_sender_gets_a_mailbox_for_replies(box: SqliteMailbox) -> None:
+    box.send(team=TEAM, sender="pat", recipient="Bob", body="status?")
+    assert "pat" in box.known_names(TEAM)
+    box.send(team=TEAM, sender="Bob", recipient="pat", body="all green")
+    assert [d.message.body for d in box.inbox("pat", team=TEAM)] == ["all green"]
+
+
+def test_store_incoming_is_idempotent(box: SqliteMailbox, tmp_path: Path) -> None:
+    other = SqliteMailbox(tmp_path / "remote.db")
+    other.register_agent("Zoe", team=TEAM, session_id="z")
+    other.register_agent("Bob", team=TEAM, session_id="b-remote")
+    message, _ = other.send(team=TEAM, sender="Zoe", recipient="Bob", body="from afar")
+    assert box.store_incoming(message, ["Bob"])
+    assert not box.store_incoming(message, ["Bob"])
+    [delivery] = box.claim("Bob", team=TEAM, session_id="s")
+    assert delivery.message == message
+    other.close()
+
+
+def test_doorbell_wakes_a_waiting_recipient(box: SqliteMailbox) -> None:
+    async def main() -> float:
+        with Doorbell(bell_address(box.path, TEAM, "Bob")) as bell:
+            assert not await bell.wait(0.05)
+            started = time.perf_counter()
+            threading.Timer(
+                0.1, lambda: box.send(team=TEAM, sender="Alice", recipient="Bob", body="ding")
+            ).start()
+            assert await bell.wait(5.0)
+            return time.perf_counter() - started
+
+    assert anyio.run(main) < 2.0
+    # Nobody listening: a send still succeeds.
+    box.send(team=TEAM, sender="Alice", recipient="Bob", body="nobody home")
+
+
+def test_data_version_changes_on_another_connections_commit(box: SqliteMailbox) -> None:
+    reader = SqliteMailbox(box.path)
+    before = reader.data_version()
+    box.send(team=TEAM, sender="Alice", recipient="Bob", body="x")
+    assert reader.data_version() != before
+    reader.close()
+
+
+def test_unusable_mailbox_files_are_clear_errors(tmp_path: Path) -> None:
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(MessagingError, match=f"{garbage}: cannot use the mailbox"):
+        SqliteMailbox(garbage).agents(TEAM)
+    under_file = tmp_path / "file" / "messages.db"
+    (tmp_path / "file").write_text("")
+    with pytest.raises(MessagingError, match="cannot open the mailbox"):
+        SqliteMailbox(under_file).agents(TEAM)
+
+
+def test_locked_mailbox_waits_then_proceeds(tmp_path: Path) -> None:
+    box = SqliteMailbox(tmp_path / "m.db")
+    box.register_agent("Bob", team=TEAM, session_id="b")
+    locker = sqlite3.connect(tmp_path / "m.db", isolation_level=None, check_same_thread=False)
+    locker.execute("BEGIN IMMEDIATE")
+    threading.Timer(0.3, lambda: locker.execute("COMMIT")).start()
+    box.send(team=TEAM, sender="pat", recipient="Bob", body="after the lock")
+    assert len(box.inbox("Bob", team=TEAM)) == 1
+    locker.close()
+    box.close()
+
+
+def test_thread_marker_parsing() -> None:
+    assert parse("Bob", "[thread:rel-1] tagged") == ("Bob", "tagged", "rel-1")
+    assert parse("*", "no thread here") == ("*", "no thread here", None)
+    assert parse("Bob", "x [thread:later]") == ("Bob", "x [thread:later]", None)
+
+
+def test_body_rewrites_merge_last_wins() -> None:
+    stdouts = [
+        '{"hookSpecificOutput": {"body": "one"}}',
+        '{"inject": "x"}',
+        '{"hookSpecificOutput": {"body": "two"}}',
+    ]
+    outcomes = []
+    for number, stdout in enumerate(stdouts):
+        answer = parse_answer("MessageReceived", exit_code=0, stdout=stdout.encode(), stderr=b"")
+        assert answer.warnings == []
+        outcomes.append(
+            HookOutcome(
+                report=HookReport(name=f"h{number}", source="test", command="h"), answer=answer
+            )
+        )
+    result = aggregate("MessageReceived", outcomes)
+    assert (result.hookSpecificOutput, result.inject) == ({"body": "two"}, "x")
+
+
+SENDER = """
+import sys
+from relay.services.messaging.mailbox import SqliteMailbox
+box = SqliteMailbox(sys.argv[1], max_per_minute=100000)
+for n in range(int(sys.argv[3])):
+    box.send(team="default", sender=sys.argv[2], recipient="R", body=f"{sys.argv[2]}:{n}")
+"""
+
+
+@pytest.mark.slow
+def test_concurrent_senders_lose_nothing_duplicate_nothing_keep_order(tmp_path: Path) -> None:
+    senders, count = 8, 200
+    path = tmp_path / "messages.db"
+    box = SqliteMailbox(path)
+    box.register_agent("R", team=TEAM, session_id="r")
+    processes = [
+        subprocess.Popen([sys.executable, "-c", SENDER, str(path), f"S{i}", str(count)])
+        for i in range(senders)
+    ]
+    received: list[str] = []
+    while any(process.poll() is None for process in processes) or len(received) < senders * count:
+        batch = box.claim("R", team=TEAM, session_id="r", limit=500)
+        for delivery in batch:
+            box.ack(delivery.message.id, "R", team=TEAM, evidence="output")
+            received.append(delivery.message.body)
+        if not batch:
+            if all(process.poll() is not None for process in processes):
+                break
+            time.sleep(0.01)
+    assert all(process.wait(timeout=60) == 0 for process in processes)
+    assert len(received) == senders * count == len(set(received))
+    for i in range(senders):
+        mine = [int(body.split(":")[1]) for body in received if body.startswith(f"S{i}:")]
+        assert mine == list(range(count))
+    assert os.path.getsize(path) > 0
+    box.close()
