@@ -132,10 +132,13 @@ class SessionInbox:
             version = -1
             while True:
                 try:
-                    now_version = await anyio.to_thread.run_sync(self.mailbox.data_version)
-                    if now_version != version or bell is not None:
-                        version = now_version
+                    if bell is not None:  # a poke or the fallback timer: look now
                         await self._claim_all()
+                    else:  # polling: claim only when another connection committed
+                        now_version = await anyio.to_thread.run_sync(self.mailbox.data_version)
+                        if now_version != version:
+                            version = now_version
+                            await self._claim_all()
                 except MessagingError as exc:
                     self._tell(f"messaging unavailable: {exc}")
                     await anyio.sleep(5)
