@@ -810,3 +810,41 @@ def test_tour_script_runs(relay_home: Path) -> None:
         json.dumps({"type": "command", "command": "relay hooks run --dialect claude PreToolUse"})
         in done.stdout
     )
+
+
+# -- message-guard (Python) -------------------------------------------------------------
+
+
+def message(sender: str, body: str) -> dict[str, Any]:
+    return {"message_id": "01JXAMPLE0000000000000000", "sender": sender, "body": body}
+
+
+def test_message_guard_refuses_muted_senders(project: Path) -> None:
+    trial = hooks_test(
+        project,
+        "MessageReceived",
+        "--hook",
+        "message-guard",
+        payload=message("Mallory", "hi"),
+        env={"RELAY_MUTED_SENDERS": "Mallory, Eve"},
+    )
+    only_hook(trial, "message-guard")
+    result = trial["result"]
+    assert (result["decision"], result["reason"]) == ("deny", "Mallory is muted in this session")
+
+
+def test_message_guard_redacts_secrets_and_passes_the_rest(project: Path) -> None:
+    body = "use AKIAABCDEFGHIJKLMNOP and password=hunter2 for staging"
+    redacting, clean = hooks_test_many(
+        project,
+        "MessageReceived",
+        "message-guard",
+        [message("Bob", body), message("Bob", "the build is green")],
+    )
+    only_hook(redacting, "message-guard")
+    result = redacting["result"]
+    assert result["decision"] == "allow"
+    assert result["hookSpecificOutput"] == {"body": "use [redacted] and [redacted] for staging"}
+    assert result["systemMessage"] == "message-guard: redacted 2 secret(s) from Bob's message"
+    assert only_hook(clean, "message-guard")["stdout"] == ""
+    assert (clean["result"]["hookSpecificOutput"], clean["result"]["inject"]) == (None, None)
