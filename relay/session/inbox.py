@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
@@ -24,8 +24,18 @@ from relay.engine.telemetry import debug, debug_enabled
 from relay.protocol.output import AggregatedResult
 from relay.services.messaging.doorbell import Doorbell, bell_address
 from relay.services.messaging.messenger import Messenger
-from relay.services.messaging.model import AgentState, Delivery, MessagingError
+from relay.services.messaging.mailbox import utc_now
+from relay.services.messaging.model import (
+    Agent,
+    AgentState,
+    Delivery,
+    MessagingError,
+    NameTakenError,
+)
 from relay.services.messaging.namespace import delivery_text
+
+if TYPE_CHECKING:
+    from relay.services.messaging.nats import NatsMessaging
 
 CLAIM_BATCH = 50
 HEARTBEAT_SECONDS = 10.0
@@ -86,14 +96,45 @@ class SessionInbox:
         self._state: AgentState = "live"
         self._presence_changed = anyio.Event()
         self.stats = InboxStats()
+        self.agent: Agent | None = None
 
     async def register(self, *, cwd: str) -> None:
-        """Mark the agent live (NameTakenError when a live agent of the team has its name)."""
-        await anyio.to_thread.run_sync(
+        """Mark the agent live (NameTakenError when a live agent of the team has its name).
+
+        With the nats transport, connect first: the agent's consumers are created (mail
+        for it queues in JetStream from then on, even while it is offline), and a name
+        live on another machine is refused too.
+        """
+        if self.messenger.uses_nats:
+            await self._connect_nats()
+        self.agent = await anyio.to_thread.run_sync(
             lambda: self.mailbox.register_agent(
                 self.name, team=self.team, session_id=self.session_id, cwd=cwd
             )
         )
+        if self.messenger.nats is not None:
+            await self.messenger.nats.heartbeat(self.agent)
+
+    async def _connect_nats(self) -> None:
+        from relay.config.model import NatsConfig
+        from relay.services.messaging.nats import NatsMessaging
+
+        nats = NatsMessaging(self._config.nats or NatsConfig(), team=self.team)
+        await nats.connect()
+        try:
+            for agent in await nats.agents():
+                if (
+                    agent.name == self.name
+                    and agent.state != "offline"
+                    and agent.session_id != self.session_id
+                ):
+                    raise NameTakenError(agent)
+            await nats.ensure_agent(self.name)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await nats.close()
+            raise
+        self.messenger.nats = nats
 
     async def close(self) -> None:
         """Mark the agent offline. A message the agent printed output after is acknowledged
@@ -110,6 +151,15 @@ class SessionInbox:
             )
         except MessagingError as exc:
             self._tell(f"messaging: {exc}")
+        nats, self.messenger.nats = self.messenger.nats, None
+        if nats is not None:
+            try:
+                with anyio.move_on_after(5):
+                    await nats.forget_presence(self.name)
+            except MessagingError as exc:
+                self._tell(f"messaging: {exc}")
+            finally:
+                await nats.close()
 
     # -- receiving -----------------------------------------------------------------------
 
@@ -118,7 +168,21 @@ class SessionInbox:
         async with anyio.create_task_group() as group:
             group.start_soon(self._acknowledger)
             group.start_soon(self._keep_presence)
+            if self.messenger.nats is not None:
+                # What JetStream holds for this agent goes into the local mailbox (and
+                # is acknowledged to NATS once stored there); the doorbell wakes _receive.
+                group.start_soon(self._bridge, self.messenger.nats)
             await self._receive()
+
+    async def _bridge(self, nats: NatsMessaging) -> None:
+        while True:
+            try:
+                await nats.run_bridge(
+                    self.name, self.mailbox, lambda: self.mailbox.ring(self.team, self.name)
+                )
+            except MessagingError as exc:
+                self._tell(f"messaging: NATS: {exc}")
+                await anyio.sleep(2)
 
     async def _receive(self) -> None:
         config = self._config
@@ -271,6 +335,10 @@ class SessionInbox:
                         self.name, team=self.team, session_id=self.session_id, state=self._state
                     )
                 )
+                if self.messenger.nats is not None and self.agent is not None:
+                    self.agent.state, self.agent.last_seen = self._state, utc_now()
+                    with anyio.move_on_after(HEARTBEAT_SECONDS):
+                        await self.messenger.nats.heartbeat(self.agent)
             except MessagingError as exc:
                 debug(f"messaging: presence not recorded: {exc}")
             await anyio.sleep(1.0)  # at most one presence write a second

@@ -478,6 +478,12 @@ class SqliteMailbox:
             [(message.team, name, cursor.lastrowid) for name in recipients],
         )
 
+    def check_rate(self, team: str, sender: str) -> None:
+        """RateLimitedError when `sender` has used up its messages for the minute."""
+        retry = self._read(lambda db: self._over_rate(db, team, sender))
+        if retry is not None:
+            raise RateLimitedError(sender, limit=self.max_per_minute, retry_after=retry)
+
     def _over_rate(self, db: sqlite3.Connection, team: str, sender: str) -> float | None:
         """None when `sender` may send now; else seconds until it may."""
         if sender == SYSTEM_SENDER:

@@ -63,6 +63,8 @@ class Messenger:
                     team=self.team, sender=sender, recipient=recipient, body=body, thread=thread
                 )
             )
+        # The per-sender rate limit counts this machine's copies of what it sent.
+        await anyio.to_thread.run_sync(lambda: self.mailbox.check_rate(self.team, sender))
         return await self.nats.send(
             self.mailbox, sender=sender, recipient=recipient, body=body, thread=thread
         )
