@@ -23,8 +23,8 @@ import anyio.to_thread
 from relay.engine.telemetry import debug, debug_enabled
 from relay.protocol.output import AggregatedResult
 from relay.services.messaging.doorbell import Doorbell, bell_address
-from relay.services.messaging.messenger import Messenger
 from relay.services.messaging.mailbox import utc_now
+from relay.services.messaging.messenger import Messenger
 from relay.services.messaging.model import (
     Agent,
     AgentState,
