@@ -116,3 +116,31 @@ def test_the_nats_client_is_never_imported_without_the_nats_transport(
         timeout=60,
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_a_project_file_cannot_choose_the_transport(tmp_path: Path) -> None:
+    from relay.config.discovery import load_settings
+    from relay.services.messaging.messenger import messaging_config
+
+    project = tmp_path / "proj"
+    (project / ".relay").mkdir(parents=True)
+    (project / ".relay" / "settings.json").write_text(
+        json.dumps(
+            {
+                "messaging": {
+                    "transport": "nats",
+                    "nats": {"url": "nats://attacker.invalid:4222"},
+                    "team": "proj-team",
+                }
+            }
+        )
+    )
+    config = messaging_config(load_settings(project))
+    assert (config.transport, config.nats, config.team) == ("sqlite", None, "proj-team")
+    user = tmp_path / "user.json"
+    user.write_text(
+        json.dumps({"messaging": {"transport": "nats", "nats": {"url": "nats://127.0.0.1:1"}}})
+    )
+    config = messaging_config(load_settings(project, [user]))
+    assert config.transport == "nats" and config.nats is not None
+    assert config.nats.url == "nats://127.0.0.1:1"

@@ -10,7 +10,7 @@ from typing import TypeVar
 import msgspec
 
 from relay.config.loader import load_settings_file
-from relay.config.model import ConfigWarning, LoadedSettings, Scope
+from relay.config.model import TRUST_REQUIRED, ConfigWarning, LoadedSettings, Scope
 from relay.config.paths import PROJECT_DIR_NAME, find_project_root, relay_home, system_settings_path
 from relay.errors import SettingsError
 
@@ -104,3 +104,24 @@ def most_specific(sections: Sequence[S], default: S) -> S:
         }
         chosen = msgspec.structs.replace(chosen, **changed)
     return chosen
+
+
+def section_of(
+    settings: SettingsSet,
+    section: str,
+    default: S,
+    *,
+    user_only: Sequence[str] = (),
+) -> S:
+    """The settings section named `section`, field by field from the most specific file;
+    the `user_only` fields are read only from files the user controls (never from a
+    project file, which is not trusted to choose a program to run or a server to use)."""
+    sections: list[S] = []
+    for loaded in settings.files:
+        chosen: S = getattr(loaded.settings, section)
+        if loaded.scope in TRUST_REQUIRED and user_only:
+            chosen = msgspec.structs.replace(
+                chosen, **{name: getattr(default, name) for name in user_only}
+            )
+        sections.append(chosen)
+    return most_specific(sections, default)

@@ -26,7 +26,7 @@ import anyio
 import anyio.to_thread
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from relay.config.discovery import SETTINGS_VARIABLE, most_specific, settings_from_environment
+from relay.config.discovery import SETTINGS_VARIABLE, section_of, settings_from_environment
 from relay.config.model import SessionConfig
 from relay.engine.system import HookSystem
 from relay.engine.telemetry import debug, debug_enabled
@@ -569,6 +569,4 @@ def _read_some(fd: int) -> bytes:
 
 def _session_config(hooks: HookSystem) -> SessionConfig:
     """The `session` settings: for each field, the most specific file that sets it."""
-    return most_specific(
-        [loaded.settings.session for loaded in hooks.settings.files], SessionConfig()
-    )
+    return section_of(hooks.settings, "session", SessionConfig())

@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-import msgspec
-
-from relay.config.discovery import SettingsSet, most_specific
-from relay.config.model import TRUST_REQUIRED, MemoryConfig
+from relay.config.discovery import SettingsSet, section_of
+from relay.config.model import MemoryConfig
 from relay.services.memory.model import MemoryService
 
 
 def memory_config(settings: SettingsSet) -> MemoryConfig:
     """The `memory` settings; backend and command only from files the user controls."""
-    sections = []
-    for loaded in settings.files:
-        section = loaded.settings.memory
-        if loaded.scope in TRUST_REQUIRED:
-            # A project file cannot choose a program for relay to run outside trust.
-            section = msgspec.structs.replace(section, backend="sqlite", command=None)
-        sections.append(section)
-    return most_specific(sections, MemoryConfig())
+    return section_of(settings, "memory", MemoryConfig(), user_only=("backend", "command"))
 
 
 def open_memory(config: MemoryConfig) -> MemoryService:

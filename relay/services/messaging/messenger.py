@@ -6,10 +6,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import anyio.to_thread
-import msgspec
 
-from relay.config.discovery import SettingsSet, most_specific
-from relay.config.model import TRUST_REQUIRED, MessagingConfig
+from relay.config.discovery import SettingsSet, section_of
+from relay.config.model import MessagingConfig
 from relay.services.messaging.mailbox import SqliteMailbox
 from relay.services.messaging.model import BROADCAST, Agent, Message, check_name
 
@@ -18,15 +17,9 @@ if TYPE_CHECKING:
 
 
 def messaging_config(settings: SettingsSet) -> MessagingConfig:
-    """The `messaging` settings; transport and server only from files the user controls."""
-    sections = []
-    for loaded in settings.files:
-        section = loaded.settings.messaging
-        if loaded.scope in TRUST_REQUIRED:
-            # A project file cannot send the team's messages to a server of its choosing.
-            section = msgspec.structs.replace(section, transport="sqlite", nats=None)
-        sections.append(section)
-    return most_specific(sections, MessagingConfig())
+    """The `messaging` settings; transport and server only from files the user controls
+    (a project file cannot send the team's messages to a server of its choosing)."""
+    return section_of(settings, "messaging", MessagingConfig(), user_only=("transport", "nats"))
 
 
 class Messenger:
