@@ -113,9 +113,9 @@ def bench_latency(folder: Path, config: dict[str, object], count: int, gap: floa
     settings = MessagingConfig(**config)  # type: ignore[arg-type]
     if settings.transport == "nats":
         import anyio
-        from relay.services.messaging.nats import NatsMessaging
 
         from relay.services.messaging.messenger import Messenger
+        from relay.services.messaging.nats import NatsMessaging
 
         messenger = Messenger(settings)
 
