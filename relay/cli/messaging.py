@@ -24,8 +24,11 @@ def _with_messenger(
     settings_files: tuple[Path, ...],
     team: str | None,
     work: Callable[[Any], Awaitable[Result]],
+    *,
+    who: str | None = None,
 ) -> Result:
-    """Run `work(messenger)` with messaging as the settings configure it (NATS connected if used)."""
+    """Run `work(messenger)` with messaging as the settings configure it (NATS connected if
+    used, its reply subjects named for `who`, default $USER)."""
     import anyio
     import msgspec
 
@@ -40,9 +43,11 @@ def _with_messenger(
     async def run() -> Result:
         if not messenger.uses_nats:
             return await work(messenger)
-        from relay.services.messaging.nats import NatsMessaging
+        from relay.services.messaging.nats import NatsMessaging, inbox_prefix
 
-        async with NatsMessaging(config.nats or _default_nats(), team=messenger.team) as nats:
+        nats_config = config.nats or _default_nats()
+        inbox = nats_config.inboxPrefix or inbox_prefix(messenger.team, who or _human())
+        async with NatsMessaging(nats_config, team=messenger.team, inbox=inbox) as nats:
             messenger.nats = nats
             return await work(messenger)
 
@@ -97,7 +102,7 @@ def send(
     async def work(messenger: Any) -> Any:
         return await messenger.send(name, recipient, body, thread)
 
-    sent, recipients = _with_messenger(cwd, settings_files, team, work)
+    sent, recipients = _with_messenger(cwd, settings_files, team, work, who=name)
     if as_json:
         _print_json({"message": sent, "queued_for": recipients})
         return

@@ -117,6 +117,10 @@ class NatsConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknow
     password: str | None = None
     token: str | None = None
     tls: NatsTls | None = None
+    inboxPrefix: str | None = None
+    """The prefix of the connection's reply subjects. Default `_INBOX_<team>_<name>`, with the
+    agent's name in a session and the sender's (`--as`, else $USER) from the CLI: what a
+    per-agent NATS user is allowed to subscribe to."""
     presenceTtlSeconds: Annotated[float, Meta(gt=0)] = 30.0
     """An agent not heard from for this long is offline."""
 

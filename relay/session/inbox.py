@@ -117,9 +117,12 @@ class SessionInbox:
 
     async def _connect_nats(self) -> None:
         from relay.config.model import NatsConfig
-        from relay.services.messaging.nats import NatsMessaging
+        from relay.services.messaging.nats import NatsMessaging, inbox_prefix
 
-        nats = NatsMessaging(self._config.nats or NatsConfig(), team=self.team)
+        config = self._config.nats or NatsConfig()
+        nats = NatsMessaging(
+            config, team=self.team, inbox=config.inboxPrefix or inbox_prefix(self.team, self.name)
+        )
         await nats.connect()
         try:
             for agent in await nats.agents():
@@ -159,7 +162,8 @@ class SessionInbox:
             except MessagingError as exc:
                 self._tell(f"messaging: {exc}")
             finally:
-                await nats.close()
+                with anyio.move_on_after(5):  # a session's end never waits on the network
+                    await nats.close()
 
     # -- receiving -----------------------------------------------------------------------
 

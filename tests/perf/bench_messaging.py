@@ -41,7 +41,8 @@ from relay.engine.system import HookSystem
 from relay.services.messaging.messenger import Messenger
 from relay.session.inbox import SessionInbox
 
-config = MessagingConfig(**json.loads(sys.argv[1]))
+import msgspec
+config = msgspec.convert(json.loads(sys.argv[1]), MessagingConfig)
 count, out, cwd = int(sys.argv[2]), sys.argv[3], sys.argv[4]
 latencies = []
 
@@ -62,23 +63,13 @@ async def main():
 
     inbox = SessionInbox(messenger, name="Receiver", session_id="bench", fire=fire,
                          submit=submit, tell=lambda text: None)
-    await inbox.register(cwd=cwd)
-    nats = None
+    await inbox.register(cwd=cwd)  # with the nats transport: connects, and run() bridges
     async with anyio.create_task_group() as group:
-        if messenger.uses_nats:
-            from relay.services.messaging.nats import NatsMessaging
-            nats = NatsMessaging(config.nats, team=messenger.team)
-            await nats.__aenter__()
-            messenger.nats = nats
-            await nats.ensure_agent("Receiver")
-            group.start_soon(nats.run_bridge, "Receiver", messenger.mailbox,
-                             lambda: messenger.mailbox.ring(messenger.team, "Receiver"))
         group.start_soon(inbox.run)
         print("ready", flush=True)
         await done.wait()
         group.cancel_scope.cancel()
-    if nats is not None:
-        await nats.__aexit__(None, None, None)
+    await inbox.close()
     hooks.close()
 
 anyio.run(main)
@@ -109,35 +100,45 @@ def bench_latency(folder: Path, config: dict[str, object], count: int, gap: floa
     assert receiver.stdout is not None
     if receiver.stdout.readline().strip() != "ready":
         raise SystemExit("the receiver did not start")
-    os.environ["RELAY_HOME"] = str(home)
-    settings = MessagingConfig(**config)  # type: ignore[arg-type]
-    if settings.transport == "nats":
-        import anyio
+    try:
+        os.environ["RELAY_HOME"] = str(home)
+        import msgspec
 
-        from relay.services.messaging.messenger import Messenger
-        from relay.services.messaging.nats import NatsMessaging
+        settings = msgspec.convert(config, MessagingConfig)
+        if settings.transport == "nats":
+            import anyio
 
-        messenger = Messenger(settings)
+            from relay.services.messaging.messenger import Messenger
+            from relay.services.messaging.nats import NatsMessaging
 
-        async def send_all() -> None:
-            assert settings.nats is not None
-            async with NatsMessaging(settings.nats, team=messenger.team) as nats:
-                messenger.nats = nats
-                for _ in range(count):
-                    await messenger.send("Sender", "Receiver", str(time.monotonic_ns()))
-                    await anyio.sleep(gap)
+            messenger = Messenger(msgspec.structs.replace(settings, maxPerMinute=10**9))
 
-        anyio.run(send_all)
-        messenger.mailbox.close()
-    else:
-        box = SqliteMailbox(max_per_minute=10**9)
-        for _ in range(count):
-            box.send(
-                team="default", sender="Sender", recipient="Receiver", body=str(time.monotonic_ns())
-            )
-            time.sleep(gap)
-        box.close()
-    receiver.wait(timeout=120)
+            async def send_all() -> None:
+                assert settings.nats is not None
+                async with NatsMessaging(settings.nats, team=messenger.team) as nats:
+                    messenger.nats = nats
+                    for _ in range(count):
+                        await messenger.send("Sender", "Receiver", str(time.monotonic_ns()))
+                        await anyio.sleep(gap)
+
+            anyio.run(send_all)
+            messenger.mailbox.close()
+        else:
+            box = SqliteMailbox(max_per_minute=10**9)
+            for _ in range(count):
+                box.send(
+                    team="default",
+                    sender="Sender",
+                    recipient="Receiver",
+                    body=str(time.monotonic_ns()),
+                )
+                time.sleep(gap)
+            box.close()
+        receiver.wait(timeout=120)
+    finally:
+        if receiver.poll() is None:  # the run failed: leave no receiver behind
+            receiver.kill()
+            receiver.wait()
     return list(json.loads(out.read_text()))
 
 
@@ -171,16 +172,30 @@ def _nats_config(folder: Path) -> dict[str, object] | None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     try:
         import nats  # noqa: F401
-        from nats_server import start_server  # type: ignore[import-not-found]
+        from nats_server import (  # type: ignore[import-not-found]
+            NatsServer,
+            find_nats_server,
+            password,
+            server_config,
+        )
     except ImportError as exc:
         print(f"NATS: skipped ({exc})")
         return None
-    server = start_server(folder / "nats")
-    if server is None:
+    binary = find_nats_server()
+    if binary is None:
         print("NATS: skipped (nats-server binary not available)")
         return None
+    workdir = folder / "nats"
+    workdir.mkdir()
+    server = NatsServer(
+        binary, workdir, server_config(workdir / "js", {}, unrestricted={"default": ["bench"]})
+    )
+    server.start()
     _SERVERS.append(server)
-    return {"transport": "nats", "nats": server.client_settings("default")}
+    return {
+        "transport": "nats",
+        "nats": {"url": server.url, "user": "bench", "password": password("bench")},
+    }
 
 
 _SERVERS: list[object] = []
