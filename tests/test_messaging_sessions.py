@@ -344,3 +344,18 @@ def test_python_handlers_send_with_ctx(
         "Dave",
         "ops",
     )
+
+
+def test_a_broken_mailbox_never_stops_the_session(
+    project: Path, tmp_path: Path, relay_home: Path
+) -> None:
+    state = relay_home / "state"
+    state.mkdir(parents=True, exist_ok=True)
+    (state / "messages.db").write_bytes(b"not a database" * 500)
+    record = tmp_path / "bob.jsonl"
+    steps = [{"print": "@relay:Alice hello"}, {"read": "answer"}, {"exit": 0}]
+    code, _ = run_session(project, "Bob", steps, record, {})
+    assert code == 0
+    [(_, answer)] = reads(record)
+    assert answer.startswith("✗ Not sent: messaging is unavailable in this session (")
+    assert "messages.db: cannot use the mailbox" in answer

@@ -41,7 +41,7 @@ from relay.services.memory.namespace import (
     start_summary,
 )
 from relay.services.messaging.messenger import Messenger, messaging_config
-from relay.services.messaging.model import Message, MessagingError, check_name
+from relay.services.messaging.model import Message, MessagingError, NameTakenError, check_name
 from relay.services.messaging.namespace import BUILTIN_NAME as RELAY_BUILTIN_NAME
 from relay.services.messaging.namespace import MessagingDirectives
 from relay.session import sessions
@@ -489,8 +489,17 @@ class Session:
             submit=lambda text, key: self.inject(text, key=key),
             tell=self._tell_user,
         )
-        await inbox.register(cwd=str(self.cwd))
-        self.inbox = inbox
+        try:
+            await inbox.register(cwd=str(self.cwd))
+        except NameTakenError:
+            raise  # a second live agent of that name: refused before the agent starts
+        except MessagingError as exc:
+            # A broken mailbox or an unreachable server never stops the session.
+            self._tell_user(f"messaging unavailable: {exc}")
+            self.messenger.unavailable = str(exc)
+        else:
+            self.messenger.unavailable = None
+            self.inbox = inbox
         if messenger is not None:
             return
         for hook in self.hooks.registry.hooks:

@@ -10,7 +10,7 @@ import anyio.to_thread
 from relay.config.discovery import SettingsSet, section_of
 from relay.config.model import MessagingConfig
 from relay.services.messaging.mailbox import SqliteMailbox
-from relay.services.messaging.model import BROADCAST, Agent, Message, check_name
+from relay.services.messaging.model import BROADCAST, Agent, Message, MessagingError, check_name
 
 if TYPE_CHECKING:
     from relay.services.messaging.nats import NatsMessaging
@@ -40,6 +40,8 @@ class Messenger:
         )
         self.nats: NatsMessaging | None = None
         """The connected NATS transport, set by whoever connected it (a session, a CLI call)."""
+        self.unavailable: str | None = None
+        """Why messaging cannot be used in this session (sends fail with it), or None."""
 
     @property
     def uses_nats(self) -> bool:
@@ -50,6 +52,8 @@ class Messenger:
         self, sender: str, recipient: str, body: str, thread: str | None = None
     ) -> tuple[Message, list[str]]:
         """Send a message; return it and who it was queued for (MessagingError when it cannot be)."""
+        if self.unavailable is not None:
+            raise MessagingError(f"messaging is unavailable in this session ({self.unavailable})")
         if self.nats is None:
             return await anyio.to_thread.run_sync(
                 lambda: self.mailbox.send(
