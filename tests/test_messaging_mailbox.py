@@ -238,6 +238,8 @@ def test_thread_marker_parsing() -> None:
     assert parse("Bob", "[thread:rel-1] tagged") == ("Bob", "tagged", "rel-1")
     assert parse("*", "no thread here") == ("*", "no thread here", None)
     assert parse("Bob", "x [thread:later]") == ("Bob", "x [thread:later]", None)
+    # A multi-line body (`@relay:Bob <<<`) starts with the marker on its own line.
+    assert parse("Bob", "[thread:t9]\nline one\nline two") == ("Bob", "line one\nline two", "t9")
 
 
 def test_body_rewrites_merge_last_wins() -> None:
