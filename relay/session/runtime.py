@@ -385,7 +385,10 @@ class Session:
         try:
             while True:
                 await anyio.sleep(OUTPUT_BATCH_SECONDS)
-                await self._flush_output()
+                # Shielded (bounded by the hooks' timeout): a batch taken for its hooks and
+                # cancelled half-way by the session's end would never be shown.
+                with anyio.CancelScope(shield=True):
+                    await self._flush_output()
         finally:
             with anyio.CancelScope(shield=True):
                 await self._flush_output()
