@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 import anyio
 import pytest
 from click.testing import CliRunner
+from scripted_sessions import RELAY, agent, reads
 
 from relay.cli.main import cli
 from relay.config.discovery import load_settings
@@ -20,9 +20,6 @@ from relay.services.memory.backends import memory_config
 from relay.services.memory.model import Memory, MemoryHit
 from relay.services.memory.namespace import END_PROMPT, handle, start_summary, tags_of
 from relay.session.wrapper import Relay
-
-AGENT = str(Path(__file__).resolve().parent / "resources" / "runtime" / "scripted_agent.py")
-RELAY = str(Path(sys.executable).parent / "relay")
 
 
 class ListMemory:
@@ -153,21 +150,6 @@ def project(tmp_path: Path) -> Path:
     root = tmp_path / "proj"
     (root / ".git").mkdir(parents=True)
     return root
-
-
-def agent(steps: list[dict[str, Any]], record: Path) -> list[str]:
-    return [sys.executable, AGENT, json.dumps(steps), str(record)]
-
-
-def reads(record: Path) -> list[tuple[str, str]]:
-    return (
-        [
-            (entry["label"], entry["line"])
-            for entry in map(json.loads, record.read_text().splitlines())
-        ]
-        if record.exists()
-        else []
-    )
 
 
 def test_memory_in_a_session(project: Path, tmp_path: Path) -> None:

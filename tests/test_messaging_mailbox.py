@@ -188,17 +188,15 @@ def test_store_incoming_is_idempotent(box: SqliteMailbox, tmp_path: Path) -> Non
 
 
 def test_doorbell_wakes_a_waiting_recipient(box: SqliteMailbox) -> None:
-    async def main() -> float:
+    async def main() -> None:
         with Doorbell(bell_address(box.path, TEAM, "Bob")) as bell:
             assert not await bell.wait(0.05)
-            started = time.perf_counter()
             threading.Timer(
                 0.1, lambda: box.send(team=TEAM, sender="Alice", recipient="Bob", body="ding")
             ).start()
-            assert await bell.wait(5.0)
-            return time.perf_counter() - started
+            assert await bell.wait(5.0)  # the poke, not the timeout, ends the wait
 
-    assert anyio.run(main) < 2.0
+    anyio.run(main)
     # Nobody listening: a send still succeeds.
     box.send(team=TEAM, sender="Alice", recipient="Bob", body="nobody home")
 

@@ -4,6 +4,8 @@ team b's account."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import threading
@@ -17,10 +19,11 @@ import msgspec
 import nats
 import pytest
 from nats_server import NatsServer, find_nats_server, password, server_config
+from scripted_sessions import RELAY, finish, reads, start_relay_run, wait_for
 
 from relay.config.model import NatsConfig
-from relay.services.messaging.mailbox import SqliteMailbox, utc_now
-from relay.services.messaging.model import Agent, Message, MessagingError
+from relay.services.messaging.mailbox import SqliteMailbox
+from relay.services.messaging.model import Agent, Message, MessagingError, utc_now
 from relay.services.messaging.nats import (
     NatsMessaging,
     broadcast_consumer,
@@ -520,18 +523,10 @@ def test_messaging_model_does_not_import_nats() -> None:
 
 # -- relay run on two machines ------------------------------------------------------------
 
-SCRIPTED_AGENT = str(
-    Path(__file__).resolve().parent / "resources" / "runtime" / "scripted_agent.py"
-)
-RELAY = str(Path(sys.executable).parent / "relay")
 
-
-def _machine(tmp_path: Path, server: NatsServer, user: str) -> dict[str, str]:
+def _machine(tmp_path: Path, server: NatsServer, user: str, label: str = "") -> dict[str, str]:
     """A relay home standing for one machine: its own mailbox, user settings naming the server."""
-    import json
-    import os
-
-    home = tmp_path / f"machine-{user}"
+    home = tmp_path / f"machine-{label or user}"
     home.mkdir()
     (home / "settings.json").write_text(
         json.dumps(
@@ -549,37 +544,33 @@ def _machine(tmp_path: Path, server: NatsServer, user: str) -> dict[str, str]:
     return {**os.environ, "RELAY_HOME": str(home), "USER": user}
 
 
-def _run_agent(
-    name: str, steps: list[dict[str, Any]], record: Path, env: dict[str, str]
-) -> subprocess.Popen[bytes]:
-    import json
-
-    return subprocess.Popen(
-        [
-            RELAY,
-            "run",
-            "--headless",
-            "--name",
-            name,
-            "--",
-            sys.executable,
-            SCRIPTED_AGENT,
-            json.dumps(steps),
-            str(record),
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-    )
+def _lines(record: Path) -> list[str]:
+    return [line for _, line in reads(record)]
 
 
-def _reads(record: Path) -> list[str]:
-    import json
+def _live_on(env: dict[str, str], name: str) -> bool:
+    box = SqliteMailbox(Path(env["RELAY_HOME"]) / "state" / "messages.db")
+    try:
+        return any(a.name == name and a.state != "offline" for a in box.agents("a"))
+    finally:
+        box.close()
 
-    if not record.exists():
-        return []
-    return [json.loads(line)["line"] for line in record.read_text().splitlines()]
+
+def test_a_name_live_on_another_machine_is_refused(server: NatsServer, tmp_path: Path) -> None:
+    first_env = _machine(tmp_path, server, "alice", "one")
+    second_env = _machine(tmp_path, server, "alice", "two")
+    steps: list[dict[str, Any]] = [{"print": "ready"}, {"sleep": 30}]
+    first = start_relay_run("alice", steps, tmp_path / "one.jsonl", env=first_env)
+    try:
+        wait_for(lambda: _live_on(first_env, "alice"), "alice to be live on machine one")
+        second = start_relay_run("alice", steps, tmp_path / "two.jsonl", env=second_env)
+        code, err = finish(second)
+        assert code == 1
+        assert f"an agent named alice is already live in team a (pid {first.pid} on " in err
+        assert not (tmp_path / "two.jsonl").exists()  # its agent never started
+    finally:
+        first.terminate()
+        finish(first)
 
 
 def test_two_relay_run_sessions_on_two_machines_exchange_messages(
@@ -588,7 +579,7 @@ def test_two_relay_run_sessions_on_two_machines_exchange_messages(
     """alice and bob, each a `relay run` on its own relay home and its own restricted NATS user."""
     alice_env, bob_env = _machine(tmp_path, server, "alice"), _machine(tmp_path, server, "bob")
     bob_record, alice_record = tmp_path / "bob.jsonl", tmp_path / "alice.jsonl"
-    bob = _run_agent(
+    bob = start_relay_run(
         "bob",
         [
             {"print": "bob ready"},
@@ -599,15 +590,10 @@ def test_two_relay_run_sessions_on_two_machines_exchange_messages(
             {"exit": 0},
         ],
         bob_record,
-        bob_env,
+        env=bob_env,
     )
-    bob_box = SqliteMailbox(Path(bob_env["RELAY_HOME"]) / "state" / "messages.db")
-    deadline = time.monotonic() + 20
-    while not any(a.name == "bob" and a.state != "offline" for a in bob_box.agents("a")):
-        assert bob.poll() is None, bob.communicate()[1].decode()
-        assert time.monotonic() < deadline, "bob never came up"
-        time.sleep(0.1)
-    alice = _run_agent(
+    wait_for(lambda: _live_on(bob_env, "bob"), "bob to be live")
+    alice = start_relay_run(
         "alice",
         [
             {"print": "@relay:bob hello over nats"},
@@ -617,23 +603,20 @@ def test_two_relay_run_sessions_on_two_machines_exchange_messages(
             {"exit": 0},
         ],
         alice_record,
-        alice_env,
+        env=alice_env,
     )
     for process in (alice, bob):
-        try:
-            _, err = process.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            _, err = process.communicate()
-        assert process.returncode == 0, err.decode()
+        code, err = finish(process)
+        assert code == 0, err
+    bob_box = SqliteMailbox(Path(bob_env["RELAY_HOME"]) / "state" / "messages.db")
     [to_bob] = bob_box.inbox("bob", team="a")
     alice_box = SqliteMailbox(Path(alice_env["RELAY_HOME"]) / "state" / "messages.db")
     [to_alice] = alice_box.inbox("alice", team="a")
-    assert _reads(bob_record) == [
+    assert _lines(bob_record) == [
         f"Relay message from alice [{to_bob.message.short_id}]: hello over nats",
         f"✓ Queued for alice [{to_alice.message.short_id}] in thread x",
     ]
-    assert _reads(alice_record) == [
+    assert _lines(alice_record) == [
         f"✓ Queued for bob [{to_bob.message.short_id}]",
         f"Relay message from bob [{to_alice.message.short_id}] [thread:x]: ack from bob",
     ]
@@ -645,37 +628,21 @@ def test_two_relay_run_sessions_on_two_machines_exchange_messages(
 
     # From a terminal on a third machine: dave queues a message for bob, who is offline.
     dave_env = _machine(tmp_path, server, "dave")
-    sent = subprocess.run(
-        [RELAY, "send", "bob", "are you there?", "--json"],
-        env=dave_env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    sent = _relay(dave_env, "send", "bob", "are you there?", "--json")
     assert sent.returncode == 0, sent.stderr
-    listed = subprocess.run(
-        [RELAY, "agents", "--json"],
-        env=dave_env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    assert json.loads(sent.stdout)["queued_for"] == ["bob"]
+    listed = _relay(dave_env, "agents", "--json")
     assert listed.returncode == 0, listed.stderr
-    import json
-
     assert {a["name"]: a["state"] for a in json.loads(listed.stdout)} == {
         "alice": "offline",
         "bob": "offline",
     }
-    unknown = subprocess.run(
-        [RELAY, "send", "zed", "hi"],
-        env=dave_env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    unknown = _relay(dave_env, "send", "zed", "hi")
     assert unknown.returncode == 1
     assert "no agent named zed in team a; known: alice, bob" in unknown.stderr
+
+
+def _relay(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [RELAY, *args], env=env, capture_output=True, text=True, timeout=60, check=False
+    )

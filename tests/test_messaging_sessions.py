@@ -5,23 +5,18 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
+from scripted_sessions import agent, finish, reads, run_session, start_relay_run, wait_for
 
-from relay.engine.system import HookSystem
 from relay.services.messaging.mailbox import SqliteMailbox
-from relay.session.runtime import Session
 from relay.session.wrapper import Relay
 
-AGENT = str(Path(__file__).resolve().parent / "resources" / "runtime" / "scripted_agent.py")
-RELAY = str(Path(sys.executable).parent / "relay")
 FAST = {"session": {"injectQuietMs": 100}, "messaging": {"ackTimeoutSeconds": 0.3}}
 
 
@@ -46,64 +41,15 @@ def mailbox(relay_home: Path) -> Iterator[SqliteMailbox]:
     box.close()
 
 
-def reads(record: Path) -> list[tuple[str, str]]:
-    if not record.exists():
-        return []
-    return [(e["label"], e["line"]) for e in map(json.loads, record.read_text().splitlines())]
-
-
-def start(
-    name: str, steps: list[dict[str, Any]], record: Path, *settings: Path
-) -> subprocess.Popen[bytes]:
-    options = [arg for path in settings for arg in ("--settings", str(path))]
-    return subprocess.Popen(
-        [
-            RELAY,
-            "run",
-            "--headless",
-            "--name",
-            name,
-            *options,
-            "--",
-            sys.executable,
-            AGENT,
-            json.dumps(steps),
-            str(record),
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=record.parent,
-    )
-
-
-def wait_for(condition: Callable[[], object], what: str, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def live(mailbox: SqliteMailbox, name: str) -> bool:
     return any(a.name == name and a.state != "offline" for a in mailbox.agents("default"))
-
-
-def finish(process: subprocess.Popen[bytes], timeout: float = 20.0) -> tuple[int, str]:
-    try:
-        _, err = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        _, err = process.communicate()
-        raise AssertionError(f"session did not end: {err.decode()}") from None
-    return process.returncode, err.decode()
 
 
 def test_two_sessions_exchange_messages(
     tmp_path: Path, fast_settings: Path, mailbox: SqliteMailbox
 ) -> None:
     bob_record, alice_record = tmp_path / "bob.jsonl", tmp_path / "alice.jsonl"
-    bob = start(
+    bob = start_relay_run(
         "Bob",
         [
             {"print": "bob ready"},
@@ -114,10 +60,10 @@ def test_two_sessions_exchange_messages(
             {"exit": 0},
         ],
         bob_record,
-        fast_settings,
+        settings=[fast_settings],
     )
     wait_for(lambda: live(mailbox, "Bob"), "Bob to be live")
-    alice = start(
+    alice = start_relay_run(
         "Alice",
         [
             {"print": "@relay:Bob hello from alice"},
@@ -127,7 +73,7 @@ def test_two_sessions_exchange_messages(
             {"exit": 0},
         ],
         alice_record,
-        fast_settings,
+        settings=[fast_settings],
     )
     assert finish(alice)[0] == 0 and finish(bob)[0] == 0
     to_bob = mailbox.inbox("Bob", team="default")
@@ -156,11 +102,11 @@ def test_killed_between_hand_out_and_ack_delivers_once_after_restart(
 ) -> None:
     first_record = tmp_path / "first.jsonl"
     # Echo off and silent after reading: no evidence the agent took the message in.
-    first = start(
+    first = start_relay_run(
         "Bob",
         [{"noecho": True}, {"print": "ready"}, {"read": "first"}, {"sleep": 60}],
         first_record,
-        fast_settings,
+        settings=[fast_settings],
     )
     wait_for(lambda: live(mailbox, "Bob"), "Bob to be live")
     sent, _ = mailbox.send(team="default", sender="carol", recipient="Bob", body="deploy at 5")
@@ -176,7 +122,7 @@ def test_killed_between_hand_out_and_ack_delivers_once_after_restart(
     assert not live(mailbox, "Bob")  # the pid is dead: offline, and the name is free
 
     second_record = tmp_path / "second.jsonl"
-    second = start(
+    second = start_relay_run(
         "Bob",
         [
             {"print": "ready again"},
@@ -186,7 +132,7 @@ def test_killed_between_hand_out_and_ack_delivers_once_after_restart(
             {"exit": 0},
         ],
         second_record,
-        fast_settings,
+        settings=[fast_settings],
     )
     assert finish(second)[0] == 0
     assert reads(second_record) == [
@@ -199,39 +145,33 @@ def test_killed_between_hand_out_and_ack_delivers_once_after_restart(
 def test_a_second_live_agent_with_the_same_name_is_refused(
     tmp_path: Path, fast_settings: Path, mailbox: SqliteMailbox
 ) -> None:
-    first = start("Alice", [{"print": "ready"}, {"sleep": 30}], tmp_path / "a.jsonl", fast_settings)
+    steps: list[dict[str, Any]] = [{"print": "ready"}, {"sleep": 30}]
+    first = start_relay_run("Alice", steps, tmp_path / "a.jsonl", settings=[fast_settings])
     try:
         wait_for(lambda: live(mailbox, "Alice"), "Alice to be live")
-        second = start("Alice", [{"print": "ready"}], tmp_path / "b.jsonl", fast_settings)
+        second = start_relay_run("Alice", steps, tmp_path / "b.jsonl", settings=[fast_settings])
         code, err = finish(second)
-        assert code == 1
-        assert "named 'Alice' is already running" in err or "named Alice is already live" in err
+        # One machine: its session registry refuses before the mailbox is asked (the
+        # mailbox's own refusal is tested in test_messaging_mailbox, across machines in
+        # test_messaging_nats).
+        assert (code, err.strip()) == (
+            1,
+            f"relay: error: a session named 'Alice' is already running (pid {first.pid}); "
+            "choose another --name or `relay stop` it",
+        )
+        assert not (tmp_path / "b.jsonl").exists()  # its agent never started
     finally:
         first.terminate()
         finish(first)
 
 
-def run_session(
+def run_named(
     project: Path, name: str, steps: list[dict[str, Any]], record: Path, settings: dict[str, Any]
 ) -> tuple[int, str]:
-    """An in-process headless session (hooks from `settings`), as in test_session.py."""
+    """An in-process headless session of agent `name`, with FAST and `settings`."""
     file = project.parent / f"{name}-settings.json"
     file.write_text(json.dumps({**FAST, **settings}))
-    out = project / f"{name}-stdout.txt"
-    with out.open("wb") as stream:
-        hooks = HookSystem(cwd=project, settings=(file,))
-        session = Session(
-            [sys.executable, AGENT, json.dumps(steps), str(record)],
-            hooks=hooks,
-            name=name,
-            headless=True,
-            cwd=project,
-            stdin_fd=-1,
-            stdout_fd=stream.fileno(),
-        )
-        code = anyio.run(session.run)
-        hooks.close()
-    return code, out.read_text()
+    return run_session(agent(steps, record), project, settings_files=(file,), name=name)
 
 
 def hook(code: str) -> dict[str, Any]:
@@ -253,7 +193,7 @@ def test_message_received_hooks_deny_rewrite_and_add(
         "'hookSpecificOutput':{'body':e['body'].upper()}}))"
     )
     record = tmp_path / "bob.jsonl"
-    code, _ = run_session(
+    code, _ = run_named(
         project,
         "Bob",
         [{"print": "ready"}, {"read": "one"}, {"print": "ok"}, {"sleep": 0.6}, {"exit": 0}],
@@ -290,7 +230,7 @@ def test_injected_text_is_never_read_back_as_a_directive(
         {"sleep": 0.6},
         {"exit": 0},
     ]
-    code, _ = run_session(project, "Bob", steps, record, {})
+    code, _ = run_named(project, "Bob", steps, record, {})
     assert code == 0
     assert f"Relay message from Alice [{sent.short_id}]: x" in reads(record)[0][1]
     assert [d.message.body for d in mailbox.inbox("Alice", team="default")] == []
@@ -306,7 +246,7 @@ def test_rate_limit_stops_a_reply_loop_and_tells_both(
     for number in range(3):
         steps += [{"print": f"@relay:Alice reply {number}"}, {"read": f"confirm {number}"}]
     steps += [{"sleep": 0.3}, {"exit": 0}]
-    code, _ = run_session(
+    code, _ = run_named(
         project, "Bob", steps, record, {"messaging": {"maxPerMinute": 2, "ackTimeoutSeconds": 0.3}}
     )
     assert code == 0
@@ -335,7 +275,7 @@ def test_python_handlers_send_with_ctx(
         return {"inject": f"told {target}"}
 
     steps = [{"print": "@tell:Carol the build is green"}, {"read": "answer"}, {"exit": 0}]
-    code = relay.wrap([sys.executable, AGENT, json.dumps(steps), str(record)])
+    code = relay.wrap(agent(steps, record))
     assert code == 0
     assert reads(record) == [("answer", "told Carol")]
     [delivery] = mailbox.inbox("Carol", team="default")
@@ -354,7 +294,7 @@ def test_a_broken_mailbox_never_stops_the_session(
     (state / "messages.db").write_bytes(b"not a database" * 500)
     record = tmp_path / "bob.jsonl"
     steps = [{"print": "@relay:Alice hello"}, {"read": "answer"}, {"exit": 0}]
-    code, _ = run_session(project, "Bob", steps, record, {})
+    code, _ = run_named(project, "Bob", steps, record, {})
     assert code == 0
     [(_, answer)] = reads(record)
     assert answer.startswith("✗ Not sent: messaging is unavailable in this session (")

@@ -13,14 +13,10 @@ from typing import Any
 
 import anyio
 import pytest
+from scripted_sessions import RELAY, agent, reads, run_session
 
-from relay.engine.system import HookSystem
-from relay.session.runtime import Session
 from relay.session.sessions import list_sessions
 from relay.session.wrapper import Relay
-
-AGENT = str(Path(__file__).resolve().parent / "resources" / "runtime" / "scripted_agent.py")
-RELAY = str(Path(sys.executable).parent / "relay")
 
 
 @pytest.fixture
@@ -30,43 +26,9 @@ def project(tmp_path: Path) -> Path:
     return root
 
 
-def agent(steps: list[dict[str, Any]], record: Path) -> list[str]:
-    return [sys.executable, AGENT, json.dumps(steps), str(record)]
-
-
-def reads(record: Path) -> list[tuple[str, str]]:
-    if not record.exists():
-        return []
-    return [
-        (entry["label"], entry["line"])
-        for entry in map(json.loads, record.read_text().splitlines())
-    ]
-
-
 def settings(path: Path, data: dict[str, Any]) -> Path:
     path.write_text(json.dumps(data))
     return path
-
-
-def run_session(
-    command: list[str], project: Path, *, settings_files: tuple[Path, ...] = (), **options: Any
-) -> tuple[int, str]:
-    """Run a headless session; return its exit code and what it printed."""
-    out = project / "session-stdout.txt"
-    with out.open("wb") as stream:
-        hooks = HookSystem(cwd=project, settings=settings_files)
-        session = Session(
-            command,
-            hooks=hooks,
-            headless=True,
-            cwd=project,
-            stdin_fd=-1,
-            stdout_fd=stream.fileno(),
-            **options,
-        )
-        code = anyio.run(session.run)
-        hooks.close()
-    return code, out.read_text()
 
 
 def test_start_inject_directive_answer_and_exit(project: Path, tmp_path: Path) -> None:

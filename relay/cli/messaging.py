@@ -26,9 +26,11 @@ def _with_messenger(
     work: Callable[[Any], Awaitable[Result]],
     *,
     who: str | None = None,
+    network: bool = True,
 ) -> Result:
-    """Run `work(messenger)` with messaging as the settings configure it (NATS connected if
-    used, its reply subjects named for `who`, default $USER)."""
+    """Run `work(messenger)` with messaging as the settings configure it: with the nats
+    transport and `network`, connected (its reply subjects named for `who`, default $USER);
+    reading the local mailbox needs no connection."""
     import anyio
     import msgspec
 
@@ -41,11 +43,12 @@ def _with_messenger(
     messenger = Messenger(config)
 
     async def run() -> Result:
-        if not messenger.uses_nats:
+        if not (network and messenger.uses_nats):
             return await work(messenger)
+        from relay.config.model import NatsConfig
         from relay.services.messaging.nats import NatsMessaging, inbox_prefix
 
-        nats_config = config.nats or _default_nats()
+        nats_config = config.nats or NatsConfig()
         inbox = nats_config.inboxPrefix or inbox_prefix(messenger.team, who or _human())
         async with NatsMessaging(nats_config, team=messenger.team, inbox=inbox) as nats:
             messenger.nats = nats
@@ -55,12 +58,6 @@ def _with_messenger(
         return anyio.run(run)
     finally:
         messenger.mailbox.close()
-
-
-def _default_nats() -> Any:
-    from relay.config.model import NatsConfig
-
-    return NatsConfig()
 
 
 def _print_json(value: Any) -> None:
@@ -166,7 +163,7 @@ def inbox(
             lambda: messenger.mailbox.inbox(who, team=messenger.team, states=states, limit=limit)
         )
 
-    deliveries = _with_messenger(cwd, settings_files, team, work)
+    deliveries = _with_messenger(cwd, settings_files, team, work, network=False)
     if as_json:
         _print_json(deliveries)
         return
@@ -208,7 +205,7 @@ def messages(
             lambda: messenger.mailbox.history(team=messenger.team, thread=thread, limit=limit)
         )
 
-    history = _with_messenger(cwd, settings_files, team, work)
+    history = _with_messenger(cwd, settings_files, team, work, network=False)
     if as_json:
         _print_json(history)
         return

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +23,6 @@ import anyio.to_thread
 from relay.engine.telemetry import debug, debug_enabled
 from relay.protocol.output import AggregatedResult
 from relay.services.messaging.doorbell import Doorbell, bell_address
-from relay.services.messaging.mailbox import utc_now
 from relay.services.messaging.messenger import Messenger
 from relay.services.messaging.model import (
     Agent,
@@ -31,6 +30,8 @@ from relay.services.messaging.model import (
     Delivery,
     MessagingError,
     NameTakenError,
+    short_id,
+    utc_now,
 )
 from relay.services.messaging.namespace import delivery_text
 
@@ -52,19 +53,9 @@ Tell = Callable[[str], None]
 class _Awaiting:
     """A message typed in, waiting for its acknowledgement."""
 
-    message_id: str
     marker: bytes
     delivered_at: float
     output_at: float | None = None
-
-
-@dataclass
-class InboxStats:
-    """What the inbox did, for the transcript and tests."""
-
-    handed: int = 0
-    acked: list[tuple[str, str]] = field(default_factory=list)
-    denied: int = 0
 
 
 class SessionInbox:
@@ -95,7 +86,6 @@ class SessionInbox:
         self._ack_ready = anyio.Event()
         self._state: AgentState = "live"
         self._presence_changed = anyio.Event()
-        self.stats = InboxStats()
         self.agent: Agent | None = None
 
     async def register(self, *, cwd: str) -> None:
@@ -107,13 +97,17 @@ class SessionInbox:
         """
         if self.messenger.uses_nats:
             await self._connect_nats()
-        self.agent = await anyio.to_thread.run_sync(
-            lambda: self.mailbox.register_agent(
-                self.name, team=self.team, session_id=self.session_id, cwd=cwd
+        try:
+            self.agent = await anyio.to_thread.run_sync(
+                lambda: self.mailbox.register_agent(
+                    self.name, team=self.team, session_id=self.session_id, cwd=cwd
+                )
             )
-        )
-        if self.messenger.nats is not None:
-            await self.messenger.nats.heartbeat(self.agent)
+            if self.messenger.nats is not None:
+                await self.messenger.nats.heartbeat(self.agent)
+        except BaseException:
+            await self._disconnect()  # not registered: close() will not run
+            raise
 
     async def _connect_nats(self) -> None:
         from relay.config.model import NatsConfig
@@ -134,7 +128,7 @@ class SessionInbox:
                     raise NameTakenError(agent)
             await nats.ensure_agent(self.name)
         except BaseException:
-            with anyio.CancelScope(shield=True):
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 await nats.close()
             raise
         self.messenger.nats = nats
@@ -154,16 +148,21 @@ class SessionInbox:
             )
         except MessagingError as exc:
             self._tell(f"messaging: {exc}")
-        nats, self.messenger.nats = self.messenger.nats, None
+        nats = self.messenger.nats
         if nats is not None:
             try:
                 with anyio.move_on_after(5):
                     await nats.forget_presence(self.name)
             except MessagingError as exc:
                 self._tell(f"messaging: {exc}")
-            finally:
-                with anyio.move_on_after(5):  # a session's end never waits on the network
-                    await nats.close()
+        await self._disconnect()
+
+    async def _disconnect(self) -> None:
+        """Close the NATS connection, if any (bounded: a session's end never waits on the network)."""
+        nats, self.messenger.nats = self.messenger.nats, None
+        if nats is not None:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await nats.close()
 
     # -- receiving -----------------------------------------------------------------------
 
@@ -233,7 +232,6 @@ class SessionInbox:
     async def _deliver(self, delivery: Delivery) -> None:
         """MessageReceived hooks, then the injector (DESIGN §2: deny drops it, body rewrites it)."""
         message = delivery.message
-        self.stats.handed += 1
         result = await self._fire(
             "MessageReceived",
             {
@@ -248,7 +246,6 @@ class SessionInbox:
             await anyio.to_thread.run_sync(
                 lambda: self.mailbox.deny(message.id, self.name, team=self.team, reason=reason)
             )
-            self.stats.denied += 1
             return
         specific = result.hookSpecificOutput or {}
         body = specific.get("body") if isinstance(specific.get("body"), str) else None
@@ -265,7 +262,7 @@ class SessionInbox:
         if key is None or key in self._awaiting:
             return
         self._awaiting[key] = _Awaiting(
-            message_id=key, marker=f"[{key[-8:].lower()}]".encode(), delivered_at=time.monotonic()
+            marker=f"[{short_id(key)}]".encode(), delivered_at=time.monotonic()
         )
 
     def observe_output(self, data: bytes) -> None:
@@ -316,8 +313,6 @@ class SessionInbox:
             except MessagingError as exc:
                 # Left handed: the next session delivers it again rather than losing it.
                 self._tell(f"messaging: could not acknowledge {key}: {exc}")
-            else:
-                self.stats.acked.append((key, evidence))
             self._to_ack.pop(0)
 
     # -- presence ------------------------------------------------------------------------

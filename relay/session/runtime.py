@@ -28,6 +28,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from relay.config.discovery import SETTINGS_VARIABLE, section_of, settings_from_environment
 from relay.config.model import SessionConfig
+from relay.engine.processes import process_start_ticks
 from relay.engine.system import HookSystem
 from relay.engine.telemetry import debug, debug_enabled
 from relay.protocol.codec import utc_timestamp
@@ -41,11 +42,23 @@ from relay.services.memory.namespace import (
     start_summary,
 )
 from relay.services.messaging.messenger import Messenger, messaging_config
-from relay.services.messaging.model import Message, MessagingError, NameTakenError, check_name
+from relay.services.messaging.model import (
+    SYSTEM_SENDER,
+    Message,
+    MessagingError,
+    NameTakenError,
+    check_name,
+)
 from relay.services.messaging.namespace import BUILTIN_NAME as RELAY_BUILTIN_NAME
 from relay.services.messaging.namespace import MessagingDirectives
 from relay.session import sessions
-from relay.session.directives import Directive, DirectiveScanner, LineSplitter, unescape
+from relay.session.directives import (
+    PREFIX_CHARS,
+    Directive,
+    DirectiveScanner,
+    LineSplitter,
+    unescape,
+)
 from relay.session.inbox import SessionInbox
 from relay.session.injector import Injector
 from relay.session.lines import clean_lines
@@ -57,7 +70,8 @@ RECENT_LINES = 200
 OUTPUT_BATCH_SECONDS = 0.05
 INJECTED_LINES_KEPT = 2000
 INJECTED_LINES_SECONDS = 600.0
-_DIRECTIVE_START = re.compile(r"[ \t\u00a0>$%#•●⏺✦│*-]*(@[a-z][a-z0-9_-]*:.*)")
+# A directive's text from its `@`, after the prefix characters a directive line may have.
+_DIRECTIVE_START = re.compile(f"[ \t\u00a0{re.escape(PREFIX_CHARS)}]*(@[a-z][a-z0-9_-]*:.*)")
 
 
 class SessionContext:
@@ -165,7 +179,8 @@ class Session:
     def _remember_injected(self, text: str) -> None:
         """Lines of injected text that look like directives: their echo is never read as one."""
         now = time.monotonic()
-        for line in [*text.splitlines(), " ".join(text.splitlines())]:
+        # Line by line: an echo of the text typed as one line starts with its first line.
+        for line in text.splitlines():
             found = _DIRECTIVE_START.match(line)
             if found:
                 self._injected[found.group(1).strip()] = now
@@ -197,7 +212,7 @@ class Session:
         record = sessions.SessionRecord(
             name=self.name,
             pid=os.getpid(),
-            started_ticks=sessions.process_start_ticks(os.getpid()),
+            started_ticks=process_start_ticks(os.getpid()),
             command=self.command,
             cwd=str(self.cwd),
             started=utc_timestamp(),
@@ -503,15 +518,8 @@ class Session:
         else:
             self.messenger.unavailable = None
             self.inbox = inbox
-        if messenger is not None:
+        if messenger is not None or self._user_namespace("relay"):
             return
-        for hook in self.hooks.registry.hooks:
-            if (
-                hook.canonical == "PatternMatch"
-                and not hook.matcher.matches_all
-                and hook.matcher("relay")
-            ):
-                return  # the user's own `relay` namespace replaces the built-in (DESIGN §8)
         self.hooks.register(
             "PatternMatch",
             MessagingDirectives(self.messenger),
@@ -532,16 +540,22 @@ class Session:
             if hook.name == BUILTIN_NAME and isinstance(hook.handler, MemoryDirectives):
                 self.memory = self.context.memory = hook.handler.service  # an earlier session's
                 return
-            if (
-                hook.canonical == "PatternMatch"
-                and not hook.matcher.matches_all
-                and hook.matcher("memory")
-            ):
-                return  # the user's own `memory` namespace replaces the built-in (DESIGN §8)
+        if self._user_namespace("memory"):
+            return
         self.memory = self.context.memory = open_memory(self.memory_config)
         handler = MemoryDirectives(self.memory, project=self._project)
         self.hooks.register(
             "PatternMatch", handler, matcher="memory", name=BUILTIN_NAME, sequential=True
+        )
+
+    def _user_namespace(self, namespace: str) -> bool:
+        """Whether the user registered a handler of their own for `@namespace:`, which
+        replaces the built-in one (DESIGN §8)."""
+        return any(
+            hook.canonical == "PatternMatch"
+            and not hook.matcher.matches_all
+            and hook.matcher(namespace)
+            for hook in self.hooks.registry.hooks
         )
 
     async def _memory_call(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -569,7 +583,7 @@ class Session:
 def _safe_name(name: str) -> str:
     """`name` with what an agent name may not hold replaced by '-' (python3.11 -> python3-11)."""
     safe = re.sub(r"[^A-Za-z0-9_-]", "-", name).strip("-_")[:64] or "agent"
-    return safe if safe not in ("relay",) else "relay-agent"
+    return safe if safe != SYSTEM_SENDER else "relay-agent"
 
 
 def _read_some(fd: int) -> bytes:

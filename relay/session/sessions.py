@@ -15,6 +15,7 @@ from pathlib import Path
 import msgspec
 
 from relay.config.paths import state_dir
+from relay.engine.processes import process_alive
 from relay.errors import RelayError
 
 
@@ -39,25 +40,9 @@ def sessions_dir() -> Path:
     return state_dir() / "sessions"
 
 
-def process_start_ticks(pid: int) -> int | None:
-    """When a process started (clock ticks since boot), to tell a reused pid apart."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return int(fields[19])
-
-
 def alive(record: SessionRecord) -> bool:
     """Whether the session's relay process is still the one that registered."""
-    try:
-        os.kill(record.pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    ticks = process_start_ticks(record.pid)
-    return record.started_ticks is None or ticks is None or ticks == record.started_ticks
+    return process_alive(record.pid, record.started_ticks)
 
 
 def list_sessions() -> list[SessionRecord]:

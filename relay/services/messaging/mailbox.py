@@ -26,15 +26,15 @@ import os
 import socket
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 from relay.config.paths import state_dir
+from relay.engine.processes import process_alive, process_start_ticks
 from relay.services.messaging.doorbell import bell_address, ring
 from relay.services.messaging.model import (
-    BROADCAST,
     SYSTEM_SENDER,
     Agent,
     AgentState,
@@ -44,13 +44,14 @@ from relay.services.messaging.model import (
     MessagingError,
     NameTakenError,
     RateLimitedError,
-    UnknownRecipientError,
-    check_body,
     check_name,
+    new_message,
+    recipients_for,
+    short_id,
+    utc_now,
 )
-from relay.services.messaging.ulid import new_ulid
 
-__all__ = ["DATABASE_NAME", "SCHEMA_VERSION", "SqliteMailbox", "default_store", "utc_now"]
+__all__ = ["DATABASE_NAME", "SCHEMA_VERSION", "SqliteMailbox", "default_store"]
 
 DATABASE_NAME = "messages.db"
 SCHEMA_VERSION = 1
@@ -99,12 +100,16 @@ CREATE TABLE IF NOT EXISTS deliveries (
 CREATE INDEX IF NOT EXISTS deliveries_by_state ON deliveries(team, recipient, state, seq);
 """
 
-_DELIVERY_COLUMNS = (
-    "m.id, m.team, m.sender, m.recipient, m.thread, m.body, m.created_at, "
-    "d.recipient, d.state, d.attempts, d.handed_at, d.acked_at, d.evidence, d.reason"
+_MESSAGE_FIELDS = ("id", "team", "sender", "recipient", "thread", "body", "created_at")
+_DELIVERY_FIELDS = ("recipient", "state", "attempts", "handed_at", "acked_at", "evidence", "reason")
+_AGENT_FIELDS = (
+    "name", "team", "state", "host", "pid", "started_ticks", "cwd", "last_seen", "session_id"
+)  # fmt: skip
+_MESSAGE_COLUMNS = ", ".join(_MESSAGE_FIELDS)
+_DELIVERY_COLUMNS = ", ".join(
+    [*(f"m.{name}" for name in _MESSAGE_FIELDS), *(f"d.{name}" for name in _DELIVERY_FIELDS)]
 )
-_MESSAGE_COLUMNS = "id, team, sender, recipient, thread, body, created_at"
-_AGENT_COLUMNS = "name, team, state, host, pid, started_ticks, cwd, last_seen, session_id"
+_AGENT_COLUMNS = ", ".join(_AGENT_FIELDS)
 
 Result = TypeVar("Result")
 
@@ -112,36 +117,6 @@ Result = TypeVar("Result")
 def default_store() -> Path:
     """Where the mailbox lives: $RELAY_HOME/state/messages.db (or the platform state dir)."""
     return state_dir() / DATABASE_NAME
-
-
-def utc_now(offset: float = 0.0) -> str:
-    """Now (plus `offset` seconds), ISO 8601 UTC with milliseconds and Z: sorts as text."""
-    moment = datetime.now(UTC) + timedelta(seconds=offset)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
-
-
-def process_start_ticks(pid: int) -> int | None:
-    """When a process started (clock ticks since boot), to tell a reused pid apart."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            fields = stat.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return int(fields[19])
-
-
-def process_alive(pid: int | None, started_ticks: int | None) -> bool:
-    """Whether `pid` is running and is the process that started at `started_ticks`."""
-    if pid is None:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    ticks = process_start_ticks(pid)
-    return started_ticks is None or ticks is None or ticks == started_ticks
 
 
 class SqliteMailbox:
@@ -163,6 +138,7 @@ class SqliteMailbox:
         self.host = socket.gethostname()
         self._lock = threading.RLock()
         self._connection: sqlite3.Connection | None = None
+        self._bells: dict[tuple[str, str], bytes] = {}
 
     # -- connection --------------------------------------------------------------------
 
@@ -365,39 +341,17 @@ class SqliteMailbox:
         hear it, a bad body, a sender over `max_per_minute` (the recipients are told once
         a minute that the sender is being held back).
         """
-        check_name(sender)
-        check_body(body)
-        if recipient != BROADCAST:
-            check_name(recipient)
-        if thread is not None and not thread.strip():
-            thread = None
-        message = Message(
-            id=new_ulid(),
-            team=team,
-            sender=sender,
-            recipient=recipient,
-            body=body,
-            created_at=utc_now(),
-            thread=thread,
+        message = new_message(
+            team=team, sender=sender, recipient=recipient, body=body, thread=thread
         )
 
-        def work(db: sqlite3.Connection) -> tuple[list[str], list[str]]:
+        def work(db: sqlite3.Connection) -> tuple[list[str], list[str], float | None]:
             names = self._names(db, team)
-            if recipient == BROADCAST:
-                recipients = [name for name in names if name != sender]
-                if not recipients:
-                    raise MessagingError(f"nobody else in team {team} to broadcast to")
-            elif recipient not in names:
-                raise UnknownRecipientError(recipient, team=team, known=names)
-            else:
-                recipients = [recipient]
+            recipients = recipients_for(message, names)
             if sender not in names:  # a human sending from a terminal gets a mailbox for replies
-                db.execute(
-                    "INSERT INTO agents (team, name, state, host, last_seen) VALUES (?, ?, ?, ?, ?)",
-                    (team, sender, "offline", self.host, message.created_at),
-                )
-            limited = self._over_rate(db, team, sender)
-            if limited is not None:
+                self._ensure_known(db, team, sender, message.created_at)
+            retry = self._over_rate(db, team, sender)
+            if retry is not None:
                 notified = [
                     name
                     for name in recipients
@@ -409,14 +363,13 @@ class SqliteMailbox:
                         f"relay holds its messages back for now. No need to answer each one.",
                     )
                 ]
-                return [], notified
+                return [], notified, retry
             self._insert(db, message, recipients)
-            return recipients, recipients
+            return recipients, recipients, None
 
-        recipients, to_ring = self._write(work)
+        recipients, to_ring, retry = self._write(work)
         self._ring_all(team, to_ring)
-        if not recipients:
-            retry = self._read(lambda db: self._over_rate(db, team, sender)) or 1.0
+        if retry is not None:
             raise RateLimitedError(sender, limit=self.max_per_minute, retry_after=retry)
         return message, recipients
 
@@ -426,21 +379,14 @@ class SqliteMailbox:
 
         def work(db: sqlite3.Connection) -> bool:
             row = db.execute("SELECT seq FROM messages WHERE id = ?", (message.id,)).fetchone()
-            if row is None:
-                self._insert(db, message, [])
-                row = db.execute("SELECT seq FROM messages WHERE id = ?", (message.id,)).fetchone()
+            seq = row[0] if row is not None else self._insert(db, message, [])
             new = False
             for name in recipients:
-                if self._agent_row(db, message.team, name) is None:
-                    db.execute(
-                        "INSERT INTO agents (team, name, state, host, last_seen)"
-                        " VALUES (?, ?, ?, ?, ?)",
-                        (message.team, name, "offline", self.host, message.created_at),
-                    )
+                self._ensure_known(db, message.team, name, message.created_at)
                 cursor = db.execute(
                     "INSERT OR IGNORE INTO deliveries (team, recipient, seq, state)"
                     " VALUES (?, ?, ?, 'queued')",
-                    (message.team, name, row[0]),
+                    (message.team, name, seq),
                 )
                 new = new or cursor.rowcount > 0
             return new
@@ -452,14 +398,18 @@ class SqliteMailbox:
 
     def record_sent(self, message: Message) -> None:
         """Keep a copy of a message sent through another transport, for `relay messages`."""
+        self.store_incoming(message, ())
 
-        def work(db: sqlite3.Connection) -> None:
-            if db.execute("SELECT 1 FROM messages WHERE id = ?", (message.id,)).fetchone() is None:
-                self._insert(db, message, [])
+    def _ensure_known(self, db: sqlite3.Connection, team: str, name: str, seen: str) -> None:
+        """Make `name` a known (offline) agent of the team unless it is one already."""
+        db.execute(
+            "INSERT OR IGNORE INTO agents (team, name, state, host, last_seen)"
+            " VALUES (?, ?, 'offline', ?, ?)",
+            (team, name, self.host, seen),
+        )
 
-        self._write(work)
-
-    def _insert(self, db: sqlite3.Connection, message: Message, recipients: Sequence[str]) -> None:
+    def _insert(self, db: sqlite3.Connection, message: Message, recipients: Sequence[str]) -> int:
+        """Store a message queued for `recipients`; its seq."""
         cursor = db.execute(
             "INSERT INTO messages (id, team, sender, recipient, thread, body, created_at)"
             " VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -477,6 +427,7 @@ class SqliteMailbox:
             "INSERT INTO deliveries (team, recipient, seq, state) VALUES (?, ?, ?, 'queued')",
             [(message.team, name, cursor.lastrowid) for name in recipients],
         )
+        return int(cursor.lastrowid or 0)
 
     def check_rate(self, team: str, sender: str) -> None:
         """RateLimitedError when `sender` has used up its messages for the minute."""
@@ -501,36 +452,28 @@ class SqliteMailbox:
 
     def _notice_once(self, db: sqlite3.Connection, team: str, to: str, body: str) -> bool:
         """Queue a notice from relay to `to`, unless the same one went out in the last minute."""
-        if to == SYSTEM_SENDER or self._agent_row(db, team, to) is None:
-            return False
         seen = db.execute(
             "SELECT 1 FROM messages WHERE team = ? AND sender = ? AND recipient = ? AND body = ?"
             " AND created_at >= ?",
             (team, SYSTEM_SENDER, to, body, utc_now(-RATE_WINDOW)),
         ).fetchone()
-        if seen is not None:
-            return False
-        self._notice(db, team, to, body)
-        return True
+        return seen is None and self._notice(db, team, to, body)
 
-    def _notice(self, db: sqlite3.Connection, team: str, to: str, body: str) -> None:
-        """Queue a notice from relay to `to` (a known agent)."""
+    def _notice(self, db: sqlite3.Connection, team: str, to: str, body: str) -> bool:
+        """Queue a notice from relay to `to`; False when `to` is not a known agent."""
         if to == SYSTEM_SENDER or self._agent_row(db, team, to) is None:
-            return
-        notice = Message(
-            id=new_ulid(),
-            team=team,
-            sender=SYSTEM_SENDER,
-            recipient=to,
-            body=body,
-            created_at=utc_now(),
-        )
+            return False
+        notice = new_message(team=team, sender=SYSTEM_SENDER, recipient=to, body=body)
         self._insert(db, notice, [to])
+        return True
 
     def ring(self, team: str, name: str) -> None:
         """Wake `name` if it is waiting for mail (no-op with the doorbell off)."""
         if self.doorbell:
-            ring(bell_address(self.path, team, name))
+            address = self._bells.get((team, name))
+            if address is None:  # resolving the path costs system calls: once per recipient
+                address = self._bells[(team, name)] = bell_address(self.path, team, name)
+            ring(address)
 
     def _ring_all(self, team: str, names: Sequence[str]) -> None:
         for name in names:
@@ -630,7 +573,7 @@ class SqliteMailbox:
                     db,
                     team,
                     row[1],
-                    f"Your message to {recipient} [{message_id[-8:].lower()}] was refused: "
+                    f"Your message to {recipient} [{short_id(message_id)}] was refused: "
                     f"{reason or 'a MessageReceived hook denied it'}.",
                 )
                 return str(row[1])
@@ -699,52 +642,17 @@ class SqliteMailbox:
 
         return self._read(work)
 
-    def iter_deliveries(self, *, team: str) -> Iterator[Delivery]:
-        """Every delivery of the team, in order (for tests and exports)."""
-        rows = self._read(
-            lambda db: db.execute(
-                f"SELECT {_DELIVERY_COLUMNS} FROM deliveries d JOIN messages m ON m.seq = d.seq"
-                " WHERE d.team = ? ORDER BY d.seq",
-                (team,),
-            ).fetchall()
-        )
-        return (_delivery(row) for row in rows)
-
 
 def _message(row: Sequence[Any]) -> Message:
-    return Message(
-        id=row[0],
-        team=row[1],
-        sender=row[2],
-        recipient=row[3],
-        thread=row[4],
-        body=row[5],
-        created_at=row[6],
-    )
+    return Message(**dict(zip(_MESSAGE_FIELDS, row, strict=True)))
 
 
 def _delivery(row: Sequence[Any]) -> Delivery:
+    split = len(_MESSAGE_FIELDS)
     return Delivery(
-        message=_message(row[:7]),
-        recipient=row[7],
-        state=row[8],
-        attempts=row[9],
-        handed_at=row[10],
-        acked_at=row[11],
-        evidence=row[12],
-        reason=row[13],
+        message=_message(row[:split]), **dict(zip(_DELIVERY_FIELDS, row[split:], strict=True))
     )
 
 
 def _agent(row: Sequence[Any]) -> Agent:
-    return Agent(
-        name=row[0],
-        team=row[1],
-        state=row[2],
-        host=row[3],
-        pid=row[4],
-        started_ticks=row[5],
-        cwd=row[6],
-        last_seen=row[7],
-        session_id=row[8],
-    )
+    return Agent(**dict(zip(_AGENT_FIELDS, row, strict=True)))

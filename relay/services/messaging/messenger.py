@@ -10,7 +10,7 @@ import anyio.to_thread
 from relay.config.discovery import SettingsSet, section_of
 from relay.config.model import MessagingConfig
 from relay.services.messaging.mailbox import SqliteMailbox
-from relay.services.messaging.model import BROADCAST, Agent, Message, MessagingError, check_name
+from relay.services.messaging.model import Agent, Message, MessagingError, check_name
 
 if TYPE_CHECKING:
     from relay.services.messaging.nats import NatsMessaging
@@ -71,6 +71,3 @@ class Messenger:
         if self.nats is None:
             return await anyio.to_thread.run_sync(self.mailbox.agents, self.team)
         return await self.nats.agents()
-
-
-__all__ = ["BROADCAST", "Messenger", "messaging_config"]

@@ -10,11 +10,14 @@ everywhere: in the mailbox, in the injector and as NATS's `Nats-Msg-Id`.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 import msgspec
 
 from relay.errors import RelayError
+from relay.services.messaging.ulid import new_ulid
 
 MAX_BODY_BYTES = 64 * 1024
 """A message body is UTF-8 of at most this many bytes."""
@@ -46,8 +49,52 @@ class Message(msgspec.Struct, kw_only=True, frozen=True):
 
     @property
     def short_id(self) -> str:
-        """The marker shown to agents: the id's last 8 characters (the random part)."""
-        return self.id[-8:].lower()
+        """The marker shown to agents (see `short_id`)."""
+        return short_id(self.id)
+
+
+def short_id(message_id: str) -> str:
+    """The marker shown to agents for a message id: its last 8 characters (random), lowercase."""
+    return message_id[-8:].lower()
+
+
+def utc_now(offset: float = 0.0) -> str:
+    """Now (plus `offset` seconds), ISO 8601 UTC with milliseconds and Z: sorts as text."""
+    moment = datetime.now(UTC) + timedelta(seconds=offset)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def new_message(
+    *, team: str, sender: str, recipient: str, body: str, thread: str | None = None
+) -> Message:
+    """A new message, checked (names, body); a blank thread is no thread. MessagingError if unusable."""
+    if sender != SYSTEM_SENDER:
+        check_name(sender)
+    if recipient != BROADCAST:
+        check_name(recipient)
+    check_body(body)
+    return Message(
+        id=new_ulid(),
+        team=team,
+        sender=sender,
+        recipient=recipient,
+        body=body,
+        created_at=utc_now(),
+        thread=thread if thread is not None and thread.strip() else None,
+    )
+
+
+def recipients_for(message: Message, known: Sequence[str]) -> list[str]:
+    """Who a message is queued for, among the team's `known` names: the recipient, or for
+    `*` everyone but the sender. An unknown recipient, or nobody to broadcast to, is an error."""
+    if message.recipient == BROADCAST:
+        recipients = [name for name in known if name != message.sender]
+        if not recipients:
+            raise MessagingError(f"nobody else in team {message.team} to broadcast to")
+        return recipients
+    if message.recipient not in known:
+        raise UnknownRecipientError(message.recipient, team=message.team, known=list(known))
+    return [message.recipient]
 
 
 class Delivery(msgspec.Struct, kw_only=True):
@@ -139,17 +186,16 @@ def check_name(name: str, *, what: str = "agent name") -> str:
 
 def check_body(body: str) -> str:
     """`body` if it is a sendable message body; else a MessagingError saying why."""
-    size = len(body.encode("utf-8", "surrogatepass"))
-    if size > MAX_BODY_BYTES:
-        raise MessagingError(
-            f"message body is {size} bytes; the limit is {MAX_BODY_BYTES} (64 KiB)"
-        )
     try:
-        body.encode("utf-8")
+        size = len(body.encode("utf-8"))
     except UnicodeEncodeError as exc:
         raise MessagingError(
             f"message body is not valid UTF-8 (at character {exc.start})"
         ) from None
+    if size > MAX_BODY_BYTES:
+        raise MessagingError(
+            f"message body is {size} bytes; the limit is {MAX_BODY_BYTES} (64 KiB)"
+        )
     if not body.strip():
         raise MessagingError("message body is empty")
     return body

@@ -48,17 +48,15 @@ from nats.js import api as js_api
 from nats.js.kv import KeyValue
 
 from relay.config.model import NatsConfig
-from relay.services.messaging.mailbox import utc_now
 from relay.services.messaging.model import (
     BROADCAST,
     Agent,
     Message,
     MessagingError,
-    UnknownRecipientError,
-    check_body,
     check_name,
+    new_message,
+    recipients_for,
 )
-from relay.services.messaging.ulid import new_ulid
 
 __all__ = [
     "DUPLICATE_WINDOW",
@@ -297,6 +295,12 @@ class _Puller:
                     headers = msg.headers or {}
                     self.refused = f"{status} {headers.get('Description', '')}".strip()
         return messages
+
+
+def _filters(info: js_api.ConsumerInfo) -> list[str]:
+    """A consumer's filter subjects as the server reports them (one field or the other)."""
+    filters = [info.config.filter_subject] if info.config.filter_subject else []
+    return filters + list(info.config.filter_subjects or [])
 
 
 def _stream_sequence(msg: Msg) -> int:
@@ -586,8 +590,7 @@ class NatsMessaging:
                     )
                 except MessagingError:
                     raise exc from None
-            filters = [info.config.filter_subject] if info.config.filter_subject else []
-            filters += info.config.filter_subjects or []
+            filters = _filters(info)
             if filters != [subject]:
                 raise self._error(
                     f"{what}: the server reports filter {filters or 'none'}, not [{subject!r}]; "
@@ -611,8 +614,7 @@ class NatsMessaging:
             f"$JS.API.CONSUMER.INFO.{self.stream}.{consumer}",
             lambda: js.consumer_info(self.stream, consumer),
         )
-        filters = [info.config.filter_subject] if info.config.filter_subject else []
-        return filters + list(info.config.filter_subjects or [])
+        return _filters(info)
 
     async def _consumers(self) -> list[js_api.ConsumerInfo]:
         js = self.js
@@ -628,13 +630,18 @@ class NatsMessaging:
             if len(page) < 256:  # the server's page size
                 return infos
 
-    async def known_agents(self) -> list[str]:
-        """Every agent the team has known (each has a mailbox consumer), sorted."""
-        return sorted(
-            info.name.removeprefix("agent_")
+    async def _mailbox_consumers(self) -> dict[str, js_api.ConsumerInfo]:
+        """The team's agents (each has a mailbox consumer), by name."""
+        prefix = mailbox_consumer("")
+        return {
+            info.name.removeprefix(prefix): info
             for info in await self._consumers()
-            if info.name.startswith("agent_")
-        )
+            if info.name.startswith(prefix)
+        }
+
+    async def known_agents(self) -> list[str]:
+        """Every agent the team has known, sorted."""
+        return sorted(await self._mailbox_consumers())
 
     # -- sending -----------------------------------------------------------------------
 
@@ -689,29 +696,10 @@ class NatsMessaging:
     ) -> tuple[Message, list[str]]:
         """Send a message to a known agent or everyone (`*`); keep a copy in `sent`;
         return it and who it is for."""
-        check_name(sender)
-        check_body(body)
-        if thread is not None and not thread.strip():
-            thread = None
-        known = await self.known_agents()
-        if recipient == BROADCAST:
-            recipients = [name for name in known if name != sender]
-            if not recipients:
-                raise MessagingError(f"nobody else in team {self.team} to broadcast to")
-        else:
-            check_name(recipient)
-            if recipient not in known:
-                raise UnknownRecipientError(recipient, team=self.team, known=known)
-            recipients = [recipient]
-        message = Message(
-            id=new_ulid(),
-            team=self.team,
-            sender=sender,
-            recipient=recipient,
-            body=body,
-            created_at=utc_now(),
-            thread=thread,
+        message = new_message(
+            team=self.team, sender=sender, recipient=recipient, body=body, thread=thread
         )
+        recipients = recipients_for(message, await self.known_agents())
         await self.publish(message)
         await anyio.to_thread.run_sync(sent.record_sent, message)
         return message, recipients
@@ -906,11 +894,7 @@ class NatsMessaging:
     async def agents(self) -> list[Agent]:
         """Every agent the team has known, with presence: one with no live entry is offline."""
         entries = await self._presence_entries()
-        consumers = {
-            info.name.removeprefix("agent_"): info
-            for info in await self._consumers()
-            if info.name.startswith("agent_")
-        }
+        consumers = await self._mailbox_consumers()
         agents = dict(entries)
         for name, info in consumers.items():
             if name in agents:
