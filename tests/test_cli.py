@@ -76,6 +76,7 @@ def test_hooks_run_prints_the_merged_result(project: Path, relay_home: Path) -> 
         "hooks",
         "errors",
         "warnings",
+        "untrusted",
         "duration_ms",
     }
     assert (out["hook_event_name"], out["decision"], out["reason"], out["continue"]) == (

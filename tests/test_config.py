@@ -649,13 +649,27 @@ def test_warnings_of_every_file_are_gathered_in_order(project: Path, relay_home:
     ]
 
 
-def test_a_bad_file_in_the_set_names_that_file(project: Path, relay_home: Path) -> None:
-    write(relay_home / "settings.json", {})
+def test_a_bad_project_file_is_set_aside_and_named(project: Path, relay_home: Path) -> None:
+    user = write(
+        relay_home / "settings.json", {"hooks": {"BeforeTool": [{"hooks": [{"command": "g"}]}]}}
+    )
     bad = write(project / ".relay" / "settings.local.json", '{"hooks": {"BeforeTool": [}}')
+    loaded = load_settings(project)
+    # A cloned repository cannot switch off the user's hooks by breaking its own file.
+    assert [item.file for item in loaded.files] == [str(user)]
+    (broken,) = loaded.broken
+    assert (broken.file, broken.scope) == (str(bad), "project-local")
+    assert (broken.error.line, broken.error.column) == (1, 27)
+    assert broken.mentions("BeforeTool") and not broken.mentions("AfterTool")
+
+
+def test_a_bad_user_file_raises_unless_isolated(project: Path, relay_home: Path) -> None:
+    bad = write(relay_home / "settings.json", '{"hooks": ')
     with pytest.raises(SettingsError) as caught:
         load_settings(project)
     assert caught.value.file == str(bad)
-    assert (caught.value.line, caught.value.column) == (1, 27)
+    isolated = load_settings(project, isolate={"system", "user", "settings", "project"})
+    assert [(item.file, item.scope) for item in isolated.broken] == [(str(bad), "user")]
 
 
 def test_relay_settings_variable_adds_files_before_settings_options(

@@ -9,6 +9,7 @@ import resource
 import shutil
 import signal
 import sys
+import threading
 import time
 import tracemalloc
 from collections.abc import Iterator
@@ -20,7 +21,13 @@ import pytest
 
 from relay.engine import runner
 from relay.engine.command import Launch, prepare_launch
-from relay.engine.runner import ProcessResult, install_child_watcher, run_process
+from relay.engine.runner import (
+    ProcessResult,
+    ProcessSpec,
+    install_child_watcher,
+    run_process,
+    run_processes,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -51,7 +58,35 @@ def script_hook(script: str, *args: str) -> Launch:
     return Launch(argv=(str(RESOURCES / script), *args), mode="exec")
 
 
+DRIVERS = ("asyncio", "poll")
+_driver = ["asyncio"]
+
+
+@pytest.fixture(autouse=True, params=DRIVERS)
+def driver(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Every test runs with both drivers: inside an asyncio loop, and the synchronous poll loop."""
+    _driver[0] = request.param
+    yield request.param
+    _driver[0] = "asyncio"
+
+
 async def run(
+    launch: Launch,
+    env: dict[str, str],
+    *,
+    stdin: bytes = b"{}",
+    cwd: str | None = None,
+    timeout: float = 10,
+    **options: Any,
+) -> ProcessResult:
+    if _driver[0] == "asyncio":
+        return await run_async(launch, env, stdin=stdin, cwd=cwd, timeout=timeout, **options)
+    spec = ProcessSpec(launch=launch, stdin=stdin, env=env, cwd=cwd, timeout=timeout, **options)
+    (result,) = await anyio.to_thread.run_sync(run_processes, [spec])
+    return result
+
+
+async def run_async(
     launch: Launch,
     env: dict[str, str],
     *,
@@ -400,7 +435,7 @@ async def test_cancellation_kills_the_process_group(env: dict[str, str], pid_fil
     launch = script_hook("fork_and_wait.sh", str(pid_file))
     with anyio.move_on_after(5) as timeout_scope:
         async with anyio.create_task_group() as group:
-            group.start_soon(run, launch, env)
+            group.start_soon(run_async, launch, env)
             while not pid_file.exists() or len(pid_file.read_text().split()) < 2:
                 await anyio.sleep(0.01)
             group.cancel_scope.cancel()
@@ -409,6 +444,66 @@ async def test_cancellation_kills_the_process_group(env: dict[str, str], pid_fil
     assert gone([hook_pid, child_pid])
     with pytest.raises(ChildProcessError):
         os.waitpid(hook_pid, os.WNOHANG)  # reaped, not left a zombie
+
+
+def test_poll_driver_runs_hooks_in_parallel_in_order_within_the_limit(
+    env: dict[str, str], driver: str
+) -> None:
+    if driver != "poll":
+        pytest.skip("the poll driver's own fan-out")
+    specs = [
+        ProcessSpec(
+            launch=prepare_launch(f"sleep 0.2; echo {index}", None, {}),
+            stdin=b"",
+            env=env,
+            cwd=None,
+            timeout=10,
+        )
+        for index in range(8)
+    ]
+    started = time.monotonic()
+    results = run_processes(specs, max_parallel=4)
+    elapsed = time.monotonic() - started
+    assert [result.stdout for result in results] == [f"{i}\n".encode() for i in range(8)]
+    assert 0.4 <= elapsed < 1.5  # two rounds of four: not one round of eight, nor eight rounds
+
+
+def test_poll_driver_kills_the_group_when_interrupted(
+    env: dict[str, str], pid_file: Path, driver: str
+) -> None:
+    if driver != "poll":
+        pytest.skip("the poll driver's own clean-up")
+    spec = ProcessSpec(
+        launch=script_hook("fork_and_wait.sh", str(pid_file)),
+        stdin=b"",
+        env=env,
+        cwd=None,
+        timeout=30,
+    )
+
+    def interrupt_once_started(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    def interrupt_when_both_run() -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if pid_file.exists() and len(pid_file.read_text().split()) >= 2:
+                break
+            time.sleep(0.01)
+        signal.pthread_kill(main, signal.SIGALRM)
+
+    main = threading.main_thread().ident
+    assert main is not None
+    previous = signal.signal(signal.SIGALRM, interrupt_once_started)
+    watcher = threading.Thread(target=interrupt_when_both_run)
+    watcher.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_processes([spec])
+    finally:
+        watcher.join()
+        signal.signal(signal.SIGALRM, previous)
+    assert gone(read_pids(pid_file))
 
 
 async def test_without_pidfd_a_thread_watches_the_exit(
@@ -433,7 +528,7 @@ async def test_no_file_descriptor_is_leaked(env: dict[str, str], pid_file: Path)
     await run(script_hook("background_child.sh", str(pid_file)), env, exit_drain=0.1)
     await run(script_hook("fork_and_wait.sh", str(pid_file)), env, timeout=0.1)
     with anyio.move_on_after(0.1):
-        await run(script_hook("fork_and_wait.sh", str(pid_file)), env)
+        await run_async(script_hook("fork_and_wait.sh", str(pid_file)), env)
     assert open_fds() == before
 
 

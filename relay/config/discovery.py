@@ -3,16 +3,31 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
 import msgspec
 
-from relay.config.loader import load_settings_file
+from relay.config.filecache import FileCache
+from relay.config.loader import SettingsReport, check_settings, load_settings_file
 from relay.config.model import TRUST_REQUIRED, ConfigWarning, LoadedSettings, Scope
 from relay.config.paths import PROJECT_DIR_NAME, find_project_root, relay_home, system_settings_path
 from relay.errors import SettingsError
+
+
+class BrokenSettings(msgspec.Struct, kw_only=True):
+    """A settings file that exists but cannot be used: none of its hooks run."""
+
+    file: str
+    scope: Scope
+    error: SettingsError
+    text: bytes = b""
+    """Its bytes, when readable: to tell which events it meant to hook (see `mentions`)."""
+
+    def mentions(self, *names: str) -> bool:
+        """Whether the file's text names any of these events (it probably hooked them)."""
+        return any(f'"{name}"'.encode() in self.text for name in names)
 
 
 class SettingsSet(msgspec.Struct, kw_only=True):
@@ -22,6 +37,8 @@ class SettingsSet(msgspec.Struct, kw_only=True):
     """The project root (nearest ancestor with `.relay/` or `.git`), if any."""
     files: list[LoadedSettings]
     """System, user, --settings files in the order given, project, project-local."""
+    broken: list[BrokenSettings] = msgspec.field(default_factory=list)
+    """Files that could not be used (see `load_settings`): their hooks do not run."""
 
     @property
     def warnings(self) -> list[ConfigWarning]:
@@ -35,48 +52,124 @@ SETTINGS_VARIABLE = "RELAY_SETTINGS"
 """Extra settings files (os.pathsep-separated), as if given with --settings first. `relay
 run` sets it for the agent, so hooks the wrapped agent runs see the session's settings."""
 
+SettingsCache = FileCache[SettingsReport]
+"""Parsed settings files kept between calls (the server's), re-validated by a stat."""
 
-def settings_from_environment() -> list[Path]:
+
+def settings_cache() -> SettingsCache:
+    """An empty cache of parsed settings files."""
+    return FileCache(lambda path, data: check_settings(data, file=str(path), scope="user"))
+
+
+def settings_from_environment(env: Mapping[str, str] | None = None) -> list[Path]:
     """The files named by $RELAY_SETTINGS."""
-    value = os.environ.get(SETTINGS_VARIABLE, "")
+    value = (os.environ if env is None else env).get(SETTINGS_VARIABLE, "")
     return [Path(part) for part in value.split(os.pathsep) if part]
 
 
-def discover(cwd: Path | None = None, extra: Sequence[Path] = ()) -> list[tuple[Path, Scope]]:
-    """The settings files that exist for `cwd`, with their scopes, in merge order."""
+def discover(
+    cwd: Path | None = None, extra: Sequence[Path] = (), *, env: Mapping[str, str] | None = None
+) -> list[tuple[Path, Scope]]:
+    """The settings files that exist for `cwd`, with their scopes, in merge order; raise
+    SettingsError for a named file that is missing or a folder that cannot be searched."""
+    found: list[tuple[Path, Scope]] = []
+    for path, scope, error in _candidates(cwd, extra, env)[1]:
+        if error is not None:
+            raise error
+        found.append((path, scope))
+    return found
+
+
+def load_settings(
+    cwd: Path | None = None,
+    extra: Sequence[Path] = (),
+    *,
+    env: Mapping[str, str] | None = None,
+    cache: SettingsCache | None = None,
+    isolate: Collection[str] = TRUST_REQUIRED,
+) -> SettingsSet:
+    """Discover and load every settings file for `cwd`.
+
+    A file of a scope in `isolate` that cannot be used is set aside in `broken` (its
+    hooks do not run; the others do): by default the project's files, because a cloned
+    repository must never switch off the user's own hooks (DESIGN §5). Any other bad file
+    raises SettingsError; hosts' calls isolate every scope and report instead.
+    """
+    start = Path(os.getcwd()) if cwd is None else cwd
+    files: list[LoadedSettings] = []
+    broken: list[BrokenSettings] = []
+    root, candidates = _candidates(start, extra, env)
+    for path, scope, error in candidates:
+        try:
+            if error is not None:
+                raise error
+            files.append(_load(path, scope, cache))
+        except SettingsError as exc:
+            if scope not in isolate:
+                raise
+            broken.append(BrokenSettings(file=str(path), scope=scope, error=exc, text=_peek(path)))
+    return SettingsSet(root=root, files=files, broken=broken)
+
+
+def _load(path: Path, scope: Scope, cache: SettingsCache | None) -> LoadedSettings:
+    if cache is None:
+        return load_settings_file(path, scope)
+    try:
+        report = cache.get(path)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise SettingsError(f"cannot read settings file: {reason}", file=str(path)) from None
+    if report.settings is None:
+        raise report.errors[0]
+    return LoadedSettings(
+        file=str(path), scope=scope, settings=report.settings, warnings=report.warnings
+    )
+
+
+def _peek(path: Path) -> bytes:
+    try:
+        with path.open("rb") as stream:
+            return stream.read(1 << 20)
+    except OSError:
+        return b""
+
+
+def _candidates(
+    cwd: Path | None, extra: Sequence[Path], env: Mapping[str, str] | None
+) -> tuple[Path | None, list[tuple[Path, Scope, SettingsError | None]]]:
+    """The project root, and the settings files for `cwd` in merge order, each with the
+    error that makes it unusable before it is even read (a named file missing, a folder we
+    may not search)."""
     start = Path(os.getcwd()) if cwd is None else cwd
     candidates: list[tuple[Path, Scope]] = [
-        (system_settings_path(), "system"),
-        (relay_home() / "settings.json", "user"),
+        (system_settings_path(env), "system"),
+        (relay_home(env) / "settings.json", "user"),
     ]
-    for path in [*settings_from_environment(), *extra]:
-        # Named on the command line: a missing file is a mistake, not an absent layer.
-        if not _is_file(path.expanduser(), named=True):
-            raise SettingsError("not a file", file=str(path))
-        candidates.append((path.expanduser().absolute(), "settings"))
+    named: list[tuple[Path, Scope]] = []
+    for path in [*settings_from_environment(env), *extra]:
+        named.append((path.expanduser().absolute(), "settings"))
     root = find_project_root(start)
+    project: list[tuple[Path, Scope]] = []
     if root is not None:
-        candidates.append((root / PROJECT_DIR_NAME / "settings.json", "project"))
-        candidates.append((root / PROJECT_DIR_NAME / "settings.local.json", "project-local"))
-    found: list[tuple[Path, Scope]] = []
+        project.append((root / PROJECT_DIR_NAME / "settings.json", "project"))
+        project.append((root / PROJECT_DIR_NAME / "settings.local.json", "project-local"))
+    found: list[tuple[Path, Scope, SettingsError | None]] = []
     seen: set[Path] = set()
-    for path, scope in candidates:
-        if not _is_file(path):
+    for path, scope in [*candidates, *named, *project]:
+        try:
+            # Named on the command line: a missing file is a mistake, not an absent layer.
+            if not _is_file(path, named=scope == "settings"):
+                continue
+        except SettingsError as exc:
+            found.append((path, scope, exc))
             continue
         # The same file reached twice (RELAY_HOME inside a project, a --settings that is the
         # user file) is loaded once, at its first, most trusted, place.
         real = path.resolve()
         if real not in seen:
             seen.add(real)
-            found.append((path, scope))
-    return found
-
-
-def load_settings(cwd: Path | None = None, extra: Sequence[Path] = ()) -> SettingsSet:
-    """Discover and load every settings file for `cwd`; raise SettingsError on the first bad one."""
-    start = Path(os.getcwd()) if cwd is None else cwd
-    files = [load_settings_file(path, scope) for path, scope in discover(start, extra)]
-    return SettingsSet(root=find_project_root(start), files=files)
+            found.append((path, scope, None))
+    return root, found
 
 
 def _is_file(path: Path, *, named: bool = False) -> bool:
@@ -84,6 +177,8 @@ def _is_file(path: Path, *, named: bool = False) -> bool:
     try:
         if named and not path.exists():
             raise SettingsError("settings file not found", file=str(path))
+        if named and not path.is_file():
+            raise SettingsError("not a file", file=str(path))
         return path.is_file()
     except OSError as exc:  # e.g. PermissionError on a folder on the way
         raise SettingsError(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 APP_NAME = "agent-relay"
@@ -10,34 +12,53 @@ DEFAULT_SYSTEM_SETTINGS = Path("/etc/agent-relay/settings.json")
 PROJECT_DIR_NAME = ".relay"
 
 
-def relay_home() -> Path:
-    """The user config folder: $RELAY_HOME, else the platform user config dir."""
-    home = os.environ.get("RELAY_HOME")
+def relay_home(env: Mapping[str, str] | None = None) -> Path:
+    """The user config folder: $RELAY_HOME, else the platform user config dir.
+
+    `env` is the environment to read (default: this process's); the server answers for
+    clients whose environment it is given.
+    """
+    env = os.environ if env is None else env
+    home = env.get("RELAY_HOME")
     if home:
-        return Path(home).expanduser()
-    import platformdirs  # only when RELAY_HOME is unset: start-up time of `relay hooks run`
-
-    return Path(platformdirs.user_config_dir(APP_NAME))
+        return _expand_user(home, env)
+    return Path(_platform_dir("user_config_dir", "XDG_CONFIG_HOME", ".config", env))
 
 
-def state_dir() -> Path:
+def state_dir(env: Mapping[str, str] | None = None) -> Path:
     """The folder for relay's state (trust store, databases). Not created here: the code
     that writes there creates it, so reading state never fails on an unusable folder."""
-    home = os.environ.get("RELAY_HOME")
+    env = os.environ if env is None else env
+    home = env.get("RELAY_HOME")
     # RELAY_HOME relocates all state too, so tests and sandboxes touch nothing else.
     if home:
-        state = Path(home).expanduser() / "state"
-    else:
-        import platformdirs
-
-        state = Path(platformdirs.user_state_dir(APP_NAME))
-    return state
+        return _expand_user(home, env) / "state"
+    return Path(_platform_dir("user_state_dir", "XDG_STATE_HOME", ".local/state", env))
 
 
-def system_settings_path() -> Path:
+def system_settings_path(env: Mapping[str, str] | None = None) -> Path:
     """The system settings file: $RELAY_SYSTEM_SETTINGS, else /etc/agent-relay/settings.json."""
-    path = os.environ.get("RELAY_SYSTEM_SETTINGS")
-    return Path(path).expanduser() if path else DEFAULT_SYSTEM_SETTINGS
+    env = os.environ if env is None else env
+    path = env.get("RELAY_SYSTEM_SETTINGS")
+    return _expand_user(path, env) if path else DEFAULT_SYSTEM_SETTINGS
+
+
+def _expand_user(path: str, env: Mapping[str, str]) -> Path:
+    if path.startswith("~") and env is not os.environ and env.get("HOME"):
+        return Path(env["HOME"] + path[1:])
+    return Path(path).expanduser()
+
+
+def _platform_dir(function: str, variable: str, fallback: str, env: Mapping[str, str]) -> str:
+    """platformdirs' answer for this process, or its Linux rule applied to another environment."""
+    if env is os.environ or sys.platform != "linux":
+        import platformdirs  # only when RELAY_HOME is unset: start-up time of `relay hooks run`
+
+        return str(getattr(platformdirs, function)(APP_NAME))
+    base = env.get(variable, "").strip()
+    if not base or not os.path.isabs(base):
+        base = os.path.join(env.get("HOME") or os.path.expanduser("~"), fallback)
+    return os.path.join(base, APP_NAME)
 
 
 def find_project_root(start: Path) -> Path | None:

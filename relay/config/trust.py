@@ -13,6 +13,7 @@ from pathlib import Path
 
 import msgspec
 
+from relay.config.filecache import FileCache
 from relay.config.model import HookEntry, LoadedSettings
 from relay.config.paths import state_dir
 from relay.errors import RelayError
@@ -32,7 +33,24 @@ class TrustStoreError(RelayError):
         super().__init__(f"{file}: {message}")
 
 
-def fingerprint(event: str, matcher: str | None, entry: HookEntry, root: Path) -> str:
+DigestCache = FileCache[str]
+"""sha256 of scripts kept between calls (the server's), re-validated by a stat."""
+
+
+def digest_cache() -> DigestCache:
+    """An empty cache of file digests."""
+    import hashlib
+
+    return FileCache(lambda path, data: hashlib.sha256(data).hexdigest())
+
+
+def fingerprint(
+    event: str,
+    matcher: str | None,
+    entry: HookEntry,
+    root: Path,
+    digests: DigestCache | None = None,
+) -> str:
     """A sha256 over what a hook runs, including the content of its scripts inside `root`."""
     identity = {
         "event": event,
@@ -42,14 +60,16 @@ def fingerprint(event: str, matcher: str | None, entry: HookEntry, root: Path) -
         "env": entry.env,
         "cwd": entry.cwd,
         # A changed script must be trusted again, even when the command line is the same.
-        "scripts": project_scripts(entry, root),
+        "scripts": project_scripts(entry, root, digests),
     }
     import hashlib  # imported where used: most runs have no project hook to fingerprint
 
     return hashlib.sha256(msgspec.json.encode(identity, order="sorted")).hexdigest()
 
 
-def project_scripts(entry: HookEntry, root: Path) -> dict[str, str]:
+def project_scripts(
+    entry: HookEntry, root: Path, digests: DigestCache | None = None
+) -> dict[str, str]:
     """The files inside `root` that the hook's command names: path relative to root -> sha256."""
     root = Path(os.path.abspath(root))
     real_root = root.resolve()
@@ -60,7 +80,7 @@ def project_scripts(entry: HookEntry, root: Path) -> dict[str, str]:
         for candidate in [path] if path.is_absolute() else [base / path for base in bases]:
             name = _name_inside(candidate, root, real_root)
             if name is not None and _is_file(candidate):
-                scripts[name] = _content_hash(candidate)
+                scripts[name] = _content_hash(candidate, digests)
                 break
     return scripts
 
@@ -277,8 +297,10 @@ def _is_file(path: Path) -> bool:
         return False
 
 
-def _content_hash(path: Path) -> str:
+def _content_hash(path: Path, digests: DigestCache | None = None) -> str:
     try:
+        if digests is not None:
+            return digests.get(path)
         with path.open("rb") as stream:
             import hashlib
 

@@ -1,25 +1,19 @@
-"""Running a plan's hooks: processes through the runner, Python hooks in-process.
+"""Running a plan's command hooks: from a registered hook and an event to a process spec,
+from the finished process to an outcome, and the synchronous run of a whole plan.
 
-HookSystem imports this module only when a hook has to run: it brings in anyio's core,
-asyncio and the runner, which an event with no hook to run must not pay for at start-up
-(`relay hooks run` with no hooks, DESIGN §10).
+No event loop here: `relay hooks run` and `relay serve` run plans through the runner's
+poll driver on their own thread, and import neither asyncio nor anyio (a host pays for
+every import on every event, DESIGN §10). Plans with Python hooks, and callers inside an
+event loop, use relay.engine.async_execution, which shares everything below.
 """
 
 from __future__ import annotations
 
-import contextlib
-import inspect
 import os
 import signal
-import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
-import anyio
-import anyio.from_thread
-import anyio.lowlevel
 import msgspec
 
 from relay.engine.aggregator import (
@@ -31,16 +25,23 @@ from relay.engine.aggregator import (
 )
 from relay.engine.command import PROJECT_VARS, Launch, prepare_launch, substitute_project_vars
 from relay.engine.registry import RegisteredHook
-from relay.engine.runner import ProcessResult, run_process
+from relay.engine.runner import ProcessResult, ProcessSpec, run_processes
 from relay.engine.telemetry import debug, debug_enabled
 from relay.engine.trace import HookTrace
-from relay.protocol.answers import Answer, answer_from_value, first_lines, parse_answer
+from relay.protocol.answers import Answer, first_lines, parse_answer
 from relay.protocol.codec import EventEnvelope
-from relay.protocol.dialects import matcher_field, wire_name
+from relay.protocol.dialects import matcher_field
 from relay.protocol.output import HookReport
 
 Traces = dict[int, HookTrace]
 """Traces of one run, by id() of the RegisteredHook."""
+
+
+class Prepared(msgspec.Struct, kw_only=True):
+    """A command hook ready to start: its process spec, and what a trace shows of it."""
+
+    hook: RegisteredHook
+    spec: ProcessSpec
 
 
 class Executor:
@@ -54,100 +55,71 @@ class Executor:
         self.environ = dict(environ)
         self.project_vars = dict.fromkeys(PROJECT_VARS, self.project_dir)
         self._launches: dict[int, Launch] = {}
-        self._limiter: anyio.CapacityLimiter | None = None
 
-    async def run(
+    # ---- the synchronous run
+
+    def run_sync(
         self,
         envelope: EventEnvelope,
         hooks: list[RegisteredHook],
         sequential: bool,
         traces: Traces | None = None,
     ) -> tuple[list[HookOutcome], list[str]]:
-        """Run the hooks (in plan order, parallel or one at a time); outcomes and warnings.
-
-        With `traces`, each hook's full run is recorded there under id(hook).
-        """
+        """Run command hooks on this thread (parallel or one at a time); outcomes and warnings."""
         warnings: list[str] = []
-        if sequential:
-            return await self._run_sequential(envelope, hooks, warnings, traces), warnings
-        return await self._run_parallel(envelope, hooks, traces), warnings
-
-    async def _run_parallel(
-        self, envelope: EventEnvelope, hooks: list[RegisteredHook], traces: Traces | None
-    ) -> list[HookOutcome]:
-        if len(hooks) == 1:
-            return [await self._run_hook(hooks[0], envelope, {}, traces)]
-        if self._limiter is None:
-            self._limiter = anyio.CapacityLimiter(self.max_parallel)
-        limiter = self._limiter
-        outcomes: list[HookOutcome | None] = [None] * len(hooks)
-        wire: dict[str, bytes] = {}
-
-        async def run(index: int, hook: RegisteredHook) -> None:
-            async with limiter:
-                outcomes[index] = await self._run_hook(hook, envelope, wire, traces)
-
-        async with anyio.create_task_group() as group:
-            for index, hook in enumerate(hooks):
-                group.start_soon(run, index, hook)
-        return [outcome for outcome in outcomes if outcome is not None]
-
-    async def _run_sequential(
-        self,
-        envelope: EventEnvelope,
-        hooks: list[RegisteredHook],
-        warnings: list[str],
-        traces: Traces | None,
-    ) -> list[HookOutcome]:
-        outcomes: list[HookOutcome] = []
+        if not sequential:
+            wire: dict[str, bytes] = {}
+            prepared = [self.prepare(hook, envelope, wire) for hook in hooks]
+            processes = run_processes(
+                [item.spec for item in prepared], max_parallel=self.max_parallel
+            )
+            outcomes = [
+                self.outcome(item, envelope, process, traces)
+                for item, process in zip(prepared, processes, strict=True)
+            ]
+            return outcomes, warnings
+        outcomes = []
         current = envelope
         for index, hook in enumerate(hooks):
-            outcome = await self._run_hook(hook, current, {}, traces)
+            item = self.prepare(hook, current, {})
+            (process,) = run_processes([item.spec])
+            outcome = self.outcome(item, current, process, traces)
             outcomes.append(outcome)
-            answer = outcome.answer
-            if answer.stop and answer.error is None:
-                for skipped in hooks[index + 1 :]:
-                    warnings.append(
-                        f"hook {skipped.name} not started: {hook.name} stopped the chain"
-                    )
+            following = next_in_sequence(current, outcome, hooks, index, warnings)
+            if following is None:
                 break
-            tool_input = getattr(current.event, "tool_input", None)
-            if (
-                current.name in TOOL_INPUT_EVENTS
-                and tool_input is not None
-                and answer.tool_input is not None
-            ):
-                # Each later hook sees the input as rewritten so far.
-                rewritten = apply_tool_input(tool_input, answer)
-                current = EventEnvelope(
-                    event=msgspec.structs.replace(current.event, tool_input=rewritten),
-                    extra=current.extra,
-                )
-        return outcomes
+            current = following
+        return outcomes, warnings
 
-    async def _run_hook(
-        self,
-        hook: RegisteredHook,
-        envelope: EventEnvelope,
-        wire: dict[str, bytes],
-        traces: Traces | None,
-    ) -> HookOutcome:
-        if hook.handler is not None:
-            return await self._run_python(hook, envelope, traces)
+    # ---- one command hook
+
+    def prepare(
+        self, hook: RegisteredHook, envelope: EventEnvelope, wire: dict[str, bytes]
+    ) -> Prepared:
+        """The process spec of a command hook for this event (`wire` caches the encoded event)."""
         assert hook.entry is not None
         stdin = wire.get(hook.dialect)
         if stdin is None:
             stdin = wire[hook.dialect] = envelope.to_wire(hook.dialect)
-        project_dir = self.project_dir
-        cwd = self._hook_cwd(hook, project_dir)
-        process = await run_process(
-            self._launch(hook, project_dir),
+        spec = ProcessSpec(
+            launch=self._launch(hook),
             stdin=stdin,
-            env=self._environment(hook, envelope, project_dir),
-            cwd=cwd,
+            env=self._environment(hook, envelope),
+            cwd=self._hook_cwd(hook),
             timeout=hook.timeout,
             kill_signal=signal.Signals[hook.entry.signal],
         )
+        return Prepared(hook=hook, spec=spec)
+
+    def outcome(
+        self,
+        prepared: Prepared,
+        envelope: EventEnvelope,
+        process: ProcessResult,
+        traces: Traces | None,
+    ) -> HookOutcome:
+        """What a finished hook process means: its answer, report and (optionally) trace."""
+        hook = prepared.hook
         try:
             answer = _answer_from_process(hook, envelope, process)
         except Exception as exc:  # one hook's odd output never breaks the event
@@ -172,76 +144,20 @@ class Executor:
             warnings=answer.warnings,
         )
         if traces is not None:
-            traces[id(hook)] = _trace(
+            traces[id(hook)] = make_trace(
                 hook,
                 envelope,
                 report,
                 mode=process.launch.mode,
                 argv=list(process.launch.argv),
-                cwd=cwd,
-                stdin=stdin,
+                cwd=prepared.spec.cwd,
+                stdin=prepared.spec.stdin,
                 stdout=process.stdout,
                 stderr=process.stderr,
             )
         return HookOutcome(report=report, answer=answer, fail_closed=hook.fail_closed)
 
-    async def _run_python(
-        self, hook: RegisteredHook, envelope: EventEnvelope, traces: Traces | None
-    ) -> HookOutcome:
-        handler = hook.handler
-        assert handler is not None
-        started = time.perf_counter()
-        timed_out = False
-        event = envelope.event
-        if hook.dialect != "relay":
-            # Like a settings hook, a handler registered under a Claude name sees Claude's name.
-            event = msgspec.structs.replace(
-                event, hook_event_name=wire_name(envelope.name, hook.dialect)
-            )
-        value: object = None
-        try:
-            with anyio.fail_after(hook.timeout):
-                if inspect.iscoroutinefunction(handler):
-                    value = await handler(event)
-                else:
-                    value = await _in_daemon_thread(handler, event)
-                    if inspect.isawaitable(value):
-                        value = await value
-            answer = answer_from_value(
-                envelope.name, value, dialect=hook.dialect, pass_through=envelope.pass_through
-            )
-        except TimeoutError:
-            timed_out = True
-            answer = Answer(error=f"timed out after {hook.timeout:g}s")
-        except Exception as exc:  # a Python hook's failure is data, like a process's
-            answer = Answer(error=f"python hook raised {type(exc).__name__}: {exc}")
-        report = HookReport(
-            name=hook.name,
-            source=hook.source,
-            command=hook.command,
-            exit_code=None,
-            timed_out=timed_out,
-            duration_ms=round((time.perf_counter() - started) * 1000, 3),
-            output=cap_output(answer.output),
-            error=cap_text(answer.error),
-            warnings=answer.warnings,
-        )
-        if traces is not None:
-            returned = b"" if value is None or answer.error else _encode_returned(value)
-            traces[id(hook)] = _trace(
-                hook,
-                envelope,
-                report,
-                mode="python",
-                argv=[hook.command],
-                cwd=None,
-                stdin=msgspec.json.encode(event),
-                stdout=returned,
-                stderr=b"",
-            )
-        return HookOutcome(report=report, answer=answer, fail_closed=hook.fail_closed)
-
-    def _launch(self, hook: RegisteredHook, project_dir: str) -> Launch:
+    def _launch(self, hook: RegisteredHook) -> Launch:
         launch = self._launches.get(id(hook))
         if launch is None:
             assert hook.entry is not None
@@ -250,9 +166,7 @@ class Executor:
             )
         return launch
 
-    def _environment(
-        self, hook: RegisteredHook, envelope: EventEnvelope, project_dir: str
-    ) -> dict[str, str]:
+    def _environment(self, hook: RegisteredHook, envelope: EventEnvelope) -> dict[str, str]:
         env = dict(self.environ)
         env.update(self.project_vars)
         # NUL cannot be in an environment variable: one in the event must not stop every hook.
@@ -263,14 +177,45 @@ class Executor:
         env.update(hook.entry.env)
         return env
 
-    def _hook_cwd(self, hook: RegisteredHook, project_dir: str) -> str:
+    def _hook_cwd(self, hook: RegisteredHook) -> str:
         # The project root, not the event's cwd: a relative script path then names the
         # file that trust fingerprinted, whatever directory the agent is in.
         assert hook.entry is not None
         if hook.entry.cwd:
             cwd = substitute_project_vars(hook.entry.cwd, self.project_vars)
-            return str(Path(project_dir, os.path.expanduser(cwd)))
-        return project_dir
+            return str(Path(self.project_dir, os.path.expanduser(cwd)))
+        return self.project_dir
+
+
+def next_in_sequence(
+    current: EventEnvelope,
+    outcome: HookOutcome,
+    hooks: list[RegisteredHook],
+    index: int,
+    warnings: list[str],
+) -> EventEnvelope | None:
+    """After hook `index` of a sequential plan: the event the next hook sees (with the tool
+    input as rewritten so far), or None when this hook stopped the chain."""
+    answer = outcome.answer
+    if answer.stop and answer.error is None:
+        for skipped in hooks[index + 1 :]:
+            warnings.append(
+                f"hook {skipped.name} not started: {hooks[index].name} stopped the chain"
+            )
+        return None
+    tool_input = getattr(current.event, "tool_input", None)
+    if (
+        current.name in TOOL_INPUT_EVENTS
+        and tool_input is not None
+        and answer.tool_input is not None
+    ):
+        rewritten = apply_tool_input(tool_input, answer)
+        return EventEnvelope(
+            event=msgspec.structs.replace(current.event, tool_input=rewritten),
+            extra=current.extra,
+            sent=current.sent,
+        )
+    return current
 
 
 def _answer_from_process(
@@ -303,7 +248,7 @@ def _answer_from_process(
     return answer
 
 
-def _trace(
+def make_trace(
     hook: RegisteredHook,
     envelope: EventEnvelope,
     report: HookReport,
@@ -315,6 +260,7 @@ def _trace(
     stdout: bytes,
     stderr: bytes,
 ) -> HookTrace:
+    """One hook's full run, for `relay hooks test` and replays."""
     field = matcher_field(envelope.name)
     target = envelope.field(field) if field is not None else None
     return HookTrace(
@@ -335,36 +281,3 @@ def _trace(
         stderr=stderr.decode("utf-8", "replace"),
         report=report,
     )
-
-
-def _encode_returned(value: object) -> bytes:
-    """What a Python hook returned, as the JSON it stands for (for traces)."""
-    if isinstance(value, str):
-        return value.encode()
-    try:
-        return msgspec.json.encode(value)
-    except (TypeError, msgspec.EncodeError):
-        return repr(value).encode()
-
-
-async def _in_daemon_thread(handler: Callable[[Any], Any], event: object) -> Any:
-    """Call a sync handler on a daemon thread, so that it is held to the hook's timeout and
-    one that never returns is abandoned without keeping the process from exiting (worker
-    threads of a pool are joined at exit)."""
-    finished = anyio.Event()
-    token = anyio.lowlevel.current_token()
-    box: dict[str, Any] = {}
-
-    def work() -> None:
-        try:
-            box["value"] = handler(event)
-        except BaseException as exc:  # handed back to the event loop below
-            box["error"] = exc
-        with contextlib.suppress(RuntimeError):  # the loop is gone: the hook was abandoned
-            anyio.from_thread.run_sync(finished.set, token=token)
-
-    threading.Thread(target=work, name="relay-python-hook", daemon=True).start()
-    await finished.wait()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]

@@ -19,19 +19,32 @@ class Plan(msgspec.Struct, kw_only=True):
     event: str
     hooks: list[Any]  # list[RegisteredHook]; Any keeps this module free of a cycle
     sequential: bool = False
+    untrusted: list[Any] = msgspec.field(default_factory=list)
+    """Hooks that matched the event but are not trusted: skipped (the user is told)."""
 
 
 def plan_event(
-    candidates: Sequence[RegisteredHook], event: str, field: Callable[[str], object]
+    candidates: Sequence[RegisteredHook],
+    event: str,
+    field: Callable[[str], object],
+    trusted: Callable[[RegisteredHook], bool] | None = None,
 ) -> Plan:
-    """Select the matching hooks (already in plan order), dedup them, and pick the mode."""
+    """Select the matching hooks (already in plan order), dedup them, and pick the mode.
+
+    `trusted` is asked only about hooks whose matcher accepts the event, before dedup (an
+    untrusted project copy must not displace the user's own copy of a hook).
+    """
     name = matcher_field(event)
     target = field(name) if name is not None else None
     chosen: list[RegisteredHook] = []
+    untrusted: list[RegisteredHook] = []
     seen: set[object] = set()
     sequential = False
     for hook in candidates:
         if name is not None and not hook.matcher(target):
+            continue
+        if trusted is not None and not trusted(hook):
+            untrusted.append(hook)
             continue
         # The same command registered twice for one event runs once (first in plan order).
         key = hook.dedup_key
@@ -40,4 +53,4 @@ def plan_event(
         seen.add(key)
         chosen.append(hook)
         sequential = sequential or hook.sequential
-    return Plan(event=event, hooks=chosen, sequential=sequential)
+    return Plan(event=event, hooks=chosen, sequential=sequential, untrusted=untrusted)

@@ -19,7 +19,7 @@ from relay.config.model import (
     Scope,
     Settings,
 )
-from relay.config.trust import TrustStore, fingerprint
+from relay.config.trust import DigestCache, TrustStore, TrustStoreError, fingerprint
 from relay.protocol.dialects import Dialect, UnknownEventError, canonical_name, registered_dialect
 
 PythonHandler = Callable[..., Any]
@@ -44,7 +44,12 @@ class RegisteredHook(msgspec.Struct, kw_only=True):
     handler: PythonHandler | None = None
     fingerprint: str | None = None
     trusted: bool = True
+    """Whether the hook may run as far as trust goes (see Registry.is_trusted: project hooks
+    are checked when first needed)."""
     enabled: bool = True
+    needs_trust: bool = False
+    """A project hook whose fingerprint must be in the trust store."""
+    trust_checked: bool = False
 
     @property
     def source(self) -> str:
@@ -76,11 +81,14 @@ class RegisteredHook(msgspec.Struct, kw_only=True):
 
 
 class Registry:
-    """All registered hooks, with the runnable ones indexed by canonical event name.
+    """All registered hooks, with the enabled ones indexed by canonical event name.
 
     `hooksConfig` from the system, user and --settings files governs every hook. From the
     project files it governs only the project's own hooks: a cloned repository must not
     be able to switch off the user's guards (it has not even been trusted).
+
+    Project hooks are fingerprinted when first needed (`is_trusted`), not when the
+    registry is built: an event pays only for the hooks it plans to run (DESIGN §10).
     """
 
     def __init__(
@@ -89,9 +97,12 @@ class Registry:
         *,
         runtime: Sequence[RegisteredHook] = (),
         trust: TrustStore | None = None,
+        digests: DigestCache | None = None,
     ) -> None:
         self.root = settings.root
         self.warnings: list[str] = []
+        self._trust = trust
+        self._digests = digests
         own = [loaded for loaded in settings.files if loaded.scope not in TRUST_REQUIRED]
         project = [loaded for loaded in settings.files if loaded.scope in TRUST_REQUIRED]
         self.enabled = all(loaded.settings.hooksConfig.enabled for loaded in own)
@@ -99,31 +110,64 @@ class Registry:
         self.disabled_names = frozenset(_disabled(own))
         self.project_disabled_names = frozenset(_disabled(project))
         # Copies: marking must not leak into the caller's runtime hooks between rebuilds.
-        self.hooks: list[RegisteredHook] = [msgspec.structs.replace(hook) for hook in runtime]
+        hooks: list[RegisteredHook] = [msgspec.structs.replace(hook) for hook in runtime]
         for file_index, loaded in enumerate(settings.files):
-            self.hooks.extend(
-                _hooks_of_file(loaded.settings, loaded.file, loaded.scope, file_index)
-            )
-        self._mark(trust)
-        self.hooks.sort(key=lambda hook: hook.order)
+            hooks.extend(_hooks_of_file(loaded.settings, loaded.file, loaded.scope, file_index))
+        self._mark(hooks)
+        hooks.sort(key=lambda hook: hook.order)
+        self._hooks = hooks
+        self._all_checked = False
         self._index: dict[str, list[RegisteredHook]] = {}
         if self.enabled:
-            for hook in self.hooks:
-                if hook.runnable:
+            for hook in hooks:
+                if hook.enabled:
                     self._index.setdefault(hook.canonical, []).append(hook)
 
-    def for_event(self, canonical: str) -> list[RegisteredHook]:
-        """The runnable hooks registered for an event, in plan order."""
+    @property
+    def hooks(self) -> list[RegisteredHook]:
+        """Every registered hook in plan order, with its trust checked."""
+        if not self._all_checked:
+            for hook in self._hooks:
+                self.is_trusted(hook)
+            self._all_checked = True
+        return self._hooks
+
+    def candidates(self, canonical: str) -> list[RegisteredHook]:
+        """The enabled hooks registered for an event, in plan order, trust not yet checked."""
         return self._index.get(canonical, [])
+
+    def for_event(self, canonical: str) -> list[RegisteredHook]:
+        """The runnable (enabled and trusted) hooks registered for an event, in plan order."""
+        return [hook for hook in self.candidates(canonical) if self.is_trusted(hook)]
+
+    def is_trusted(self, hook: RegisteredHook) -> bool:
+        """Whether the hook may run as far as trust goes; fingerprints a project hook once."""
+        if not hook.needs_trust or hook.trust_checked:
+            return hook.trusted
+        assert hook.entry is not None and self.root is not None
+        hook.trust_checked = True
+        hook.fingerprint = fingerprint(
+            hook.event, hook.matcher.text, hook.entry, self.root, self._digests
+        )
+        try:
+            hook.trusted = self._trust is not None and self._trust.is_trusted(
+                self.root, hook.fingerprint
+            )
+        except TrustStoreError as exc:
+            # Unverifiable is untrusted: the project's hooks stop, the user's still run.
+            hook.trusted = False
+            if str(exc) not in self.warnings:
+                self.warnings.append(str(exc))
+        return hook.trusted
 
     @property
     def untrusted(self) -> list[RegisteredHook]:
         """Project hooks skipped because they are not trusted (yet, or any more)."""
         return [hook for hook in self.hooks if hook.enabled and not hook.trusted]
 
-    def _mark(self, trust: TrustStore | None) -> None:
+    def _mark(self, hooks: list[RegisteredHook]) -> None:
         kept: set[str] = set()
-        for hook in self.hooks:
+        for hook in hooks:
             from_project = hook.scope in TRUST_REQUIRED
             if (
                 hook.name in self.disabled_names
@@ -137,16 +181,14 @@ class Registry:
             elif hook.name in self.project_disabled_names:
                 kept.add(hook.name)
             if from_project and hook.entry is not None and self.root is not None:
-                hook.fingerprint = fingerprint(hook.event, hook.matcher.text, hook.entry, self.root)
-                hook.trusted = trust is not None and trust.is_trusted(self.root, hook.fingerprint)
+                hook.needs_trust = True
+                hook.trusted = False  # until checked
         for name in sorted(kept):
             self.warnings.append(
                 f"project settings cannot disable the user, system or runtime hook {name!r}; "
                 f"it still runs (to turn it off: relay hooks disable {name} --scope user)"
             )
-        if not self.project_enabled and any(
-            hook.scope not in TRUST_REQUIRED for hook in self.hooks
-        ):
+        if not self.project_enabled and any(hook.scope not in TRUST_REQUIRED for hook in hooks):
             self.warnings.append(
                 "project settings set hooksConfig.enabled to false: that turns off the "
                 "project's hooks only; user, system and runtime hooks still run"

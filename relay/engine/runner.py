@@ -1,25 +1,32 @@
-"""Running one command hook as a real process (DESIGN §6, §9, §10).
+"""Running command hooks as real processes (DESIGN §6, §9, §10).
+
+One state machine per hook process (`_HookProcess`) and two drivers for it:
+
+- `run_processes`: synchronous, any number of hooks in one `poll()` loop on the calling
+  thread. What `relay hooks run` and `relay serve` use: no event loop, no asyncio import
+  (a host pays for every import on every event).
+- `run_process`: one hook inside a running asyncio loop (its selector watches the same
+  fds), for the session runtime and `HookSystem.fire`.
 
 Why not `anyio.open_process`: relay's budget is 1.6x the C posix_spawn floor per hook
 (DESIGN §10), and asyncio's subprocess transports cost a protocol, a transport, stream
 readers and a child watcher per process. Here the spawn is `subprocess.Popen` (vfork, the
-child's PATH, cwd, close_fds, default SIGPIPE), the pipes are plain non-blocking fds on the
-event loop's selector, and the exit is a pidfd on the same selector. `os.posix_spawn` would
-be a little faster still, but on 3.11 it cannot set the child's cwd. tests/perf/
-bench_engine.py prints this path, anyio's, and the floor. Everything is asyncio; anyio
-callers use its asyncio backend.
+child's PATH, cwd, close_fds, default SIGPIPE), the pipes are plain non-blocking fds, and
+the exit is a pidfd watched with them. `os.posix_spawn` would be a little faster still,
+but on 3.11 it cannot set the child's cwd. tests/perf/bench_engine.py prints this path,
+anyio's, and the floor.
 
 Guarantees: own process group; stdin written then closed (EPIPE ignored); stdout and
 stderr drained concurrently, each capped, the rest read and discarded; on timeout the
 group gets `kill_signal`, then SIGKILL after `grace`; once the hook's own process has
 exited, what the pipes hold is taken within `exit_drain` even if descendants keep them
-open, then what is left of the group is SIGKILLed; cancelling kills the group too. Every
-failure is a field of the result, never an exception.
+open, then what is left of the group is SIGKILLed; cancelling (or an exception in the
+caller) kills the group too. Every failure is a field of the result, never an exception.
 """
 
 from __future__ import annotations
 
-import asyncio
+import collections
 import contextlib
 import errno
 import functools
@@ -31,15 +38,23 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
 from relay.engine.command import SHELL, Launch
 
+if TYPE_CHECKING:
+    import asyncio
+
 _READ_SIZE = 1 << 16
 _FINAL_READS = 16  # at most 1 MiB taken per pipe once the drain window is over
 _KILLED_EXIT_WAIT = 0.25  # seconds close() blocks for a SIGKILLed hook to become a zombie
+
+DEFAULT_GRACE = 2.0
+DEFAULT_OUTPUT_CAP = 1 << 20
+DEFAULT_EXIT_DRAIN = 0.5
 
 
 class ProcessResult(msgspec.Struct, kw_only=True):
@@ -58,6 +73,163 @@ class ProcessResult(msgspec.Struct, kw_only=True):
     pid: int | None = None
 
 
+class ProcessSpec(msgspec.Struct, kw_only=True, frozen=True):
+    """One hook process to run: what, with which input, environment and limits."""
+
+    launch: Launch
+    stdin: bytes
+    env: Mapping[str, str]
+    cwd: str | None
+    timeout: float
+    kill_signal: int = signal.SIGTERM
+    grace: float = DEFAULT_GRACE
+    output_cap: int = DEFAULT_OUTPUT_CAP
+    exit_drain: float = DEFAULT_EXIT_DRAIN
+
+
+class _Loop(Protocol):
+    """What a hook process needs from the loop that watches it (asyncio's loop has it all)."""
+
+    def time(self) -> float: ...
+    def add_reader(self, fd: int, callback: Callable[..., object], *args: Any) -> None: ...
+    def remove_reader(self, fd: int) -> bool: ...
+    def add_writer(self, fd: int, callback: Callable[..., object], *args: Any) -> None: ...
+    def remove_writer(self, fd: int) -> bool: ...
+    def call_soon_threadsafe(self, callback: Callable[[], object]) -> Any: ...
+
+
+# ---- the synchronous driver ------------------------------------------------------------
+
+
+def run_processes(specs: Sequence[ProcessSpec], *, max_parallel: int = 32) -> list[ProcessResult]:
+    """Run hook processes on this thread, at most `max_parallel` at once; results in order."""
+    loop = _PollLoop()
+    results: list[ProcessResult | None] = [None] * len(specs)
+    waiting = collections.deque(enumerate(specs))
+    running: dict[int, tuple[_HookProcess, float]] = {}
+    try:
+        while waiting or running:
+            while waiting and len(running) < max_parallel:
+                index, spec = waiting.popleft()
+                started = time.perf_counter()
+                try:
+                    hook = _HookProcess(spec, loop)
+                except _SpawnError as exc:
+                    results[index] = exc.result(started)
+                    continue
+                running[index] = (hook, started)
+                hook.start()
+            now = loop.time()
+            for index, (hook, started) in list(running.items()):
+                if hook.advance(now):
+                    del running[index]
+                    hook.close()
+                    results[index] = hook.result((time.perf_counter() - started) * 1000)
+            if running:
+                deadline = min(hook.deadline for hook, _ in running.values())
+                loop.run_once(max(deadline - loop.time(), 0.0))
+    finally:
+        for hook, _ in running.values():  # an exception or an interrupt: no orphans
+            hook.close()
+        loop.close()
+    return [result for result in results if result is not None]
+
+
+class _PollLoop:
+    """The few loop methods a hook process uses, over select.poll on the calling thread."""
+
+    def __init__(self) -> None:
+        self._poll = select.poll()
+        self._readers: dict[int, tuple[Callable[..., object], tuple[Any, ...]]] = {}
+        self._writers: dict[int, tuple[Callable[..., object], tuple[Any, ...]]] = {}
+        self._registered: set[int] = set()
+        self._wakeup: tuple[int, int] | None = None
+        self._soon: collections.deque[Callable[[], object]] = collections.deque()
+
+    def time(self) -> float:
+        return time.monotonic()
+
+    def add_reader(self, fd: int, callback: Callable[..., object], *args: Any) -> None:
+        self._readers[fd] = (callback, args)
+        self._update(fd)
+
+    def remove_reader(self, fd: int) -> bool:
+        found = self._readers.pop(fd, None) is not None
+        self._update(fd)
+        return found
+
+    def add_writer(self, fd: int, callback: Callable[..., object], *args: Any) -> None:
+        self._writers[fd] = (callback, args)
+        self._update(fd)
+
+    def remove_writer(self, fd: int) -> bool:
+        found = self._writers.pop(fd, None) is not None
+        self._update(fd)
+        return found
+
+    def call_soon_threadsafe(self, callback: Callable[[], object]) -> None:
+        """Run `callback` on the loop's thread (for the exit-watching thread without pidfds)."""
+        self._soon.append(callback)
+        if self._wakeup is not None:
+            with contextlib.suppress(OSError):
+                os.write(self._wakeup[1], b"\0")
+
+    def enable_wakeup(self) -> None:
+        """Let other threads interrupt a wait (created only when a watcher thread needs it)."""
+        if self._wakeup is None:
+            read_end, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+            self._wakeup = (read_end, write_end)
+            self.add_reader(read_end, self._drain_wakeup)
+
+    def _drain_wakeup(self) -> None:
+        assert self._wakeup is not None
+        with contextlib.suppress(OSError):
+            while os.read(self._wakeup[0], 512):
+                pass
+
+    def _update(self, fd: int) -> None:
+        mask = (select.POLLIN if fd in self._readers else 0) | (
+            select.POLLOUT if fd in self._writers else 0
+        )
+        if mask:
+            self._poll.register(fd, mask)  # registers, or modifies the mask
+            self._registered.add(fd)
+        elif fd in self._registered:
+            self._registered.discard(fd)
+            self._poll.unregister(fd)
+
+    def run_once(self, timeout: float) -> None:
+        """Wait up to `timeout` seconds for activity and run the callbacks it calls for."""
+        if not self._soon:
+            try:
+                events = self._poll.poll(max(0, int(timeout * 1000) + 1))
+            except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for safety
+                events = []
+            for fd, mask in events:
+                # A callback may have removed this fd (or another one) meanwhile: look again.
+                if mask & (select.POLLIN | select.POLLHUP | select.POLLERR):
+                    reader = self._readers.get(fd)
+                    if reader is not None:
+                        reader[0](*reader[1])
+                if mask & (select.POLLOUT | select.POLLHUP | select.POLLERR):
+                    writer = self._writers.get(fd)
+                    if writer is not None:
+                        writer[0](*writer[1])
+        while self._soon:
+            self._soon.popleft()()
+
+    def close(self) -> None:
+        """Release the wakeup pipe, if one was made."""
+        if self._wakeup is not None:
+            self.remove_reader(self._wakeup[0])
+            for fd in self._wakeup:
+                os.close(fd)
+            self._wakeup = None
+
+
+# ---- the asyncio driver -----------------------------------------------------------------
+
+
 async def run_process(
     launch: Launch,
     *,
@@ -66,33 +238,63 @@ async def run_process(
     cwd: str | None,
     timeout: float,
     kill_signal: int = signal.SIGTERM,
-    grace: float = 2.0,
-    output_cap: int = 1 << 20,
-    exit_drain: float = 0.5,
+    grace: float = DEFAULT_GRACE,
+    output_cap: int = DEFAULT_OUTPUT_CAP,
+    exit_drain: float = DEFAULT_EXIT_DRAIN,
 ) -> ProcessResult:
-    """Run one hook process to completion; every failure is a field of the result, never an exception."""
+    """Run one hook process inside the running asyncio loop; every failure is a field of
+    the result, never an exception."""
+    spec = ProcessSpec(
+        launch=launch,
+        stdin=stdin,
+        env=env,
+        cwd=cwd,
+        timeout=timeout,
+        kill_signal=kill_signal,
+        grace=grace,
+        output_cap=output_cap,
+        exit_drain=exit_drain,
+    )
+    return await run_spec(spec)
+
+
+async def run_spec(spec: ProcessSpec) -> ProcessResult:
+    """`run_process` for a ProcessSpec."""
+    import asyncio  # already loaded: the caller is running in its loop
+
     started = time.perf_counter()
     loop = asyncio.get_running_loop()
     try:
-        hook = _HookProcess(launch, env, cwd, output_cap, loop)
+        hook = _HookProcess(spec, loop)
     except _SpawnError as exc:
-        return ProcessResult(
-            launch=exc.launch,
-            spawn_error=exc.message,
-            duration_ms=(time.perf_counter() - started) * 1000,
-        )
+        return exc.result(started)
     try:
-        hook.start(stdin)
-        await hook.wait(timeout, kill_signal, grace, exit_drain)
+        hook.start()
+        while not hook.advance(loop.time()):
+            waker: asyncio.Future[None] = loop.create_future()
+            hook.on_change = functools.partial(_wake, waker)
+            timer = loop.call_at(hook.deadline, _wake, waker)
+            try:
+                await waker
+            finally:
+                timer.cancel()
+                hook.on_change = None
     finally:
         hook.close()  # also on cancellation: SIGKILL the group, reap, no orphan
     return hook.result((time.perf_counter() - started) * 1000)
+
+
+def _wake(waker: asyncio.Future[None]) -> None:
+    if not waker.done():
+        waker.set_result(None)
 
 
 def install_child_watcher() -> None:
     """On Python 3.11, make asyncio use PidfdChildWatcher (idempotent; a no-op where unavailable or on 3.12+)."""
     if sys.version_info >= (3, 12) or not _pidfd_supported():
         return
+    import asyncio
+
     policy = asyncio.get_event_loop_policy()
     if isinstance(policy.get_child_watcher(), asyncio.PidfdChildWatcher):
         return
@@ -100,11 +302,21 @@ def install_child_watcher() -> None:
     policy.set_child_watcher(asyncio.PidfdChildWatcher())
 
 
+# ---- one hook process -------------------------------------------------------------------
+
+
 class _SpawnError(Exception):
     def __init__(self, launch: Launch, message: str) -> None:
         super().__init__(message)
         self.launch = launch
         self.message = message
+
+    def result(self, started: float) -> ProcessResult:
+        return ProcessResult(
+            launch=self.launch,
+            spawn_error=self.message,
+            duration_ms=(time.perf_counter() - started) * 1000,
+        )
 
 
 class _Pipe:
@@ -138,33 +350,40 @@ class _Pipe:
         return len(chunk)
 
 
-class _HookProcess:
-    """One spawned hook: its pipes and exit watched by the event loop's selector."""
+_RUNNING, _TERMINATING, _DRAINING, _DONE = range(4)
 
-    def __init__(
-        self,
-        launch: Launch,
-        env: Mapping[str, str],
-        cwd: str | None,
-        output_cap: int,
-        loop: asyncio.AbstractEventLoop,
-    ) -> None:
+
+class _HookProcess:
+    """One spawned hook: its pipes and exit watched by a loop, its lifetime a state machine.
+
+    Phases: running (until exit or the timeout), terminating (kill_signal sent; until exit
+    or the grace period, then SIGKILL), draining (exited or killed; until both pipes
+    close or exit_drain passes), done. `advance(now)` moves through them; the loop's
+    callbacks only record what happened and call `on_change`.
+    """
+
+    def __init__(self, spec: ProcessSpec, loop: _Loop) -> None:
+        self._spec = spec
         self._loop = loop
-        self._popen, self.launch, stdin_fd, stdout_fd, stderr_fd = _spawn(launch, env, cwd)
+        self._popen, self.launch, stdin_fd, stdout_fd, stderr_fd = _spawn(
+            spec.launch, spec.env, spec.cwd
+        )
         self.pid = self._popen.pid
+        self.on_change: Callable[[], None] | None = None
+        self.phase = _RUNNING
+        self.deadline = loop.time() + spec.timeout
         self._stdin_fd: int | None = stdin_fd
         self._stdin_left = memoryview(b"")
-        self._stdout = _Pipe(stdout_fd, output_cap)
-        self._stderr = _Pipe(stderr_fd, output_cap)
+        self._stdout = _Pipe(stdout_fd, spec.output_cap)
+        self._stderr = _Pipe(stderr_fd, spec.output_cap)
         self._open_pipes = 2
         self._exited = False  # the hook's own process has exited (a zombie until reaped)
         self._reaped = False
         self._timed_out = False
-        self._waker: asyncio.Future[None] | None = None
         self._pidfd: int | None = None
 
-    def start(self, stdin: bytes) -> None:
-        """Watch the pipes and the exit, and feed stdin (inside run_process's try/finally)."""
+    def start(self) -> None:
+        """Watch the pipes and the exit, and feed stdin (call within a try/finally close())."""
         loop = self._loop
         for pipe in (self._stdout, self._stderr):
             assert pipe.fd is not None
@@ -174,8 +393,47 @@ class _HookProcess:
         if self._pidfd is not None:
             loop.add_reader(self._pidfd, self._on_exit)
         else:
+            if isinstance(loop, _PollLoop):
+                loop.enable_wakeup()
             _watch_exit_in_thread(self.pid, loop, self._on_exit)
-        self._feed(stdin)
+        self._feed(self._spec.stdin)
+
+    def advance(self, now: float) -> bool:
+        """Move through the phases as far as what happened and the clock allow; True when done."""
+        spec = self._spec
+        while True:
+            if self.phase == _RUNNING:
+                if self._exited:
+                    self._enter(_DRAINING, now + spec.exit_drain)
+                elif now >= self.deadline:
+                    self._timed_out = True
+                    self._signal_group(spec.kill_signal)
+                    self._enter(_TERMINATING, now + spec.grace)
+                else:
+                    return False
+            elif self.phase == _TERMINATING:
+                if self._exited:
+                    self._enter(_DRAINING, now + spec.exit_drain)
+                elif now >= self.deadline:
+                    # SIGKILL after grace: a hook may ignore SIGTERM. Draining then also
+                    # lets the hook's own process finish dying.
+                    self._signal_group(signal.SIGKILL)
+                    self._enter(_DRAINING, now + spec.exit_drain)
+                else:
+                    return False
+            elif self.phase == _DRAINING:
+                # Descendants may hold the pipes open forever: take what is there by the
+                # deadline and stop waiting.
+                if (self._exited and self._open_pipes == 0) or now >= self.deadline:
+                    for pipe in (self._stdout, self._stderr):
+                        self._read_final(pipe)
+                    self.phase = _DONE
+                return self.phase == _DONE
+            else:
+                return True
+
+    def _enter(self, phase: int, deadline: float) -> None:
+        self.phase, self.deadline = phase, deadline
 
     # ---- stdin
 
@@ -212,14 +470,14 @@ class _HookProcess:
             self._stdin_fd = None
             self._stdin_left = memoryview(b"")
 
-    # ---- events from the selector
+    # ---- what the loop reports
 
     def _on_readable(self, pipe: _Pipe) -> None:
         if pipe.read() == 0:
             self._close_pipe(pipe)
             self._open_pipes -= 1
             if self._open_pipes == 0:
-                self._wake()
+                self._changed()
 
     def _on_exit(self) -> None:
         if self._exited or self._reaped:
@@ -228,50 +486,11 @@ class _HookProcess:
         if self._pidfd is not None:
             self._loop.remove_reader(self._pidfd)
         self._close_stdin()
-        self._wake()
+        self._changed()
 
-    def _wake(self) -> None:
-        if self._waker is not None and not self._waker.done():
-            self._waker.set_result(None)
-
-    async def _until(self, condition: Callable[[], bool], deadline: float) -> bool:
-        """Wait until `condition()` holds (True) or the loop clock reaches `deadline` (False)."""
-        loop = self._loop
-        while not condition():
-            if loop.time() >= deadline:
-                return False
-            self._waker = waker = loop.create_future()
-            timer = loop.call_at(deadline, self._wake)
-            try:
-                await waker
-            finally:
-                timer.cancel()
-                self._waker = None
-        return True
-
-    # ---- the run
-
-    async def wait(self, timeout: float, kill_signal: int, grace: float, exit_drain: float) -> None:
-        """Wait for the hook's exit, enforcing the timeout, then for its pipes."""
-
-        def exited() -> bool:
-            return self._exited
-
-        def finished() -> bool:
-            return self._exited and self._open_pipes == 0
-
-        loop = self._loop
-        if not await self._until(exited, loop.time() + timeout):
-            self._timed_out = True
-            self._signal_group(kill_signal)
-            if not await self._until(exited, loop.time() + grace):
-                # SIGKILL after grace: a hook may ignore SIGTERM.
-                self._signal_group(signal.SIGKILL)
-        # Descendants may hold the pipes open forever: take what is there within exit_drain
-        # (after a SIGKILL, this also lets the hook's own process finish dying).
-        await self._until(finished, loop.time() + exit_drain)
-        for pipe in (self._stdout, self._stderr):
-            self._read_final(pipe)
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
     def _read_final(self, pipe: _Pipe) -> None:
         """Take what is left in a pipe that is still open, without waiting for more."""
@@ -283,6 +502,8 @@ class _HookProcess:
                 self._close_pipe(pipe)
             if taken <= 0:
                 return
+
+    # ---- the end
 
     def close(self) -> None:
         """Kill what is left of the process group, reap the hook, release every fd."""
@@ -300,26 +521,17 @@ class _HookProcess:
         if pidfd is not None and not self._exited:
             self._loop.remove_reader(pidfd)
             if not _poll_readable(pidfd, _KILLED_EXIT_WAIT):
-                # Still alive after SIGKILL (stuck in the kernel): reap it when it exits.
-                self._reap_later(pidfd)
+                # Still alive after SIGKILL (stuck in the kernel): reap it when it exits,
+                # on a thread, so no loop has to outlive this run for it.
+                self._pidfd = None
+                self._reaped = True
+                _reap_in_thread(self._popen, pidfd)
                 return
         self._popen.wait()  # a zombie by now, or (without a pidfd) SIGKILLed: no long wait
         self._reaped = True
         if pidfd is not None:
             os.close(pidfd)
             self._pidfd = None
-
-    def _reap_later(self, pidfd: int) -> None:
-        popen, loop = self._popen, self._loop
-        self._reaped = True  # from now on the event loop, not this object, owns the process
-        self._pidfd = None
-
-        def reap() -> None:
-            loop.remove_reader(pidfd)
-            os.close(pidfd)
-            popen.wait()
-
-        loop.add_reader(pidfd, reap)
 
     def _signal_group(self, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -454,9 +666,7 @@ def open_pidfd(pid: int) -> int | None:
     return fd
 
 
-def _watch_exit_in_thread(
-    pid: int, loop: asyncio.AbstractEventLoop, on_exit: Callable[[], None]
-) -> None:
+def _watch_exit_in_thread(pid: int, loop: _Loop, on_exit: Callable[[], None]) -> None:
     """Without pidfds: a thread waits for the exit, leaving the zombie to be reaped."""
 
     def watch() -> None:
@@ -466,6 +676,14 @@ def _watch_exit_in_thread(
             loop.call_soon_threadsafe(on_exit)
 
     threading.Thread(target=watch, name=f"relay-hook-{pid}", daemon=True).start()
+
+
+def _reap_in_thread(popen: subprocess.Popen[bytes], pidfd: int) -> None:
+    def reap() -> None:
+        popen.wait()
+        os.close(pidfd)
+
+    threading.Thread(target=reap, name=f"relay-reap-{popen.pid}", daemon=True).start()
 
 
 def _poll_readable(fd: int, timeout: float) -> bool:

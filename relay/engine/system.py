@@ -6,16 +6,16 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from relay.config.discovery import SettingsSet, load_settings
-from relay.config.model import DEFAULT_TIMEOUT, HookEntry
-from relay.config.paths import find_project_root
-from relay.config.trust import TrustStore
+from relay.config.discovery import SettingsCache, SettingsSet, load_settings
+from relay.config.model import DEFAULT_TIMEOUT, TRUST_REQUIRED, HookEntry
+from relay.config.paths import find_project_root, state_dir
+from relay.config.trust import DigestCache, TrustStore
 from relay.engine.aggregator import TOOL_INPUT_EVENTS, HookOutcome, aggregate
-from relay.engine.planner import plan_event
+from relay.engine.planner import Plan, plan_event
 from relay.engine.registry import PythonHandler, RegisteredHook, Registry, runtime_hook
 from relay.engine.telemetry import (
     CallRecord,
@@ -27,10 +27,11 @@ from relay.engine.telemetry import (
 )
 from relay.engine.trace import HookTrace
 from relay.errors import RelayError
+from relay.protocol.answers import Answer
 from relay.protocol.codec import EventEnvelope, complete_event, make_event
 from relay.protocol.dialects import canonical_name
 from relay.protocol.events import Event
-from relay.protocol.output import AggregatedResult
+from relay.protocol.output import AggregatedResult, HookReport
 
 if TYPE_CHECKING:
     from relay.engine.execution import Executor
@@ -53,8 +54,20 @@ class HookSystem:
         telemetry: Telemetry | bool = True,
         max_parallel: int = MAX_PARALLEL,
         quiet: bool = False,
+        environ: Mapping[str, str] | None = None,
+        settings_cache: SettingsCache | None = None,
+        digests: DigestCache | None = None,
+        isolate: Collection[str] = TRUST_REQUIRED,
     ) -> None:
         self.cwd = Path(cwd) if cwd is not None else None
+        # The environment relay reads (RELAY_HOME, RELAY_SETTINGS, …) and hooks inherit:
+        # this process's, or a client's when `relay serve` answers for it.
+        self.environ: Mapping[str, str] = os.environ if environ is None else environ
+        self.settings_cache = settings_cache
+        self.digests = digests
+        # Settings scopes whose broken files are set aside instead of raising (see
+        # load_settings): the project's by default; every scope for a host's call.
+        self.isolate = isolate
         self.extra_settings = [Path(path) for path in settings]
         self.load_files = load_files
         self._trust = trust
@@ -79,23 +92,28 @@ class HookSystem:
             return
         start = self._start = self.cwd or _working_directory()
         if self.load_files:
-            self._settings = load_settings(start, self.extra_settings)
+            self._settings = load_settings(
+                start,
+                self.extra_settings,
+                env=self.environ,
+                cache=self.settings_cache,
+                isolate=self.isolate,
+            )
         else:
             self._settings = SettingsSet(root=find_project_root(start), files=[])
         if self._trust is None:
-            self._trust = TrustStore()
-        self._registry = Registry(self._settings, runtime=self._runtime, trust=self._trust)
+            self._trust = TrustStore(state_dir(self.environ) / "trust.json")
+        self._registry = Registry(
+            self._settings, runtime=self._runtime, trust=self._trust, digests=self.digests
+        )
         if self._telemetry_option is True:
             self.telemetry = Telemetry(
-                log_path(),
-                max_events=resolve_max_events(self._settings.files),
+                log_path(self.environ),
+                max_events=resolve_max_events(self._settings.files, self.environ),
                 on_problem=self._problem,
             )
         elif isinstance(self._telemetry_option, Telemetry):
             self.telemetry = self._telemetry_option
-        if debug_enabled():
-            for hook in self._registry.untrusted:
-                debug(f"skipping untrusted hook {hook.name} from {hook.file}")
 
     def register(
         self,
@@ -187,8 +205,10 @@ class HookSystem:
         return self.settings.root or self._start
 
     def warnings(self) -> list[str]:
-        """Settings warnings and one line naming untrusted hooks, for the user."""
+        """Settings warnings, broken project files, and one line naming untrusted hooks."""
         lines = [str(warning) for warning in self.settings.warnings]
+        for broken in self.settings.broken:
+            lines.append(f"{broken.error}; the hooks of {broken.file} do not run until it is fixed")
         lines.extend(self.registry.warnings)
         lines.extend(self._problems)
         untrusted = self.registry.untrusted
@@ -230,7 +250,17 @@ class HookSystem:
         prepared = self._prepare(event, payload, only)
         if isinstance(prepared, AggregatedResult):
             return prepared
-        return await self._run_plan(*prepared, trace)
+        from relay.engine.async_execution import run_plan  # only now: it brings in anyio
+
+        envelope, plan = prepared
+        started = time.perf_counter()
+        traces: dict[int, HookTrace] | None = {} if trace is not None else None
+        outcomes, warnings = await run_plan(
+            self._executor_for(), envelope, plan.hooks, plan.sequential, traces
+        )
+        return self._finish(
+            envelope, plan, outcomes, warnings, started=started, traces=traces, trace=trace
+        )
 
     def run(
         self,
@@ -240,60 +270,101 @@ class HookSystem:
         trace: list[HookTrace] | None = None,
         only: Callable[[RegisteredHook], bool] | None = None,
     ) -> AggregatedResult:
-        """`fire` for synchronous code; starts an event loop only when a hook has to run."""
+        """`fire` for synchronous code: command hooks run on this thread, with no event loop
+        (one is started only for Python hooks)."""
         prepared = self._prepare(event, payload, only)
         if isinstance(prepared, AggregatedResult):
             return prepared
-        import anyio  # only now: see relay.engine.execution
+        envelope, plan = prepared
+        if any(hook.handler is not None for hook in plan.hooks):
+            import anyio
 
-        return anyio.run(self._run_plan, *prepared, trace)
+            return anyio.run(self._fire_planned, envelope, plan, trace)
+        started = time.perf_counter()
+        traces: dict[int, HookTrace] | None = {} if trace is not None else None
+        outcomes, warnings = self._executor_for().run_sync(
+            envelope, plan.hooks, plan.sequential, traces
+        )
+        return self._finish(
+            envelope, plan, outcomes, warnings, started=started, traces=traces, trace=trace
+        )
+
+    async def _fire_planned(
+        self, envelope: EventEnvelope, plan: Plan, trace: list[HookTrace] | None
+    ) -> AggregatedResult:
+        from relay.engine.async_execution import run_plan
+
+        started = time.perf_counter()
+        traces: dict[int, HookTrace] | None = {} if trace is not None else None
+        outcomes, warnings = await run_plan(
+            self._executor_for(), envelope, plan.hooks, plan.sequential, traces
+        )
+        return self._finish(
+            envelope, plan, outcomes, warnings, started=started, traces=traces, trace=trace
+        )
+
+    def _executor_for(self) -> Executor:
+        if self._executor is None:
+            from relay.engine.execution import Executor
+
+            self._executor = Executor(
+                project_dir=self.project_dir, max_parallel=self.max_parallel, environ=self.environ
+            )
+        return self._executor
 
     def _prepare(
         self, event: str, payload: Payload, only: Callable[[RegisteredHook], bool] | None
-    ) -> AggregatedResult | tuple[EventEnvelope, list[RegisteredHook], bool]:
-        """The plan for an event, or its result already when no hook matches."""
+    ) -> AggregatedResult | tuple[EventEnvelope, Plan]:
+        """The plan for an event, or its result already when no hook is to run."""
         canonical = canonical_name(event)
-        candidates = self.registry.for_event(canonical)
+        registry = self.registry
+        candidates = registry.candidates(canonical)
         if only is not None:
             candidates = [hook for hook in candidates if only(hook)]
         if isinstance(payload, Event):
             payload = EventEnvelope(event=payload)
         if isinstance(payload, EventEnvelope):
             # A copy: the caller's event is not changed, and missing base fields are filled.
-            payload = EventEnvelope(
+            envelope: EventEnvelope | None = EventEnvelope(
                 event=complete_event(payload.event, canonical, cwd=self._start_text),
                 extra=payload.extra,
+                sent=payload.sent,
             )
-            plan = plan_event(candidates, canonical, payload.field) if candidates else None
-            if plan is None or not plan.hooks:
-                return _no_hooks(canonical, getattr(payload.event, "tool_input", None))
-            return payload, plan.hooks, plan.sequential
-        raw = payload or {}
-        # Fast path: match on the raw object and build the typed event only when a hook runs.
-        plan = plan_event(candidates, canonical, raw.get) if candidates else None
-        if plan is None or not plan.hooks:
-            return _no_hooks(canonical, raw.get("tool_input"))
-        envelope = make_event(canonical, dict(raw), cwd=self._start_text)
-        return envelope, plan.hooks, plan.sequential
+            assert envelope is not None
+            field: Callable[[str], object] = envelope.field
+            tool_input = getattr(envelope.event, "tool_input", None)
+        else:
+            # Fast path: match on the raw object and build the typed event only when a hook runs.
+            raw = payload or {}
+            envelope, field, tool_input = None, raw.get, raw.get("tool_input")
+        plan = plan_event(candidates, canonical, field, registry.is_trusted) if candidates else None
+        if plan is None or (not plan.hooks and not _fail_closed(plan.untrusted)):
+            result = _no_hooks(canonical, tool_input)
+            if plan is not None:
+                result.untrusted = _names(plan.untrusted)
+                if debug_enabled():
+                    for hook in plan.untrusted:
+                        debug(f"skipping untrusted hook {hook.name} from {hook.file}")
+            return result
+        if envelope is None:
+            envelope = make_event(canonical, dict(payload or {}), cwd=self._start_text)  # type: ignore[arg-type]
+        return envelope, plan
 
-    async def _run_plan(
+    def _finish(
         self,
         envelope: EventEnvelope,
-        hooks: list[RegisteredHook],
-        sequential: bool,
-        trace: list[HookTrace] | None = None,
+        plan: Plan,
+        outcomes: list[HookOutcome],
+        warnings: list[str],
+        *,
+        started: float,
+        traces: dict[int, HookTrace] | None,
+        trace: list[HookTrace] | None,
     ) -> AggregatedResult:
-        if self._executor is None:
-            from relay.engine.execution import Executor  # lazily: see that module
-
-            self._executor = Executor(
-                project_dir=self.project_dir, max_parallel=self.max_parallel, environ=os.environ
-            )
-        started = time.perf_counter()
-        traces: dict[int, HookTrace] | None = {} if trace is not None else None
-        outcomes, warnings = await self._executor.run(envelope, hooks, sequential, traces)
         if trace is not None and traces is not None:
-            trace.extend(traces[id(hook)] for hook in hooks if id(hook) in traces)
+            trace.extend(traces[id(hook)] for hook in plan.hooks if id(hook) in traces)
+        # A failClosed hook that may not run is a deny (its author said: no answer, no go).
+        outcomes = [*outcomes, *(_untrusted_outcome(hook) for hook in _fail_closed(plan.untrusted))]
         result = aggregate(
             envelope.name,
             outcomes,
@@ -301,6 +372,7 @@ class HookSystem:
             warnings=warnings,
             duration_ms=round((time.perf_counter() - started) * 1000, 3),
         )
+        result.untrusted = _names(plan.untrusted)
         if self.telemetry is not None:
             self.telemetry.record(
                 CallRecord(
@@ -327,6 +399,20 @@ def _no_hooks(event: str, tool_input: object) -> AggregatedResult:
     if event in TOOL_INPUT_EVENTS and isinstance(tool_input, dict):
         return AggregatedResult(hook_event_name=event, tool_input=tool_input)
     return AggregatedResult(hook_event_name=event)
+
+
+def _fail_closed(hooks: list[RegisteredHook]) -> list[RegisteredHook]:
+    return [hook for hook in hooks if hook.fail_closed]
+
+
+def _names(hooks: list[RegisteredHook]) -> list[str]:
+    return list(dict.fromkeys(hook.name for hook in hooks))
+
+
+def _untrusted_outcome(hook: RegisteredHook) -> HookOutcome:
+    message = "not run: not trusted (new, or changed since `relay trust`)"
+    report = HookReport(name=hook.name, source=hook.source, command=hook.command, error=message)
+    return HookOutcome(report=report, answer=Answer(error=message), fail_closed=True)
 
 
 def _decision_of(outcome: HookOutcome) -> str | None:

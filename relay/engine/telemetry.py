@@ -14,7 +14,7 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -66,18 +66,20 @@ CREATE INDEX IF NOT EXISTS hook_calls_event ON hook_calls(event_id);
 """
 
 
-def log_path() -> Path:
+def log_path(env: Mapping[str, str] | None = None) -> Path:
     """Where the hook log lives: `telemetry.db` in relay's state folder."""
-    return state_dir() / LOG_FILE_NAME
+    return state_dir(env) / LOG_FILE_NAME
 
 
-def resolve_max_events(files: Sequence[LoadedSettings] = ()) -> int:
+def resolve_max_events(
+    files: Sequence[LoadedSettings] = (), env: Mapping[str, str] | None = None
+) -> int:
     """The log's cap: $RELAY_LOG_MAX_EVENTS, else the last user-level `log.maxEvents`, else 10,000.
 
     Project files cannot set it: an untrusted checkout must not be able to shrink the
     user's log of every other project.
     """
-    variable = os.environ.get(MAX_EVENTS_VARIABLE, "").strip()
+    variable = (os.environ if env is None else env).get(MAX_EVENTS_VARIABLE, "").strip()
     if variable:
         try:
             value = int(variable)

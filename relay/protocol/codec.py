@@ -25,11 +25,18 @@ class EventError(ValueError):
         super().__init__(f"{path}: {message}" if path != "$" else message)
 
 
+BASE_ADDITIONS: frozenset[str] = frozenset({"session_id", "cwd", "timestamp", "hook_event_name"})
+"""What relay adds to a host's event for hooks of the host's own dialect, when absent."""
+
+
 class EventEnvelope(msgspec.Struct, kw_only=True):
     """A typed event plus the unknown fields it arrived with (passed through to hooks)."""
 
     event: Event
     extra: dict[str, Any] = msgspec.field(default_factory=dict)
+    sent: frozenset[str] | None = None
+    """The fields the host sent (None: relay made the whole event). A hook of a host's
+    dialect sees only these, plus BASE_ADDITIONS: the host's event as the host sent it."""
 
     @property
     def name(self) -> str:
@@ -48,8 +55,18 @@ class EventEnvelope(msgspec.Struct, kw_only=True):
         return self.extra.get(name)
 
     def to_wire(self, dialect: Dialect) -> bytes:
-        """The JSON a hook of `dialect` reads on stdin."""
+        """The JSON a hook of `dialect` reads on stdin.
+
+        A relay-dialect hook gets relay's typed event, every field present (defaults for
+        what the host left out, as the schemas say). A hook of a host's dialect gets the
+        event as the host sent it, plus only the base fields relay fills in.
+        """
         body = msgspec.to_builtins(self.event)
+        if dialect != "relay" and self.sent is not None:
+            sent = self.sent
+            body = {
+                key: value for key, value in body.items() if key in sent or key in BASE_ADDITIONS
+            }
         body.update(self.extra)
         body["hook_event_name"] = wire_name(self.event.hook_event_name, dialect)
         return _json_encoder.encode(body)
@@ -77,7 +94,7 @@ def make_event(
     except RecursionError:
         raise EventError("nested too deeply") from None
     _fill_base(event, canonical, cwd)
-    return EventEnvelope(event=event, extra=extra)
+    return EventEnvelope(event=event, extra=extra, sent=frozenset(data))
 
 
 def complete_event(event: Event, name: str, *, cwd: str | None = None) -> Event:

@@ -101,4 +101,6 @@ class AggregatedResult(msgspec.Struct, kw_only=True, rename={"continue_": "conti
     hooks: list[HookReport] = msgspec.field(default_factory=list)
     errors: list[HookError] = msgspec.field(default_factory=list)
     warnings: list[str] = msgspec.field(default_factory=list)
+    untrusted: list[str] = msgspec.field(default_factory=list)
+    """Project hooks that matched but did not run: not trusted (yet, or since they changed)."""
     duration_ms: float = 0.0

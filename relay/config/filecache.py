@@ -1,0 +1,58 @@
+"""What relay derived from a file (parsed settings, a script's sha256), kept while the file
+stays the same, so a resident server re-validates each call with a stat instead of a read.
+
+A file is "the same" while its identity (device, inode, size, mtime, ctime) is: ctime
+changes with every write and every metadata change and cannot be set back by a user, so
+an edit that restores size and mtime (`touch -d`) is still seen. Timestamps are only as
+fine as the kernel's clock tick, so a file changed within RACY_SECONDS of being read is
+not cached at all (git's "racy clean" rule): an edit in the same tick as our read, with
+the same size, would otherwise go unnoticed.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+Identity = tuple[int, int, int, int, int]
+RACY_SECONDS = 2.0
+MAX_ENTRIES = 4096
+
+
+def identity_of(status: os.stat_result) -> Identity:
+    """A file's identity: device, inode, size, mtime and ctime (ns)."""
+    return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
+
+
+class FileCache(Generic[T]):
+    """`derive(bytes)` of files by path, recomputed when a file's identity changes. Thread-safe."""
+
+    def __init__(self, derive: Callable[[Path, bytes], T]) -> None:
+        self._derive = derive
+        self._entries: dict[str, tuple[Identity, T]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, path: Path) -> T:
+        """The derived value of the file at `path`; OSError when it cannot be read."""
+        key = str(path)
+        with path.open("rb") as stream:
+            status = os.fstat(stream.fileno())
+            identity = identity_of(status)
+            with self._lock:
+                cached = self._entries.get(key)
+            if cached is not None and cached[0] == identity:
+                return cached[1]
+            value = self._derive(path, stream.read())
+        newest = max(status.st_mtime_ns, status.st_ctime_ns) / 1e9
+        if time.time() - newest >= RACY_SECONDS:
+            with self._lock:
+                if len(self._entries) >= MAX_ENTRIES:
+                    self._entries.clear()  # bounded: a server must not grow without end
+                self._entries[key] = (identity, value)
+        return value

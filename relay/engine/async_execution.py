@@ -1,0 +1,172 @@
+"""Running a plan inside an event loop: command hooks through the runner's asyncio driver,
+Python hooks in-process, parallel under a CapacityLimiter (STYLE §9).
+
+HookSystem imports this module only for `fire` and for plans with Python hooks: it
+brings in anyio and asyncio, which `relay hooks run` must not pay for (DESIGN §10).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+import msgspec
+
+from relay.engine.aggregator import HookOutcome, cap_output, cap_text
+from relay.engine.execution import Executor, Traces, make_trace, next_in_sequence
+from relay.engine.registry import RegisteredHook
+from relay.engine.runner import run_spec
+from relay.protocol.answers import Answer, answer_from_value
+from relay.protocol.codec import EventEnvelope
+from relay.protocol.dialects import wire_name
+from relay.protocol.output import HookReport
+
+
+async def run_plan(
+    executor: Executor,
+    envelope: EventEnvelope,
+    hooks: list[RegisteredHook],
+    sequential: bool,
+    traces: Traces | None = None,
+) -> tuple[list[HookOutcome], list[str]]:
+    """Run the hooks (in plan order, parallel or one at a time); outcomes and warnings.
+
+    With `traces`, each hook's full run is recorded there under id(hook).
+    """
+    warnings: list[str] = []
+    if sequential:
+        outcomes: list[HookOutcome] = []
+        current = envelope
+        for index, hook in enumerate(hooks):
+            outcome = await _run_hook(executor, hook, current, {}, traces)
+            outcomes.append(outcome)
+            following = next_in_sequence(current, outcome, hooks, index, warnings)
+            if following is None:
+                break
+            current = following
+        return outcomes, warnings
+    if len(hooks) == 1:
+        return [await _run_hook(executor, hooks[0], envelope, {}, traces)], warnings
+    limiter = anyio.CapacityLimiter(executor.max_parallel)
+    results: list[HookOutcome | None] = [None] * len(hooks)
+    wire: dict[str, bytes] = {}
+
+    async def run(index: int, hook: RegisteredHook) -> None:
+        async with limiter:
+            results[index] = await _run_hook(executor, hook, envelope, wire, traces)
+
+    async with anyio.create_task_group() as group:
+        for index, hook in enumerate(hooks):
+            group.start_soon(run, index, hook)
+    return [outcome for outcome in results if outcome is not None], warnings
+
+
+async def _run_hook(
+    executor: Executor,
+    hook: RegisteredHook,
+    envelope: EventEnvelope,
+    wire: dict[str, bytes],
+    traces: Traces | None,
+) -> HookOutcome:
+    if hook.handler is not None:
+        return await _run_python(hook, envelope, traces)
+    prepared = executor.prepare(hook, envelope, wire)
+    process = await run_spec(prepared.spec)
+    return executor.outcome(prepared, envelope, process, traces)
+
+
+async def _run_python(
+    hook: RegisteredHook, envelope: EventEnvelope, traces: Traces | None
+) -> HookOutcome:
+    handler = hook.handler
+    assert handler is not None
+    started = time.perf_counter()
+    timed_out = False
+    event = envelope.event
+    if hook.dialect != "relay":
+        # Like a settings hook, a handler registered under a Claude name sees Claude's name.
+        event = msgspec.structs.replace(
+            event, hook_event_name=wire_name(envelope.name, hook.dialect)
+        )
+    value: object = None
+    try:
+        with anyio.fail_after(hook.timeout):
+            if inspect.iscoroutinefunction(handler):
+                value = await handler(event)
+            else:
+                value = await _in_daemon_thread(handler, event)
+                if inspect.isawaitable(value):
+                    value = await value
+        answer = answer_from_value(
+            envelope.name, value, dialect=hook.dialect, pass_through=envelope.pass_through
+        )
+    except TimeoutError:
+        timed_out = True
+        answer = Answer(error=f"timed out after {hook.timeout:g}s")
+    except Exception as exc:  # a Python hook's failure is data, like a process's
+        answer = Answer(error=f"python hook raised {type(exc).__name__}: {exc}")
+    report = HookReport(
+        name=hook.name,
+        source=hook.source,
+        command=hook.command,
+        exit_code=None,
+        timed_out=timed_out,
+        duration_ms=round((time.perf_counter() - started) * 1000, 3),
+        output=cap_output(answer.output),
+        error=cap_text(answer.error),
+        warnings=answer.warnings,
+    )
+    if traces is not None:
+        returned = b"" if value is None or answer.error else _encode_returned(value)
+        traces[id(hook)] = make_trace(
+            hook,
+            envelope,
+            report,
+            mode="python",
+            argv=[hook.command],
+            cwd=None,
+            stdin=msgspec.json.encode(event),
+            stdout=returned,
+            stderr=b"",
+        )
+    return HookOutcome(report=report, answer=answer, fail_closed=hook.fail_closed)
+
+
+def _encode_returned(value: object) -> bytes:
+    """What a Python hook returned, as the JSON it stands for (for traces)."""
+    if isinstance(value, str):
+        return value.encode()
+    try:
+        return msgspec.json.encode(value)
+    except (TypeError, msgspec.EncodeError):
+        return repr(value).encode()
+
+
+async def _in_daemon_thread(handler: Callable[[Any], Any], event: object) -> Any:
+    """Call a sync handler on a daemon thread, so that it is held to the hook's timeout and
+    one that never returns is abandoned without keeping the process from exiting (worker
+    threads of a pool are joined at exit)."""
+    finished = anyio.Event()
+    token = anyio.lowlevel.current_token()
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["value"] = handler(event)
+        except BaseException as exc:  # handed back to the event loop below
+            box["error"] = exc
+        with contextlib.suppress(RuntimeError):  # the loop is gone: the hook was abandoned
+            anyio.from_thread.run_sync(finished.set, token=token)
+
+    threading.Thread(target=work, name="relay-python-hook", daemon=True).start()
+    await finished.wait()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
