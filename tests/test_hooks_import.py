@@ -248,7 +248,12 @@ def test_an_imported_claude_hook_decides_as_it_did_in_claude(project: Path) -> N
     assert invoke(run, dangerous).exit_code == 0
     assert invoke(["trust", "--yes", "--cwd", str(project)]).exit_code == 0
     denied = invoke(run, dangerous)
-    assert (denied.exit_code, denied.stderr) == (2, "no rm -rf\n")
+    assert denied.exit_code == 0
+    decision = json.loads(denied.stdout)["hookSpecificOutput"]
+    assert (decision["permissionDecision"], decision["permissionDecisionReason"]) == (
+        "deny",
+        "no rm -rf",
+    )
     relay_view = invoke(run[:2] + run[4:], dangerous)
     out = json.loads(relay_view.stdout)
     assert (out["decision"], out["reason"]) == ("deny", "no rm -rf")

@@ -16,8 +16,7 @@ from relay.protocol.dialects import (
     registered_dialect,
     wire_name,
 )
-from relay.protocol.output import AggregatedResult, HookOutput, HookReport
-from relay.protocol.render import render_for_host
+from relay.protocol.output import HookOutput
 from relay.protocol.schema import all_schemas, render
 
 SPEC = Path(__file__).resolve().parent.parent / "spec" / "schemas"
@@ -230,62 +229,6 @@ def test_python_values_follow_the_same_rules() -> None:
     error = answer_from_value("BeforeTool", {"decision": 3}).error
     assert error is not None and error.startswith("protocol error: $.decision")
     assert "got int" in (answer_from_value("BeforeTool", 5).error or "")
-
-
-# -- rendering for hosts -------------------------------------------------------------------
-
-
-def _result(**fields: object) -> AggregatedResult:
-    return AggregatedResult(hook_event_name="BeforeTool", **fields)  # type: ignore[arg-type]
-
-
-def test_claude_render_deny_exits_2_with_reason() -> None:
-    answer = render_for_host(_result(decision="deny", reason="nope"), "claude")
-    assert (answer.stdout, answer.exit_code, answer.stderr) == (None, 2, "nope")
-
-
-def test_claude_render_no_opinion_is_not_an_allow() -> None:
-    answer = render_for_host(_result(tool_input={"command": "ls"}), "claude")
-    assert answer.stdout == {} and answer.exit_code == 0
-
-
-def test_claude_render_explicit_allow_and_rewrite() -> None:
-    hooks = [HookReport(name="a", source="x", command="a", output=HookOutput(decision="allow"))]
-    answer = render_for_host(
-        _result(
-            reason="ok",
-            hooks=hooks,
-            tool_input={"command": "ls -l"},
-            hookSpecificOutput={"tool_input": {"command": "ls -l"}},
-            inject="ctx",
-        ),
-        "claude",
-    )
-    assert answer.stdout == {
-        "hookSpecificOutput": {
-            "hookEventName": "PreToolUse",
-            "permissionDecision": "allow",
-            "permissionDecisionReason": "ok",
-            "updatedInput": {"command": "ls -l"},
-            "additionalContext": "ctx",
-        }
-    }
-
-
-def test_gemini_render() -> None:
-    answer = render_for_host(
-        _result(
-            decision="ask", reason="sure?", continue_=False, stopReason="halt", systemMessage="m"
-        ),
-        "gemini",
-    )
-    assert answer.stdout == {
-        "continue": False,
-        "stopReason": "halt",
-        "systemMessage": "m",
-        "decision": "ask",
-        "reason": "sure?",
-    }
 
 
 # -- schemas -------------------------------------------------------------------------------

@@ -65,7 +65,12 @@ def test_a_hooks_unreadable_stdout_is_one_error_and_other_hooks_still_count(
         ],
         input="{}",
     )
-    assert (result.exit_code, result.stderr.strip()) == (2, "blocked")
+    assert result.exit_code == 0
+    decision = json.loads(result.stdout)["hookSpecificOutput"]
+    assert (decision["permissionDecision"], decision["permissionDecisionReason"]) == (
+        "deny",
+        "blocked",
+    )
     relay = CliRunner().invoke(
         cli,
         ["hooks", "run", "BeforeTool", "--settings", str(file), "--cwd", str(project)],

@@ -29,8 +29,13 @@ def tool_call(command: str) -> None:
         [RELAY, "hooks", "run", "--dialect", "claude", "PreToolUse"],
         input=json.dumps(event), capture_output=True, text=True, check=False,
     )
+    # Read the answer as Claude Code does: a JSON permission decision, or exit 2.
+    answer = json.loads(done.stdout or "{}") if done.returncode == 0 else {}
+    specific = answer.get("hookSpecificOutput") or {}
     if done.returncode == 2:
         say(f"  ✗ blocked by a hook: {done.stderr.strip()}")
+    elif specific.get("permissionDecision") == "deny":
+        say(f"  ✗ blocked by a hook: {specific.get('permissionDecisionReason', '')}")
     else:
         say("  ✓ allowed; output: total 3  README.md  src/  tests/")
 

@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "agents": ("relay.cli.messaging", "agents"),
     "inbox": ("relay.cli.messaging", "inbox"),
     "messages": ("relay.cli.messaging", "messages"),
+    "serve": ("relay.cli.serve", "serve"),
 }
 
 

@@ -29,7 +29,7 @@ from relay.config.model import (
 )
 from relay.errors import SettingsError
 from relay.protocol.decoding import json_type_name, split_validation_error
-from relay.protocol.dialects import known_event_names
+from relay.protocol.dialects import EVENT_NAME, known_event_names
 
 Segment = str | int
 FieldPath = tuple[Segment, ...]
@@ -337,8 +337,15 @@ class _SettingsReader:
         known = known_event_names()
         for name in hooks:
             if name not in known:
-                # Kept in the Settings: the registry skips names it does not know.
-                message = f"unknown event {name!r}; its hooks never run"
+                # Kept: a host's newer event passes through, and its hooks run when the
+                # host fires exactly that name. It may also be a typo.
+                if EVENT_NAME.fullmatch(name):
+                    message = (
+                        f"unknown event {name!r}; its hooks run only if a host fires an "
+                        "event of exactly that name"
+                    )
+                else:
+                    message = f"unknown event {name!r}; its hooks never run"
                 suggestion = _suggest(name, known)
                 if suggestion is not None:
                     message += f" (did you mean {suggestion!r}?)"

@@ -20,7 +20,7 @@ from relay.protocol.output import (
 
 TEXT_CAP = 10_000
 TRUNCATION_MARKER = "\n…[truncated by relay]"
-_DECISION_RANK: dict[str, int] = {"allow": 0, "ask": 1, "deny": 2}
+_DECISION_RANK: dict[str, int] = {"allow": 0, "ask": 1, "defer": 2, "deny": 3}
 _TOOL_MODE_RANK: dict[str, int] = {"AUTO": 0, "ANY": 1, "NONE": 2}
 TOOL_INPUT_EVENTS: frozenset[str] = frozenset({"BeforeTool"})
 """Events whose result carries the effective `tool_input`."""
@@ -176,7 +176,7 @@ class _Merge:
                 self.extra[key] = value
 
     def decide(self, decision: Decision, reason: str | None) -> None:
-        # deny > ask > allow on every event: a later allow never erases a block.
+        # deny > defer > ask > allow on every event: a later allow never erases a block.
         rank, current = _DECISION_RANK[decision], _DECISION_RANK[self.decision]
         if rank > current:
             self.decision, self.reasons = decision, []

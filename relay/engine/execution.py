@@ -25,7 +25,13 @@ from relay.engine.aggregator import (
 )
 from relay.engine.command import PROJECT_VARS, Launch, prepare_launch, substitute_project_vars
 from relay.engine.registry import RegisteredHook
-from relay.engine.runner import ProcessResult, ProcessSpec, run_processes
+from relay.engine.runner import (
+    DEFAULT_EXIT_DRAIN,
+    DEFAULT_GRACE,
+    ProcessResult,
+    ProcessSpec,
+    run_processes,
+)
 from relay.engine.telemetry import debug, debug_enabled
 from relay.engine.trace import HookTrace
 from relay.protocol.answers import Answer, first_lines, parse_answer
@@ -185,6 +191,21 @@ class Executor:
             cwd = substitute_project_vars(hook.entry.cwd, self.project_vars)
             return str(Path(self.project_dir, os.path.expanduser(cwd)))
         return self.project_dir
+
+
+def time_bound(hooks: list[RegisteredHook], sequential: bool, max_parallel: int) -> float:
+    """Seconds within which these hooks have all returned, whatever they do (DESIGN §6):
+    each hook's timeout, the grace before SIGKILL and the drain after its exit."""
+    bounds = [
+        hook.timeout + (0.0 if hook.handler else DEFAULT_GRACE + DEFAULT_EXIT_DRAIN)
+        for hook in hooks
+    ]
+    if not bounds:
+        return 0.0
+    if sequential:
+        return sum(bounds)
+    rounds = -(-len(bounds) // max(max_parallel, 1))
+    return rounds * max(bounds)
 
 
 def next_in_sequence(

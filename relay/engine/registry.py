@@ -237,9 +237,11 @@ def _hooks_of_file(
     group_index = -1  # counts across event names, so plan order is file order
     for event, groups in settings.hooks.items():
         try:
-            canonical = canonical_name(event)
+            # A name relay does not know is a host's newer event: its hooks run when a host
+            # fires exactly that name (the settings loader warns, in case it is a typo).
+            canonical = canonical_name(event, unknown_passes=True)
         except UnknownEventError:
-            continue  # reported as a warning by the settings loader
+            continue  # not even shaped like an event name; the settings loader said so
         for group in groups:
             group_index += 1
             matcher = Matcher(group.matcher)

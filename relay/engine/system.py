@@ -10,6 +10,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from relay.config.discovery import SettingsCache, SettingsSet, load_settings
 from relay.config.model import DEFAULT_TIMEOUT, TRUST_REQUIRED, HookEntry
 from relay.config.paths import find_project_root, state_dir
@@ -39,6 +41,14 @@ if TYPE_CHECKING:
 Payload = Mapping[str, Any] | Event | EventEnvelope | None
 
 MAX_PARALLEL = 32
+
+
+class PlannedEvent(msgspec.Struct, kw_only=True):
+    """An event with its plan (`HookSystem.plan`), or its result already when no hook runs."""
+
+    result: AggregatedResult | None = None
+    envelope: EventEnvelope | None = None
+    plan: Plan | None = None
 
 
 class HookSystem:
@@ -204,18 +214,20 @@ class HookSystem:
         """The project root, or the working directory when there is none."""
         return self.settings.root or self._start
 
-    def warnings(self) -> list[str]:
-        """Settings warnings, broken project files, and one line naming untrusted hooks."""
+    def warnings(self, *, untrusted: list[str] | None = None) -> list[str]:
+        """Settings warnings, broken project files, and one line naming untrusted hooks
+        (`untrusted`: these names; default: every untrusted project hook, which
+        fingerprints them all)."""
         lines = [str(warning) for warning in self.settings.warnings]
         for broken in self.settings.broken:
             lines.append(f"{broken.error}; the hooks of {broken.file} do not run until it is fixed")
         lines.extend(self.registry.warnings)
         lines.extend(self._problems)
-        untrusted = self.registry.untrusted
+        if untrusted is None:
+            untrusted = sorted({hook.name for hook in self.registry.untrusted})
         if untrusted:
-            names = ", ".join(sorted({hook.name for hook in untrusted}))
             lines.append(
-                f"skipped {len(untrusted)} untrusted project hook(s): {names}; "
+                f"skipped {len(untrusted)} untrusted project hook(s): {', '.join(untrusted)}; "
                 f"review them and run `relay trust` in {self.project_dir} to allow them"
             )
         return lines
@@ -225,10 +237,10 @@ class HookSystem:
         if not self.quiet:
             print(f"relay: warning: {message}", file=sys.stderr)
 
-    def close(self) -> None:
-        """Flush the hook log."""
+    def close(self, *, leave_open: bool = False) -> None:
+        """Flush the hook log (`leave_open`: see Telemetry.close)."""
         if self.telemetry is not None:
-            self.telemetry.close()
+            self.telemetry.close(leave_open=leave_open)
 
     # -- firing ---------------------------------------------------------------------
 
@@ -247,20 +259,10 @@ class HookSystem:
         `trace` receives each hook's full run, in plan order; `only` keeps the hooks
         it returns True for (the rest are not considered at all).
         """
-        prepared = self._prepare(event, payload, only)
-        if isinstance(prepared, AggregatedResult):
-            return prepared
-        from relay.engine.async_execution import run_plan  # only now: it brings in anyio
-
-        envelope, plan = prepared
-        started = time.perf_counter()
-        traces: dict[int, HookTrace] | None = {} if trace is not None else None
-        outcomes, warnings = await run_plan(
-            self._executor_for(), envelope, plan.hooks, plan.sequential, traces
-        )
-        return self._finish(
-            envelope, plan, outcomes, warnings, started=started, traces=traces, trace=trace
-        )
+        planned = self.plan(event, payload, only=only)
+        if planned.result is not None:
+            return planned.result
+        return await self._fire_planned(planned, trace)
 
     def run(
         self,
@@ -272,14 +274,34 @@ class HookSystem:
     ) -> AggregatedResult:
         """`fire` for synchronous code: command hooks run on this thread, with no event loop
         (one is started only for Python hooks)."""
+        return self.run_planned(self.plan(event, payload, only=only), trace=trace)
+
+    def plan(
+        self,
+        event: str,
+        payload: Payload = None,
+        *,
+        only: Callable[[RegisteredHook], bool] | None = None,
+    ) -> PlannedEvent:
+        """Which hooks an event would run, without running them (`run_planned` does)."""
         prepared = self._prepare(event, payload, only)
         if isinstance(prepared, AggregatedResult):
-            return prepared
+            return PlannedEvent(result=prepared)
         envelope, plan = prepared
+        return PlannedEvent(envelope=envelope, plan=plan)
+
+    def run_planned(
+        self, planned: PlannedEvent, *, trace: list[HookTrace] | None = None
+    ) -> AggregatedResult:
+        """Run a planned event's hooks (on this thread unless some are Python hooks) and merge."""
+        if planned.result is not None:
+            return planned.result
+        envelope, plan = planned.envelope, planned.plan
+        assert envelope is not None and plan is not None
         if any(hook.handler is not None for hook in plan.hooks):
             import anyio
 
-            return anyio.run(self._fire_planned, envelope, plan, trace)
+            return anyio.run(self._fire_planned, planned, trace)
         started = time.perf_counter()
         traces: dict[int, HookTrace] | None = {} if trace is not None else None
         outcomes, warnings = self._executor_for().run_sync(
@@ -289,11 +311,21 @@ class HookSystem:
             envelope, plan, outcomes, warnings, started=started, traces=traces, trace=trace
         )
 
-    async def _fire_planned(
-        self, envelope: EventEnvelope, plan: Plan, trace: list[HookTrace] | None
-    ) -> AggregatedResult:
-        from relay.engine.async_execution import run_plan
+    def time_bound(self, planned: PlannedEvent) -> float:
+        """Seconds within which `run_planned` returns for this plan, whatever its hooks do."""
+        if planned.plan is None:
+            return 0.0
+        from relay.engine.execution import time_bound
 
+        return time_bound(planned.plan.hooks, planned.plan.sequential, self.max_parallel)
+
+    async def _fire_planned(
+        self, planned: PlannedEvent, trace: list[HookTrace] | None
+    ) -> AggregatedResult:
+        from relay.engine.async_execution import run_plan  # only now: it brings in anyio
+
+        envelope, plan = planned.envelope, planned.plan
+        assert envelope is not None and plan is not None
         started = time.perf_counter()
         traces: dict[int, HookTrace] | None = {} if trace is not None else None
         outcomes, warnings = await run_plan(
@@ -316,7 +348,9 @@ class HookSystem:
         self, event: str, payload: Payload, only: Callable[[RegisteredHook], bool] | None
     ) -> AggregatedResult | tuple[EventEnvelope, Plan]:
         """The plan for an event, or its result already when no hook is to run."""
-        canonical = canonical_name(event)
+        # An envelope was decoded by a caller that already judged its name (a host's newer
+        # event passes through); a raw payload's name must be one relay knows.
+        canonical = canonical_name(event, unknown_passes=isinstance(payload, EventEnvelope))
         registry = self.registry
         candidates = registry.candidates(canonical)
         if only is not None:

@@ -159,6 +159,7 @@ class Telemetry:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._broken = False
+        self._leave_open = False
 
     def record(self, record: CallRecord) -> None:
         """Queue one event's calls for writing."""
@@ -173,11 +174,17 @@ class Telemetry:
                 atexit.register(self.close)
         self._queue.put(record)
 
-    def close(self) -> None:
-        """Write what is queued and stop the writer."""
+    def close(self, *, leave_open: bool = False) -> None:
+        """Write what is queued and stop the writer.
+
+        `leave_open`: commit but do not close the database, for a process about to end
+        with os._exit: closing the last connection checkpoints the WAL, which syncs the
+        disk on the host's time; the next writer or reader takes the WAL over instead.
+        """
         with self._lock:
             thread, self._thread = self._thread, None
         if thread is not None:
+            self._leave_open = leave_open
             self._queue.put(None)
             thread.join(timeout=10)
 
@@ -208,11 +215,13 @@ class Telemetry:
                 if batch:
                     self._write(connection, batch)
                 if item is None:
-                    return
+                    break
         except (sqlite3.Error, OSError) as exc:
             self._give_up(exc)
+            self._leave_open = False
         finally:
-            connection.close()
+            if not self._leave_open:
+                connection.close()
 
     def _connect(self) -> sqlite3.Connection:
         import sqlite3

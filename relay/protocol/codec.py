@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from relay.protocol.decoding import JsonDecodeError, decode_json, split_validation_error
-from relay.protocol.dialects import CLAUDE_PASS_THROUGH_MATCHERS, Dialect, canonical_name, wire_name
+from relay.protocol.dialects import Dialect, canonical_name, wire_name
 from relay.protocol.events import EVENT_TYPES, Event, PassThrough
 
 _json_encoder = msgspec.json.Encoder()
@@ -45,8 +45,8 @@ class EventEnvelope(msgspec.Struct, kw_only=True):
 
     @property
     def pass_through(self) -> bool:
-        """True for a Claude Code event relay only passes through."""
-        return self.event.hook_event_name in CLAUDE_PASS_THROUGH_MATCHERS
+        """True for an event relay only passes through (no canonical event of its own)."""
+        return self.event.hook_event_name not in EVENT_TYPES
 
     def field(self, name: str) -> Any:
         """A field of the event, known or passed through (None when absent)."""
@@ -78,10 +78,16 @@ def event_type(canonical: str) -> type[Event]:
 
 
 def make_event(
-    name: str, payload: dict[str, Any] | None = None, *, cwd: str | None = None
+    name: str,
+    payload: dict[str, Any] | None = None,
+    *,
+    cwd: str | None = None,
+    unknown_passes: bool = False,
 ) -> EventEnvelope:
-    """Build an event from a partial payload, filling in the base fields (`cwd` if absent)."""
-    canonical = canonical_name(name)
+    """Build an event from a partial payload, filling in the base fields (`cwd` if absent).
+
+    `unknown_passes`: an event name no dialect knows is a pass-through event (hosts)."""
+    canonical = canonical_name(name, unknown_passes=unknown_passes)
     data = dict(payload or {})
     data.pop("hook_event_name", None)
     cls = event_type(canonical)
@@ -98,9 +104,9 @@ def make_event(
 
 
 def complete_event(event: Event, name: str, *, cwd: str | None = None) -> Event:
-    """A copy of a typed event with its name set and missing base fields filled in."""
+    """A copy of a typed event with its (canonical) name set and missing base fields filled in."""
     copy = msgspec.structs.replace(event)
-    _fill_base(copy, canonical_name(name), cwd)
+    _fill_base(copy, name, cwd)
     return copy
 
 
@@ -109,7 +115,7 @@ def _fill_base(event: Event, canonical: str, cwd: str | None) -> None:
     if not event.session_id:
         event.session_id = uuid.uuid4().hex
     if not event.cwd:
-        event.cwd = cwd or _working_directory()
+        event.cwd = _working_directory() if cwd is None else cwd  # "": left for the caller
     if not event.timestamp:
         event.timestamp = utc_timestamp()
 
@@ -121,18 +127,20 @@ def _working_directory() -> str:
         raise EventError("the working directory no longer exists: give the event a cwd") from None
 
 
-def decode_event(name: str, raw: bytes, *, cwd: str | None = None) -> EventEnvelope:
+def decode_event(
+    name: str, raw: bytes, *, cwd: str | None = None, unknown_passes: bool = False
+) -> EventEnvelope:
     """Decode a JSON event object (possibly partial) sent by a host."""
     raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark, as some editors write
     if not raw.strip():
-        return make_event(name, cwd=cwd)
+        return make_event(name, cwd=cwd, unknown_passes=unknown_passes)
     try:
         value = decode_json(raw)
     except JsonDecodeError as exc:
         raise EventError(f"malformed JSON: {exc}") from None
     if not isinstance(value, dict):
         raise EventError("an event must be a JSON object")
-    return make_event(name, value, cwd=cwd)
+    return make_event(name, value, cwd=cwd, unknown_passes=unknown_passes)
 
 
 def utc_timestamp() -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from relay.protocol.events import CANONICAL_EVENTS, MATCHER_FIELDS
@@ -39,8 +40,14 @@ CLAUDE_PASS_THROUGH_MATCHERS: dict[str, str | None] = {
     "CwdChanged": None,
     "WorktreeCreate": None,
     "WorktreeRemove": None,
+    "MessageDisplay": None,
+    "Elicitation": "mcp_server_name",
+    "ElicitationResult": "mcp_server_name",
 }
 """Other Claude Code events, accepted as pass-through, with the field their matcher tests."""
+
+EVENT_NAME = re.compile(r"[A-Z][A-Za-z0-9]{0,63}")
+"""What an event name relay has never heard of must look like to pass through."""
 
 
 class UnknownEventError(ValueError):
@@ -56,20 +63,36 @@ def known_event_names() -> list[str]:
     return [*CANONICAL_EVENTS, *CLAUDE_ALIASES.values(), *CLAUDE_PASS_THROUGH_MATCHERS]
 
 
-def canonical_name(name: str) -> str:
-    """The canonical name of an event given in any dialect; pass-through names stay as they are."""
+def canonical_name(name: str, *, unknown_passes: bool = False) -> str:
+    """The canonical name of an event given in any dialect; pass-through names stay as they are.
+
+    With `unknown_passes`, a name no dialect knows passes through too (a host's newer
+    event must never make relay fail, DESIGN §2); otherwise it is an UnknownEventError.
+    """
     if name in CANONICAL_OF_CLAUDE:
         return CANONICAL_OF_CLAUDE[name]
     if name in CANONICAL_EVENTS or name in CLAUDE_PASS_THROUGH_MATCHERS:
         return name
+    if unknown_passes and EVENT_NAME.fullmatch(name):
+        return name
     raise UnknownEventError(name)
 
 
+def is_known_event(name: str) -> bool:
+    """Whether some dialect knows this event name."""
+    return (
+        name in CANONICAL_OF_CLAUDE
+        or name in CANONICAL_EVENTS
+        or name in CLAUDE_PASS_THROUGH_MATCHERS
+    )
+
+
 def registered_dialect(registered_name: str) -> Dialect:
-    """The dialect a hook registered under this event name speaks."""
-    if registered_name in CANONICAL_OF_CLAUDE or registered_name in CLAUDE_PASS_THROUGH_MATCHERS:
-        return "claude"
-    return "relay"
+    """The dialect a hook registered under this event name speaks (a name relay does not
+    know is a host's pass-through event: Claude's shape, which Codex shares)."""
+    if registered_name in CANONICAL_EVENTS:
+        return "relay"
+    return "claude"
 
 
 def wire_name(canonical: str, dialect: Dialect) -> str:
@@ -83,4 +106,4 @@ def matcher_field(canonical: str) -> str | None:
     """The event field a matcher is tested against, or None when matchers match everything."""
     if canonical in CLAUDE_PASS_THROUGH_MATCHERS:
         return CLAUDE_PASS_THROUGH_MATCHERS[canonical]
-    return MATCHER_FIELDS.get(canonical)
+    return MATCHER_FIELDS.get(canonical)  # None for a name relay never heard of: matches all

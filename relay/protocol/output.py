@@ -7,8 +7,10 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-Decision = Literal["allow", "ask", "deny"]
-WireDecision = Literal["allow", "ask", "deny", "block", "approve"]
+Decision = Literal["allow", "ask", "defer", "deny"]
+"""deny > defer > ask > allow when hooks disagree. defer: Claude Code's "let the host's own
+permission flow decide" (no hook's allow overrides it, a deny still wins)."""
+WireDecision = Literal["allow", "ask", "defer", "deny", "block", "approve"]
 ToolMode = Literal["NONE", "ANY", "AUTO"]
 
 

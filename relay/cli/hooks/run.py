@@ -10,7 +10,7 @@ import click
 
 from relay.cli.options import cwd_option, settings_option
 
-DIALECT_CHOICE = click.Choice(["relay", "claude", "gemini"])
+DIALECT_CHOICE = click.Choice(["relay", "claude", "gemini", "codex"])
 
 
 class HostUsageError(click.UsageError):
@@ -38,7 +38,7 @@ class HostCommand(click.Command):
     type=DIALECT_CHOICE,
     default="relay",
     show_default=True,
-    help="Answer as relay (merged result) or as a single Claude Code / Gemini CLI hook.",
+    help="Answer as relay (the merged result) or as a single hook of that host.",
 )
 @click.pass_context
 def run(
@@ -46,41 +46,26 @@ def run(
 ) -> None:
     """Fire EVENT with the event object read from stdin; print the merged result as JSON.
 
-    EVENT is a canonical name (BeforeTool) or a Claude Code name (PreToolUse). A partial
-    event is fine: the base fields are filled in.
+    EVENT is a canonical name (BeforeTool) or a host's name (PreToolUse). A partial event
+    is fine: the base fields are filled in. With --dialect claude, gemini or codex the
+    answer is one hook's answer for that host, and an event name relay does not know
+    passes through.
     """
-    import msgspec
-
-    from relay.engine.system import HookSystem
-    from relay.errors import InputError
-    from relay.protocol.codec import EventError, decode_event
-    from relay.protocol.dialects import UnknownEventError
-    from relay.protocol.render import render_for_host
+    from relay.hosts.call import RunArgs, prepare
+    from relay.server.client import Call
 
     # stdin may be a terminal (not read) or closed altogether (`<&-`): both are "no event".
     raw = b"" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.buffer.read()
-    try:
-        envelope = decode_event(event, raw, cwd=str(cwd.resolve()) if cwd else None)
-    except UnknownEventError as exc:
-        raise InputError(str(exc), source="EVENT") from None
-    except EventError as exc:
-        raise InputError(str(exc), path=exc.path) from None
-    # The project is found from --cwd, else the event's cwd, else here (DESIGN §5).
-    start = cwd or (Path(envelope.event.cwd) if os.path.isdir(envelope.event.cwd) else None)
-    system = HookSystem(cwd=start, settings=settings_files, quiet=True)
-    system.initialize()
-    try:
-        result = system.run(envelope.name, envelope)
-    finally:
-        system.close()
-    answer = render_for_host(result, dialect)  # type: ignore[arg-type]
-    if answer.exit_code == 0:
-        # On a deny, a host shows stderr to the model: keep it to the reason alone.
-        for warning in system.warnings():
-            click.echo(f"relay: warning: {warning}", err=True)
-    if answer.stdout is not None:
-        sys.stdout.buffer.write(msgspec.json.encode(answer.stdout) + b"\n")
-        sys.stdout.flush()
-    if answer.stderr:
-        click.echo(answer.stderr, err=True)
-    ctx.exit(answer.exit_code)
+    args = RunArgs(
+        event=event,
+        dialect=dialect,
+        settings=[str(path) for path in settings_files],
+        cwd=str(cwd) if cwd is not None else None,
+    )
+    here = os.getcwd()
+    reply = prepare(args, Call(argv=[], cwd=here, env=dict(os.environ), stdin=raw)).finish()
+    sys.stdout.buffer.write(reply.stdout)
+    sys.stdout.flush()
+    sys.stderr.buffer.write(reply.stderr)
+    sys.stderr.flush()
+    ctx.exit(reply.exit_code)

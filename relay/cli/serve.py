@@ -1,0 +1,90 @@
+"""`relay serve`: run, start, inspect or stop the resident server behind the hook clients."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import click
+
+from relay.server.server import DEFAULT_IDLE_SECONDS
+
+
+@click.command()
+@click.option("--socket", "socket_path", help="Listen here (default: this user's and install's).")
+@click.option(
+    "--idle-seconds",
+    type=click.FloatRange(min=1),
+    default=DEFAULT_IDLE_SECONDS,
+    show_default=True,
+    help="Exit after this long without a call.",
+)
+@click.option("--detach", is_flag=True, help="Start it in the background and return.")
+@click.option("--status", is_flag=True, help="Show the running server's state (JSON).")
+@click.option("--stop", is_flag=True, help="Stop the running server.")
+def serve(
+    socket_path: str | None, idle_seconds: float, detach: bool, status: bool, stop: bool
+) -> None:
+    """Keep settings, trust and the hook log warm for the hook clients that hosts run.
+
+    Clients start it on demand and it exits when idle; run it by hand to watch it
+    (foreground), or use --status and --stop.
+    """
+    from relay.errors import RelayError
+    from relay.server import client
+
+    path = socket_path or client.socket_path()
+    if stop or status:
+        answer = client.control(path, "stop" if stop else "status")
+        if answer is None:
+            raise RelayError(f"no relay server is running at {path}")
+        click.echo(answer.decode() if status else f"stopped the relay server at {path}")
+        return
+    if detach:
+        _start_detached(path)
+        return
+    _serve(path, idle_seconds)
+
+
+def _start_detached(path: str) -> None:
+    import contextlib
+    import os
+
+    from relay.errors import RelayError
+    from relay.server import client
+
+    if client.control(path, "status") is None:
+        # Asked for explicitly: start one even right after a client tried.
+        with contextlib.suppress(OSError):
+            os.unlink(path + ".spawned")
+        client.start_server(path, python=sys.executable)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        answer = client.control(path, "status")
+        if answer is not None:
+            click.echo(f"relay server running at {path} (pid {json.loads(answer)['pid']})")
+            return
+        time.sleep(0.05)
+    raise RelayError(f"the relay server did not start at {path}")
+
+
+def _serve(path: str, idle_seconds: float) -> None:
+    from relay.hosts.call import Caches, parse_run_args, prepare
+    from relay.server.client import Call
+    from relay.server.server import Prepared, Server
+
+    caches = Caches()
+
+    def handler(call: Call) -> Prepared | None:
+        args = parse_run_args(call.argv, call.cwd)
+        if args is None:
+            return None
+        return prepare(args, call, caches, on_close=False)
+
+    server = Server(path, handler, idle_seconds=idle_seconds, on_stop=caches.close)
+    if not server.bind():
+        click.echo(f"relay: a server is already running at {path}", err=True)
+        return
+    click.echo(f"relay: serving hook calls at {path} (pid {server.status()['pid']})", err=True)
+    server.serve_forever()

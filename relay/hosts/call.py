@@ -1,0 +1,380 @@
+"""One host's call of `relay hooks run`: its arguments, working directory, environment and
+stdin in; what to print and the exit code out.
+
+The one path shared by `relay hooks run`, the clients' in-process fallback and `relay
+serve` (STYLE §16: a test runs the server and the in-process path on the same calls and
+compares the bytes). For a host's dialect (claude, gemini, codex) relay never fails
+silently: whatever it skipped or failed at reaches the user as a `systemMessage`, and
+where the user asked for it (failClosed), a failure denies instead of allowing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import msgspec
+
+from relay.config.discovery import (
+    BrokenSettings,
+    SettingsCache,
+    settings_cache,
+    settings_from_environment,
+)
+from relay.config.model import SCOPE_ORDER, TRUST_REQUIRED
+from relay.config.paths import relay_home, state_dir, system_settings_path
+from relay.config.trust import DigestCache, TrustStore, digest_cache
+from relay.engine.system import HookSystem, PlannedEvent
+from relay.engine.telemetry import Telemetry, log_path, resolve_max_events
+from relay.errors import RelayError
+from relay.hosts import HOST_NAMES, host
+from relay.hosts.host import Host
+from relay.protocol.codec import EventEnvelope, EventError, decode_event
+from relay.protocol.dialects import UnknownEventError
+from relay.protocol.output import AggregatedResult
+from relay.server.client import Call, Reply
+
+DIALECTS: tuple[str, ...] = ("relay", *HOST_NAMES)
+ALL_SCOPES = frozenset(SCOPE_ORDER)
+_FAIL_CLOSED = re.compile(rb'"failClosed"\s*:\s*true')
+_encoder = msgspec.json.Encoder()
+
+
+class RunArgs(msgspec.Struct, kw_only=True):
+    """The arguments of `relay hooks run`."""
+
+    event: str
+    dialect: str = "relay"
+    settings: list[str] = msgspec.field(default_factory=list)
+    cwd: str | None = None
+
+
+def parse_run_args(argv: list[str], cwd: str) -> RunArgs | None:
+    """`relay hooks run`'s arguments, or None when click must handle them (help, a usage
+    error, an option it does not know): the fast path never imports click."""
+    event: str | None = None
+    args = RunArgs(event="")
+    position = 0
+    while position < len(argv):
+        word = argv[position]
+        position += 1
+        if word.startswith("--") and word not in ("--",):
+            name, equals, value = word.partition("=")
+            if name not in ("--settings", "--cwd", "--dialect"):
+                return None
+            if not equals:
+                if position >= len(argv):
+                    return None
+                value = argv[position]
+                position += 1
+            if name == "--settings":
+                args.settings.append(value)
+            elif name == "--cwd":
+                args.cwd = value
+            elif value in DIALECTS:
+                args.dialect = value
+            else:
+                return None
+        elif word.startswith("-") and word != "-":
+            return None
+        elif event is None:
+            event = word
+        else:
+            return None
+    if event is None:
+        return None
+    if args.cwd is not None and not os.path.isdir(os.path.join(cwd, args.cwd)):
+        return None  # click says "Directory … does not exist."
+    args.event = event
+    return args
+
+
+class Caches:
+    """What a resident server keeps warm between calls: parsed settings, script digests,
+    trust stores and hook logs (each validated per call by a stat; see filecache)."""
+
+    def __init__(self) -> None:
+        self.settings: SettingsCache = settings_cache()
+        self.digests: DigestCache = digest_cache()
+        self._lock = threading.Lock()
+        self._trust: dict[Path, TrustStore] = {}
+        self._logs: dict[tuple[Path, int], Telemetry] = {}
+
+    def trust_store(self, path: Path) -> TrustStore:
+        """The trust store at `path`, kept."""
+        with self._lock:
+            store = self._trust.get(path)
+            if store is None:
+                store = self._trust[path] = TrustStore(path)
+            return store
+
+    def telemetry(self, path: Path, max_events: int) -> Telemetry:
+        """The hook log at `path`, kept (its writer thread too)."""
+        with self._lock:
+            log = self._logs.get((path, max_events))
+            if log is None:
+                log = self._logs[(path, max_events)] = Telemetry(path, max_events=max_events)
+            return log
+
+    def close(self) -> None:
+        """Flush every hook log."""
+        for log in list(self._logs.values()):
+            log.close()
+
+
+class PreparedCall:
+    """A call whose event is planned: `bound` seconds at most until `finish` returns."""
+
+    def __init__(self, bound: float, finish: Callable[[], Reply]) -> None:
+        self.bound = bound
+        self._finish = finish
+
+    def finish(self) -> Reply:
+        """Run the planned hooks and render the answer."""
+        return self._finish()
+
+
+def answer_call(call: Call, caches: Caches | None = None) -> Reply | None:
+    """The reply to a call, or None when its arguments are click's to handle."""
+    args = parse_run_args(call.argv, call.cwd)
+    if args is None:
+        return None
+    return prepare(args, call, caches).finish()
+
+
+def prepare(
+    args: RunArgs, call: Call, caches: Caches | None = None, *, on_close: bool = True
+) -> PreparedCall:
+    """Read the event and plan it; never raises (every failure is a reply).
+
+    `on_close`: flush the hook log when finished (the in-process path; a server's logs
+    stay open between calls). `caches`: the server's.
+    """
+    target = host(args.dialect) if args.dialect != "relay" else None
+    try:
+        return _prepare(args, call, caches, target, on_close=on_close)
+    except Exception as exc:  # relay's own failure: visible, never a silent allow
+        return _failed(args, call, target, exc)
+
+
+def _prepare(
+    args: RunArgs, call: Call, caches: Caches | None, target: Host | None, *, on_close: bool
+) -> PreparedCall:
+    cwd_option = os.path.join(call.cwd, args.cwd) if args.cwd is not None else None
+    if cwd_option is not None and not os.path.isabs(cwd_option):
+        raise RelayError("the working directory no longer exists: give --cwd as an absolute path")
+    try:
+        envelope = decode_event(
+            args.event,
+            call.stdin,
+            cwd=os.path.abspath(cwd_option) if cwd_option else call.cwd,
+            unknown_passes=target is not None,
+        )
+    except UnknownEventError as exc:
+        return _done(Reply(1, b"", f"relay: error: EVENT: {exc}\n".encode()))
+    except EventError as exc:
+        if target is None:
+            return _done(Reply(1, b"", f"relay: error: stdin: {exc}\n".encode()))
+        raise _Failure(f"cannot read the event {target.title} sent: {exc}") from None
+    # The project is found from --cwd, else the event's cwd, else the caller's (DESIGN §5).
+    event_cwd = envelope.event.cwd
+    if cwd_option is not None:
+        start = Path(cwd_option)
+    elif os.path.isabs(event_cwd) and os.path.isdir(event_cwd):
+        start = Path(event_cwd)
+    elif call.cwd:
+        start = Path(call.cwd)
+    else:
+        raise RelayError("the working directory no longer exists: give the event a cwd")
+    settings = [Path(call.cwd or "/", path) for path in args.settings]
+    system = _system(
+        start, settings, call.env, caches, isolate=ALL_SCOPES if target else TRUST_REQUIRED
+    )
+    try:
+        system.initialize()
+    except RelayError as exc:
+        if target is None:
+            return _done(Reply(1, b"", f"relay: error: {exc}\n".encode()))
+        raise
+    planned = system.plan(envelope.name, envelope)
+    bound = system.time_bound(planned)
+
+    def finish() -> Reply:
+        try:
+            result = system.run_planned(planned)
+            if on_close:
+                # Before rendering: a log that cannot be written is a warning to show.
+                system.close(leave_open=True)
+            return _render(system, planned, result, envelope, target)
+        except Exception as exc:
+            return _failed(args, call, target, exc).finish()
+
+    return PreparedCall(bound, finish)
+
+
+def _system(
+    start: Path,
+    settings: list[Path],
+    env: Mapping[str, str],
+    caches: Caches | None,
+    *,
+    isolate: frozenset[str],
+) -> HookSystem:
+    if caches is None:
+        return HookSystem(cwd=start, settings=settings, quiet=True, environ=env, isolate=isolate)
+    system = HookSystem(
+        cwd=start,
+        settings=settings,
+        quiet=True,
+        environ=env,
+        isolate=isolate,
+        settings_cache=caches.settings,
+        digests=caches.digests,
+        trust=caches.trust_store(state_dir(env) / "trust.json"),
+        telemetry=False,
+    )
+    system.initialize()
+    max_events = resolve_max_events(system.settings.files, env)
+    system.telemetry = caches.telemetry(log_path(env), max_events)
+    return system
+
+
+def _render(
+    system: HookSystem,
+    planned: PlannedEvent,
+    result: AggregatedResult,
+    envelope: EventEnvelope,
+    target: Host | None,
+) -> Reply:
+    if target is None:
+        lines = [f"relay: warning: {warning}\n" for warning in _warnings(system, result, envelope)]
+        stdout = _encoder.encode(result) + b"\n"
+        return Reply(0, stdout, "".join(lines).encode())
+    notices = _notices(system, result, envelope, target)
+    if notices:
+        result.systemMessage = "\n".join([*filter(None, [result.systemMessage]), *notices])
+    guard = _broken_guard(system.settings.broken, envelope, target)
+    if guard is not None:
+        result.decision, result.reason = "deny", guard
+    answer = target.render(result)
+    stdout = b"" if answer.stdout is None else _encoder.encode(answer.stdout) + b"\n"
+    stderr = f"{answer.stderr}\n" if answer.stderr else ""
+    if answer.exit_code == 0:
+        # On exit 2 the host shows stderr to the model: keep it to the reason alone.
+        stderr += "".join(
+            f"relay: warning: {warning}\n" for warning in _warnings(system, result, envelope)
+        )
+    return Reply(answer.exit_code, stdout, stderr.encode())
+
+
+def _warnings(system: HookSystem, result: AggregatedResult, envelope: EventEnvelope) -> list[str]:
+    lines = system.warnings(untrusted=_untrusted(system, result, envelope))
+    return lines
+
+
+def _untrusted(system: HookSystem, result: AggregatedResult, envelope: EventEnvelope) -> list[str]:
+    """The untrusted project hooks to tell the user about: those this event would have run,
+    and at the start of a session, all of them."""
+    if envelope.name == "SessionStart":
+        return sorted({hook.name for hook in system.registry.untrusted})
+    return result.untrusted
+
+
+def _notices(
+    system: HookSystem, result: AggregatedResult, envelope: EventEnvelope, target: Host
+) -> list[str]:
+    """What relay skipped, for the user: broken settings files that concern this event
+    (or every file, at session start) and untrusted project hooks."""
+    names = (envelope.name, target.wire(envelope.name))
+    notices = [
+        f"relay: {broken.error} — the hooks in this file did not run; fix it "
+        f"(`relay hooks validate`)"
+        for broken in system.settings.broken
+        if envelope.name == "SessionStart" or broken.mentions(*names)
+    ]
+    untrusted = _untrusted(system, result, envelope)
+    if untrusted:
+        root = system.settings.root or system.project_dir
+        notices.append(
+            f"relay: skipped {len(untrusted)} project hook(s) not trusted (new, or changed "
+            f"since trusted): {', '.join(untrusted)}. Review them, then run `relay trust` "
+            f"in {root}"
+        )
+    return notices
+
+
+def _broken_guard(
+    broken: list[BrokenSettings], envelope: EventEnvelope, target: Host
+) -> str | None:
+    """The deny reason when a file that cannot be read declares failClosed hooks for this
+    event: they were meant to block when they cannot run, so relay blocks."""
+    wire = target.wire(envelope.name)
+    if wire not in target.gate_events:
+        return None
+    for file in broken:
+        if file.mentions(envelope.name, wire) and _FAIL_CLOSED.search(file.text):
+            return (
+                f"relay: {file.file} declares failClosed hooks for {wire} but cannot be "
+                f"read ({file.error.message}); denied until it is fixed"
+            )
+    return None
+
+
+class _Failure(Exception):
+    """relay could not answer a host's call; the message says why."""
+
+
+def _failed(args: RunArgs, call: Call, target: Host | None, exc: Exception) -> PreparedCall:
+    if isinstance(exc, _Failure | RelayError):
+        message = str(exc)
+    else:
+        message = f"internal error: {type(exc).__name__}: {exc} (please report this)"
+    if target is None:
+        code = 1 if isinstance(exc, RelayError | _Failure) else 3
+        return _done(Reply(code, b"", f"relay: error: {message}\n".encode()))
+    result = AggregatedResult(
+        hook_event_name=_canonical_or_raw(args.event),
+        systemMessage=f"relay: {message}; no relay hook ran for this {args.event}",
+    )
+    if target.wire(result.hook_event_name) in target.gate_events and _asks_fail_closed(args, call):
+        result.decision = "deny"
+        result.reason = f"relay failed ({message}) and your settings ask it to fail closed"
+    answer = target.render(result)
+    stdout = b"" if answer.stdout is None else _encoder.encode(answer.stdout) + b"\n"
+    stderr = f"{answer.stderr}\n" if answer.stderr else f"relay: {message}\n"
+    return _done(Reply(answer.exit_code, stdout, stderr.encode()))
+
+
+def _canonical_or_raw(event: str) -> str:
+    from relay.protocol.dialects import canonical_name
+
+    try:
+        return canonical_name(event, unknown_passes=True)
+    except UnknownEventError:
+        return event
+
+
+def _asks_fail_closed(args: RunArgs, call: Call) -> bool:
+    """Whether the user's own settings declare failClosed (read as text: parsing them may be
+    what failed)."""
+    env = call.env
+    files = [
+        system_settings_path(env),
+        relay_home(env) / "settings.json",
+        *settings_from_environment(env),
+        *(Path(call.cwd, path) for path in args.settings),
+    ]
+    for path in files:
+        try:
+            if _FAIL_CLOSED.search(path.read_bytes()[: 1 << 20]):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _done(reply: Reply) -> PreparedCall:
+    return PreparedCall(0.0, lambda: reply)

@@ -1,0 +1,34 @@
+"""Gemini CLI: its hook events and how it reads a hook's answer (checked against 0.61.0)."""
+
+from __future__ import annotations
+
+from relay.hosts.host import Host
+
+EVENTS: tuple[str, ...] = (
+    "SessionStart",
+    "SessionEnd",
+    "BeforeAgent",
+    "AfterAgent",
+    "BeforeModel",
+    "AfterModel",
+    "BeforeToolSelection",
+    "BeforeTool",
+    "AfterTool",
+    "PreCompress",
+    "Notification",
+)
+
+HOST = Host(
+    name="gemini",
+    title="Gemini CLI",
+    dialect="relay",
+    version="0.61.0",
+    events=EVENTS,
+    executable="gemini",
+    config_dir=".gemini",
+    timeout_scale=1000,
+    entry_extra=(("name", "relay"),),
+    context_events=frozenset({"SessionStart", "BeforeAgent", "AfterTool"}),
+    gate_events=frozenset({"BeforeTool", "BeforeAgent", "BeforeModel"}),
+    decision_style="gemini",
+)

@@ -1,0 +1,173 @@
+"""What relay knows of a host agent, as data, and how a merged result is rendered for it.
+
+Each host module (claude, gemini, codex) exposes one `Host`: its events, which answer
+fields it reads on which event, where its settings live. Rendering is driven by that
+data, so host knowledge stays in the host's module (STYLE §15); the real-host tests
+check it against the installed host.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from relay.protocol.dialects import Dialect, wire_name
+from relay.protocol.output import AggregatedResult
+
+DecisionStyle = Literal["claude", "gemini"]
+
+_RELAY_SPECIFIC = frozenset(
+    {"tool_input", "llm_request", "llm_response", "toolConfig", "clearContext", "body"}
+)
+
+
+class HostAnswer(msgspec.Struct, kw_only=True):
+    """What to print for a host: stdout object (or None), exit code, stderr text."""
+
+    stdout: dict[str, Any] | None
+    exit_code: int = 0
+    stderr: str = ""
+
+
+class Host(msgspec.Struct, frozen=True, kw_only=True):
+    """One host agent: its events and how it reads a hook's answer."""
+
+    name: str
+    """`claude`, `gemini`, `codex`: the `--dialect` that renders for it."""
+    title: str
+    """Its product name, for people."""
+    dialect: Dialect
+    """How hooks registered under its event names read events and answer."""
+    version: str
+    """The host version this table was checked against (the real-host tests)."""
+    events: tuple[str, ...]
+    """Every hook event the host fires, in its own names."""
+    context_events: frozenset[str]
+    """Events on which it reads `hookSpecificOutput.additionalContext`."""
+    permission_events: frozenset[str] = frozenset()
+    """Events answered with `hookSpecificOutput.permissionDecision` (allow/deny/ask/defer)."""
+    behavior_events: frozenset[str] = frozenset()
+    """Events answered with `hookSpecificOutput.decision.behavior` (allow/deny)."""
+    block_events: frozenset[str] = frozenset()
+    """Events on which a top-level `decision: "block"` with `reason` blocks."""
+    gate_events: frozenset[str] = frozenset()
+    """Events whose deny stops an action: where relay's own failure denies when asked to
+    fail closed (a deny elsewhere, e.g. on Stop, would make the agent go on, not stop)."""
+    decision_style: DecisionStyle = "claude"
+    """claude: decisions in the forms above, exit 2 elsewhere. gemini: a top-level
+    `decision` and `reason` on every event."""
+    executable: str
+    """Its command on PATH."""
+    config_dir: str
+    """Its per-user folder under the home directory (and its project folder's name)."""
+    config_dir_env: str | None = None
+    """The environment variable that moves the per-user folder (CLAUDE_CONFIG_DIR, …)."""
+    settings_file: str = "settings.json"
+    """The file in that folder (user scope) or in `<project>/<config_dir>` that holds hooks."""
+    local_file: str | None = None
+    """The project's personal, uncommitted settings file next to it, if the host has one."""
+    timeout_scale: int = 1
+    """A hook's `timeout` in the host's unit per second (Gemini CLI counts milliseconds)."""
+    entry_extra: tuple[tuple[str, str], ...] = ()
+    """Further fields of relay's hook entry in the host's settings (e.g. Gemini's `name`)."""
+
+    def wire(self, canonical: str) -> str:
+        """The host's name for a canonical event."""
+        return wire_name(canonical, self.dialect)
+
+    def render(self, result: AggregatedResult) -> HostAnswer:
+        """The merged result as a single hook of this host answers."""
+        if self.decision_style == "gemini":
+            return _render_gemini(self, result)
+        return _render_claude(self, result)
+
+
+def explicit_allow(result: AggregatedResult) -> bool:
+    """True when some hook that took effect said allow (no opinion is not an allow)."""
+    errored = {error.hook for error in result.errors}
+    for hook in result.hooks:
+        output = hook.output
+        if output is None or hook.name in errored:
+            continue
+        specific = output.hookSpecificOutput
+        if output.decision in ("allow", "approve") or (
+            specific is not None and specific.permissionDecision == "allow"
+        ):
+            return True
+        if result.stopped_by == hook.name:
+            break
+    return False
+
+
+def _common(result: AggregatedResult) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if not result.continue_:
+        out["continue"] = False
+        if result.stopReason:
+            out["stopReason"] = result.stopReason
+    if result.systemMessage:
+        out["systemMessage"] = result.systemMessage
+    if result.suppressOutput:
+        out["suppressOutput"] = True
+    return out
+
+
+def _render_claude(host: Host, result: AggregatedResult) -> HostAnswer:
+    event = host.wire(result.hook_event_name)
+    decision = result.decision
+    reason = result.reason
+    out = _common(result)
+    specific: dict[str, Any] = {"hookEventName": event}
+    merged = dict(result.hookSpecificOutput or {})
+    hook_decision = merged.pop("decision", None)
+    if event in host.permission_events:
+        if decision in ("deny", "defer", "ask") or explicit_allow(result):
+            specific["permissionDecision"] = decision
+            if reason:
+                specific["permissionDecisionReason"] = reason
+        if "tool_input" in merged and decision != "deny":
+            specific["updatedInput"] = merged["tool_input"]
+    elif event in host.behavior_events:
+        if decision == "deny" or explicit_allow(result):
+            answer = dict(hook_decision) if isinstance(hook_decision, dict) else {}
+            if answer.get("behavior") != decision:
+                answer = {"behavior": decision}
+            if decision == "deny" and reason and "message" not in answer:
+                answer["message"] = reason
+            specific["decision"] = answer
+        hook_decision = None
+    elif decision == "deny":
+        if event not in host.block_events:
+            # No JSON form of a block here: exit 2 with the reason alone on stderr.
+            return HostAnswer(stdout=None, exit_code=2, stderr=reason or "denied by a relay hook")
+        out["decision"] = "block"
+        out["reason"] = reason or "blocked by a relay hook"
+    if hook_decision is not None:
+        specific["decision"] = hook_decision
+    if result.inject and event in host.context_events:
+        specific["additionalContext"] = result.inject
+    specific.update({key: value for key, value in merged.items() if key not in _RELAY_SPECIFIC})
+    if len(specific) > 1:
+        out["hookSpecificOutput"] = specific
+    return HostAnswer(stdout=out)
+
+
+def _render_gemini(host: Host, result: AggregatedResult) -> HostAnswer:
+    event = host.wire(result.hook_event_name)
+    out = _common(result)
+    if result.decision == "deny" and event not in host.block_events:
+        return HostAnswer(
+            stdout=None, exit_code=2, stderr=result.reason or "denied by a relay hook"
+        )
+    if result.decision != "allow" or explicit_allow(result):
+        out["decision"] = result.decision
+        if result.reason:
+            out["reason"] = result.reason
+    specific: dict[str, Any] = {"hookEventName": event}
+    if result.inject and event in host.context_events:
+        specific["additionalContext"] = result.inject
+    specific.update(result.hookSpecificOutput or {})
+    if len(specific) > 1:
+        out["hookSpecificOutput"] = specific
+    return HostAnswer(stdout=out)

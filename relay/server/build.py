@@ -1,0 +1,119 @@
+"""Building the hook clients that `relay install` writes into a host's settings.
+
+The native client (native/relay-hook.c) is compiled with the machine's C compiler, with
+this install's interpreter and identity baked in; where there is no compiler, a small
+Python launcher runs client.py under `python -I -S` instead.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from relay.server.client import identity, package_dir
+
+SOURCE = Path(__file__).resolve().parent / "native" / "relay-hook.c"
+NATIVE_NAME = "relay-hook"
+PYTHON_NAME = "relay-hook.py"
+COMPILE_TIMEOUT = 120.0
+
+
+class BuildError(Exception):
+    """The native client could not be compiled; `output` holds the compiler's words."""
+
+    def __init__(self, message: str, output: str = "") -> None:
+        super().__init__(message)
+        self.output = output
+
+
+def find_compiler() -> str | None:
+    """$CC, else cc, gcc or clang on PATH."""
+    configured = os.environ.get("CC", "").strip()
+    if configured:
+        return shutil.which(configured) or configured
+    for name in ("cc", "gcc", "clang"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def c_string(text: str) -> str:
+    """`text` as a C string literal."""
+    escaped = []
+    for char in text.encode():
+        if char in b'"\\':
+            escaped.append("\\" + chr(char))
+        elif 0x20 <= char < 0x7F:
+            escaped.append(chr(char))
+        else:
+            escaped.append(f"\\{char:03o}")
+    return '"' + "".join(escaped) + '"'
+
+
+def build_native_client(
+    folder: Path, *, python: str | None = None, install: str | None = None
+) -> Path:
+    """Compile the native client into `folder`; raise BuildError (no compiler, or it failed)."""
+    compiler = find_compiler()
+    if compiler is None:
+        raise BuildError("no C compiler found (cc, gcc or clang; or set $CC)")
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / NATIVE_NAME
+    with tempfile.TemporaryDirectory(prefix="relay-build-") as scratch:
+        header = Path(scratch, "relay-hook-config.h")
+        header.write_text(
+            f"#define RELAY_PYTHON {c_string(python or sys.executable)}\n"
+            f"#define RELAY_INSTALL {c_string(install or identity())}\n"
+        )
+        built = Path(scratch, NATIVE_NAME)
+        command = [compiler, "-O2", "-std=c11", "-I", scratch, "-o", str(built), str(SOURCE)]
+        try:
+            done = subprocess.run(
+                command, capture_output=True, text=True, timeout=COMPILE_TIMEOUT, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise BuildError(f"cannot run {compiler}: {exc}") from None
+        if done.returncode != 0:
+            raise BuildError(f"{compiler} failed (exit {done.returncode})", done.stderr)
+        # Replace, never overwrite in place: a host may be running the old one right now.
+        staged = folder / f".{NATIVE_NAME}.{os.getpid()}"
+        shutil.copyfile(built, staged)
+        staged.chmod(0o755)
+        staged.replace(target)
+    return target
+
+
+def write_python_client(folder: Path) -> Path:
+    """Write the Python launcher of client.py into `folder` (run it with `python -I -S`)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / PYTHON_NAME
+    staged = folder / f".{PYTHON_NAME}.{os.getpid()}"
+    staged.write_text(
+        '"""relay\'s hook client (Python): see relay/server/client.py."""\n'
+        "import os\n"
+        "import sys\n\n"
+        f"sys.path.insert(0, {os.path.dirname(package_dir())!r})\n"
+        "from relay.server.client import main  # noqa: E402\n\n"
+        "os._exit(main(sys.argv[1:]))\n"
+    )
+    staged.replace(target)
+    return target
+
+
+def client_info(native: Path) -> dict[str, str] | None:
+    """What a built native client was made for (install, python, socket), or None."""
+    import json
+
+    try:
+        done = subprocess.run(
+            [str(native), "--relay-client-info"], capture_output=True, timeout=10, check=False
+        )
+        info = json.loads(done.stdout)
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return None
+    return info if isinstance(info, dict) else None

@@ -1,0 +1,429 @@
+"""The call protocol between hook clients and `relay serve`, and the Python hook client.
+
+Standard library only, and runnable as a file: `python3 -I -S relay/server/client.py
+--dialect claude PreToolUse` is the fallback client where no C compiler built the native
+one (relay/server/native/relay-hook.c speaks the same protocol). Either client forwards
+one `relay hooks run` call (its arguments, working directory, environment and stdin) to
+the user's server over a private Unix socket, prints the answer and exits with its code;
+when no server answers in time it runs the call in-process, exactly as `relay hooks run`
+would, and starts a server for the next call.
+
+Protocol (all integers big-endian; str = u32 length + bytes):
+
+    request  = "RELAY-CALL 1\\n" str(identity) u32(argc) str*argc str(cwd)
+               u32(envc) str("KEY=VALUE")*envc str(stdin)
+    reply    = frame*   ;  frame = u8(kind) u32(length) payload
+    kind "A" = accepted: payload u32(ms): the result follows within that many milliseconds
+    kind "R" = result:   payload i32(exit code) str(stdout) str(stderr)
+    kind "F" = fall back: payload is the reason; the client runs the call itself
+
+The socket lives in a directory only its user can enter; both ends check that, and each
+checks the other's uid (SO_PEERCRED).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import struct
+import sys
+import time
+
+TYPE_CHECKING = False  # not typing's: this module must load in a few milliseconds
+if TYPE_CHECKING:
+    import socket
+    from collections.abc import Callable, Mapping
+
+MAGIC = b"RELAY-CALL 1\n"
+CONTROL = b"RELAY-CTRL 1\n"
+"""A control request: CONTROL str(command), answered with one "R" frame whose stdout is
+JSON (`status`: the server's state; `stop`: stops it after answering)."""
+ACK_TIMEOUT = 2.0
+"""Seconds a client waits for the server to accept a call before running it itself."""
+RESULT_SLACK = 2.0
+"""Seconds a client waits past the server's own deadline before running the call itself."""
+MAX_STRING = 64 << 20
+MAX_ITEMS = 65_536
+SOCKET_NAME_LIMIT = 100  # sun_path holds 108 bytes on Linux, 104 on macOS
+SPAWN_INTERVAL = 5.0
+"""A client starts a server at most this often (a server that cannot start must not cost
+every call a fork)."""
+APP = "agent-relay"
+
+
+class Call:
+    """One `relay hooks run` call as a client forwards it."""
+
+    __slots__ = ("argv", "cwd", "env", "stdin")
+
+    def __init__(self, argv: list[str], cwd: str, env: dict[str, str], stdin: bytes) -> None:
+        self.argv = argv
+        self.cwd = cwd
+        self.env = env
+        self.stdin = stdin
+
+
+class Reply:
+    """What to print and how to exit."""
+
+    __slots__ = ("exit_code", "stderr", "stdout")
+
+    def __init__(self, exit_code: int, stdout: bytes, stderr: bytes) -> None:
+        self.exit_code = exit_code
+        self.stdout = stdout
+        self.stderr = stderr
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Reply):
+            return NotImplemented
+        return (self.exit_code, self.stdout, self.stderr) == (
+            other.exit_code,
+            other.stdout,
+            other.stderr,
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"Reply(exit_code={self.exit_code!r}, stdout={self.stdout!r}, stderr={self.stderr!r})"
+        )
+
+
+class ProtocolViolation(Exception):
+    """A request or reply that does not follow the protocol."""
+
+
+# ---- where the server listens -----------------------------------------------------------
+
+
+def package_dir() -> str:
+    """The installed `relay` package's directory."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def version() -> str:
+    """relay's version, read from relay/version.py without importing the package."""
+    with open(os.path.join(package_dir(), "version.py"), encoding="utf-8") as stream:
+        for line in stream:
+            if line.startswith("VERSION = "):
+                return line.split("=", 1)[1].strip().strip("\"'")
+    return "unknown"
+
+
+def identity() -> str:
+    """This install: its version and where it is. A client talks only to a server of the
+    same install, so an upgrade never leaves a client talking to old code."""
+    return f"{version()}:{package_dir()}"
+
+
+def fnv1a64(data: bytes) -> str:
+    """FNV-1a, 64 bits, as 16 hex digits (a name, not a secret: the C client computes it too)."""
+    value = 0xCBF29CE484222325
+    for byte in data:
+        value = ((value ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"{value:016x}"
+
+
+def state_base(env: Mapping[str, str]) -> str:
+    """The folder under which the socket directory lives (see socket_path)."""
+    home = env.get("RELAY_HOME", "")
+    if home:
+        return os.path.join(_expand_home(home, env), "state")
+    runtime = env.get("XDG_RUNTIME_DIR", "")
+    if runtime and os.path.isabs(runtime):
+        return os.path.join(runtime, APP)
+    user_home = env.get("HOME") or os.path.expanduser("~")
+    if sys.platform == "darwin":
+        return os.path.join(user_home, "Library", "Application Support", APP)
+    base = env.get("XDG_STATE_HOME", "")
+    if not base or not os.path.isabs(base):
+        base = os.path.join(user_home, ".local", "state")
+    return os.path.join(base, APP)
+
+
+def socket_path(env: Mapping[str, str] | None = None, install: str | None = None) -> str:
+    """The server's socket for this environment and install.
+
+    `$RELAY_HOME/state/run/`, else `$XDG_RUNTIME_DIR/agent-relay/run/`, else the user state
+    dir's `run/`; `serve-<hash of the install>.sock`. A path too long for a Unix socket
+    moves to `/tmp/agent-relay-<uid>/` under a hash of the whole path.
+    """
+    env = os.environ if env is None else env
+    tag = fnv1a64((install or identity()).encode())
+    path = os.path.join(state_base(env), "run", f"serve-{tag}.sock")
+    if len(path.encode()) <= SOCKET_NAME_LIMIT:
+        return path
+    return os.path.join(f"/tmp/{APP}-{os.getuid()}", f"serve-{fnv1a64(path.encode())}.sock")
+
+
+def private_dir_ok(folder: str) -> bool:
+    """Whether `folder` is a directory that only this user owns and can enter."""
+    try:
+        status = os.lstat(folder)
+    except OSError:
+        return False
+    return (
+        stat.S_ISDIR(status.st_mode)
+        and status.st_uid == os.getuid()
+        and status.st_mode & 0o077 == 0
+    )
+
+
+def make_private_dir(folder: str) -> bool:
+    """Create `folder` (and its parents) for this user alone; False when it is not private."""
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+    except OSError:
+        return False
+    return private_dir_ok(folder)
+
+
+def peer_uid(sock: socket.socket) -> int | None:
+    """The uid of the process at the other end of a Unix socket (None where unsupported)."""
+    import socket
+
+    option = getattr(socket, "SO_PEERCRED", None)
+    if option is None:
+        return None
+    credentials = sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i"))
+    _, uid, _ = struct.unpack("3i", credentials)
+    return int(uid)
+
+
+# ---- framing ----------------------------------------------------------------------------
+
+
+def _string(data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + data
+
+
+def encode_call(call: Call, install: str | None = None) -> bytes:
+    """A call as the request bytes."""
+    parts = [MAGIC, _string((install or identity()).encode())]
+    parts.append(struct.pack(">I", len(call.argv)))
+    parts.extend(_string(os.fsencode(arg)) for arg in call.argv)
+    parts.append(_string(os.fsencode(call.cwd)))
+    parts.append(struct.pack(">I", len(call.env)))
+    parts.extend(_string(os.fsencode(f"{key}={value}")) for key, value in call.env.items())
+    parts.append(_string(call.stdin))
+    return b"".join(parts)
+
+
+def read_request(read: Callable[[int], bytes]) -> tuple[str, Call] | str:
+    """Read one request: the client's install identity and its call, or a control command."""
+    magic = _exactly(read, len(MAGIC))
+    if magic == CONTROL:
+        return _read_string(read).decode("utf-8", "replace")
+    if magic != MAGIC:
+        raise ProtocolViolation("not a relay call")
+    install = _read_string(read).decode("utf-8", "replace")
+    argv = [os.fsdecode(_read_string(read)) for _ in range(_read_count(read))]
+    cwd = os.fsdecode(_read_string(read))
+    env: dict[str, str] = {}
+    for _ in range(_read_count(read)):
+        key, _, value = os.fsdecode(_read_string(read)).partition("=")
+        if key:
+            env[key] = value
+    return install, Call(argv=argv, cwd=cwd, env=env, stdin=_read_string(read))
+
+
+def frame(kind: bytes, payload: bytes) -> bytes:
+    """One reply frame."""
+    return kind + struct.pack(">I", len(payload)) + payload
+
+
+def accepted_frame(deadline_ms: int) -> bytes:
+    """ "The result follows within `deadline_ms`"."""
+    return frame(b"A", struct.pack(">I", max(0, min(deadline_ms, 0xFFFFFFFF))))
+
+
+def result_frame(reply: Reply) -> bytes:
+    """The result of a call."""
+    return frame(
+        b"R", struct.pack(">i", reply.exit_code) + _string(reply.stdout) + _string(reply.stderr)
+    )
+
+
+def fallback_frame(reason: str) -> bytes:
+    """ "Run it yourself", and why."""
+    return frame(b"F", reason.encode("utf-8", "replace"))
+
+
+def _exactly(read: Callable[[int], bytes], size: int) -> bytes:
+    chunks: list[bytes] = []
+    left = size
+    while left:
+        chunk = read(left)
+        if not chunk:
+            raise ProtocolViolation("connection closed mid-message")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _read_count(read: Callable[[int], bytes]) -> int:
+    (count,) = struct.unpack(">I", _exactly(read, 4))
+    if count > MAX_ITEMS:
+        raise ProtocolViolation(f"too many items ({count})")
+    return int(count)
+
+
+def _read_string(read: Callable[[int], bytes]) -> bytes:
+    (size,) = struct.unpack(">I", _exactly(read, 4))
+    if size > MAX_STRING:
+        raise ProtocolViolation(f"string too long ({size} bytes)")
+    return _exactly(read, size)
+
+
+# ---- the client -------------------------------------------------------------------------
+
+
+def request(path: str, call: Call, *, ack_timeout: float = ACK_TIMEOUT) -> Reply | None:
+    """Send a call to the server at `path`; its reply, or None when the caller must run
+    the call itself (no server, not ours, not accepted in time, gone mid-call, or asked to)."""
+    import socket
+
+    if not private_dir_ok(os.path.dirname(path)):
+        return None
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(ack_timeout)
+            sock.connect(path)
+            uid = peer_uid(sock)
+            if uid is not None and uid != os.getuid():
+                return None
+            sock.sendall(encode_call(call))
+            sock.shutdown(socket.SHUT_WR)
+            reader = sock.makefile("rb")
+            deadline = time.monotonic() + ack_timeout
+            while True:
+                sock.settimeout(max(deadline - time.monotonic(), 0.001))
+                kind = _exactly(reader.read, 1)
+                payload = _exactly(reader.read, _read_count_any(reader.read))
+                if kind == b"A":
+                    (milliseconds,) = struct.unpack(">I", payload[:4])
+                    deadline = time.monotonic() + milliseconds / 1000 + RESULT_SLACK
+                elif kind == b"R":
+                    return _parse_result(payload)
+                else:
+                    return None
+    except (OSError, ProtocolViolation, struct.error):
+        return None
+
+
+def control(path: str, command: str, *, timeout: float = ACK_TIMEOUT) -> bytes | None:
+    """Send a control command (`status`, `stop`) to the server at `path`; its JSON answer,
+    or None when no server of ours answers there."""
+    import socket
+
+    if not private_dir_ok(os.path.dirname(path)):
+        return None
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect(path)
+            uid = peer_uid(sock)
+            if uid is not None and uid != os.getuid():
+                return None
+            sock.sendall(CONTROL + _string(command.encode()))
+            sock.shutdown(socket.SHUT_WR)
+            reader = sock.makefile("rb")
+            kind = _exactly(reader.read, 1)
+            payload = _exactly(reader.read, _read_count_any(reader.read))
+            return _parse_result(payload).stdout if kind == b"R" else None
+    except (OSError, ProtocolViolation, struct.error):
+        return None
+
+
+def _read_count_any(read: Callable[[int], bytes]) -> int:
+    (size,) = struct.unpack(">I", _exactly(read, 4))
+    if size > 2 * MAX_STRING:
+        raise ProtocolViolation(f"frame too long ({size} bytes)")
+    return int(size)
+
+
+def _parse_result(payload: bytes) -> Reply:
+    (code,) = struct.unpack(">i", payload[:4])
+    position = 4
+    texts: list[bytes] = []
+    for _ in range(2):
+        (size,) = struct.unpack(">I", payload[position : position + 4])
+        texts.append(payload[position + 4 : position + 4 + size])
+        position += 4 + size
+    return Reply(exit_code=code, stdout=texts[0], stderr=texts[1])
+
+
+def start_server(path: str, python: str | None = None) -> None:
+    """Start `relay serve` for `path`, fully detached (own session, no inherited stdio), at
+    most once per SPAWN_INTERVAL; never waits for it."""
+    folder = os.path.dirname(path)
+    if not make_private_dir(folder):
+        return
+    stamp = path + ".spawned"
+    try:
+        if time.time() - os.stat(stamp).st_mtime < SPAWN_INTERVAL:
+            return
+    except OSError:
+        pass
+    try:
+        with open(stamp, "wb"):
+            pass
+        os.utime(stamp)
+        pid = os.fork()
+    except OSError:
+        return
+    if pid:
+        os.waitpid(pid, 0)  # the first child exits at once; the server is its orphan
+        return
+    try:  # the child: no return from here
+        os.setsid()
+        if os.fork():
+            os._exit(0)
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.closerange(3, 65536)
+        executable = python or sys.executable
+        os.execv(executable, [executable, "-I", "-m", "relay", "serve", "--socket", path])
+    finally:
+        os._exit(127)
+
+
+def main(argv: list[str]) -> int:
+    """The Python hook client: forward the call, or run it here when no server answers."""
+    stdin = b"" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.buffer.read()
+    call = Call(argv=argv, cwd=_cwd(), env=dict(os.environ), stdin=stdin)
+    path = socket_path()
+    reply = request(path, call)
+    if reply is None:
+        start_server(path)
+        import site  # -S skipped it: relay and its dependencies live in site-packages
+
+        site.main()
+        from relay.cli.hookcall import run_in_process
+
+        reply = run_in_process(call)
+    sys.stdout.buffer.write(reply.stdout)
+    sys.stdout.flush()
+    sys.stderr.buffer.write(reply.stderr)
+    sys.stderr.flush()
+    return reply.exit_code
+
+
+def _cwd() -> str:
+    try:
+        return os.getcwd()
+    except OSError:
+        return ""  # deleted: the event's cwd or --cwd must say where the project is
+
+
+def _expand_home(path: str, env: Mapping[str, str]) -> str:
+    # Only `~` and `~/…`, from $HOME (as the C client does).
+    if (path == "~" or path.startswith("~/")) and env.get("HOME"):
+        return env["HOME"] + path[1:]
+    return path
+
+
+if __name__ == "__main__":
+    os._exit(main(sys.argv[1:]))

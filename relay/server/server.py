@@ -1,0 +1,238 @@
+"""`relay serve`: the resident engine behind the hook clients, on a private Unix socket.
+
+One server per user and install (the socket's name says which, see client.socket_path),
+started on demand by a client, gone after an idle period. It keeps settings, trust,
+script digests and the hook log warm; what it answers is what `relay hooks run` would
+answer in the client's own process, because both call the same function (relay.hosts.call,
+handed in as `handler`: this layer knows nothing of hosts).
+
+Security: the socket's directory is created 0700 and must stay owned by this user alone;
+the socket is 0600; every connection's peer uid (SO_PEERCRED) must be this user's. A
+second server for the same socket exits at once (an flock), so racing clients start one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from relay.errors import RelayError
+from relay.server.client import (
+    Call,
+    ProtocolViolation,
+    Reply,
+    accepted_frame,
+    fallback_frame,
+    identity,
+    make_private_dir,
+    peer_uid,
+    read_request,
+    result_frame,
+)
+
+DEFAULT_IDLE_SECONDS = 900.0
+MAX_CONNECTIONS = 64
+READ_TIMEOUT = 5.0
+"""Seconds a connection has to send its whole request (clients send it at once)."""
+BOUND_SLACK_MS = 1000
+"""Added to a plan's own time bound in the accept frame (rendering, the log, scheduling)."""
+
+
+class Prepared(Protocol):
+    """A planned call: it returns within `bound` seconds once `finish` is called."""
+
+    bound: float
+
+    def finish(self) -> Reply: ...
+
+
+Handler = Callable[[Call], Prepared | None]
+"""Plans a call; None when the client must run it itself (arguments for click)."""
+
+
+class ServerError(RelayError):
+    """The server cannot listen where it was asked to."""
+
+
+class Server:
+    """Accepts calls on `path` and answers each on its own thread."""
+
+    def __init__(
+        self,
+        path: str,
+        handler: Handler,
+        *,
+        idle_seconds: float = DEFAULT_IDLE_SECONDS,
+        on_stop: Callable[[], None] | None = None,
+    ) -> None:
+        self.path = path
+        self.handler = handler
+        self.idle_seconds = idle_seconds
+        self.on_stop = on_stop
+        self.install = identity()
+        self.started = time.time()
+        self.calls = 0
+        self._active = 0
+        self._last = time.monotonic()
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._listener: socket.socket | None = None
+        self._lock_fd: int | None = None
+        self._inode: int | None = None
+
+    def bind(self) -> bool:
+        """Take the socket; False when another server already holds it (not an error)."""
+        folder = os.path.dirname(self.path)
+        if not make_private_dir(folder):
+            raise ServerError(
+                f"{folder} must be a directory that only you own and can enter (mode 0700); "
+                "relay will not listen there"
+            )
+        lock_fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(lock_fd)
+            return False
+        self._lock_fd = lock_fd
+        os.ftruncate(lock_fd, 0)
+        os.write(lock_fd, f"{os.getpid()}\n".encode())
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)  # a socket left by a server that died
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        previous = os.umask(0o177)
+        try:
+            listener.bind(self.path)
+        finally:
+            os.umask(previous)
+        os.chmod(self.path, 0o600)
+        listener.listen(128)
+        listener.settimeout(1.0)
+        self._listener = listener
+        self._inode = os.stat(self.path).st_ino
+        return True
+
+    def serve_forever(self) -> None:
+        """Answer calls until stopped, SIGTERM/SIGINT, or idle for `idle_seconds`."""
+        assert self._listener is not None
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                signal.signal(signum, lambda *_: self._stopping.set())
+        try:
+            while not self._stopping.is_set():
+                try:
+                    connection, _ = self._listener.accept()
+                except TimeoutError:
+                    if self._idle():
+                        break
+                    continue
+                except OSError:
+                    if self._stopping.is_set():
+                        break
+                    raise
+                with self._lock:
+                    self._active += 1
+                    self._last = time.monotonic()
+                threading.Thread(
+                    target=self._serve_connection, args=(connection,), daemon=True
+                ).start()
+        finally:
+            self.close()
+
+    def stop(self) -> None:
+        """Ask the accept loop to end (it does within a second)."""
+        self._stopping.set()
+
+    def status(self) -> dict[str, object]:
+        """What `relay serve --status` and `relay doctor` show."""
+        with self._lock:
+            return {
+                "pid": os.getpid(),
+                "socket": self.path,
+                "install": self.install,
+                "started": self.started,
+                "calls": self.calls,
+                "active": self._active - 1,  # not counting the status request itself
+                "idle_seconds": self.idle_seconds,
+            }
+
+    def close(self) -> None:
+        """Stop listening, remove the socket (if still ours) and release the lock."""
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+            with contextlib.suppress(OSError):
+                if os.stat(self.path).st_ino == self._inode:
+                    os.unlink(self.path)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+        if self.on_stop is not None:
+            self.on_stop()
+            self.on_stop = None
+
+    def _idle(self) -> bool:
+        with self._lock:
+            return self._active == 0 and time.monotonic() - self._last > self.idle_seconds
+
+    def _serve_connection(self, connection: socket.socket) -> None:
+        try:
+            with connection:
+                self._answer(connection)
+        except (OSError, ProtocolViolation):
+            pass  # the client went away or spoke nonsense: nothing to answer
+        finally:
+            with self._lock:
+                self._active -= 1
+                self._last = time.monotonic()
+
+    def _answer(self, connection: socket.socket) -> None:
+        uid = peer_uid(connection)
+        if uid is not None and uid != os.getuid():
+            return  # another user's process: not a word
+        connection.settimeout(READ_TIMEOUT)
+        reader = connection.makefile("rb")
+        request = read_request(reader.read)
+        connection.settimeout(None)
+        if isinstance(request, str):
+            self._control(connection, request)
+            return
+        install, call = request
+        if install != self.install:
+            connection.sendall(fallback_frame(f"this server is {self.install}"))
+            return
+        with self._lock:
+            busy = self._active > MAX_CONNECTIONS
+            self.calls += 1
+        if busy:
+            connection.sendall(fallback_frame("busy"))
+            return
+        try:
+            prepared = self.handler(call)
+        except Exception as exc:  # a bug: the client runs the call itself
+            connection.sendall(fallback_frame(f"internal error: {type(exc).__name__}: {exc}"))
+            return
+        if prepared is None:
+            connection.sendall(fallback_frame("arguments for the command line"))
+            return
+        # The client waits for the result only this long, then runs the call itself.
+        connection.sendall(accepted_frame(int(prepared.bound * 1000) + BOUND_SLACK_MS))
+        connection.sendall(result_frame(prepared.finish()))
+
+    def _control(self, connection: socket.socket, command: str) -> None:
+        if command == "status":
+            answer = json.dumps(self.status()).encode()
+        elif command == "stop":
+            answer = json.dumps({"stopping": True, "pid": os.getpid()}).encode()
+            self._stopping.set()
+        else:
+            answer = json.dumps({"error": f"unknown command {command!r}"}).encode()
+        connection.sendall(result_frame(Reply(0, answer, b"")))

@@ -1,0 +1,84 @@
+"""The hosts' npm packages, installed once into a cache directory outside the checkout.
+
+`python tests/hostkit/npm.py` installs them all (what .ci/run does before the suite);
+tests call `host_binary(name)`, which installs on first use and returns None, with the
+reason in `unavailable(name)`, when npm or the registry cannot be reached.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+HOSTS: dict[str, tuple[str, str, str]] = {
+    # name: (npm package, version, executable under node_modules/.bin)
+    "claude": ("@anthropic-ai/claude-code", "2.1.331", "claude"),
+    "gemini": ("@google/gemini-cli", "0.61.0", "gemini"),
+    "codex": ("@openai/codex", "0.169.0", "codex"),
+}
+INSTALL_TIMEOUT = 600.0
+_reasons: dict[str, str] = {}
+
+
+def cache_dir() -> Path:
+    """Where the hosts are installed: $RELAY_HOSTS_CACHE, else ~/.cache/agent-relay-ci/hosts."""
+    configured = os.environ.get("RELAY_HOSTS_CACHE")
+    if configured:
+        return Path(configured)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "agent-relay-ci" / "hosts"
+
+
+def host_binary(name: str) -> Path | None:
+    """The host's executable, installed from npm on first use; None when it cannot be."""
+    package, version, executable = HOSTS[name]
+    folder = cache_dir() / f"{name}-{version}"
+    binary = folder / "node_modules" / ".bin" / executable
+    if binary.exists():
+        return binary
+    if name in _reasons:
+        return None
+    npm = shutil.which("npm")
+    if npm is None:
+        _reasons[name] = "npm is not installed"
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two test processes must not install at once
+        if binary.exists():
+            return binary
+        try:
+            completed = subprocess.run(
+                [npm, "install", "--no-audit", "--no-fund", "--loglevel=error",
+                 "--prefix", str(folder), f"{package}@{version}"],
+                capture_output=True,
+                text=True,
+                timeout=INSTALL_TIMEOUT,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            _reasons[name] = f"npm install {package}@{version} timed out"
+            return None
+    if completed.returncode != 0 or not binary.exists():
+        tail = (completed.stderr or completed.stdout).strip().splitlines()[-3:]
+        _reasons[name] = f"npm install {package}@{version} failed: " + " | ".join(tail)
+        return None
+    return binary
+
+
+def unavailable(name: str) -> str:
+    """Why `host_binary(name)` returned None."""
+    return _reasons.get(name, f"{name} is not installed")
+
+
+if __name__ == "__main__":
+    failed = False
+    for host in sys.argv[1:] or list(HOSTS):
+        path = host_binary(host)
+        print(f"{host}: {path}" if path else f"{host}: unavailable: {unavailable(host)}")
+        failed = failed or path is None
+    sys.exit(1 if failed else 0)

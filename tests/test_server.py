@@ -1,0 +1,445 @@
+"""`relay serve` and the hook clients: the same answers as in-process, byte for byte; a host
+never waits on a dead, hung or foreign server (DESIGN §11, STYLE §16)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from relay.config.filecache import FileCache
+from relay.hosts.call import answer_call
+from relay.protocol.dialects import known_event_names
+from relay.server import client
+from relay.server.build import build_native_client, find_compiler, write_python_client
+from relay.server.client import Call, Reply
+
+DIALECTS = ("relay", "claude", "gemini", "codex")
+STARTUP = 20.0  # seconds a server may take to answer its first status on a loaded machine
+
+
+def write(path: Path, data: object) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(data if isinstance(data, str) else json.dumps(data, indent=2))
+    return path
+
+
+def hook(output: object, code: int = 0, stderr: str = "", **fields: Any) -> dict[str, Any]:
+    text = output if isinstance(output, str) else json.dumps(output)
+    program = (
+        "import sys; sys.stdin.read(); "
+        f"sys.stdout.write({text!r}); sys.stderr.write({stderr!r}); sys.exit({code})"
+    )
+    return {"command": sys.executable, "args": ["-c", program], **fields}
+
+
+def rich_settings(home: Path, project: Path) -> None:
+    """Hooks on every event relay knows (and one it does not), with varied answers."""
+    every = {"hooks": [hook({"systemMessage": "seen", "inject": "ctx"}, name="seen")]}
+    events: dict[str, Any] = {name: [every] for name in known_event_names()}
+    events["BrandNewEvent"] = [{"hooks": [hook({"hookSpecificOutput": {"novel": 1}})]}]
+    events["PreToolUse"] = [
+        every,
+        {
+            "matcher": "Bash",
+            "hooks": [
+                hook({"hookSpecificOutput": {"permissionDecision": "defer"}}, name="defer"),
+                hook("", 2, "no rm", name="guard"),
+                hook("oops", 1, "broken hook", name="broken"),
+            ],
+        },
+        {"matcher": "Write", "hooks": [hook({"hookSpecificOutput": {"tool_input": {"x": 1}}})]},
+    ]
+    write(home / "settings.json", {"hooks": events})
+    write(
+        project / ".relay" / "settings.json",
+        {"hooks": {"PreToolUse": [{"hooks": [{"name": "untrusted", "command": "true"}]}]}},
+    )
+
+
+def payloads(project: Path) -> list[bytes]:
+    base = {"session_id": "s", "timestamp": "2026-01-01T00:00:00.000Z", "cwd": str(project)}
+    return [
+        json.dumps({**base, "tool_name": "Bash", "tool_input": {"command": "rm -rf /"}}).encode(),
+        json.dumps({**base, "tool_name": "Write", "tool_input": {"path": "a"}}).encode(),
+        json.dumps(base).encode(),
+        b"{not json",
+    ]
+
+
+def normalized(reply: Reply | None) -> tuple[int, Any, bytes] | None:
+    """A reply with durations zeroed (the only thing two runs of one call may differ in)."""
+    if reply is None:
+        return None
+    try:
+        value: Any = json.loads(reply.stdout)
+    except ValueError:
+        return reply.exit_code, reply.stdout, reply.stderr
+
+    def zero(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {k: 0 if k == "duration_ms" else zero(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [zero(item) for item in node]
+        return node
+
+    return reply.exit_code, zero(value), reply.stderr
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    (root / ".git").mkdir(parents=True)
+    return root
+
+
+def wait_for_status(path: str, timeout: float = STARTUP) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        answer = client.control(path, "status")
+        if answer is not None:
+            status: dict[str, Any] = json.loads(answer)
+            return status
+        time.sleep(0.05)
+    raise AssertionError(f"no server answered at {path} within {timeout}s")
+
+
+def stop_server(path: str) -> None:
+    if client.control(path, "stop") is None:
+        return
+    deadline = time.monotonic() + 10
+    while os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def server(relay_home: Path) -> Iterator[str]:
+    """A `relay serve` for this test's RELAY_HOME, in the foreground of its own process."""
+    path = client.socket_path()
+    process = subprocess.Popen(
+        [sys.executable, "-I", "-m", "relay", "serve", "--socket", path, "--idle-seconds", "300"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_status(path)
+        yield path
+    finally:
+        stop_server(path)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def call_for(project: Path, dialect: str, event: str, stdin: bytes) -> Call:
+    return Call(["--dialect", dialect, event], str(project), dict(os.environ), stdin)
+
+
+# ---- the same answers --------------------------------------------------------------------
+
+
+def test_server_and_in_process_give_the_same_answers(
+    server: str, project: Path, relay_home: Path
+) -> None:
+    rich_settings(relay_home, project)
+    compared = 0
+    for dialect in DIALECTS:
+        for event in [*known_event_names(), "BrandNewEvent"]:
+            for stdin in payloads(project):
+                call = call_for(project, dialect, event, stdin)
+                served = client.request(server, call)
+                assert served is not None, (dialect, event)
+                assert normalized(served) == normalized(answer_call(call)), (dialect, event, stdin)
+                compared += 1
+    assert compared == len(DIALECTS) * (len(known_event_names()) + 1) * 4
+    assert wait_for_status(server)["calls"] == compared
+
+
+def test_the_server_notices_settings_and_scripts_that_change(
+    server: str, project: Path, relay_home: Path
+) -> None:
+    write(relay_home / "settings.json", {"hooks": {"SessionStart": [{"hooks": [hook("one")]}]}})
+    call = call_for(project, "relay", "SessionStart", b"{}")
+    first = client.request(server, call)
+    assert first is not None and json.loads(first.stdout)["inject"] == "one"
+    write(relay_home / "settings.json", {"hooks": {"SessionStart": [{"hooks": [hook("two")]}]}})
+    second = client.request(server, call)
+    assert second is not None and json.loads(second.stdout)["inject"] == "two"
+
+
+def test_many_calls_at_once(server: str, project: Path, relay_home: Path) -> None:
+    write(relay_home / "settings.json", {"hooks": {"SessionStart": [{"hooks": [hook("hi")]}]}})
+    call = call_for(project, "claude", "SessionStart", b"{}")
+    expected = answer_call(call)
+    replies: list[Reply | None] = []
+
+    def one() -> None:
+        replies.append(client.request(server, call, ack_timeout=30))
+
+    threads = [threading.Thread(target=one) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert replies == [expected] * 16
+
+
+# ---- the clients -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def native(tmp_path: Path) -> Path:
+    if find_compiler() is None:
+        pytest.skip("no C compiler here: the Python client is the fallback (tested below)")
+    return build_native_client(tmp_path / "bin")
+
+
+def run_client(command: list[str], project: Path, stdin: bytes) -> Reply:
+    done = subprocess.run(
+        command, input=stdin, capture_output=True, cwd=project, timeout=60, check=False
+    )
+    return Reply(done.returncode, done.stdout, done.stderr)
+
+
+@pytest.mark.parametrize("kind", ["native", "python"])
+def test_clients_answer_as_in_process_with_and_without_a_server(
+    kind: str, project: Path, relay_home: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    rich_settings(relay_home, project)
+    if kind == "native":
+        command = [str(request.getfixturevalue("native"))]
+    else:
+        command = [sys.executable, "-I", "-S", str(write_python_client(tmp_path / "bin"))]
+    path = client.socket_path()
+    cases = [("claude", "PreToolUse"), ("relay", "SessionStart"), ("gemini", "BeforeTool")]
+    try:
+        # No server yet: the client runs the call itself, and starts one for next time.
+        for dialect, event in cases:
+            for stdin in payloads(project)[:3]:
+                expected = answer_call(call_for(project, dialect, event, stdin))
+                got = run_client([*command, "--dialect", dialect, event], project, stdin)
+                assert normalized(got) == normalized(expected), (dialect, event, stdin)
+        wait_for_status(path)
+        for dialect, event in cases:
+            stdin = payloads(project)[0]
+            expected = answer_call(call_for(project, dialect, event, stdin))
+            got = run_client([*command, "--dialect", dialect, event], project, stdin)
+            assert normalized(got) == normalized(expected)
+        assert wait_for_status(path)["calls"] >= len(cases)
+    finally:
+        stop_server(path)
+
+
+def test_native_client_says_what_it_was_built_for(native: Path, relay_home: Path) -> None:
+    info = json.loads(
+        subprocess.run(
+            [str(native), "--relay-client-info"], capture_output=True, check=False
+        ).stdout
+    )
+    assert info == {
+        "install": client.identity(),
+        "python": sys.executable,
+        "socket": client.socket_path(),
+    }
+
+
+def test_native_client_fails_open_visibly_when_relay_is_gone(tmp_path: Path, project: Path) -> None:
+    if find_compiler() is None:
+        pytest.skip("no C compiler here")
+    gone = build_native_client(tmp_path / "bin", python=str(tmp_path / "no-python"))
+    reply = run_client([str(gone), "--dialect", "claude", "PreToolUse"], project, b"{}")
+    assert reply.exit_code == 0
+    assert "relay: cannot run" in json.loads(reply.stdout)["systemMessage"]
+    relay_dialect = run_client([str(gone), "PreToolUse"], project, b"{}")
+    assert relay_dialect.exit_code == 1 and b"relay: cannot run" in relay_dialect.stderr
+
+
+# ---- a host never waits on a broken server -----------------------------------------------
+
+
+def fake_server(path: str, behaviour: str) -> tuple[socket.socket, threading.Thread]:
+    """A listener at the server's socket that misbehaves: `hang` (never answers) or
+    `vanish` (accepts the call, then closes)."""
+    assert client.make_private_dir(os.path.dirname(path))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(8)
+
+    def serve() -> None:
+        with listener:
+            while True:
+                try:
+                    connection, _ = listener.accept()
+                except OSError:
+                    return
+                if behaviour == "vanish":
+                    connection.recv(1 << 20)
+                    connection.sendall(client.accepted_frame(60_000))
+                    connection.close()
+                else:
+                    threading.Timer(30, connection.close).start()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return listener, thread
+
+
+@pytest.mark.parametrize("behaviour", ["hang", "vanish"])
+def test_a_hung_or_vanishing_server_costs_a_bounded_wait(
+    behaviour: str, project: Path, relay_home: Path, native: Path
+) -> None:
+    write(relay_home / "settings.json", {"hooks": {"SessionStart": [{"hooks": [hook("hi")]}]}})
+    path = client.socket_path()
+    listener, _ = fake_server(path, behaviour)
+    try:
+        started = time.monotonic()
+        assert client.request(path, call_for(project, "claude", "SessionStart", b"{}")) is None
+        assert time.monotonic() - started < client.ACK_TIMEOUT + 5
+        started = time.monotonic()
+        reply = run_client([str(native), "--dialect", "claude", "SessionStart"], project, b"{}")
+        assert time.monotonic() - started < client.ACK_TIMEOUT + 30  # + the in-process run
+        assert json.loads(reply.stdout)["hookSpecificOutput"]["additionalContext"] == "hi"
+    finally:
+        listener.close()
+        os.unlink(path)
+
+
+def test_a_server_of_another_install_is_not_asked(server: str, project: Path) -> None:
+    request = client.encode_call(call_for(project, "relay", "SessionStart", b"{}"), install="x:y")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(10)
+        sock.connect(server)
+        sock.sendall(request)
+        sock.shutdown(socket.SHUT_WR)
+        assert sock.recv(1) == b"F"
+
+
+def test_a_socket_folder_others_can_enter_is_refused(
+    project: Path, relay_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A short RELAY_HOME of its own, so the socket folder is this test's (a long path would
+    # move it to the shared /tmp/agent-relay-<uid>/, which other tests use).
+    short = Path(tempfile.mkdtemp(prefix="rs-", dir="/tmp"))
+    monkeypatch.setenv("RELAY_HOME", str(short))
+    try:
+        check_folder_refused(project)
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
+
+
+def check_folder_refused(project: Path) -> None:
+    path = client.socket_path()
+    assert path.startswith("/tmp/rs-")
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    os.chmod(folder, 0o755)
+    assert client.request(path, call_for(project, "relay", "SessionStart", b"{}")) is None
+    done = subprocess.run(
+        [sys.executable, "-I", "-m", "relay", "serve", "--socket", path],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1 and "only you own" in done.stderr
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o755  # not "fixed" behind the user's back
+
+
+def test_a_foreign_peer_gets_no_answer(
+    server: str, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The client refuses a server whose uid is not ours (SO_PEERCRED).
+    monkeypatch.setattr(client, "peer_uid", lambda sock: os.getuid() + 1)
+    assert client.request(server, call_for(project, "relay", "SessionStart", b"{}")) is None
+
+
+def test_an_idle_server_exits(relay_home: Path) -> None:
+    path = client.socket_path()
+    process = subprocess.Popen(
+        [sys.executable, "-I", "-m", "relay", "serve", "--socket", path, "--idle-seconds", "1"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_status(path)
+        assert process.wait(timeout=30) == 0
+        assert not os.path.exists(path)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_serve_status_and_stop_from_the_command_line(relay_home: Path) -> None:
+    relay = shutil.which("relay", path=str(Path(sys.executable).parent))
+    assert relay is not None
+    started = subprocess.run(
+        [relay, "serve", "--detach"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert started.returncode == 0 and "relay server running" in started.stdout
+    status = subprocess.run(
+        [relay, "serve", "--status"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert json.loads(status.stdout)["install"] == client.identity()
+    stopped = subprocess.run(
+        [relay, "serve", "--stop"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert stopped.returncode == 0
+    deadline = time.monotonic() + 10
+    while os.path.exists(client.socket_path()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    missing = subprocess.run(
+        [relay, "serve", "--status"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert missing.returncode == 1 and "no relay server" in missing.stderr
+
+
+# ---- the cache behind the server ---------------------------------------------------------
+
+
+def test_file_cache_sees_an_edit_that_restores_size_and_mtime(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[bytes] = []
+
+    def derive(path: Path, data: bytes) -> bytes:
+        reads.append(data)
+        return data
+
+    cache: FileCache[bytes] = FileCache(derive)
+    file = tmp_path / "guard.sh"
+    file.write_bytes(b"exit 2")
+    status = file.stat()
+    real_time = time.time
+    monkeypatch.setattr(time, "time", lambda: real_time() + 60)  # old enough to be cached
+    assert cache.get(file) == b"exit 2"
+    assert cache.get(file) == b"exit 2" and len(reads) == 1  # cached: a stat, no read
+    file.write_bytes(b"exit 0")  # same size
+    os.utime(file, ns=(status.st_atime_ns, status.st_mtime_ns))  # and the old mtime
+    assert cache.get(file) == b"exit 0"  # ctime moved: read again
+
+
+def test_file_cache_does_not_keep_a_file_changed_just_now(tmp_path: Path) -> None:
+    reads: list[bytes] = []
+    cache: FileCache[bytes] = FileCache(lambda path, data: reads.append(data) or data)  # type: ignore[func-returns-value]
+    file = tmp_path / "settings.json"
+    file.write_bytes(b"{}")
+    cache.get(file)
+    cache.get(file)
+    assert len(reads) == 2  # within the racy window: read every time
