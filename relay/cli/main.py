@@ -25,6 +25,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "inbox": ("relay.cli.messaging", "inbox"),
     "messages": ("relay.cli.messaging", "messages"),
     "serve": ("relay.cli.serve", "serve"),
+    "install": ("relay.cli.install", "install"),
+    "uninstall": ("relay.cli.install", "uninstall"),
+    "doctor": ("relay.cli.install", "doctor"),
 }
 
 

@@ -10,7 +10,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from relay.hosts.host import Host
+    from relay.hosts.model import Host
 
 HOST_NAMES: tuple[str, ...] = ("claude", "gemini", "codex")
 

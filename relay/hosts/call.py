@@ -31,7 +31,7 @@ from relay.engine.system import HookSystem, PlannedEvent
 from relay.engine.telemetry import Telemetry, log_path, resolve_max_events
 from relay.errors import RelayError
 from relay.hosts import HOST_NAMES, host
-from relay.hosts.host import Host
+from relay.hosts.model import Host
 from relay.protocol.codec import EventEnvelope, EventError, decode_event
 from relay.protocol.dialects import UnknownEventError
 from relay.protocol.output import AggregatedResult

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from relay.hosts.host import Host
+from relay.hosts.model import Host
 
 EVENTS: tuple[str, ...] = (
     "SessionStart",

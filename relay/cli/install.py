@@ -1,0 +1,271 @@
+"""`relay install`, `relay uninstall`, `relay doctor`: relay as the hook layer of a host."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from relay.cli.options import cwd_option
+from relay.hosts import HOST_NAMES
+
+host_argument = click.argument("host_name", metavar="HOST", type=click.Choice(HOST_NAMES))
+scope_option = click.option(
+    "--user/--project",
+    "user",
+    default=True,
+    help="The host's per-user settings (default), or this project's.",
+)
+
+
+@click.command()
+@host_argument
+@scope_option
+@click.option(
+    "--events",
+    "chosen",
+    multiple=True,
+    help="Install only these events (repeatable, or comma-separated; default: every event "
+    "the installed host knows).",
+)
+@click.option(
+    "--import",
+    "import_hooks",
+    is_flag=True,
+    help="Move the host's existing hooks into relay's settings, so nothing runs twice.",
+)
+@click.option(
+    "--trust/--no-trust",
+    "trust",
+    default=None,
+    help="Codex: record Codex's trust in relay's entries (asked when not given).",
+)
+@click.option("--python-client", is_flag=True, help="Do not build the native client.")
+@click.option("--dry-run", is_flag=True, help="Say what would change; write nothing.")
+@cwd_option
+def install(  # noqa: PLR0917 (click passes options positionally)
+    host_name: str,
+    user: bool,
+    chosen: tuple[str, ...],
+    import_hooks: bool,
+    trust: bool | None,
+    python_client: bool,
+    dry_run: bool,
+    cwd: Path | None,
+) -> None:
+    """Make relay the hook layer of HOST (claude, gemini or codex).
+
+    Writes one entry per event into the host's settings (a minimal edit; running it again
+    changes nothing), each running relay's client, which hands the event to relay's
+    resident server (started on demand) and prints relay's merged answer.
+    """
+    from relay.errors import RelayError
+    from relay.hosts import host
+    from relay.hosts.install import (
+        ensure_client,
+        host_events,
+        install_text,
+        read_text,
+        target,
+        write_text,
+    )
+
+    chosen_host = host(host_name)
+    start = cwd or Path.cwd()
+    where = target(chosen_host, "user" if user else "project", start)
+    known = host_events(chosen_host)
+    events = known.events
+    if chosen:
+        wanted = [name.strip() for item in chosen for name in item.split(",") if name.strip()]
+        unknown = [name for name in wanted if name not in known.events]
+        if unknown:
+            raise RelayError(
+                f"{chosen_host.title} does not know {', '.join(unknown)} "
+                f"(it knows: {', '.join(known.events)})"
+            )
+        events = tuple(event for event in known.events if event in wanted)
+    if import_hooks:
+        from relay.hosts.moving import import_host_hooks
+
+        for line in import_host_hooks(where, dry_run=dry_run):
+            click.echo(line)
+    client = ensure_client(native=not python_client)
+    change = install_text(read_text(where.file), chosen_host, events, client, file=str(where.file))
+    if change.changed and not dry_run:
+        write_text(where.file, change.text)
+    verb = "would install" if dry_run else "installed"
+    click.echo(f"relay {verb} into {chosen_host.title} ({where.scope}): {where.file}")
+    click.echo(f"  events: {known.source}")
+    parts = [f"{len(change.added)} added", f"{len(change.kept)} already there"]
+    if change.updated:
+        parts.append(f"{len(change.updated)} updated to this client")
+    click.echo(f"  entries: {', '.join(parts)}")
+    click.echo(f"  client: {client.argv[-1]} ({client.kind})")
+    if client.note:
+        click.echo(f"  note: {client.note}")
+    if change.foreign and not import_hooks:
+        click.echo(
+            f"  {chosen_host.title} hooks of its own also run on {', '.join(change.foreign)}; "
+            f"`relay install {host_name} --import` moves them into relay"
+        )
+    if chosen_host.name == "codex" and not dry_run:
+        _codex_trust(where.file, start, trust)
+    click.echo("  check it: relay doctor")
+
+
+@click.command()
+@host_argument
+@scope_option
+@click.option("--dry-run", is_flag=True, help="Say what would change; write nothing.")
+@cwd_option
+def uninstall(host_name: str, user: bool, dry_run: bool, cwd: Path | None) -> None:
+    """Remove relay's entries from HOST's settings (and nothing else)."""
+    from relay.hosts import host
+    from relay.hosts.install import read_text, target, uninstall_text, write_text
+
+    chosen_host = host(host_name)
+    start = cwd or Path.cwd()
+    where = target(chosen_host, "user" if user else "project", start)
+    stale_keys: list[str] = []
+    if chosen_host.name == "codex" and not dry_run:
+        stale_keys = _codex_keys(where.file, start)
+    change = uninstall_text(read_text(where.file), chosen_host, file=str(where.file))
+    if change.changed and not dry_run:
+        write_text(where.file, change.text)
+    if stale_keys:
+        _codex_forget(stale_keys)
+    verb = "would remove" if dry_run else "removed"
+    if not change.removed:
+        click.echo(f"relay is not installed in {where.file}")
+        return
+    click.echo(f"{verb} relay's entries for {len(change.removed)} event(s) from {where.file}")
+    from relay.hosts.moving import restore_host_hooks
+
+    for line in restore_host_hooks(where, dry_run=dry_run):
+        click.echo(f"  {line}")
+
+
+def _codex_trust(file: Path, cwd: Path, trust: bool | None) -> None:
+    """Record Codex's trust in relay's entries of `file`, with the user's consent."""
+    from relay.errors import RelayError
+    from relay.hosts.codex_trust import CodexError, codex_home, list_hooks, trusted_text
+    from relay.hosts.install import is_relay_command, read_text, write_text
+
+    executable = _codex_executable()
+    if executable is None:
+        click.echo(
+            "  codex not found on PATH: Codex skips hooks it does not trust; run "
+            "`relay install codex --trust` once it is installed"
+        )
+        return
+    try:
+        hooks = list_hooks(executable, cwd)
+    except CodexError as exc:
+        click.echo(f"  cannot ask Codex which hooks it trusts: {exc}", err=True)
+        return
+    ours = [
+        hook
+        for hook in hooks
+        if is_relay_command(hook.command) and _same_file(hook.source_path, file)
+    ]
+    pending = [hook for hook in ours if not hook.trusted]
+    if not ours:
+        click.echo(f"  warning: Codex does not list relay's entries in {file}", err=True)
+        return
+    if not pending:
+        click.echo(f"  Codex trusts relay's {len(ours)} entries")
+        return
+    if trust is None and sys.stdin.isatty():
+        trust = click.confirm(
+            f"Codex runs only hooks it trusts. Record trust in relay's {len(pending)} "
+            "entries (and only those)?",
+            default=True,
+        )
+    if not trust:
+        click.echo(
+            f"  NOT TRUSTED: Codex will skip relay's {len(pending)} entries until trusted: "
+            "run `relay install codex --trust`"
+        )
+        return
+    config = codex_home() / "config.toml"
+    try:
+        text = trusted_text(read_text(config) or "", pending, file=str(config))
+    except CodexError as exc:
+        raise RelayError(str(exc)) from None
+    write_text(config, text)
+    click.echo(f"  Codex trust recorded for {len(pending)} entries in {config}")
+
+
+def _codex_keys(file: Path, cwd: Path) -> list[str]:
+    """The trust keys of relay's entries in `file`, to forget once they are removed."""
+    from relay.hosts.codex_trust import CodexError, list_hooks
+    from relay.hosts.install import is_relay_command
+
+    executable = _codex_executable()
+    if executable is None:
+        return []
+    try:
+        hooks = list_hooks(executable, cwd)
+    except CodexError:
+        return []
+    return [
+        hook.key
+        for hook in hooks
+        if is_relay_command(hook.command) and _same_file(hook.source_path, file)
+    ]
+
+
+def _codex_forget(keys: list[str]) -> None:
+    from relay.hosts.codex_trust import CodexError, codex_home, untrusted_text
+    from relay.hosts.install import read_text, write_text
+
+    config = codex_home() / "config.toml"
+    text = read_text(config)
+    if text is None:
+        return
+    try:
+        write_text(config, untrusted_text(text, keys, file=str(config)))
+    except CodexError as exc:
+        click.echo(f"  left Codex's trust entries as they are: {exc}", err=True)
+
+
+def _codex_executable() -> str | None:
+    import shutil
+
+    return shutil.which("codex")
+
+
+def _same_file(left: str, right: Path) -> bool:
+    try:
+        return os.path.samefile(left, right)
+    except OSError:
+        return os.path.abspath(left) == os.path.abspath(right)
+
+
+@click.command()
+@click.option("--no-measure", is_flag=True, help="Skip timing an event through the client.")
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+@cwd_option
+def doctor(no_measure: bool, as_json: bool, cwd: Path | None) -> None:
+    """Check relay as each host's hook layer: the client, the server, each host's settings
+    (installed, current, trusted by Codex), relay's own settings and trust, and the cost of
+    an event. Exits 1 when something would keep events from reaching relay."""
+    import json
+
+    from relay.hosts.doctor import diagnose
+
+    findings = list(diagnose(cwd or Path.cwd(), measure=not no_measure))
+    if as_json:
+        click.echo(
+            json.dumps(
+                [{"level": f.level, "topic": f.topic, "text": f.text} for f in findings], indent=2
+            )
+        )
+    else:
+        marks = {"ok": "ok  ", "warn": "warn", "fail": "FAIL"}
+        for finding in findings:
+            click.echo(f"{marks[finding.level]}  {finding.topic:8}  {finding.text}")
+    if any(finding.level == "fail" for finding in findings):
+        raise SystemExit(1)

@@ -1,0 +1,237 @@
+"""`relay doctor`: is relay working as each host's hook layer, and what does an event cost?
+
+Each check is a `Finding`: ok, warn (works, but not as well as it could) or fail (a host
+event would not reach relay, or reach it broken). Nothing here changes anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+from relay.hosts import HOST_NAMES, host
+from relay.hosts.install import (
+    Client,
+    current_client,
+    host_events,
+    installed_events,
+    read_text,
+    target,
+)
+from relay.server import client as server_client
+
+Level = Literal["ok", "warn", "fail"]
+PROBE_EVENT = "RelayDoctorProbe"
+"""An event no hook is registered for: the claude dialect passes it through untouched."""
+PROBE_RUNS = 7
+
+
+class Finding(msgspec.Struct, frozen=True):
+    """One check's result."""
+
+    level: Level
+    topic: str
+    text: str
+
+
+def diagnose(
+    cwd: Path, env: Mapping[str, str] | None = None, *, measure: bool = True
+) -> Iterator[Finding]:
+    """Every check, in the order a user would fix things."""
+    env = os.environ if env is None else env
+    yield from _relay_checks(env)
+    installed_client = current_client(env)
+    yield from _server_checks(env)
+    for name in HOST_NAMES:
+        yield from _host_checks(name, cwd, env, installed_client)
+    yield from _project_checks(cwd, env)
+    if measure and installed_client is not None:
+        yield from _cost(installed_client, cwd, env)
+
+
+def _relay_checks(env: Mapping[str, str]) -> Iterator[Finding]:
+    found = shutil.which("relay", path=env.get("PATH"))
+    here = Path(sys.executable).parent / "relay"
+    if found is None:
+        yield Finding(
+            "warn",
+            "relay",
+            f"`relay` is not on PATH (this install: {here}); the hosts do not need it "
+            "(their entries run relay's client by its full path), but you may",
+        )
+    elif Path(found).resolve() != here.resolve():
+        yield Finding("warn", "relay", f"`relay` on PATH is {found}, not this install ({here})")
+    else:
+        yield Finding("ok", "relay", f"{server_client.version()} at {here}")
+
+
+def _server_checks(env: Mapping[str, str]) -> Iterator[Finding]:
+    path = server_client.socket_path(env)
+    answer = server_client.control(path, "status")
+    if answer is None:
+        yield Finding("ok", "server", f"not running (the first event starts it): {path}")
+        return
+    try:
+        status = json.loads(answer)
+    except ValueError:
+        yield Finding("fail", "server", f"answers at {path} but not with its status")
+        return
+    if status.get("install") != server_client.identity():
+        yield Finding("warn", "server", f"a server of another install answers at {path}")
+        return
+    yield Finding(
+        "ok",
+        "server",
+        f"running, pid {status.get('pid')}, {status.get('calls', 0)} call(s) answered: {path}",
+    )
+
+
+def _host_checks(
+    name: str, cwd: Path, env: Mapping[str, str], client: Client | None
+) -> Iterator[Finding]:
+    chosen = host(name)
+    known = None
+    for scope in ("user", "project"):
+        where = target(chosen, scope, cwd, env)
+        try:
+            text = read_text(where.file)
+        except Exception as exc:  # an unreadable file is a finding, not a crash
+            yield Finding("fail", chosen.name, f"{where.file}: {exc}")
+            continue
+        entries = installed_events(text, chosen)
+        if not entries:
+            continue
+        if known is None:
+            known = host_events(chosen, env)
+        label = f"{chosen.title} ({scope}, {where.file})"
+        missing = [event for event in known.events if event not in entries]
+        stale = sorted(
+            event
+            for event, commands in entries.items()
+            if client is None or client.command(chosen, event) not in commands
+        )
+        doubled = sorted(event for event, commands in entries.items() if len(commands) > 1)
+        if stale:
+            yield Finding(
+                "fail" if client is None else "warn",
+                chosen.name,
+                f"{label}: {len(stale)} entr(ies) run another relay client than this install's; "
+                f"run `relay install {name}{' --project' if scope == 'project' else ''}` again",
+            )
+        if doubled:
+            yield Finding("warn", chosen.name, f"{label}: relay runs twice on {', '.join(doubled)}")
+        if missing:
+            yield Finding(
+                "warn",
+                chosen.name,
+                f"{label}: not installed for {', '.join(missing)} (known to the installed host)",
+            )
+        if not stale and not missing:
+            yield Finding("ok", chosen.name, f"{label}: installed for {len(entries)} event(s)")
+        if name == "codex" and known.executable:
+            yield from _codex_trust(known.executable, where.file, cwd)
+    if known is None:
+        yield Finding("ok", chosen.name, f"{chosen.title}: relay is not installed")
+
+
+def _codex_trust(executable: str, file: Path, cwd: Path) -> Iterator[Finding]:
+    from relay.hosts.codex_trust import CodexError, list_hooks
+    from relay.hosts.install import is_relay_command
+
+    try:
+        hooks = list_hooks(executable, cwd)
+    except CodexError as exc:
+        yield Finding("warn", "codex", f"cannot ask Codex which hooks it trusts: {exc}")
+        return
+    ours = [
+        hook for hook in hooks if is_relay_command(hook.command) and _same(hook.source_path, file)
+    ]
+    untrusted = [hook for hook in ours if not hook.trusted]
+    if untrusted:
+        yield Finding(
+            "fail",
+            "codex",
+            f"Codex does not trust {len(untrusted)} of relay's {len(ours)} entries in {file} "
+            "and skips them silently: run `relay install codex --trust`",
+        )
+    elif ours:
+        yield Finding("ok", "codex", f"Codex trusts relay's {len(ours)} entries in {file}")
+
+
+def _project_checks(cwd: Path, env: Mapping[str, str]) -> Iterator[Finding]:
+    from relay.config.model import TRUST_REQUIRED
+    from relay.engine.system import HookSystem
+    from relay.errors import RelayError
+
+    system = HookSystem(cwd=cwd, telemetry=False, environ=dict(env), isolate=TRUST_REQUIRED)
+    try:
+        system.initialize()
+        hooks = system.registry.hooks
+    except RelayError as exc:
+        yield Finding("fail", "settings", f"relay's settings cannot be loaded: {exc}")
+        return
+    for broken in system.settings.broken:
+        yield Finding("fail", "settings", f"{broken.error} (its hooks are skipped)")
+    untrusted = [hook for hook in hooks if hook.needs_trust and not hook.trusted]
+    if untrusted:
+        names = ", ".join(sorted({hook.name for hook in untrusted}))
+        yield Finding(
+            "warn",
+            "trust",
+            f"{len(untrusted)} project hook(s) not trusted, skipped until `relay trust`: {names}",
+        )
+    else:
+        count = len(hooks)
+        yield Finding("ok", "settings", f"{count} hook(s) in relay's settings for {cwd}")
+
+
+def _cost(client: Client, cwd: Path, env: Mapping[str, str]) -> Iterator[Finding]:
+    """The wall time of an event with no hook through the installed client, as a host runs
+    it (`sh -c`, the event on stdin)."""
+    command = client.command(host("claude"), PROBE_EVENT)
+    event = json.dumps({"session_id": "relay-doctor", "cwd": str(cwd)}).encode()
+    times: list[float] = []
+    for _ in range(PROBE_RUNS):
+        started = time.perf_counter()
+        try:
+            done = subprocess.run(
+                ["sh", "-c", command],
+                input=event,
+                capture_output=True,
+                cwd=cwd,
+                env=dict(env),
+                timeout=60,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            yield Finding("fail", "cost", f"the client did not answer: {exc}")
+            return
+        times.append((time.perf_counter() - started) * 1000)
+        if done.returncode != 0:
+            detail = done.stderr.decode(errors="replace").strip()[:200]
+            yield Finding("fail", "cost", f"the client exited {done.returncode}: {detail}")
+            return
+    first, rest = times[0], times[1:]
+    yield Finding(
+        "ok",
+        "cost",
+        f"an event with no hook: {statistics.median(rest):.1f} ms (median of {len(rest)}; "
+        f"the first call {first:.1f} ms) through {client.kind} client {client.argv[-1]}",
+    )
+
+
+def _same(left: str, right: Path) -> bool:
+    try:
+        return os.path.samefile(left, right)
+    except OSError:
+        return os.path.abspath(left) == os.path.abspath(right)

@@ -1,0 +1,200 @@
+"""`relay install`, `relay uninstall`, `relay doctor` against real files and fake host
+programs on PATH (the real hosts are driven in tests/test_hosts_*.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+RELAY = [sys.executable, "-m", "relay"]
+ORIGINAL = (
+    '{\n    "model": "x",\n    "hooks": {\n'
+    '        "Stop": [{"hooks": [{"type": "command", "command": "echo hi"}]}]\n'
+    "    }\n}\n"
+)
+
+
+@pytest.fixture
+def env(tmp_path: Path, relay_home: Path) -> dict[str, str]:
+    """A HOME of its own, and fake host programs on PATH that know only some events."""
+    home = tmp_path / "home"
+    home.mkdir()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, events in {
+        "claude": ["PreToolUse", "PostToolUse", "Stop", "SessionStart"],
+        "gemini": ["BeforeTool", "AfterAgent", "SessionStart"],
+    }.items():
+        package = tmp_path / "pkgs" / name
+        (package / "dist").mkdir(parents=True)
+        (package / "package.json").write_text("{}")
+        (package / "dist" / "cli.js").write_text(
+            "const EVENTS = [" + ", ".join(json.dumps(e) for e in events) + "];\n"
+        )
+        program = package / "dist" / name
+        program.write_text("#!/bin/sh\nexit 0\n")
+        program.chmod(0o755)
+        (bin_dir / name).symlink_to(program)
+    environ = dict(os.environ)
+    environ.update(
+        HOME=str(home),
+        PATH=f"{bin_dir}{os.pathsep}{environ['PATH']}",
+        CODEX_HOME=str(home / ".codex"),
+    )
+    environ.pop("CLAUDE_CONFIG_DIR", None)
+    return environ
+
+
+def relay(
+    env: dict[str, str], *args: str, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*RELAY, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def claude_file(env: dict[str, str]) -> Path:
+    return Path(env["HOME"]) / ".claude" / "settings.json"
+
+
+def test_install_adds_the_events_the_host_knows_and_keeps_everything_else(
+    env: dict[str, str],
+) -> None:
+    path = claude_file(env)
+    path.parent.mkdir()
+    path.write_text(ORIGINAL)
+    done = relay(env, "install", "claude", "--python-client")
+    assert done.returncode == 0, done.stderr
+    document = json.loads(path.read_text())
+    assert document["model"] == "x"
+    assert sorted(document["hooks"]) == ["PostToolUse", "PreToolUse", "SessionStart", "Stop"]
+    stop = document["hooks"]["Stop"]
+    assert stop[0] == {"hooks": [{"type": "command", "command": "echo hi"}]}
+    command = stop[1]["hooks"][0]["command"]
+    assert command.endswith("relay-hook.py --dialect claude Stop") and " -I -S " in command
+    assert stop[1]["hooks"][0]["timeout"] == 600
+    assert "Claude Code hooks of its own also run on Stop" in done.stdout
+    assert "the 4 of relay's 30 Claude Code events" in done.stdout
+
+
+def test_install_twice_changes_nothing_and_uninstall_restores_the_file_byte_for_byte(
+    env: dict[str, str],
+) -> None:
+    path = claude_file(env)
+    path.parent.mkdir()
+    path.write_text(ORIGINAL)
+    assert relay(env, "install", "claude", "--python-client").returncode == 0
+    once = path.read_text()
+    again = relay(env, "install", "claude", "--python-client")
+    assert again.returncode == 0 and "0 added, 4 already there" in again.stdout
+    assert path.read_text() == once
+    removed = relay(env, "uninstall", "claude")
+    assert removed.returncode == 0 and "for 4 event(s)" in removed.stdout
+    assert path.read_text() == ORIGINAL
+    assert "not installed" in relay(env, "uninstall", "claude").stdout
+
+
+def test_a_stale_client_path_is_updated_in_place(env: dict[str, str]) -> None:
+    path = claude_file(env)
+    path.parent.mkdir()
+    old = "/old/place/relay-hook --dialect claude Stop"
+    path.write_text(
+        json.dumps({"hooks": {"Stop": [{"hooks": [{"type": "command", "command": old}]}]}})
+    )
+    done = relay(env, "install", "claude", "--python-client", "--events", "Stop")
+    assert done.returncode == 0 and "1 updated to this client" in done.stdout
+    stop = json.loads(path.read_text())["hooks"]["Stop"]
+    assert len(stop) == 1 and stop[0]["hooks"][0]["command"].endswith("--dialect claude Stop")
+    assert "/old/place" not in path.read_text()
+
+
+def test_gemini_gets_milliseconds_and_a_name(env: dict[str, str]) -> None:
+    done = relay(env, "install", "gemini", "--python-client")
+    assert done.returncode == 0, done.stderr
+    document = json.loads((Path(env["HOME"]) / ".gemini" / "settings.json").read_text())
+    assert sorted(document["hooks"]) == ["AfterAgent", "BeforeTool", "SessionStart"]
+    hook = document["hooks"]["BeforeTool"][0]["hooks"][0]
+    assert hook["timeout"] == 600_000 and hook["name"] == "relay"
+    assert hook["command"].endswith("--dialect gemini BeforeTool")
+
+
+def test_project_scope_writes_the_projects_file(env: dict[str, str], tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    (project / "src").mkdir()
+    done = relay(env, "install", "claude", "--project", "--python-client", cwd=project / "src")
+    assert done.returncode == 0, done.stderr
+    assert (project / ".claude" / "settings.json").is_file()
+    assert not claude_file(env).exists()
+
+
+def test_an_unknown_event_is_refused(env: dict[str, str]) -> None:
+    done = relay(env, "install", "claude", "--events", "PreToolUse,Bogus")
+    assert done.returncode == 1
+    assert "Claude Code does not know Bogus" in done.stderr
+    assert not claude_file(env).exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"hooks": {', "settings.json"),
+        ('{"hooks": []}', "settings.json:1: hooks is an array, expected an object"),
+        ("[1]", "expected a JSON object, got an array"),
+    ],
+)
+def test_a_broken_host_file_is_left_alone_with_a_clear_error(
+    env: dict[str, str], text: str, message: str
+) -> None:
+    path = claude_file(env)
+    path.parent.mkdir()
+    path.write_text(text)
+    done = relay(env, "install", "claude", "--python-client")
+    assert done.returncode == 1 and message in done.stderr
+    assert "internal error" not in done.stderr
+    assert path.read_text() == text
+
+
+def test_import_moves_the_hosts_hooks_into_relay_and_uninstall_puts_them_back(
+    env: dict[str, str], relay_home: Path
+) -> None:
+    path = claude_file(env)
+    path.parent.mkdir()
+    path.write_text(ORIGINAL)
+    done = relay(env, "install", "claude", "--python-client", "--import")
+    assert done.returncode == 0, done.stderr
+    assert "moved 1 Claude Code hook(s)" in done.stdout
+    host_hooks = json.loads(path.read_text())["hooks"]
+    assert all("relay-hook" in group["hooks"][0]["command"] for group in host_hooks["Stop"])
+    relay_settings = json.loads((relay_home / "settings.json").read_text())
+    assert relay_settings["hooks"]["Stop"][0]["hooks"][0]["command"] == "echo hi"
+    undone = relay(env, "uninstall", "claude")
+    assert undone.returncode == 0 and "back into" in undone.stdout
+    assert json.loads(path.read_text()) == json.loads(ORIGINAL)
+
+
+def test_doctor_reports_what_is_installed_and_what_is_not(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    assert relay(env, "install", "claude", "--python-client", "--events", "Stop").returncode == 0
+    done = relay(env, "doctor", "--json", cwd=tmp_path)
+    findings = json.loads(done.stdout)
+    by_topic = {(f["topic"], f["level"]): f["text"] for f in findings}
+    assert "not installed for PreToolUse, PostToolUse, SessionStart" in by_topic["claude", "warn"]
+    assert "relay is not installed" in by_topic["gemini", "ok"]
+    assert "an event with no hook" in by_topic["cost", "ok"]
+    assert done.returncode == 0
+
+
+def test_doctor_fails_when_a_project_file_is_broken(env: dict[str, str], tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    (project / ".relay").mkdir(parents=True)
+    (project / ".relay" / "settings.json").write_text("{")
+    done = relay(env, "doctor", "--no-measure", cwd=project)
+    assert done.returncode == 1
+    assert "FAIL  settings" in done.stdout and "settings.json" in done.stdout
