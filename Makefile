@@ -35,6 +35,7 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python tests/perf/bench_session.py
 	$(BIN)/python tests/perf/bench_memory.py
 	$(BIN)/python tests/perf/bench_messaging.py
+	$(BIN)/python tests/perf/bench_host.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
