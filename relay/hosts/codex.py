@@ -18,6 +18,28 @@ EVENTS: tuple[str, ...] = (
     "Stop",
 )
 
+_COMMON = frozenset({"continue", "stopReason", "suppressOutput", "systemMessage"})
+_BLOCK = _COMMON | {"decision", "reason"}
+_SPECIFIC = _COMMON | {"hookSpecificOutput"}
+_CONTEXT = frozenset({"hookEventName", "additionalContext"})
+# The output schemas Codex 0.169 embeds (additionalProperties: false): one field more and
+# the whole answer is refused.
+ACCEPTED: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "PreToolUse": (
+        _BLOCK | {"hookSpecificOutput"},
+        _CONTEXT | {"permissionDecision", "permissionDecisionReason", "updatedInput"},
+    ),
+    "PostToolUse": (_BLOCK | {"hookSpecificOutput"}, _CONTEXT | {"updatedMCPToolOutput"}),
+    "PermissionRequest": (_SPECIFIC, frozenset({"hookEventName", "decision"})),
+    "PreCompact": (_COMMON, frozenset()),
+    "PostCompact": (_COMMON, frozenset()),
+    "SessionStart": (_SPECIFIC, _CONTEXT),
+    "SubagentStart": (_SPECIFIC, _CONTEXT),
+    "SubagentStop": (_BLOCK, frozenset()),
+    "UserPromptSubmit": (_BLOCK | {"hookSpecificOutput"}, _CONTEXT),
+    "Stop": (_BLOCK, frozenset()),
+}
+
 HOST = Host(
     name="codex",
     title="Codex CLI",
@@ -28,9 +50,15 @@ HOST = Host(
     config_dir=".codex",
     config_dir_env="CODEX_HOME",
     settings_file="hooks.json",
-    context_events=frozenset({"SessionStart", "UserPromptSubmit", "PostToolUse"}),
+    context_events=frozenset(
+        {"SessionStart", "SubagentStart", "UserPromptSubmit", "PreToolUse", "PostToolUse"}
+    ),
     permission_events=frozenset({"PreToolUse"}),
     behavior_events=frozenset({"PermissionRequest"}),
-    block_events=frozenset({"UserPromptSubmit", "PostToolUse", "Stop"}),
+    block_events=frozenset({"UserPromptSubmit", "PostToolUse", "Stop", "SubagentStop"}),
+    permission_values=frozenset({"allow", "deny"}),
+    rewrite_needs_allow=True,
+    entry_timeouts={"SessionEnd": 3},
+    accepted=ACCEPTED,
     gate_events=frozenset({"PreToolUse", "PermissionRequest", "UserPromptSubmit"}),
 )

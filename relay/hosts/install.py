@@ -448,7 +448,8 @@ def write_text(path: Path, text: str | None) -> None:
 def _group(host: Host, client: Client, event: str) -> dict[str, Any]:
     hook: dict[str, Any] = {"type": "command", "command": client.command(host, event)}
     hook.update(dict(host.entry_extra))
-    hook["timeout"] = HOST_TIMEOUT_SECONDS * host.timeout_scale
+    seconds = host.entry_timeouts.get(event, HOST_TIMEOUT_SECONDS)
+    hook["timeout"] = seconds * host.timeout_scale
     return {"hooks": [hook]}
 
 

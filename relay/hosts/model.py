@@ -54,6 +54,15 @@ class Host(msgspec.Struct, frozen=True, kw_only=True):
     gate_events: frozenset[str] = frozenset()
     """Events whose deny stops an action: where relay's own failure denies when asked to
     fail closed (a deny elsewhere, e.g. on Stop, would make the agent go on, not stop)."""
+    permission_values: frozenset[str] = frozenset({"allow", "deny", "ask", "defer"})
+    """The `permissionDecision` values it accepts; `defer` where it has none becomes `ask`
+    (the host's own approval flow decides, never a silent allow)."""
+    rewrite_needs_allow: bool = False
+    """Whether a rewritten tool input (`updatedInput`) is applied only with an explicit
+    `permissionDecision: "allow"` (Codex: otherwise the rewrite is ignored)."""
+    accepted: dict[str, tuple[frozenset[str], frozenset[str]]] | None = None
+    """Per event, the top-level and `hookSpecificOutput` fields it accepts, for a host that
+    rejects a whole answer over one unknown field (Codex); None: it ignores unknown ones."""
     decision_style: DecisionStyle = "claude"
     """claude: decisions in the forms above, exit 2 elsewhere. gemini: a top-level
     `decision` and `reason` on every event."""
@@ -69,6 +78,9 @@ class Host(msgspec.Struct, frozen=True, kw_only=True):
     """The project's personal, uncommitted settings file next to it, if the host has one."""
     timeout_scale: int = 1
     """A hook's `timeout` in the host's unit per second (Gemini CLI counts milliseconds)."""
+    entry_timeouts: dict[str, int] = msgspec.field(default_factory=dict)
+    """Per event, the longest timeout (seconds) the host allows, where it clamps one
+    (Codex: SessionEnd 3 s) and says so on every run if relay's entry asks for more."""
     entry_extra: tuple[tuple[str, str], ...] = ()
     """Further fields of relay's hook entry in the host's settings (e.g. Gemini's `name`)."""
 
@@ -122,11 +134,17 @@ def _render_claude(host: Host, result: AggregatedResult) -> HostAnswer:
     merged = dict(result.hookSpecificOutput or {})
     hook_decision = merged.pop("decision", None)
     if event in host.permission_events:
-        if decision in ("deny", "defer", "ask") or explicit_allow(result):
-            specific["permissionDecision"] = decision
+        value, reason = _permission(host, decision, reason)
+        rewritten = "tool_input" in merged and value not in ("deny", "ask", "defer")
+        if rewritten and host.rewrite_needs_allow:
+            value = "allow"
+        if value in ("deny", "defer", "ask", "allow") and (
+            value != "allow" or rewritten or explicit_allow(result)
+        ):
+            specific["permissionDecision"] = value
             if reason:
                 specific["permissionDecisionReason"] = reason
-        if "tool_input" in merged and decision != "deny":
+        if rewritten:
             specific["updatedInput"] = merged["tool_input"]
     elif event in host.behavior_events:
         if decision == "deny" or explicit_allow(result):
@@ -150,7 +168,35 @@ def _render_claude(host: Host, result: AggregatedResult) -> HostAnswer:
     specific.update({key: value for key, value in merged.items() if key not in _RELAY_SPECIFIC})
     if len(specific) > 1:
         out["hookSpecificOutput"] = specific
-    return HostAnswer(stdout=out)
+    return HostAnswer(stdout=_accepted(host, event, out))
+
+
+def _permission(host: Host, decision: str, reason: str | None) -> tuple[str, str | None]:
+    """The decision in a value the host accepts: `defer` falls back to `ask`, and where the
+    host has no `ask` either, to a deny that says why (never to a silent allow)."""
+    if decision in host.permission_values:
+        return decision, reason
+    if decision == "defer" and "ask" in host.permission_values:
+        return "ask", reason
+    why = f"a relay hook asked for the user's approval ({decision}), which {host.title} hooks "
+    why += "cannot request"
+    return "deny", f"{reason}\n({why})" if reason else why
+
+
+def _accepted(host: Host, event: str, out: dict[str, Any]) -> dict[str, Any]:
+    """The answer without the fields the host would reject it for (see `Host.accepted`)."""
+    if host.accepted is None or event not in host.accepted:
+        return out
+    top, specific_fields = host.accepted[event]
+    kept = {key: value for key, value in out.items() if key in top}
+    specific = kept.get("hookSpecificOutput")
+    if isinstance(specific, dict):
+        narrowed = {key: value for key, value in specific.items() if key in specific_fields}
+        if set(narrowed) - {"hookEventName"}:
+            kept["hookSpecificOutput"] = narrowed
+        else:
+            del kept["hookSpecificOutput"]
+    return kept
 
 
 def _render_gemini(host: Host, result: AggregatedResult) -> HostAnswer:
