@@ -29,19 +29,6 @@ def main(argv: list[str]) -> None:
     os._exit(reply.exit_code)
 
 
-def run_in_process(call: Call) -> Reply:
-    """A client's call answered in this process (the Python client's fallback)."""
-    from relay.hosts.call import parse_run_args, prepare
-
-    args = parse_run_args(call.argv, call.cwd)
-    if args is None:
-        # Help or a usage error: click's command prints it; the event was already read.
-        return Reply(
-            1, b"", b"relay: usage: relay hooks run [--dialect D] [--settings F] [--cwd D] EVENT\n"
-        )
-    return prepare(args, call).finish()
-
-
 def _emit(reply: Reply) -> None:
     stdout = sys.stdout.buffer
     stdout.write(reply.stdout)

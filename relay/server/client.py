@@ -33,6 +33,7 @@ TYPE_CHECKING = False  # not typing's: this module must load in a few millisecon
 if TYPE_CHECKING:
     import socket
     from collections.abc import Callable, Mapping
+    from typing import NoReturn
 
 MAGIC = b"RELAY-CALL 1\n"
 CONTROL = b"RELAY-CTRL 1\n"
@@ -398,17 +399,39 @@ def main(argv: list[str]) -> int:
     reply = request(path, call)
     if reply is None:
         start_server(path)
-        import site  # -S skipped it: relay and its dependencies live in site-packages
-
-        site.main()
-        from relay.cli.hookcall import run_in_process
-
-        reply = run_in_process(call)
+        run_in_process(argv, stdin)
     sys.stdout.buffer.write(reply.stdout)
     sys.stdout.flush()
     sys.stderr.buffer.write(reply.stderr)
     sys.stderr.flush()
     return reply.exit_code
+
+
+def run_in_process(argv: list[str], stdin: bytes) -> NoReturn:
+    """Become `python -I -m relay hooks run ARGV`, the event on stdin again (as the native
+    client does): the answer is then exactly relay's in-process one. Never returns."""
+    if stdin:
+        fd = os.memfd_create("relay-event") if hasattr(os, "memfd_create") else None
+        if fd is None:
+            import tempfile
+
+            fd, name = tempfile.mkstemp(prefix="relay-event-")
+            os.unlink(name)
+        os.write(fd, stdin)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.dup2(fd, 0)
+        os.close(fd)
+    command = [sys.executable, "-I", "-m", "relay", "hooks", "run", *argv]
+    try:
+        os.execv(sys.executable, command)
+    except OSError as exc:
+        import json
+
+        # relay cannot run at all: say so where the user sees it, and fail open.
+        message = f"relay: cannot run {sys.executable} ({exc}); reinstall relay"
+        sys.stdout.write(json.dumps({"systemMessage": message}) + "\n")
+        sys.stdout.flush()
+        os._exit(0)
 
 
 def _cwd() -> str:
