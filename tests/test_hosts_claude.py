@@ -1,0 +1,249 @@
+"""relay as the hook layer of the real Claude Code (npm @anthropic-ai/claude-code), set up
+by `relay install claude` and driven headless (`claude -p … --output-format stream-json`)
+against a scripted Anthropic Messages server on 127.0.0.1 (tests/hostkit/claude_code.py).
+Skipped, with the reason, only when npm cannot install Claude Code."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hostkit.claude_code import ClaudeRun, ToolUse, bash, claude_binary, prepare_home, run_claude
+from hostkit.npm import host_binary, unavailable
+
+if host_binary("claude") is None:
+    pytest.skip(f"Claude Code unavailable: {unavailable('claude')}", allow_module_level=True)
+
+
+class Claude:
+    """A project and a throwaway HOME with relay installed into Claude Code."""
+
+    def __init__(self, root: Path, relay_home: Path) -> None:
+        self.root = root
+        self.project = root / "project"
+        (self.project / ".git").mkdir(parents=True)
+        self.home = root / "home"
+        prepare_home(self.home, self.project)
+        self.relay_home = relay_home
+        self.log = root / "events.jsonl"
+        self.env = dict(os.environ)
+        self.env.update(
+            HOME=str(self.home), PATH=f"{claude_binary().parent}{os.pathsep}{os.environ['PATH']}"
+        )
+        self.env.pop("CLAUDE_CONFIG_DIR", None)
+
+    def script(self, name: str, body: str) -> str:
+        path = self.root / name
+        path.write_text("#!/bin/bash\n" + body)
+        path.chmod(0o755)
+        return str(path)
+
+    def settings(self, hooks: dict[str, Any], where: Path | None = None) -> None:
+        path = where or self.relay_home / "settings.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"hooks": hooks}))
+
+    def relay(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "relay", *args],
+            cwd=self.project,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    def install(self, *args: str) -> str:
+        done = self.relay("install", "claude", *args)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    def run(self, prompt: str, *script: str | ToolUse) -> ClaudeRun:
+        return run_claude(self.project, prompt, script, home=self.home)
+
+    def logged(self) -> list[dict[str, Any]]:
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture
+def claude(tmp_path: Path, relay_home: Path) -> Claude:
+    return Claude(tmp_path, relay_home)
+
+
+def guard(claude: Claude) -> str:
+    return claude.script(
+        "guard.sh",
+        'input=$(cat)\ncase "$input" in\n'
+        '  *"rm -rf"*) echo \'{"decision": "deny", "reason": "GUARD: no rm -rf here"}\' ;;\n'
+        "  *) echo '{}' ;;\nesac\n",
+    )
+
+
+def test_every_event_passes_through_relay_and_context_reaches_the_model(claude: Claude) -> None:
+    logger = claude.script(
+        "log.sh",
+        f'input=$(cat); printf "%s\\n" "$input" >> {claude.log}\n'
+        'echo "{\\"inject\\": \\"CONTEXT-FROM-$RELAY_EVENT\\"}"\n',
+    )
+    events = [
+        "SessionStart",
+        "UserPromptSubmit",
+        "PreToolUse",
+        "PostToolUse",
+        "PostToolBatch",
+        "Stop",
+    ]
+    hooks: dict[str, Any] = {
+        event: [{"hooks": [{"name": f"log-{event}", "command": logger}]}] for event in events
+    }
+    claude.settings(hooks)
+    out = claude.install()
+    assert "the 30 of relay's 30 Claude Code events" in out
+    run = claude.run("list files", bash("echo listed"))
+    assert run.returncode == 0, run.describe()
+    assert not run.refused and not run.errors
+    statuses = run.hook_statuses()
+    fired = {event for event, _, _ in statuses}
+    assert {"SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop"} <= fired
+    assert {"MessageDisplay", "PostToolBatch"} <= fired, fired
+    assert all("relay-hook" in command for _, command, _ in statuses)
+    assert [status for status in statuses if status[2] != 0] == []
+    assert "hook error" not in run.stdout and "validation" not in run.debug.lower()
+    sent = run.sent()
+    for canonical in ("SessionStart", "BeforeAgent", "BeforeTool", "AfterTool", "PostToolBatch"):
+        assert f"CONTEXT-FROM-{canonical}" in sent, canonical
+    stop = next(event for event in claude.logged() if event["hook_event_name"] == "Stop")
+    assert "prompt" not in stop and "agent_name" not in stop  # as Claude Code sent it
+
+
+def test_a_guard_blocks_rm_with_claudes_own_wording(claude: Claude) -> None:
+    claude.settings(
+        {
+            "PreToolUse": [
+                {"matcher": "Bash", "hooks": [{"name": "guard", "command": guard(claude)}]}
+            ]
+        }
+    )
+    claude.install()
+    (claude.project / "victim").mkdir()
+    run = claude.run("clean up", bash("rm -rf victim"), bash("echo still-here"))
+    assert (claude.project / "victim").is_dir(), run.describe()
+    results = run.tool_results()
+    assert "GUARD: no rm -rf here" in results["toolu_1_0"]
+    assert "relay-hook" not in results["toolu_1_0"] and "--dialect" not in results["toolu_1_0"]
+    assert "still-here" in results["toolu_2_0"]
+
+
+def test_a_rewritten_command_is_the_one_claude_runs(claude: Claude) -> None:
+    rewrite = claude.script(
+        "rewrite.sh",
+        'cat >/dev/null; echo \'{"hookSpecificOutput": {"tool_input": {"command": "echo REWRITTEN"}}}\'\n',
+    )
+    claude.settings(
+        {"PreToolUse": [{"matcher": "Bash", "hooks": [{"name": "rw", "command": rewrite}]}]}
+    )
+    claude.install()
+    run = claude.run("say it", bash("echo original"))
+    assert "REWRITTEN" in run.tool_results()["toolu_1_0"], run.describe()
+
+
+def test_defer_keeps_the_tool_from_running(claude: Claude) -> None:
+    defer = claude.script(
+        "defer.sh", 'cat >/dev/null; echo \'{"decision": "defer", "reason": "later"}\'\n'
+    )
+    allow = claude.script("allow.sh", 'cat >/dev/null; echo \'{"decision": "allow"}\'\n')
+    claude.settings(
+        {
+            "PreToolUse": [
+                {
+                    "matcher": "Bash",
+                    "hooks": [
+                        {"name": "defer", "command": defer},
+                        {"name": "allow", "command": allow},
+                    ],
+                }
+            ]
+        }
+    )
+    claude.install()
+    run = claude.run("make it", bash("touch made-it"))
+    assert not (claude.project / "made-it").exists(), run.describe()
+
+
+def test_stop_blocks_once_and_the_model_gets_the_reason(claude: Claude) -> None:
+    stopper = claude.script(
+        "stop.sh",
+        'input=$(cat)\ncase "$input" in\n'
+        "  *'\"stop_hook_active\":true'*) echo '{}' ;;\n"
+        '  *) echo \'{"decision": "block", "reason": "STOP-REASON: run the tests first"}\' ;;\n'
+        "esac\n",
+    )
+    claude.settings({"Stop": [{"hooks": [{"name": "stopper", "command": stopper}]}]})
+    claude.install()
+    run = claude.run("finish")
+    assert run.returncode == 0, run.describe()
+    assert len(run.main_requests) == 2
+    assert "STOP-REASON: run the tests first" in json.dumps(run.main_requests[-1].json)
+
+
+def test_crashing_hanging_and_orphaning_hooks_fail_open_in_bounded_time(claude: Claude) -> None:
+    crash = claude.script("crash.sh", "cat >/dev/null; echo boom >&2; exit 1\n")
+    hang = claude.script("hang.sh", "cat >/dev/null; sleep 60\n")
+    orphan = claude.script("orphan.sh", "cat >/dev/null; (sleep 60 &) ; echo '{}'\n")
+    claude.settings(
+        {
+            "PreToolUse": [
+                {
+                    "hooks": [
+                        {"name": "crash", "command": crash},
+                        {"name": "hang", "command": hang, "timeout": 2},
+                        {"name": "orphan", "command": orphan},
+                    ]
+                }
+            ]
+        }
+    )
+    claude.install()
+    started = time.monotonic()
+    run = claude.run("go", bash("echo ran"))
+    assert time.monotonic() - started < 60
+    assert "ran" in run.tool_results()["toolu_1_0"], run.describe()
+
+
+def test_an_edited_guard_is_shown_to_the_user_and_a_broken_project_file_leaves_the_user_guard(
+    claude: Claude,
+) -> None:
+    claude.settings(
+        {
+            "PreToolUse": [
+                {"matcher": "Bash", "hooks": [{"name": "guard", "command": guard(claude)}]}
+            ]
+        }
+    )
+    project_guard = claude.project / "pguard.sh"
+    project_guard.write_text("#!/bin/sh\ncat >/dev/null; echo '{}'\n")
+    project_guard.chmod(0o755)
+    claude.settings(
+        {"PreToolUse": [{"hooks": [{"name": "project-guard", "command": "./pguard.sh"}]}]},
+        where=claude.project / ".relay" / "settings.json",
+    )
+    claude.install()
+    assert claude.relay("trust", "--yes").returncode == 0
+    project_guard.write_text("#!/bin/sh\ncat >/dev/null; echo '{}' # edited\n")
+    run = claude.run("look", bash("echo looked"))
+    notices = [text for text in run.system_messages() if "relay: skipped" in text]
+    assert notices and "relay trust" in notices[0], run.describe()
+    (claude.project / ".relay" / "settings.json").write_text("{")
+    (claude.project / "victim").mkdir()
+    run = claude.run("clean", bash("rm -rf victim"))
+    assert (claude.project / "victim").is_dir(), run.describe()
+    assert "GUARD: no rm -rf here" in run.tool_results()["toolu_1_0"]
