@@ -29,6 +29,19 @@ HOST = Host(
     timeout_scale=1000,
     entry_extra=(("name", "relay"),),
     context_events=frozenset({"SessionStart", "BeforeAgent", "AfterTool"}),
+    # Gemini CLI reads `decision: "deny"|"block"` (and `continue: false`) on these; a deny
+    # elsewhere is exit 2.
+    block_events=frozenset(
+        {
+            "BeforeTool",
+            "AfterTool",
+            "BeforeAgent",
+            "AfterAgent",
+            "BeforeModel",
+            "AfterModel",
+            "BeforeToolSelection",
+        }
+    ),
     gate_events=frozenset({"BeforeTool", "BeforeAgent", "BeforeModel"}),
     decision_style="gemini",
 )
