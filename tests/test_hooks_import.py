@@ -128,13 +128,27 @@ def test_a_claude_file_converts_keeping_claude_event_names(project: Path) -> Non
     assert result.settings == Settings(
         hooks={
             "PreToolUse": [
-                HookGroup(matcher="Bash", hooks=[HookEntry(command=GUARD_COMMAND, timeout=10)])
+                HookGroup(
+                    matcher="Bash",
+                    hooks=[HookEntry(command=GUARD_COMMAND, name="pre-tool-use-guard", timeout=10)],
+                )
             ],
             "PostToolUse": [
-                HookGroup(matcher="Edit|Write", hooks=[HookEntry(command="npx prettier --write")])
+                HookGroup(
+                    matcher="Edit|Write",
+                    hooks=[
+                        HookEntry(command="npx prettier --write", name="post-tool-use-prettier")
+                    ],
+                )
             ],
             "UserPromptSubmit": [
-                HookGroup(hooks=[HookEntry(command="git status --short", timeout=5)])
+                HookGroup(
+                    hooks=[
+                        HookEntry(
+                            command="git status --short", name="user-prompt-submit-git", timeout=5
+                        )
+                    ]
+                )
             ],
         }
     )
@@ -166,6 +180,7 @@ def test_the_printed_settings_are_a_valid_relay_file(project: Path) -> None:
     assert list(document["hooks"]) == ["PreToolUse", "PostToolUse", "UserPromptSubmit"]
     assert document["hooks"]["PreToolUse"][0]["hooks"][0] == {
         "command": GUARD_COMMAND,
+        "name": "pre-tool-use-guard",
         "timeout": 10,
     }
     loaded = parse_settings(result.stdout.encode(), file="out.json", scope="project")
@@ -220,7 +235,7 @@ def test_odd_claude_entries_are_reported_not_fatal() -> None:
     result = convert("claude", [("c.json", document)])
     assert list(result.settings.hooks) == ["PreToolUse", "SubagentStop"]
     assert result.settings.hooks["PreToolUse"] == [
-        HookGroup(matcher="Bash", hooks=[HookEntry(command="b")])
+        HookGroup(matcher="Bash", hooks=[HookEntry(command="b", name="pre-tool-use-b")])
     ]
     joined = "\n".join(result.report)
     assert "hooks.PreToolUse[0].matcher" not in joined  # reported on the group
@@ -257,7 +272,7 @@ def test_an_imported_claude_hook_decides_as_it_did_in_claude(project: Path) -> N
     relay_view = invoke(run[:2] + run[4:], dangerous)
     out = json.loads(relay_view.stdout)
     assert (out["decision"], out["reason"]) == ("deny", "no rm -rf")
-    assert out["hooks"][0]["name"] == GUARD_COMMAND
+    assert out["hooks"][0]["name"] == "pre-tool-use-guard"
     harmless = invoke(run, json.dumps({"tool_name": "Bash", "tool_input": {"command": "ls"}}))
     assert harmless.exit_code == 0
 
@@ -287,7 +302,12 @@ def test_a_gemini_file_converts_milliseconds_to_seconds(project: Path) -> None:
             "AfterModel": [
                 HookGroup(hooks=[HookEntry(command="./audit.sh", name="slow-audit", timeout=1.5)])
             ],
-            "SessionStart": [HookGroup(matcher="startup", hooks=[HookEntry(command="echo hello")])],
+            "SessionStart": [
+                HookGroup(
+                    matcher="startup",
+                    hooks=[HookEntry(command="echo hello", name="session-start-echo")],
+                )
+            ],
         },
         hooksConfig=HooksConfig(disabled=["slow-audit"]),
     )
@@ -323,7 +343,13 @@ def test_the_older_gemini_layout_with_switches_inside_hooks() -> None:
     }
     result = convert("gemini", [("g.json", document)])
     assert result.settings == Settings(
-        hooks={"AfterAgent": [HookGroup(hooks=[HookEntry(command="./after.sh", timeout=60)])]},
+        hooks={
+            "AfterAgent": [
+                HookGroup(
+                    hooks=[HookEntry(command="./after.sh", name="after-agent-after", timeout=60)]
+                )
+            ]
+        },
         hooksConfig=HooksConfig(enabled=False, disabled=["a"]),
     )
     joined = "\n".join(result.report)

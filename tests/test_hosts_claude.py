@@ -247,3 +247,18 @@ def test_an_edited_guard_is_shown_to_the_user_and_a_broken_project_file_leaves_t
     run = claude.run("clean", bash("rm -rf victim"))
     assert (claude.project / "victim").is_dir(), run.describe()
     assert "GUARD: no rm -rf here" in run.tool_results()["toolu_1_0"]
+
+
+def test_stop_context_reaches_the_model_in_one_more_turn(claude: Claude) -> None:
+    remind = claude.script(
+        "remind.sh",
+        'input=$(cat)\ncase "$input" in\n'
+        "  *'\"stop_hook_active\":true'*) echo '{}' ;;\n"
+        '  *) echo \'{"inject": "STOP-CONTEXT: the changelog is not updated"}\' ;;\n'
+        "esac\n",
+    )
+    claude.settings({"Stop": [{"hooks": [{"name": "remind", "command": remind}]}]})
+    claude.install()
+    run = claude.run("finish")
+    assert len(run.main_requests) == 2, run.describe()
+    assert "STOP-CONTEXT: the changelog is not updated" in json.dumps(run.main_requests[-1].json)

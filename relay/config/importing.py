@@ -244,6 +244,25 @@ def _describe_group(event: str, matcher: object) -> str:
     return f"{event}[{matcher}]" if matcher not in (None, "", "*") else event
 
 
+_RUNNERS = re.compile(
+    r"(ba|z|da)?sh|python[0-9.]*|node|deno|bun|npx|uv|uvx|perl|ruby|env|exec|-\S*|\$\{?\w+\}?"
+)
+
+
+def _readable_name(label: str, command: str) -> str:
+    """A name for a hook that has none: its event and its program, `pre-tool-use-guard`."""
+    event = label.split("[", 1)[0]
+    words = command.replace('"', " ").replace("'", " ").split()
+    program = next(
+        (w for w in words if "=" not in w and not _RUNNERS.fullmatch(w.rsplit("/", 1)[-1])),
+        words[0] if words else "hook",
+    )
+    stem = re.sub(r"\.[A-Za-z0-9]+$", "", program.rstrip("/").rsplit("/", 1)[-1])
+    slug = re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-") or "hook"
+    kebab = re.sub(r"(?<!^)(?=[A-Z])", "-", event).lower()
+    return f"{kebab}-{slug}"
+
+
 def _number(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
@@ -267,6 +286,7 @@ class _Converter:
         self._untimed = 0
         self._plain_tool_matchers: list[str] = []
         self._converted_timeouts: list[str] = []
+        self._names: dict[str, tuple[str, str]] = {}
 
     def read(self, file: str, document: Any) -> None:
         if not isinstance(document, dict):
@@ -477,7 +497,18 @@ class _Converter:
             if key not in kept:
                 why = _CLAUDE_DROPPED_KEYS.get(key, "no relay equivalent")
                 self._note(file, (*path, key), label, f"{why}; left out")
+        if "name" not in fields:
+            fields["name"] = self._unique(_readable_name(label, command), (label, command))
         return HookEntry(**fields)
+
+    def _unique(self, name: str, key: tuple[str, str]) -> str:
+        """`name`, or `name-2`, `name-3`… when another hook of this import has it (the same
+        hook in two files keeps one name, so the copies still merge as one)."""
+        candidate, number = name, 1
+        while self._names.setdefault(candidate, key) != key:
+            number += 1
+            candidate = f"{name}-{number}"
+        return candidate
 
     def _timeout(
         self, file: str, label: str, hook: dict[str, Any], path: tuple[str | int, ...]
