@@ -199,6 +199,9 @@ def _prepare(
         if target is None:
             return _done(Reply(1, b"", f"relay: error: {exc}\n".encode()))
         raise
+    if caches is not None:
+        max_events = resolve_max_events(system.settings.files, call.env)
+        system.telemetry = caches.telemetry(log_path(call.env), max_events)
     planned = system.plan(envelope.name, envelope)
     bound = system.time_bound(planned)
 
@@ -225,7 +228,7 @@ def _system(
 ) -> HookSystem:
     if caches is None:
         return HookSystem(cwd=start, settings=settings, quiet=True, environ=env, isolate=isolate)
-    system = HookSystem(
+    return HookSystem(
         cwd=start,
         settings=settings,
         quiet=True,
@@ -236,10 +239,6 @@ def _system(
         trust=caches.trust_store(state_dir(env) / "trust.json"),
         telemetry=False,
     )
-    system.initialize()
-    max_events = resolve_max_events(system.settings.files, env)
-    system.telemetry = caches.telemetry(log_path(env), max_events)
-    return system
 
 
 def _render(

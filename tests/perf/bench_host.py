@@ -86,7 +86,8 @@ def setup(root: Path) -> tuple[dict[str, str], Path, dict[str, str]]:
     hooks = {
         "PreToolUse": [{"matcher": "Bash", "hooks": [{"name": "guard", "command": str(guard)}]}],
         "PostToolUse": [
-            {"hooks": [{"name": f"h{index}", "command": str(guard)} for index in range(10)]}
+            # Ten different commands (identical ones would be deduplicated into one run).
+            {"hooks": [{"name": f"h{index}", "command": f"{guard} {index}"} for index in range(10)]}
         ],
     }
     (relay_home / "settings.json").write_text(json.dumps({"hooks": hooks}))
