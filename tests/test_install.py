@@ -198,3 +198,16 @@ def test_doctor_fails_when_a_project_file_is_broken(env: dict[str, str], tmp_pat
     done = relay(env, "doctor", "--no-measure", cwd=project)
     assert done.returncode == 1
     assert "FAIL  settings" in done.stdout and "settings.json" in done.stdout
+
+
+def test_a_settings_file_that_is_a_symlink_stays_one(env: dict[str, str], tmp_path: Path) -> None:
+    dotfiles = tmp_path / "dotfiles" / "claude-settings.json"
+    dotfiles.parent.mkdir()
+    dotfiles.write_text(ORIGINAL)
+    link = claude_file(env)
+    link.parent.mkdir()
+    link.symlink_to(dotfiles)
+    assert relay(env, "install", "claude", "--python-client").returncode == 0
+    assert link.is_symlink() and "relay-hook" in dotfiles.read_text()
+    assert relay(env, "uninstall", "claude").returncode == 0
+    assert link.is_symlink() and dotfiles.read_text() == ORIGINAL

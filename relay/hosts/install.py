@@ -427,11 +427,14 @@ def installed_events(text: str | None, host: Host) -> dict[str, list[str]]:
 
 
 def write_text(path: Path, text: str | None) -> None:
-    """Replace the file atomically (same mode as before, else 0600 for a new one)."""
+    """Replace the file atomically (same mode as before, else 0600 for a new one; through
+    a symbolic link, its target)."""
     try:
         if text is None:
             path.unlink(missing_ok=True)
             return
+        if path.is_symlink():
+            path = path.resolve()  # a dotfiles link stays a link: its target is edited
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
             mode = path.stat().st_mode & 0o777
