@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeAlias
 
-from tests.hostkit.model_server import ModelServer, Reply, Request
-from tests.hostkit.npm import host_binary
+from hostkit.model_server import ModelServer, Reply, Request
+from hostkit.npm import host_binary
 
 PROVIDER = "hostkit"
 API_KEY_ENV = "HOSTKIT_CODEX_API_KEY"
