@@ -75,8 +75,9 @@ Turn: TypeAlias = "str | Call | Sequence[Call]"
 class ResponsesApp:
     """A scripted OpenAI Responses API (`POST …/responses`, streamed) for a ModelServer."""
 
-    def __init__(self, script: Iterable[Turn], *, final_text: str = "Done.",
-                 side_text: str = "OK.") -> None:
+    def __init__(
+        self, script: Iterable[Turn], *, final_text: str = "Done.", side_text: str = "OK."
+    ) -> None:
         self.script: list[Turn] = list(script)
         self.final_text = final_text
         self.side_text = side_text
@@ -117,38 +118,80 @@ def _response_events(turn: Turn, serial: int) -> Iterator[tuple[str | None, Any]
     response_id = f"resp_{serial}"
     items: list[dict[str, Any]]
     if isinstance(turn, str):
-        items = [{"type": "message", "id": f"msg_{serial}", "role": "assistant",
-                  "status": "completed",
-                  "content": [{"type": "output_text", "text": turn, "annotations": []}]}]
+        items = [
+            {
+                "type": "message",
+                "id": f"msg_{serial}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": turn, "annotations": []}],
+            }
+        ]
     else:
         calls = [turn] if isinstance(turn, Call) else list(turn)
-        items = [{"type": "function_call", "id": f"fc_{serial}_{n}",
-                  "call_id": f"call_{serial}_{n}", "name": call.name,
-                  "arguments": json.dumps(call.arguments), "status": "completed"}
-                 for n, call in enumerate(calls)]
-    yield "response.created", {"type": "response.created",
-                               "response": {"id": response_id, "status": "in_progress"}}
+        items = [
+            {
+                "type": "function_call",
+                "id": f"fc_{serial}_{n}",
+                "call_id": f"call_{serial}_{n}",
+                "name": call.name,
+                "arguments": json.dumps(call.arguments),
+                "status": "completed",
+            }
+            for n, call in enumerate(calls)
+        ]
+    yield (
+        "response.created",
+        {"type": "response.created", "response": {"id": response_id, "status": "in_progress"}},
+    )
     for index, item in enumerate(items):
         if item["type"] == "message":
             text = item["content"][0]["text"]
-            yield "response.output_item.added", {
-                "type": "response.output_item.added", "output_index": index,
-                "item": {**item, "status": "in_progress", "content": []}}
-            yield "response.output_text.delta", {
-                "type": "response.output_text.delta", "item_id": item["id"],
-                "output_index": index, "content_index": 0, "delta": text}
+            yield (
+                "response.output_item.added",
+                {
+                    "type": "response.output_item.added",
+                    "output_index": index,
+                    "item": {**item, "status": "in_progress", "content": []},
+                },
+            )
+            yield (
+                "response.output_text.delta",
+                {
+                    "type": "response.output_text.delta",
+                    "item_id": item["id"],
+                    "output_index": index,
+                    "content_index": 0,
+                    "delta": text,
+                },
+            )
         else:
-            yield "response.output_item.added", {
-                "type": "response.output_item.added", "output_index": index,
-                "item": {**item, "status": "in_progress", "arguments": ""}}
-        yield "response.output_item.done", {
-            "type": "response.output_item.done", "output_index": index, "item": item}
-    usage = {"input_tokens": 100, "input_tokens_details": {"cached_tokens": 0},
-             "output_tokens": 10, "output_tokens_details": {"reasoning_tokens": 0},
-             "total_tokens": 110}
-    yield "response.completed", {"type": "response.completed",
-                                 "response": {"id": response_id, "status": "completed",
-                                              "output": items, "usage": usage}}
+            yield (
+                "response.output_item.added",
+                {
+                    "type": "response.output_item.added",
+                    "output_index": index,
+                    "item": {**item, "status": "in_progress", "arguments": ""},
+                },
+            )
+        yield (
+            "response.output_item.done",
+            {"type": "response.output_item.done", "output_index": index, "item": item},
+        )
+    usage = {
+        "input_tokens": 100,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": 10,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 110,
+    }
+    yield (
+        "response.completed",
+        {
+            "type": "response.completed",
+            "response": {"id": response_id, "status": "completed", "output": items, "usage": usage},
+        },
+    )
 
 
 # --------------------------------------------------------------------------- reading requests
@@ -197,14 +240,20 @@ def request_text(request: Request) -> str:
 
 def messages(request: Request, role: str) -> list[str]:
     """The texts of the input messages with `role` (user, developer, assistant)."""
-    return [_content_text(item.get("content")) for item in input_items(request)
-            if item.get("type") == "message" and item.get("role") == role]
+    return [
+        _content_text(item.get("content"))
+        for item in input_items(request)
+        if item.get("type") == "message" and item.get("role") == role
+    ]
 
 
 def function_outputs(request: Request) -> dict[str, str]:
     """call_id -> the output text of every function_call_output the model received."""
-    return {str(item.get("call_id")): _content_text(item.get("output"))
-            for item in input_items(request) if item.get("type") == "function_call_output"}
+    return {
+        str(item.get("call_id")): _content_text(item.get("output"))
+        for item in input_items(request)
+        if item.get("type") == "function_call_output"
+    }
 
 
 def tool_names(request: Request) -> list[str]:
@@ -233,8 +282,11 @@ class CodexRun:
 
     def items(self, kind: str | None = None) -> list[dict[str, Any]]:
         """The completed items of `item.completed` events, optionally of one type."""
-        found = [event["item"] for event in self.events
-                 if event.get("type") == "item.completed" and isinstance(event.get("item"), dict)]
+        found = [
+            event["item"]
+            for event in self.events
+            if event.get("type") == "item.completed" and isinstance(event.get("item"), dict)
+        ]
         return [item for item in found if kind is None or item.get("type") == kind]
 
     @property
@@ -261,8 +313,10 @@ class CodexRun:
 
     def describe(self) -> str:
         """A summary for assertion messages."""
-        return (f"exit {self.returncode}; refused {self.refused}; errors {self.errors}\n"
-                f"stdout:\n{self.stdout[-3000:]}\nstderr:\n{self.stderr[-3000:]}")
+        return (
+            f"exit {self.returncode}; refused {self.refused}; errors {self.errors}\n"
+            f"stdout:\n{self.stdout[-3000:]}\nstderr:\n{self.stderr[-3000:]}"
+        )
 
 
 def codex_binary() -> Path:
@@ -282,66 +336,108 @@ def write_provider_config(codex_home: Path, base_url: str, *, model: str = DEFAU
     codex_home.mkdir(parents=True, exist_ok=True)
     path = codex_home / "config.toml"
     rest = _BLOCK.sub("", path.read_text()) if path.exists() else ""
-    block = "\n".join([
-        _BEGIN,
-        f"model = {_toml_str(model)}",
-        f"model_provider = {_toml_str(PROVIDER)}",
-        f"model_providers.{PROVIDER}.name = \"hostkit scripted server\"",
-        f"model_providers.{PROVIDER}.base_url = {_toml_str(base_url.rstrip('/') + '/v1')}",
-        f"model_providers.{PROVIDER}.wire_api = \"responses\"",
-        f"model_providers.{PROVIDER}.env_key = {_toml_str(API_KEY_ENV)}",
-        f"model_providers.{PROVIDER}.request_max_retries = 0",
-        f"model_providers.{PROVIDER}.stream_max_retries = 0",
-        _END,
-        "",
-    ])
+    block = "\n".join(
+        [
+            _BEGIN,
+            f"model = {_toml_str(model)}",
+            f"model_provider = {_toml_str(PROVIDER)}",
+            f'model_providers.{PROVIDER}.name = "hostkit scripted server"',
+            f"model_providers.{PROVIDER}.base_url = {_toml_str(base_url.rstrip('/') + '/v1')}",
+            f'model_providers.{PROVIDER}.wire_api = "responses"',
+            f"model_providers.{PROVIDER}.env_key = {_toml_str(API_KEY_ENV)}",
+            f"model_providers.{PROVIDER}.request_max_retries = 0",
+            f"model_providers.{PROVIDER}.stream_max_retries = 0",
+            _END,
+            "",
+        ]
+    )
     path.write_text(block + rest)
     return path
 
 
 def host_env(codex_home: Path, proxy: str, extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment a Codex run gets: this one, minus OpenAI/proxy settings, plus ours."""
-    env = {key: value for key, value in os.environ.items()
-           if not key.upper().startswith(("OPENAI_", "CODEX_"))
-           and key.upper() not in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY")}
-    env.update({
-        "CODEX_HOME": str(codex_home),
-        API_KEY_ENV: "sk-hostkit-test",
-        "HTTPS_PROXY": proxy, "HTTP_PROXY": proxy, "ALL_PROXY": proxy,
-        "https_proxy": proxy, "http_proxy": proxy, "all_proxy": proxy,
-        "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
-        "NO_COLOR": "1",
-    })
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.upper().startswith(("OPENAI_", "CODEX_"))
+        and key.upper() not in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY")
+    }
+    env.update(
+        {
+            "CODEX_HOME": str(codex_home),
+            API_KEY_ENV: "sk-hostkit-test",
+            "HTTPS_PROXY": proxy,
+            "HTTP_PROXY": proxy,
+            "ALL_PROXY": proxy,
+            "https_proxy": proxy,
+            "http_proxy": proxy,
+            "all_proxy": proxy,
+            "NO_PROXY": "127.0.0.1,localhost",
+            "no_proxy": "127.0.0.1,localhost",
+            "NO_COLOR": "1",
+        }
+    )
     env.update(extra or {})
     return env
 
 
-def run_codex(project: Path, prompt: str, script: Iterable[Turn], *, codex_home: Path,
-              env: dict[str, str] | None = None, bypass_trust: bool = False,
-              timeout: float = 120, model: str = DEFAULT_MODEL,
-              extra_args: Sequence[str] = (), final_text: str = "Done.") -> CodexRun:
+def run_codex(
+    project: Path,
+    prompt: str,
+    script: Iterable[Turn],
+    *,
+    codex_home: Path,
+    env: dict[str, str] | None = None,
+    bypass_trust: bool = False,
+    timeout: float = 120,
+    model: str = DEFAULT_MODEL,
+    extra_args: Sequence[str] = (),
+    final_text: str = "Done.",
+) -> CodexRun:
     """Run `codex exec --json` once in `project` against a fresh scripted server."""
     app = ResponsesApp(script, final_text=final_text)
     with ModelServer(app) as server:
         write_provider_config(codex_home, server.url, model=model)
-        args = [str(codex_binary()), "exec", "--skip-git-repo-check", "-s", "workspace-write",
-                "--json", "--color", "never"]
+        args = [
+            str(codex_binary()),
+            "exec",
+            "--skip-git-repo-check",
+            "-s",
+            "workspace-write",
+            "--json",
+            "--color",
+            "never",
+        ]
         for override in OFFLINE_OVERRIDES:
             args += ["-c", override]
         if bypass_trust:
             args.append("--dangerously-bypass-hook-trust")
         args += [*extra_args, "--", prompt]
         completed = subprocess.run(
-            args, cwd=project, env=host_env(codex_home, server.url, env),
-            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
-            check=False)
+            args,
+            cwd=project,
+            env=host_env(codex_home, server.url, env),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
         requests = list(server.requests)
         refused, errors = list(server.refused), list(server.errors)
     return CodexRun(
-        returncode=completed.returncode, events=_jsonl(completed.stdout),
-        stdout=completed.stdout, stderr=completed.stderr, requests=requests,
-        main_requests=list(app.main), side_requests=list(app.side), refused=refused,
-        errors=errors, unused_script=list(app.script))
+        returncode=completed.returncode,
+        events=_jsonl(completed.stdout),
+        stdout=completed.stdout,
+        stderr=completed.stderr,
+        requests=requests,
+        main_requests=list(app.main),
+        side_requests=list(app.side),
+        refused=refused,
+        errors=errors,
+        unused_script=list(app.script),
+    )
 
 
 def _jsonl(text: str) -> list[dict[str, Any]]:
@@ -400,21 +496,33 @@ class AppServerError(RuntimeError):
 class AppServer:
     """A `codex app-server` (stdio JSON-RPC, one JSON object per line), initialized."""
 
-    def __init__(self, codex_home: Path, cwd: Path, *, env: dict[str, str] | None = None,
-                 timeout: float = 30) -> None:
+    def __init__(
+        self, codex_home: Path, cwd: Path, *, env: dict[str, str] | None = None, timeout: float = 30
+    ) -> None:
         self.timeout = timeout
         self.notifications: list[dict[str, Any]] = []
-        full_env = {key: value for key, value in os.environ.items()
-                    if not key.upper().startswith(("OPENAI_", "CODEX_"))}
+        full_env = {
+            key: value
+            for key, value in os.environ.items()
+            if not key.upper().startswith(("OPENAI_", "CODEX_"))
+        }
         full_env.update({"CODEX_HOME": str(codex_home), "NO_COLOR": "1", **(env or {})})
         self._process = subprocess.Popen(
             [str(codex_binary()), "app-server", "--listen", "stdio://"],
-            cwd=cwd, env=full_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, encoding="utf-8")
+            cwd=cwd,
+            env=full_env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+        )
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._stderr: list[str] = []
-        self._threads = [threading.Thread(target=self._pump, daemon=True),
-                         threading.Thread(target=self._drain_stderr, daemon=True)]
+        self._threads = [
+            threading.Thread(target=self._pump, daemon=True),
+            threading.Thread(target=self._drain_stderr, daemon=True),
+        ]
         for thread in self._threads:
             thread.start()
         self._ids = itertools.count(1)
@@ -451,8 +559,7 @@ class AppServer:
     def request(self, method: str, params: dict[str, Any] | None = None) -> Any:
         """Send a request and wait for its result (notifications are kept meanwhile)."""
         request_id = next(self._ids)
-        self._send({"jsonrpc": "2.0", "id": request_id, "method": method,
-                    "params": params or {}})
+        self._send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}})
         deadline = time.monotonic() + self.timeout
         while True:
             remaining = deadline - time.monotonic()
@@ -503,18 +610,31 @@ def list_hooks_detailed(codex_home: Path, cwd: Path, *, timeout: float = 30) -> 
     with AppServer(codex_home, cwd, timeout=timeout) as server:
         result = server.request("hooks/list", {"cwds": [str(cwd)]})
     entries = result.get("data") or []
-    entry = next((item for item in entries if item.get("cwd") == str(cwd)),
-                 entries[0] if entries else {})
-    hooks = [HookInfo(
-        key=str(hook["key"]), event=str(hook["eventName"]), command=hook.get("command"),
-        matcher=hook.get("matcher"), current_hash=str(hook["currentHash"]),
-        trust_status=str(hook["trustStatus"]), source=str(hook.get("source")),
-        source_path=str(hook.get("sourcePath")), timeout_sec=int(hook.get("timeoutSec") or 0),
-        enabled=bool(hook.get("enabled", True)), raw=hook)
-        for hook in entry.get("hooks") or []]
-    return HookListing(cwd=str(entry.get("cwd", cwd)), hooks=hooks,
-                       warnings=list(entry.get("warnings") or []),
-                       errors=list(entry.get("errors") or []))
+    entry = next(
+        (item for item in entries if item.get("cwd") == str(cwd)), entries[0] if entries else {}
+    )
+    hooks = [
+        HookInfo(
+            key=str(hook["key"]),
+            event=str(hook["eventName"]),
+            command=hook.get("command"),
+            matcher=hook.get("matcher"),
+            current_hash=str(hook["currentHash"]),
+            trust_status=str(hook["trustStatus"]),
+            source=str(hook.get("source")),
+            source_path=str(hook.get("sourcePath")),
+            timeout_sec=int(hook.get("timeoutSec") or 0),
+            enabled=bool(hook.get("enabled", True)),
+            raw=hook,
+        )
+        for hook in entry.get("hooks") or []
+    ]
+    return HookListing(
+        cwd=str(entry.get("cwd", cwd)),
+        hooks=hooks,
+        warnings=list(entry.get("warnings") or []),
+        errors=list(entry.get("errors") or []),
+    )
 
 
 def list_hooks(codex_home: Path, cwd: Path, *, timeout: float = 30) -> list[HookInfo]:

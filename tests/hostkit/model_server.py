@@ -53,8 +53,9 @@ class Reply:
                 head = f"event: {name}\n" if name else ""
                 yield f"{head}data: {text}\n\n".encode()
 
-        return cls(200, {"content-type": "text/event-stream", "cache-control": "no-cache"},
-                   chunks=chunks())
+        return cls(
+            200, {"content-type": "text/event-stream", "cache-control": "no-cache"}, chunks=chunks()
+        )
 
 
 App = Callable[[Request], Reply]

@@ -53,8 +53,16 @@ def host_binary(name: str) -> Path | None:
             return binary
         try:
             completed = subprocess.run(
-                [npm, "install", "--no-audit", "--no-fund", "--loglevel=error",
-                 "--prefix", str(folder), f"{package}@{version}"],
+                [
+                    npm,
+                    "install",
+                    "--no-audit",
+                    "--no-fund",
+                    "--loglevel=error",
+                    "--prefix",
+                    str(folder),
+                    f"{package}@{version}",
+                ],
                 capture_output=True,
                 text=True,
                 timeout=INSTALL_TIMEOUT,
