@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
@@ -154,36 +155,44 @@ def _candidates(
         project.append((root / PROJECT_DIR_NAME / "settings.json", "project"))
         project.append((root / PROJECT_DIR_NAME / "settings.local.json", "project-local"))
     found: list[tuple[Path, Scope, SettingsError | None]] = []
-    seen: set[Path] = set()
+    seen: set[tuple[int, int]] = set()
     for path, scope in [*candidates, *named, *project]:
         try:
             # Named on the command line: a missing file is a mistake, not an absent layer.
-            if not _is_file(path, named=scope == "settings"):
-                continue
+            identity = _file_identity(path, named=scope == "settings")
         except SettingsError as exc:
             found.append((path, scope, exc))
             continue
         # The same file reached twice (RELAY_HOME inside a project, a --settings that is the
         # user file) is loaded once, at its first, most trusted, place.
-        real = path.resolve()
-        if real not in seen:
-            seen.add(real)
+        if identity is not None and identity not in seen:
+            seen.add(identity)
             found.append((path, scope, None))
     return root, found
 
 
-def _is_file(path: Path, *, named: bool = False) -> bool:
-    """Whether a settings file is there; one we may not look at is an error naming it."""
+def _file_identity(path: Path, *, named: bool = False) -> tuple[int, int] | None:
+    """(device, inode) of a settings file that is there, None when there is none; one we
+    may not look at is an error naming it."""
     try:
-        if named and not path.exists():
-            raise SettingsError("settings file not found", file=str(path))
-        if named and not path.is_file():
-            raise SettingsError("not a file", file=str(path))
-        return path.is_file()
+        status = os.stat(path)
+    except FileNotFoundError:
+        if named:
+            raise SettingsError("settings file not found", file=str(path)) from None
+        return None
+    except NotADirectoryError:
+        if named:
+            raise SettingsError("settings file not found", file=str(path)) from None
+        return None
     except OSError as exc:  # e.g. PermissionError on a folder on the way
         raise SettingsError(
             f"cannot read settings file: {exc.strerror or exc}", file=str(path)
         ) from None
+    if not stat.S_ISREG(status.st_mode):
+        if named:
+            raise SettingsError("not a file", file=str(path))
+        return None
+    return status.st_dev, status.st_ino
 
 
 def most_specific(sections: Sequence[S], default: S) -> S:

@@ -63,18 +63,17 @@ def _platform_dir(function: str, variable: str, fallback: str, env: Mapping[str,
 
 def find_project_root(start: Path) -> Path | None:
     """The nearest ancestor of `start` (itself included) holding `.relay/` or `.git`."""
-    here = Path(os.path.abspath(start.expanduser()))
-    for folder in (here, *here.parents):
+    # Strings and os.path, not pathlib: a host pays for this walk on every event.
+    here = os.path.abspath(os.path.expanduser(start))
+    while True:
         # `.git` may be a file: worktrees and submodules point to their git dir with one.
-        if _present(folder / PROJECT_DIR_NAME, folder=True) or _present(folder / ".git"):
-            return folder
-    return None
-
-
-def _present(path: Path, *, folder: bool = False) -> bool:
-    # Python 3.11's is_dir()/exists() raise PermissionError for a folder we may not enter:
-    # such a folder cannot be a project we can use, so it does not count.
-    try:
-        return path.is_dir() if folder else path.exists()
-    except OSError:
-        return False
+        # os.path.isdir/exists answer False for a folder we may not enter: such a folder
+        # cannot be a project we can use, so it does not count.
+        if os.path.isdir(os.path.join(here, PROJECT_DIR_NAME)) or os.path.exists(
+            os.path.join(here, ".git")
+        ):
+            return Path(here)
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        here = parent
