@@ -17,6 +17,7 @@ import contextlib
 import fcntl
 import json
 import os
+import queue
 import signal
 import socket
 import threading
@@ -63,7 +64,9 @@ class ServerError(RelayError):
 
 
 class Server:
-    """Accepts calls on `path` and answers each on its own thread."""
+    """Accepts calls on `path` and answers each on a thread of its own (from a pool of
+    threads kept for the next call: starting a thread per call costs a host's event more
+    than handing the connection to one that waits)."""
 
     def __init__(
         self,
@@ -87,6 +90,9 @@ class Server:
         self._listener: socket.socket | None = None
         self._lock_fd: int | None = None
         self._inode: int | None = None
+        self._jobs: queue.SimpleQueue[socket.socket | None] = queue.SimpleQueue()
+        self._idle_workers = 0
+        self._workers = 0
 
     def bind(self) -> bool:
         """Take the socket; False when another server already holds it (not an error)."""
@@ -141,11 +147,25 @@ class Server:
                 with self._lock:
                     self._active += 1
                     self._last = time.monotonic()
-                threading.Thread(
-                    target=self._serve_connection, args=(connection,), daemon=True
-                ).start()
+                    new_worker = self._idle_workers == 0
+                    if new_worker:
+                        self._workers += 1
+                    else:
+                        self._idle_workers -= 1  # one waiting worker takes this call
+                self._jobs.put(connection)
+                if new_worker:
+                    threading.Thread(target=self._work, daemon=True).start()
         finally:
             self.close()
+
+    def _work(self) -> None:
+        while True:
+            connection = self._jobs.get()
+            if connection is None:
+                return
+            self._serve_connection(connection)
+            with self._lock:
+                self._idle_workers += 1
 
     def stop(self) -> None:
         """Ask the accept loop to end (it does within a second)."""
@@ -175,6 +195,10 @@ class Server:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+        with self._lock:
+            workers, self._workers, self._idle_workers = self._workers, 0, 0
+        for _ in range(workers):
+            self._jobs.put(None)  # each waiting worker ends; busy ones end after their call
         if self.on_stop is not None:
             self.on_stop()
             self.on_stop = None
