@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Mapping
@@ -45,8 +46,16 @@ def system_settings_path(env: Mapping[str, str] | None = None) -> Path:
 
 def _expand_user(path: str, env: Mapping[str, str]) -> Path:
     if path.startswith("~") and env is not os.environ and env.get("HOME"):
-        return Path(env["HOME"] + path[1:])
-    return Path(path).expanduser()
+        return _path(env["HOME"] + path[1:])
+    if path.startswith("~"):
+        return Path(path).expanduser()
+    return _path(path)
+
+
+@functools.lru_cache(maxsize=256)
+def _path(text: str) -> Path:
+    """Path(text), kept: a server builds the same few paths for every call."""
+    return Path(text)
 
 
 def _platform_dir(function: str, variable: str, fallback: str, env: Mapping[str, str]) -> str:
