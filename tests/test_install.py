@@ -211,3 +211,36 @@ def test_a_settings_file_that_is_a_symlink_stays_one(env: dict[str, str], tmp_pa
     assert link.is_symlink() and "relay-hook" in dotfiles.read_text()
     assert relay(env, "uninstall", "claude").returncode == 0
     assert link.is_symlink() and dotfiles.read_text() == ORIGINAL
+
+
+def test_project_import_sends_the_local_file_to_relays_local_file(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    shared = project / ".claude" / "settings.json"
+    local = project / ".claude" / "settings.local.json"
+    shared.parent.mkdir()
+    shared.write_text(ORIGINAL)
+    local.write_text(
+        json.dumps(
+            {"hooks": {"PreToolUse": [{"hooks": [{"type": "command", "command": "./mine.sh"}]}]}}
+        )
+    )
+    done = relay(env, "install", "claude", "--project", "--python-client", "--import", cwd=project)
+    assert done.returncode == 0, done.stderr
+    assert "relay trust" in done.stdout
+    relay_shared = json.loads((project / ".relay" / "settings.json").read_text())
+    relay_local = json.loads((project / ".relay" / "settings.local.json").read_text())
+    assert relay_shared["hooks"]["Stop"][0]["hooks"][0]["name"] == "stop-echo"
+    assert relay_local["hooks"]["PreToolUse"][0]["hooks"][0] == {
+        "command": "./mine.sh",
+        "name": "pre-tool-use-mine",
+    }
+    assert "hooks" not in json.loads(local.read_text())
+    assert relay(env, "uninstall", "claude", "--project", cwd=project).returncode == 0
+    assert (
+        json.loads(local.read_text())["hooks"]["PreToolUse"][0]["hooks"][0]["command"]
+        == "./mine.sh"
+    )
+    assert json.loads(shared.read_text()) == json.loads(ORIGINAL)
