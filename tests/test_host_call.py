@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 
 from relay.config.trust import TrustStore
 from relay.engine.system import HookSystem
-from relay.hosts.call import answer_call
+from relay.hosts.call import Caches, answer_call
 from relay.server.client import Call, Reply
 
 RECORD = """import json, os, sys
@@ -289,3 +290,37 @@ def test_hooks_see_the_hosts_event_as_sent(project: Path, relay_home: Path, tmp_
     # A relay-dialect hook gets relay's typed event, every field present.
     relay_event = by_dialect["AfterAgent"]
     assert {"prompt", "prompt_response", "agent_name"} <= set(relay_event)
+
+
+def test_a_servers_kept_registry_still_asks_trust_on_every_call(
+    project: Path, relay_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As `relay serve` does: one Caches for every call, so the registry built for these
+    # settings is kept (files are cached at once here: no 2-second racy window).
+    monkeypatch.setattr("relay.config.filecache.RACY_SECONDS", 0.0)
+    caches = Caches()
+    guard = script(project / "hooks" / "guard.sh", "#!/bin/sh\necho 'no rm' >&2\nexit 2\n")
+    write(
+        project / ".relay" / "settings.json",
+        {"hooks": hooks("PreToolUse", {"name": "guard", "command": "hooks/guard.sh"})},
+    )
+
+    def decision() -> str | None:
+        call = Call(
+            ["--dialect", "claude", "PreToolUse"],
+            str(project),
+            dict(os.environ),
+            json.dumps(BASH_RM).encode(),
+        )
+        reply = answer_call(call, caches)
+        assert reply is not None
+        return out(reply).get("hookSpecificOutput", {}).get("permissionDecision")
+
+    assert decision() is None  # not trusted yet
+    trust_all(project)
+    assert decision() == "deny"
+    with ThreadPoolExecutor(max_workers=8) as pool:  # calls on several threads share it
+        assert set(pool.map(lambda _: decision(), range(16))) == {"deny"}
+    guard.write_text("#!/bin/sh\nexit 0\n")  # edited after it was trusted
+    assert decision() is None
+    assert len(caches.registries._entries) == 1  # one registry, built once, for all of them

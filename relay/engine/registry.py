@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -117,11 +118,28 @@ class Registry:
         hooks.sort(key=lambda hook: hook.order)
         self._hooks = hooks
         self._all_checked = False
+        self._checked: dict[int, RegisteredHook] | None = None
+        """A view's own trust answers, by the shared hook's id (None: answers are kept on
+        the hooks themselves)."""
         self._index: dict[str, list[RegisteredHook]] = {}
         if self.enabled:
             for hook in hooks:
                 if hook.enabled:
                     self._index.setdefault(hook.canonical, []).append(hook)
+
+    def view(self) -> Registry:
+        """This registry for one call: the same hooks, shared and never changed, and trust
+        answers of its own (fingerprints re-validated, the trust store asked again).
+
+        What a resident server uses (RegistryCache): building a registry costs time in
+        proportion to every hook registered, a view costs nothing until a hook is planned.
+        """
+        view = object.__new__(Registry)
+        view.__dict__.update(self.__dict__)
+        view.warnings = list(self.warnings)
+        view._all_checked = False
+        view._checked = {}
+        return view
 
     @property
     def hooks(self) -> list[RegisteredHook]:
@@ -130,7 +148,9 @@ class Registry:
             for hook in self._hooks:
                 self.is_trusted(hook)
             self._all_checked = True
-        return self._hooks
+        if self._checked is None:
+            return self._hooks
+        return [self._checked.get(id(hook), hook) for hook in self._hooks]
 
     def candidates(self, canonical: str) -> list[RegisteredHook]:
         """The enabled hooks registered for an event, in plan order, trust not yet checked."""
@@ -144,6 +164,18 @@ class Registry:
         """Whether the hook may run as far as trust goes; fingerprints a project hook once."""
         if not hook.needs_trust or hook.trust_checked:
             return hook.trusted
+        if self._checked is not None:
+            # A view: the shared hook stays as built; this call's answer is on a copy.
+            copy = self._checked.get(id(hook))
+            if copy is None:
+                copy = msgspec.structs.replace(hook)
+                self._check_trust(copy)
+                self._checked[id(hook)] = copy
+            return copy.trusted
+        self._check_trust(hook)
+        return hook.trusted
+
+    def _check_trust(self, hook: RegisteredHook) -> None:
         assert hook.entry is not None and self.root is not None
         hook.trust_checked = True
         hook.fingerprint = fingerprint(
@@ -158,7 +190,6 @@ class Registry:
             hook.trusted = False
             if str(exc) not in self.warnings:
                 self.warnings.append(str(exc))
-        return hook.trusted
 
     @property
     def untrusted(self) -> list[RegisteredHook]:
@@ -305,3 +336,39 @@ def _from_entry(
         fail_closed=entry.failClosed,
         entry=entry,
     )
+
+
+class RegistryCache:
+    """Registries kept by the identity of the settings they were built from, for a resident
+    server: each call gets a `view` of the one built for its settings (files, root, trust
+    store, digest cache), so a call costs in proportion to the hooks it plans to run, not
+    to every hook registered (DESIGN §10). Thread-safe and bounded."""
+
+    MAX_ENTRIES = 64
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[object, ...], tuple[object, Registry]] = {}
+        self._lock = threading.Lock()
+
+    def view(
+        self, settings: SettingsSet, trust: TrustStore | None, digests: DigestCache | None
+    ) -> Registry:
+        """A view of the registry for these settings, built on first use."""
+        # The parsed settings are the filecache's own objects while their files stay the
+        # same, so their identities name the contents; the entry keeps them alive.
+        key = (
+            settings.root,
+            tuple((loaded.file, loaded.scope, id(loaded.settings)) for loaded in settings.files),
+            id(trust),
+            id(digests),
+        )
+        with self._lock:
+            entry = self._entries.get(key)
+        if entry is None:
+            kept = (tuple(loaded.settings for loaded in settings.files), trust, digests)
+            entry = (kept, Registry(settings, trust=trust, digests=digests))
+            with self._lock:
+                if len(self._entries) >= self.MAX_ENTRIES:
+                    self._entries.clear()
+                self._entries[key] = entry
+        return entry[1].view()

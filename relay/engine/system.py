@@ -18,7 +18,13 @@ from relay.config.paths import find_project_root, state_dir
 from relay.config.trust import DigestCache, TrustStore
 from relay.engine.aggregator import TOOL_INPUT_EVENTS, HookOutcome, aggregate
 from relay.engine.planner import Plan, plan_event
-from relay.engine.registry import PythonHandler, RegisteredHook, Registry, runtime_hook
+from relay.engine.registry import (
+    PythonHandler,
+    RegisteredHook,
+    Registry,
+    RegistryCache,
+    runtime_hook,
+)
 from relay.engine.telemetry import (
     CallRecord,
     Telemetry,
@@ -68,6 +74,7 @@ class HookSystem:
         settings_cache: SettingsCache | None = None,
         digests: DigestCache | None = None,
         isolate: Collection[str] = TRUST_REQUIRED,
+        registries: RegistryCache | None = None,
     ) -> None:
         self.cwd = Path(cwd) if cwd is not None else None
         # The environment relay reads (RELAY_HOME, RELAY_SETTINGS, …) and hooks inherit:
@@ -75,6 +82,8 @@ class HookSystem:
         self.environ: Mapping[str, str] = os.environ if environ is None else environ
         self.settings_cache = settings_cache
         self.digests = digests
+        # A resident server's registries by settings identity (None: built per system).
+        self.registries = registries
         # Settings scopes whose broken files are set aside instead of raising (see
         # load_settings): the project's by default; every scope for a host's call.
         self.isolate = isolate
@@ -113,9 +122,12 @@ class HookSystem:
             self._settings = SettingsSet(root=find_project_root(start), files=[])
         if self._trust is None:
             self._trust = TrustStore(state_dir(self.environ) / "trust.json")
-        self._registry = Registry(
-            self._settings, runtime=self._runtime, trust=self._trust, digests=self.digests
-        )
+        if self.registries is not None and not self._runtime:
+            self._registry = self.registries.view(self._settings, self._trust, self.digests)
+        else:
+            self._registry = Registry(
+                self._settings, runtime=self._runtime, trust=self._trust, digests=self.digests
+            )
         if self._telemetry_option is True:
             self.telemetry = Telemetry(
                 log_path(self.environ),

@@ -27,6 +27,7 @@ from relay.config.discovery import (
 from relay.config.model import SCOPE_ORDER, TRUST_REQUIRED
 from relay.config.paths import relay_home, state_dir, system_settings_path
 from relay.config.trust import DigestCache, TrustStore, digest_cache
+from relay.engine.registry import RegistryCache
 from relay.engine.system import HookSystem, PlannedEvent
 from relay.engine.telemetry import Telemetry, log_path, resolve_max_events
 from relay.errors import RelayError
@@ -99,6 +100,7 @@ class Caches:
     def __init__(self) -> None:
         self.settings: SettingsCache = settings_cache()
         self.digests: DigestCache = digest_cache()
+        self.registries = RegistryCache()
         self._lock = threading.Lock()
         self._trust: dict[Path, TrustStore] = {}
         self._logs: dict[tuple[Path, int], Telemetry] = {}
@@ -238,6 +240,7 @@ def _system(
         digests=caches.digests,
         trust=caches.trust_store(state_dir(env) / "trust.json"),
         telemetry=False,
+        registries=caches.registries,
     )
 
 
