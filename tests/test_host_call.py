@@ -324,3 +324,24 @@ def test_a_servers_kept_registry_still_asks_trust_on_every_call(
     guard.write_text("#!/bin/sh\nexit 0\n")  # edited after it was trusted
     assert decision() is None
     assert len(caches.registries._entries) == 1  # one registry, built once, for all of them
+
+
+@pytest.mark.parametrize(
+    ("event", "decision", "expected"),
+    [
+        ("BeforeTool", "defer", "ask"),
+        ("BeforeTool", "ask", "ask"),
+        ("BeforeAgent", "ask", "deny"),
+        ("BeforeModel", "defer", "deny"),
+    ],
+)
+def test_gemini_never_reads_an_ask_or_defer_as_an_allow(
+    project: Path, relay_home: Path, event: str, decision: str, expected: str
+) -> None:
+    hook = answer({"decision": decision, "reason": "check this"})
+    write(relay_home / "settings.json", {"hooks": hooks(event, hook)})
+    answered = out(call(project, "gemini", event, {"tool_name": "run_shell_command"}))
+    assert answered["decision"] == expected
+    assert answered["reason"].startswith("check this")
+    if expected == "deny":
+        assert "cannot request" in answered["reason"]

@@ -43,5 +43,8 @@ HOST = Host(
         }
     ),
     gate_events=frozenset({"BeforeTool", "BeforeAgent", "BeforeModel"}),
+    # `ask` is read on BeforeTool only; elsewhere, and `defer` everywhere, an unknown
+    # decision is an allow to Gemini CLI (see relay.hosts.model._gemini_decision).
+    permission_values=frozenset({"allow", "deny"}),
     decision_style="gemini",
 )

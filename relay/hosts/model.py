@@ -183,6 +183,21 @@ def _permission(host: Host, decision: str, reason: str | None) -> tuple[str, str
     return "deny", f"{reason}\n({why})" if reason else why
 
 
+def _gemini_decision(
+    host: Host, event: str, decision: str, reason: str | None
+) -> tuple[str, str | None]:
+    """Gemini CLI asks the user on BeforeTool only and takes any decision it does not know
+    (`defer`, or `ask` elsewhere) for an allow: there `ask`/`defer` become `ask` on
+    BeforeTool and a deny that says why on the other events that gate something."""
+    if decision not in ("ask", "defer"):
+        return decision, reason
+    if event == "BeforeTool":
+        return "ask", reason
+    if event not in host.gate_events:
+        return decision, reason
+    return _permission(host, decision, reason)
+
+
 def _accepted(host: Host, event: str, out: dict[str, Any]) -> dict[str, Any]:
     """The answer without the fields the host would reject it for (see `Host.accepted`)."""
     if host.accepted is None or event not in host.accepted:
@@ -207,9 +222,10 @@ def _render_gemini(host: Host, result: AggregatedResult) -> HostAnswer:
             stdout=None, exit_code=2, stderr=result.reason or "denied by a relay hook"
         )
     if result.decision != "allow" or explicit_allow(result):
-        out["decision"] = result.decision
-        if result.reason:
-            out["reason"] = result.reason
+        decision, reason = _gemini_decision(host, event, result.decision, result.reason)
+        out["decision"] = decision
+        if reason:
+            out["reason"] = reason
     specific: dict[str, Any] = {"hookEventName": event}
     if result.inject and event in host.context_events:
         specific["additionalContext"] = result.inject
