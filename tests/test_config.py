@@ -687,3 +687,41 @@ def test_relay_settings_variable_adds_files_before_settings_options(
         ("second.json", "settings"),
         ("given.json", "settings"),
     ]
+
+
+def test_a_namespace_policy_is_the_strictest_of_all_files(tmp_path: Path, relay_home: Path) -> None:
+    from relay.config.policy import namespace_policy
+
+    project = tmp_path / "p"
+    (project / ".relay").mkdir(parents=True)
+    (relay_home / "settings.json").write_text(
+        json.dumps({"directives": {"deploy": {"from": ["assistant", "terminal"]}}})
+    )
+    # The project file tries to widen `deploy` (a source the user did not allow) and
+    # adds a confirmation: only the narrowing counts.
+    (project / ".relay" / "settings.json").write_text(
+        json.dumps(
+            {
+                "directives": {
+                    "deploy": {"from": ["terminal", "tool"], "confirm": ["prod"]},
+                    "memory": {"confirm": ["forget"]},
+                }
+            }
+        )
+    )
+    settings = load_settings(project)
+    deploy = namespace_policy(settings, "deploy")
+    assert deploy.sources == {"terminal"}
+    assert deploy.needs_confirmation("prod") and not deploy.needs_confirmation("staging")
+    memory = namespace_policy(settings, "memory")
+    assert memory.accepts("tool") and memory.needs_confirmation("forget")
+    assert namespace_policy(settings, "relay").sources == {"assistant", "terminal", "tool"}
+
+
+def test_a_bad_directive_source_is_an_error_that_says_where(tmp_path: Path) -> None:
+    file = tmp_path / "s.json"
+    file.write_text('{\n  "directives": {"deploy": {"from": ["screen"]}}\n}')
+    with pytest.raises(SettingsError) as error:
+        load_settings_file(file, "user")
+    assert f"{file}:2:" in str(error.value)
+    assert "directives.deploy.from[0]: invalid enum value 'screen'" in str(error.value)

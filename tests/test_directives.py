@@ -111,28 +111,33 @@ def test_grammar(line: str, expected: Found) -> None:
 
 
 @pytest.mark.parametrize(
-    ("line", "message_line"),
+    "line", ["⏺ @relay:Bob hi", "✦ @relay:Bob hi", "● @relay:Bob hi", "●\u00a0@relay:Bob hi"]
+)
+def test_an_assistant_marker_may_precede_the_directive(line: str) -> None:
+    assert one(line) == ("relay", "Bob", "hi", line)
+
+
+@pytest.mark.parametrize(
+    "line",
     [
-        ("⏺ @relay:Bob hi", "⏺ @relay:Bob hi"),
-        ("✦ @relay:Bob hi", "✦ @relay:Bob hi"),
-        ("> @relay:Bob hi", "> @relay:Bob hi"),
-        ("> > @relay:Bob hi", "> > @relay:Bob hi"),
-        ("  - @relay:Bob hi", "  - @relay:Bob hi"),
-        ("│ @relay:Bob hi", "│ @relay:Bob hi"),
-        ("  │ ⏺ @relay:Bob hi", "  │ ⏺ @relay:Bob hi"),
-        ("$ @relay:Bob hi", "$ @relay:Bob hi"),
-        ("% @relay:Bob hi", "% @relay:Bob hi"),
-        ("# @relay:Bob hi", "# @relay:Bob hi"),
-        ("• @relay:Bob hi", "• @relay:Bob hi"),
-        ("● @relay:Bob hi", "● @relay:Bob hi"),
-        ("* @relay:Bob hi", "* @relay:Bob hi"),
-        ("-@relay:Bob hi", "-@relay:Bob hi"),
-        ("\t  @relay:Bob hi", "\t  @relay:Bob hi"),
-        ("\u00a0@relay:Bob hi", "\u00a0@relay:Bob hi"),
+        "> @relay:Bob hi",  # a quote
+        "> > @relay:Bob hi",
+        "  - @relay:Bob hi",  # a list item: displayed content
+        "│ @relay:Bob hi",  # a box
+        "  │ ⏺ @relay:Bob hi",
+        "  ⎿  @relay:Bob hi",  # Claude Code's tool output
+        "$ @relay:Bob hi",
+        "# @relay:Bob hi",
+        "* @relay:Bob hi",
+        "-@relay:Bob hi",
+        "\t  @relay:Bob hi",  # indented
+        "    @relay:Bob hi",
+        "\u00a0@relay:Bob hi",
+        "⏺  @relay:Bob hi",  # deeper than the marker's text
     ],
 )
-def test_prefixes(line: str, message_line: str) -> None:
-    assert one(line) == ("relay", "Bob", "hi", message_line)
+def test_lines_the_agent_only_displays_are_not_directives(line: str) -> None:
+    assert one(line) is None
 
 
 @pytest.mark.parametrize(
@@ -334,7 +339,7 @@ def test_fences() -> None:
         "```\n@relay:A in a plain fence\n```\n"
         "@relay:B after it\n"
         "```python\n@relay:C in a python fence\n```\n"
-        "⏺ ```bash\n@relay:D after a fence line with a prefix\n  │ ```\n"
+        "⏺ ```bash\n@relay:D after a fence line with a prefix\n```\n"
         "\x1b[2m```\x1b[0m\n@relay:E in a coloured fence\n\x1b[2m```\x1b[0m\n"
         "``\x1b[0m`\n@relay:F backticks split by an escape\n```\n"
         "a@b\r```\n@relay:H after a fence line that redraws an @\n```\n"
@@ -355,6 +360,12 @@ def test_fence_nesting_follows_commonmark() -> None:
 
 def test_unclosed_fence_hides_the_rest() -> None:
     assert scan("```\n@relay:A x\n") == []
+
+
+def test_a_fence_in_displayed_content_hides_nothing() -> None:
+    # A file the agent shows cannot open a fence over the agent's own later words.
+    stream = "  ⎿  ```\n     ```python\n│ ```\n> ```\n@relay:A mine\n"
+    assert [d.target for d in scan(stream)] == ["A"]
 
 
 # -- escapes --------------------------------------------------------------------------
@@ -412,13 +423,12 @@ def test_body_as_claude_code_prints_it() -> None:
     ]
 
 
-def test_body_in_a_box_or_quote_loses_its_frame() -> None:
-    boxed = "│ @relay:Bob <<<\n│ one\n│   two\n│\n│ >>>\n"
-    quoted = "> @relay:Bob <<<\n> one\n>   two\n>\n> >>>\n"
-    assert brief(scan(boxed)) == [("relay", "Bob", "one\n  two", "│ @relay:Bob <<<")]
-    assert brief(scan(quoted)) == [("relay", "Bob", "one\n  two", "> @relay:Bob <<<")]
-    # A bullet marks only the first line: a `-` starting a body line stays.
-    listed = "- @memory:save <<<\n- fact one\n- fact two\n>>>\n"
+def test_a_body_opener_in_a_box_or_quote_is_displayed_content() -> None:
+    boxed = "│ @relay:Bob <<<\n│ one\n│ >>>\n"
+    quoted = "> @relay:Bob <<<\n> one\n> >>>\n"
+    assert scan(boxed) == scan(quoted) == []
+    # A bullet-marked opener keeps its body lines as they are.
+    listed = "● @memory:save <<<\n- fact one\n- fact two\n>>>\n"
     assert brief(scan(listed))[0][2] == "- fact one\n- fact two"
 
 
@@ -549,7 +559,7 @@ class Piece:
 NAMESPACES = st.sampled_from(["relay", "memory", "deploy", "x", "my-ns_2"])
 TARGETS = st.sampled_from(["Bob", "", "list", "staging", "a:b", "Zoë"])
 MESSAGES = st.sampled_from(["", "hi", "can you review?", "release 1.4.2", "ünï 🎉 #tag", "a  b"])
-PREFIXES = st.sampled_from(["", "⏺ ", "✦ ", "> ", "  - ", "│ ", "\t", "$ "])
+PREFIXES = st.sampled_from(["", "⏺ ", "✦ ", "● "])
 STYLES = st.sampled_from(["", "\x1b[1m", "\x1b[32m", "\x1b]0;t\x07", "\x1b[2K", "old\r"])
 DECOYS = st.sampled_from(
     [

@@ -286,3 +286,23 @@ def test_relay_exits_with_the_agents_exit_code(pane: Pane, agent: Agent) -> None
     assert pane.wait_for(r"(?m)rc=(\d+)$").group(1) == "7"
     assert agent.lines() == ["quit 7"]
     assert not process_alive(pid)
+
+
+def test_a_confirmed_namespace_asks_the_human_first(pane: Pane, agent: Agent) -> None:
+    settings = json.loads(agent.settings.read_text())
+    settings["directives"] = {"ping": {"confirm": True}}
+    agent.settings.write_text(json.dumps(settings))
+    pid = start(pane, agent)
+
+    os.kill(pid, signal.SIGUSR1)  # the agent prints `@ping:x hello`
+    pane.wait_for(r"the agent asks: '@ping:x hello'; run it\? \[y/N\]")
+    pane.type("n")  # the answer is relay's: the agent never sees the key
+    pane.wait_for(r"not run: '@ping:x hello'")
+    assert not agent.handled.exists()
+
+    os.kill(pid, signal.SIGUSR1)
+    wait_until(lambda: pane.text().count("run it? [y/N]") == 2, 10, "no second question")
+    pane.type("y")
+    wait_until(agent.handled.exists, 10, "the confirmed handler did not run")
+    wait_until(lambda: "pong" in agent.lines(), 10, f"no pong; agent read {agent.lines()!r}")
+    assert agent.lines() == ["pong"]  # neither `n` nor `y` reached the agent

@@ -24,6 +24,18 @@ from relay.cli.options import cwd_option, settings_option
     type=click.FloatRange(min=0, min_open=True),
     help="Quiet seconds before Idle fires.",
 )
+@click.option(
+    "--style",
+    type=click.Choice(["auto", "plain", "claude", "gemini"]),
+    help="How the agent draws its own words, which decides the lines read as directives "
+    "(default: session.style, auto: by the program's name).",
+)
+@click.option(
+    "--no-inject",
+    "no_inject",
+    is_flag=True,
+    help="Never type into the agent (for a shell or a REPL); messages wait in the inbox.",
+)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
 def run(
@@ -34,6 +46,8 @@ def run(
     cwd: Path | None,
     headless: bool,
     idle_seconds: float | None,
+    style: str | None,
+    no_inject: bool,
     command: tuple[str, ...],
 ) -> None:
     """Run COMMAND (an agent CLI) in a PTY with relay's hooks and directives.
@@ -48,6 +62,8 @@ def run(
         cwd=cwd,
         headless=headless or None,
         idle_seconds=idle_seconds,
+        style=style,
+        inject=False if no_inject else None,
     )
     ctx.exit(relay.wrap(list(command)))
 

@@ -92,6 +92,28 @@ class SessionConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
     """The agent's output must be quiet this long before relay types into it."""
     endGraceSeconds: Annotated[float, Meta(ge=0)] = 5.0
     """On a stop: how long to wait for the agent to go quiet after SessionEnd's inject."""
+    style: Literal["auto", "plain", "claude", "gemini"] = "auto"
+    """How the agent draws its own words, which decides the lines read as directives
+    (spec/directives.md §3); auto: by the program's name (claude, gemini), else plain."""
+    inject: bool = True
+    """False: relay never types into the agent (for a shell or a REPL): no start context,
+    no memory recap, no answers; messages wait in the mailbox (`relay inbox`)."""
+
+
+Source = Literal["assistant", "terminal", "tool"]
+"""Where a directive came from: the assistant's message text as a host's hooks report it,
+the agent's terminal under `relay run`, or a call of relay's MCP tools."""
+SOURCES: tuple[Source, ...] = ("assistant", "terminal", "tool")
+
+
+class DirectivePolicy(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """What one `@namespace:` accepts (spec/directives.md §10)."""
+
+    from_: list[Source] | None = msgspec.field(default=None, name="from")
+    """The sources it accepts; unset: all of them."""
+    confirm: bool | list[str] = False
+    """True: the human confirms each directive before its handler runs; a list: only
+    directives with one of these targets (`["forget"]`, `["*"]` for a broadcast)."""
 
 
 class NatsTls(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
@@ -164,6 +186,7 @@ class Settings(msgspec.Struct, kw_only=True, omit_defaults=True):
     session: SessionConfig = msgspec.field(default_factory=SessionConfig)
     messaging: MessagingConfig = msgspec.field(default_factory=MessagingConfig)
     log: LogConfig = msgspec.field(default_factory=LogConfig)
+    directives: dict[str, DirectivePolicy] = msgspec.field(default_factory=dict)
 
 
 class ConfigWarning(msgspec.Struct, kw_only=True):

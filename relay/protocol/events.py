@@ -128,6 +128,9 @@ class PatternMatch(Event, kw_only=True):
     target: str = ""
     message: str = ""
     line: str = ""
+    source: str = "terminal"
+    """Where it came from: `terminal` (the agent's screen under `relay run`), `assistant`
+    (the assistant's message text, from a host's hooks) or `tool` (relay's MCP tools)."""
 
 
 class PassThrough(Event, kw_only=True):

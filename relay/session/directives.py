@@ -22,6 +22,7 @@ from relay.session.lines import (
     bound_line,
     clean_line,
 )
+from relay.session.voices import PLAIN, Speaking, Voice
 
 __all__ = [
     "BODY_TRUNCATED",
@@ -40,10 +41,10 @@ BODY_TRUNCATED = "…[truncated by relay: body over {limit} lines]"
 BODY_UNTERMINATED = "…[truncated by relay: output ended before >>>]"
 """The last line of a body's message when the stream ended inside the body."""
 
-PREFIX_CHARS = ">$%#•●⏺✦│*-"
-"""Prompt, bullet and box characters allowed before the `@` (Claude Code `⏺`, Gemini `✦`)."""
-FRAME_CHARS = "│>"
-"""Prefix characters that repeat on every line of a block (boxes, quotes), unlike bullets."""
+PREFIX_CHARS = ">$%#•●⏺✦│⎿*-"
+"""Prompt, bullet and box characters a directive-looking line may start with. The grammar
+reads past them; whether the line is the agent's own words is the Voice's decision
+(relay.session.voices): only an assistant marker (Claude Code `●`, Gemini `✦`) passes."""
 _BLANK = "[ \t\u00a0]"  # no-break space: TUIs print it where a space must not wrap
 _PREFIX = f"{_BLANK}*(?:[{re.escape(PREFIX_CHARS)}]{_BLANK}*)*"
 _NAMESPACE = "[a-z][a-z0-9_-]*"
@@ -52,8 +53,9 @@ _DIRECTIVE = re.compile(
     f"(?P<prefix>{_PREFIX})@(?P<namespace>{_NAMESPACE}):(?P<target>\\S*)"
     f"(?:{_BLANK}+(?P<message>.*))?\\Z"
 )
-_FENCE = re.compile(f"{_PREFIX}(?P<ticks>```+)(?P<info>.*)\\Z")
+_FENCE = re.compile(f"(?P<prefix>{_PREFIX})(?P<ticks>```+)(?P<info>.*)\\Z")
 _CLOSER = re.compile(f"{_PREFIX}?>>>{_BLANK}*\\Z")  # lazy: the prefix must not eat `>>>`
+_REFUSED_KEPT = 20
 _ESCAPED = re.compile(f"\\\\(\\\\*@{_NAMESPACE}:)")
 
 
@@ -71,6 +73,18 @@ _PLAIN_HEAD = re.compile(
     + rb"*)*(?:@[a-z][a-z0-9_-]*:|```)"
 )
 """On a line free of control bytes: could it be a directive or a fence at all?"""
+_STATE_HEAD = re.compile(_BLANK_BYTES + b"*" + rb"\xe2")
+"""Could this line start with a voice's marker or tool-output character (all are U+2xxx)?"""
+
+
+def _state_pattern(voice: Voice) -> re.Pattern[bytes] | None:
+    """The bytes of the characters that open or close the assistant's text, for a voice
+    that follows blocks."""
+    if not voice.follows_blocks:
+        return None
+    return re.compile(_byte_alternatives(voice.state_chars))
+
+
 _CONTROL_BYTES = re.compile(rb"[\x00-\x08\x0a-\x0c\x0e-\x1f\x7f]|\r(?!\Z)|\xc2[\x80-\x9f]")
 """Bytes that clean_line removes or acts on (bar the CR of CRLF): a line without them
 shows as it is."""
@@ -94,7 +108,6 @@ class _Body(msgspec.Struct):
     namespace: str
     target: str
     line: str
-    prefix: str
     lines: list[str]
 
 
@@ -102,11 +115,20 @@ class DirectiveScanner:
     """Find directives in a terminal byte stream fed in chunks split anywhere."""
 
     def __init__(
-        self, *, max_body_lines: int = MAX_BODY_LINES, max_line_bytes: int = MAX_LINE_BYTES
+        self,
+        *,
+        voice: Voice = PLAIN,
+        max_body_lines: int = MAX_BODY_LINES,
+        max_line_bytes: int = MAX_LINE_BYTES,
     ) -> None:
         if max_body_lines < 0:
             raise ValueError(f"max_body_lines must be >= 0, got {max_body_lines}")
         self._max_body_lines = max_body_lines
+        self._speaking = Speaking(voice)
+        self._state = _state_pattern(voice)
+        self.refused: list[str] = []
+        """Directive-looking lines that were not the agent's own words (newest last, a
+        few kept): displayed content, quotes, tool output."""
         self._limit = max_line_bytes
         self._pending = PendingLine(max_line_bytes)
         self._fence = 0  # backticks of the open fence; 0: outside a fence
@@ -146,7 +168,8 @@ class DirectiveScanner:
         """Scan the complete lines of data[pos:end + 1]; data[end] is a newline."""
         find = data.find
         never = end + 1
-        at = tick = backspace = -1  # next candidate of each kind; kept until passed
+        at = tick = backspace = mark = -1  # next candidate of each kind; kept until passed
+        state = self._state
         while pos <= end:
             if self._body is not None:
                 # Inside a body every line counts, but a body is at most a few lines.
@@ -165,11 +188,20 @@ class DirectiveScanner:
                 backspace = find(b"\b", pos, end)
                 if backspace < 0:
                     backspace = never
-            hit = min(at, tick, backspace)
+            if mark < pos:
+                match = None if state is None else state.search(data, pos, end)
+                mark = never if match is None else match.start()
+            hit = min(at, tick, backspace, mark)
             if hit == never:
                 return
             stop = find(b"\n", hit)
-            if hit == at and tick > stop and backspace > stop and find(b":", at, stop) < 0:
+            if (
+                hit == at
+                and tick > stop
+                and backspace > stop
+                and mark > stop
+                and find(b":", at, stop) < 0
+            ):
                 # No `:` after the line's first `@` and no fence hint: no directive and no
                 # fence can be in it (`@property`, `Author: A <a@b.c>`, `npm … @scope/pkg`).
                 pos = stop + 1
@@ -187,6 +219,7 @@ class DirectiveScanner:
             self._body is None
             and _CONTROL_BYTES.search(raw) is None
             and _PLAIN_HEAD.match(raw) is None
+            and (self._state is None or _STATE_HEAD.match(raw) is None)
         ):
             return  # the common decoy: an e-mail address, a decorator, `npm … @scope/pkg`
         self._text_line(clean_line(raw), found)
@@ -204,8 +237,10 @@ class DirectiveScanner:
             # Over the limit: the body ends here, and this line is ordinary output again.
             self._body = None
             self._emit_body(body, BODY_TRUNCATED.format(limit=self._max_body_lines), found)
+        speaking = self._speaking
+        speaking.observe(text)
         fence = _FENCE.match(text)
-        if fence is not None:
+        if fence is not None and speaking.speaks(fence.group("prefix")):
             ticks, info = fence.group("ticks"), fence.group("info")
             if not self._fence:
                 if "`" not in info:  # ```a``` is inline code, not a fence (CommonMark)
@@ -218,16 +253,21 @@ class DirectiveScanner:
         match = _DIRECTIVE.match(text)
         if match is None:
             return
+        if not speaking.speaks(match.group("prefix")):
+            # Not where the agent speaks: a quote, tool output, a file it displays.
+            self.refused.append(text.rstrip())
+            del self.refused[:-_REFUSED_KEPT]
+            return
         namespace, target = match.group("namespace"), match.group("target")
         message = (match.group("message") or "").rstrip()
         line = text.rstrip()  # a TUI pads lines with blanks to its width
         if message == "<<<":
-            self._body = _Body(namespace, target, line, match.group("prefix"), [])
+            self._body = _Body(namespace, target, line, [])
             return
         self._emit(namespace, target, message, line, found)
 
     def _emit_body(self, body: _Body, marker: str | None, found: list[Directive]) -> None:
-        message = body_message(body.prefix, body.lines)
+        message = body_message(body.lines)
         if marker is not None:
             message = f"{message}\n{marker}" if message else marker
         self._emit(body.namespace, body.target, message, body.line, found)
@@ -243,15 +283,8 @@ class DirectiveScanner:
         self._count += 1
 
 
-def body_message(prefix: str, lines: list[str]) -> str:
-    """A body's message: frame and common indentation removed, blank edges trimmed."""
-    frame = [char for char in prefix if char in FRAME_CHARS]
-    if frame and not prefix.strip(FRAME_CHARS + " \t\u00a0"):
-        # The opener sits in a box or a quote (`│ @ns:x <<<`): its body lines do too.
-        border = re.compile(
-            _BLANK + "*" + f"{_BLANK}*".join(re.escape(char) for char in frame) + _BLANK + "?"
-        )
-        lines = [line[edge.end() :] if (edge := border.match(line)) else line for line in lines]
+def body_message(lines: list[str]) -> str:
+    """A body's message: common indentation removed, blank edges trimmed."""
     text = textwrap.dedent("\n".join(line.rstrip() for line in lines))
     return text.strip("\n")
 

@@ -166,8 +166,9 @@ class SessionInbox:
 
     # -- receiving -----------------------------------------------------------------------
 
-    async def run(self) -> None:
-        """Claim and deliver mail as it arrives; also acknowledge and keep presence. Runs until cancelled."""
+    async def run(self, *, receive: bool = True) -> None:
+        """Claim and deliver mail as it arrives (unless `receive` is False: then mail
+        waits in the mailbox); also acknowledge and keep presence. Runs until cancelled."""
         async with anyio.create_task_group() as group:
             group.start_soon(self._acknowledger)
             group.start_soon(self._keep_presence)
@@ -175,7 +176,8 @@ class SessionInbox:
                 # What JetStream holds for this agent goes into the local mailbox (and
                 # is acknowledged to NATS once stored there); the doorbell wakes _receive.
                 group.start_soon(self._bridge, self.messenger.nats)
-            await self._receive()
+            if receive:
+                await self._receive()
 
     async def _bridge(self, nats: NatsMessaging) -> None:
         while True:

@@ -36,8 +36,40 @@ def clean_line(raw: bytes) -> str:
 
 def _strip_escapes(raw: bytes) -> bytes:
     if b"\x1b" in raw:
-        return _ESCAPE.sub(b"", _LINE_RESET.sub(b"\r", raw))
+        raw = _LINE_RESET.sub(b"\r", raw)
+        if _COLUMN_MOVE.search(raw) is not None:
+            raw = _draw_column_moves(raw)
+        return _ESCAPE.sub(b"", raw)
     return raw
+
+
+_COLUMN_MOVE = re.compile(rb"\x1b\[([0-9]{0,4})([CG])")
+"""Cursor forward (CUF, `ESC [ n C`) and cursor to column n (CHA, `ESC [ n G`, n >= 2):
+TUIs draw the blanks between words with them."""
+_MAX_JUMP = 512
+
+
+def _draw_column_moves(raw: bytes) -> bytes:
+    """Column moves replaced by the blanks they leave on a fresh line, so that `●` +
+    `ESC[3G` + `text` reads `● text`, not `●text`. A move left (CHA to a column the text
+    already passed) cuts the text there: what follows is drawn over it."""
+    out = bytearray()
+    pos = 0
+    for move in _COLUMN_MOVE.finditer(raw):
+        out += raw[pos : move.start()]
+        pos = move.end()
+        count = min(int(move.group(1) or 1), _MAX_JUMP)
+        if move.group(2) == b"C":
+            out += b" " * count
+            continue
+        start = max(out.rfind(b"\r"), out.rfind(b"\n")) + 1  # since the line's last redraw
+        shown = _ESCAPE.sub(b"", bytes(out[start:])).decode("utf-8", "replace")
+        if len(shown) < count - 1:
+            out += b" " * (count - 1 - len(shown))
+        elif len(shown) > count - 1:
+            out[start:] = shown[: count - 1].encode()
+    out += raw[pos:]
+    return bytes(out)
 
 
 def _finish(text: str) -> str:

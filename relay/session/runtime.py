@@ -28,6 +28,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from relay.config.discovery import SETTINGS_VARIABLE, section_of, settings_from_environment
 from relay.config.model import SessionConfig
+from relay.config.policy import namespace_policy
 from relay.engine.processes import process_start_ticks
 from relay.engine.system import HookSystem
 from relay.engine.telemetry import debug, debug_enabled
@@ -52,6 +53,7 @@ from relay.services.messaging.model import (
 from relay.services.messaging.namespace import BUILTIN_NAME as RELAY_BUILTIN_NAME
 from relay.services.messaging.namespace import MessagingDirectives
 from relay.session import sessions
+from relay.session.confirm import Confirmer
 from relay.session.directives import (
     PREFIX_CHARS,
     Directive,
@@ -59,12 +61,14 @@ from relay.session.directives import (
     LineSplitter,
     unescape,
 )
+from relay.session.echo import EchoFilter
 from relay.session.inbox import SessionInbox
-from relay.session.injector import Injector
+from relay.session.injector import PASTE_END, PASTE_START, Injector
 from relay.session.lines import clean_lines
 from relay.session.pty import AgentExitedError, AgentPty
 from relay.session.terminal import passthrough, raw_terminal, terminal_size
 from relay.session.transcript import Transcript
+from relay.session.voices import voice_for
 
 RECENT_LINES = 200
 OUTPUT_BATCH_SECONDS = 0.05
@@ -119,6 +123,8 @@ class Session:
         env: Mapping[str, str] | None = None,
         stdin_fd: int = 0,
         stdout_fd: int = 1,
+        style: str | None = None,
+        inject: bool | None = None,
     ) -> None:
         if not command:
             raise ValueError("no agent command given")
@@ -134,6 +140,8 @@ class Session:
         self.idle_seconds = idle_seconds if idle_seconds is not None else config.idleSeconds
         self.quiet_ms = config.injectQuietMs
         self.end_grace = config.endGraceSeconds
+        self.voice = voice_for(self.command, style or config.style)
+        self.inject_enabled = inject if inject is not None else config.inject
         self.env = {
             **(env if env is not None else os.environ),
             "RELAY_SESSION_ID": self.session_id,
@@ -151,7 +159,10 @@ class Session:
         self._injected: collections.OrderedDict[str, float] = collections.OrderedDict()
         self.context = SessionContext(self)
         self.exit_code: int | None = None
-        self._scanner = DirectiveScanner()
+        self._scanner = DirectiveScanner(voice=self.voice)
+        self._echo = EchoFilter()
+        self._refused_seen = 0
+        self._confirmer = Confirmer(self._tell_user, available=not self.headless)
         self._lines = LineSplitter()
         self._agent: AgentPty | None = None
         self._injector: Injector | None = None
@@ -169,7 +180,11 @@ class Session:
     # -- public -----------------------------------------------------------------------
 
     def inject(self, text: str, *, key: str | None = None) -> bool:
-        """Queue text for the agent (typed in when it is ready); False if `key` was queued before."""
+        """Queue text for the agent (typed in when it is ready); False if `key` was queued
+        before, or typing into the agent is off (`session.inject`)."""
+        if not self.inject_enabled:
+            self._record("not-typed", text)
+            return False
         self._remember_injected(text)
         if self._injector is None:
             self._early_injects.append(text)
@@ -237,7 +252,7 @@ class Session:
         start = await self._fire("SessionStart", {"source": "startup"})
         if start.inject:
             self._early_injects.insert(0, start.inject)
-        if self.memory is not None and self.memory_config.injectOnStart:
+        if self.memory is not None and self.memory_config.injectOnStart and self.inject_enabled:
             summary = await self._memory_call(
                 start_summary,
                 self.memory,
@@ -253,13 +268,20 @@ class Session:
             self.command, env=self.env, cwd=str(self.cwd), rows=rows, cols=cols
         )
         injector = self._injector = Injector(
-            agent.write,
+            partial(self._type, agent),
             quiet_ms=self.quiet_ms,
             exclusive=agent.exclusive_input,  # keys typed meanwhile land after the Enter
             on_delivered=self._delivered,
         )
-        for text in self._early_injects:
-            injector.submit(text)
+        if not self.inject_enabled:
+            if self._early_injects:
+                self._tell_user(
+                    "typing into the agent is off (--no-inject, session.inject): "
+                    "the start context was not typed in"
+                )
+        else:
+            for text in self._early_injects:
+                injector.submit(text)
         self._early_injects.clear()
         # Unbounded: directives are small, and output must never wait on their handlers.
         send, receive = anyio.create_memory_object_stream[Directive](max_buffer_size=math.inf)
@@ -273,7 +295,8 @@ class Session:
             group.start_soon(self._watch_stop)
             group.start_soon(self._watch_signals)
             if self.inbox is not None:
-                group.start_soon(self.inbox.run)
+                # With typing off, mail stays in the mailbox: nothing is claimed.
+                group.start_soon(partial(self.inbox.run, receive=self.inject_enabled))
             self._output_hooked = self._has_hooks("Output")
             if self._output_hooked:  # no Output hooks, no cost (DESIGN: issue 4)
                 group.start_soon(self._fire_output_batches)
@@ -287,6 +310,7 @@ class Session:
                         stdout_fd=self.stdout_fd,
                         on_output=self._on_output,
                         on_input=injector.observe_input,
+                        intercept=self._confirmer.intercept,
                     )
             injecting.cancel()  # the agent is gone: nothing more can be typed in
             for directive in self._scanner.close():
@@ -312,9 +336,29 @@ class Session:
             self.inbox.observe_output(data)
         self._last_output = time.monotonic()
         self._idle_fired = False
-        for directive in self._scanner.feed(data):
+        for directive in self._scanner.feed(self._echo.filter(data)):
             self._directives.send_nowait(directive)
+        self._note_refused()
         self._keep_lines(self._lines.feed(data))
+
+    async def _type(self, agent: AgentPty, data: bytes) -> None:
+        """The injector's writes: remembered, so that their echo is not scanned."""
+        text = data.replace(PASTE_START, b"").replace(PASTE_END, b"")
+        for line in text.split(b"\r"):  # a pasted line break echoes as a new line
+            self._echo.typed(line)
+        await agent.write(data)
+
+    def _note_refused(self) -> None:
+        """Directive-looking lines that were not the agent's own words: said in the debug
+        log and the transcript (a file the agent shows may try them on purpose)."""
+        refused = self._scanner.refused
+        if not refused:
+            return
+        for line in refused:
+            self._record("refused", line)
+            if debug_enabled():
+                debug(f"not a directive (not where {self.voice.name} speaks): {line!r}")
+        refused.clear()
 
     def _keep_lines(self, raws: list[bytes]) -> None:
         """Complete output lines, a chunk's worth at a time (per-line work would cap
@@ -386,15 +430,43 @@ class Session:
                     if debug_enabled():
                         debug(f"ignored a directive relay injected itself: {directive.line!r}")
                     continue
+                if not await self._allowed(directive, "terminal"):
+                    continue
                 payload = {
                     "namespace": directive.namespace,
                     "target": directive.target,
                     "message": directive.message,
                     "line": directive.line,
+                    "source": "terminal",
                 }
                 result = await self._fire("PatternMatch", payload)
                 if not result.hooks and debug_enabled():
                     debug(f"@{directive.namespace}: no handler, ordinary text")
+
+    async def _allowed(self, directive: Directive, source: str) -> bool:
+        """The namespace's policy (`directives` in settings): its sources, and the human's
+        confirmation where it asks for one."""
+        policy = namespace_policy(self.hooks.settings, directive.namespace)
+        shown = f"@{directive.namespace}:{directive.target} {directive.message}".rstrip()
+        if not policy.accepts(source):
+            allowed = ", ".join(sorted(policy.sources)) or "no source"
+            self._tell_user(
+                f"ignored {shown!r}: @{directive.namespace}: accepts directives from "
+                f"{allowed}, not the {source} (directives.{directive.namespace}.from)"
+            )
+            return False
+        if not policy.needs_confirmation(directive.target):
+            return True
+        if not self._confirmer.available:
+            self._tell_user(
+                f"ignored {shown!r}: it needs your confirmation "
+                f"(directives.{directive.namespace}.confirm) and there is no terminal to ask"
+            )
+            return False
+        if await self._confirmer.ask(f"the agent asks: {shown[:300]!r}; run it?"):
+            return True
+        self._tell_user(f"not run: {shown[:300]!r}")
+        return False
 
     async def _fire_output_batches(self) -> None:
         try:
@@ -449,7 +521,7 @@ class Session:
         parting = [end.inject] if end.inject else []
         if reason == "stop" and self.memory is not None and self.memory_config.promptOnEnd:
             parting.append(END_PROMPT)
-        if parting:
+        if parting and self.inject_enabled:
             injector.submit("\n".join(parting))
             with anyio.move_on_after(self.end_grace):
                 await injector.drained()

@@ -132,6 +132,7 @@ async def passthrough(
     stdout_fd: int = 1,
     on_output: Callable[[bytes], None],
     on_input: Callable[[bytes], None] | None = None,
+    intercept: Callable[[bytes], bytes] | None = None,
 ) -> int:
     """Connect the human's terminal to the agent until the agent exits; its exit code.
 
@@ -139,8 +140,9 @@ async def passthrough(
     what is pending before the agent does); output goes to `stdout_fd` unaltered, then
     to `on_output`. Window size changes reach the agent. Once the agent has exited, its
     last output is taken for up to 0.5 s (descendants may hold the PTY open). If the
-    terminal goes away, output still reaches `on_output`. Does not set raw mode: wrap
-    it in `raw_terminal`.
+    terminal goes away, output still reaches `on_output`. `intercept` sees the keys
+    before anyone and returns what goes on (relay's own questions take their answers from
+    it). Does not set raw mode: wrap it in `raw_terminal`.
     """
     output_done = anyio.Event()
 
@@ -159,6 +161,8 @@ async def passthrough(
 
     async def pump_input(user_in: int) -> None:
         while data := await _read(user_in):
+            if intercept is not None and not (data := intercept(data)):
+                continue
             if on_input is not None:
                 on_input(data)
             try:

@@ -39,8 +39,12 @@ class Relay:
         cwd: str | Path | None = None,
         headless: bool | None = None,
         idle_seconds: float | None = None,
+        style: str | None = None,
+        inject: bool | None = None,
     ) -> None:
         self.name = name
+        self.style = style
+        self.inject = inject
         self.cwd = Path(cwd) if cwd is not None else None
         self.headless = headless
         self.idle_seconds = idle_seconds
@@ -95,6 +99,8 @@ class Relay:
             headless=self.headless,
             idle_seconds=self.idle_seconds,
             cwd=self.cwd,
+            style=self.style,
+            inject=self.inject,
         )
         try:
             return await session.run()

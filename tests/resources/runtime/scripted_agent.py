@@ -6,6 +6,11 @@ argv[1]: the script, a JSON list of steps:
   {"sleep": SECONDS}
   {"exit": CODE}
   {"noecho": true}       turn the terminal's echo off (only the agent's own prints show)
+  {"echo_then": TEXT, "print": LINE, "label": LABEL}
+                         raw mode: echo typed keys itself until they end with TEXT, print
+                         LINE right after that echo (before the Enter), then read to the
+                         Enter and record the line: relay's typing and the agent's next
+                         line on one screen line, every time
 argv[2]: the record file (JSON lines).
 """
 
@@ -17,7 +22,23 @@ import time
 steps = json.loads(sys.argv[1])
 record = open(sys.argv[2], "a", encoding="utf-8")  # noqa: SIM115 - kept open for the run
 for step in steps:
-    if "print" in step:
+    if "echo_then" in step:
+        import os
+        import tty
+
+        tty.setraw(0)
+        typed = b""
+        while not typed.endswith(step["echo_then"].encode()):
+            key = os.read(0, 1)
+            typed += key
+            os.write(1, key)
+        os.write(1, step["print"].encode() + b"\r\n")
+        while not typed.endswith(b"\r"):
+            typed += os.read(0, 1)
+        line = typed.decode(errors="replace").rstrip("\r")
+        record.write(json.dumps({"label": step["label"], "line": line}) + "\n")
+        record.flush()
+    elif "print" in step:
         print(step["print"], flush=True)
     elif "read" in step:
         print("> ", end="", flush=True)  # a prompt, as real agents draw one before reading

@@ -1,0 +1,117 @@
+"""Where an agent speaks on its screen: which lines of its output are its own words.
+
+A directive counts only where the agent itself speaks (DESIGN §8): a file the agent
+reads and displays must not be able to fire one. Plain agents print their answers at
+column 0. The full-screen hosts draw the assistant's text after a marker and indent its
+continuation lines, and draw tool output inside blocks of their own (Claude Code's `⎿`,
+Gemini CLI's boxes), deeper-indented. A `Voice` says how one agent draws, and a
+`Speaking` follows one stream's lines to answer "is this line the agent's own words?".
+See spec/directives.md §3.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BLANKS = " \t\u00a0"  # no-break space: TUIs print it where a space must not wrap
+
+
+@dataclass(frozen=True)
+class Voice:
+    """How one kind of agent draws its own text."""
+
+    name: str
+    markers: str
+    """Characters drawn at column 0 before the assistant's text (Claude Code `●`/`⏺`)."""
+    indent: int
+    """The column the assistant's text starts at after a marker; its continuation lines
+    start there too. 0: no continuation lines (a plain agent)."""
+    column_zero: bool
+    """Whether a line that starts at column 0 is the agent's own (a plain agent's)."""
+    tool_starts: str = ""
+    """First characters of a line that opens or frames tool output (`⎿`, a box)."""
+    tool_call: re.Pattern[str] | None = None
+    """A marker line whose text is a tool call (`● Bash(ls)`), not the assistant's words."""
+    state_chars: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "state_chars", self.markers + self.tool_starts)
+
+    @property
+    def follows_blocks(self) -> bool:
+        """Whether lines without an `@` matter (they open or close the assistant's text)."""
+        return self.indent > 0
+
+
+PLAIN = Voice("plain", markers="●⏺✦", indent=0, column_zero=True)
+CLAUDE = Voice(
+    "claude",
+    markers="●⏺",
+    indent=2,
+    column_zero=False,
+    tool_starts="⎿",
+    # `● Bash(ls)`, `● Read(a.py)`, `● relay - send_message (MCP)(to: "Bob")`
+    tool_call=re.compile(r"[A-Za-z_][\w.:-]*(?: - [\w.-]+(?: \(MCP\))?)?\("),
+)
+GEMINI = Voice(
+    "gemini",
+    markers="✦",
+    indent=2,
+    column_zero=False,
+    tool_starts="│╭╰┌└",
+)
+VOICES: dict[str, Voice] = {voice.name: voice for voice in (PLAIN, CLAUDE, GEMINI)}
+STYLES = ("auto", *VOICES)
+
+
+def voice_for(command: list[str] | tuple[str, ...], style: str = "auto") -> Voice:
+    """The voice of `style`, or for "auto" the one the command's program name suggests."""
+    if style != "auto":
+        return VOICES[style]
+    program = Path(command[0]).name if command else ""
+    if program in ("claude", "claude-code"):
+        return CLAUDE
+    if program == "gemini":
+        return GEMINI
+    return PLAIN
+
+
+class Speaking:
+    """Follows a stream line by line: does a directive's lead (what precedes its `@`)
+    put it where the agent speaks?"""
+
+    __slots__ = ("assistant", "voice")
+
+    def __init__(self, voice: Voice) -> None:
+        self.voice = voice
+        self.assistant = False  # inside the assistant's text (after its marker line)
+
+    def observe(self, text: str) -> None:
+        """A line the voice's state characters may concern (see Voice.state_chars)."""
+        voice = self.voice
+        if not voice.follows_blocks:
+            return
+        body = text.lstrip(BLANKS)
+        if not body:
+            return
+        first = body[0]
+        if first in voice.markers and len(body) == len(text):
+            words = body[1:].lstrip(BLANKS)
+            self.assistant = voice.tool_call is None or voice.tool_call.match(words) is None
+        elif first in voice.tool_starts:
+            self.assistant = False
+
+    def speaks(self, lead: str) -> bool:
+        """Whether text after `lead` (a line's start) is the agent's own words."""
+        voice = self.voice
+        if not lead:
+            return voice.column_zero
+        if lead[0] in voice.markers:
+            rest = lead[1:]
+            width = voice.indent or 2
+            return bool(rest) and len(lead) <= width and not rest.strip(BLANKS)
+        if voice.indent and len(lead) == voice.indent and not lead.strip(BLANKS):
+            return self.assistant
+        return False
