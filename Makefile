@@ -36,6 +36,7 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python tests/perf/bench_memory.py
 	$(BIN)/python tests/perf/bench_messaging.py
 	$(BIN)/python tests/perf/bench_host.py
+	$(BIN)/python tests/perf/bench_mcp.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

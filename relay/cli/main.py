@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "install": ("relay.cli.install", "install"),
     "uninstall": ("relay.cli.install", "uninstall"),
     "doctor": ("relay.cli.install", "doctor"),
+    "mcp": ("relay.cli.mcp", "mcp"),
 }
 
 

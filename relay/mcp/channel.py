@@ -1,0 +1,258 @@
+"""What relay's MCP tools do, without MCP: the agent channel as calls (DESIGN §12).
+
+Every tool that acts is a directive with source `tool`: `memory_save(content)` is
+`@memory:save content`, `send_message(to, body)` is `@relay:to body`, `deploy(target,
+message)` is `@deploy:target message`. Each goes through the namespace's policy
+(`directives` in settings), then PatternMatch: the same handlers, trust and hook log as a
+directive printed in a terminal. The built-in `@memory:` and `@relay:` handlers are
+registered here as a session registers them, unless the user has their own.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Mapping
+from functools import partial
+from pathlib import Path
+
+import anyio.to_thread
+
+from relay.config.policy import namespace_policy
+from relay.engine.system import HookSystem
+from relay.protocol.output import AggregatedResult
+from relay.services.memory.backends import memory_config, open_memory
+from relay.services.memory.model import MemoryService
+from relay.services.memory.namespace import BUILTIN_NAME as MEMORY_BUILTIN
+from relay.services.memory.namespace import MemoryDirectives
+from relay.services.messaging.messenger import Messenger, messaging_config
+from relay.services.messaging.model import MessagingError, NameTakenError, check_name
+from relay.services.messaging.namespace import BUILTIN_NAME as RELAY_BUILTIN
+from relay.services.messaging.namespace import MessagingDirectives, delivery_text
+
+BUILTIN_NAMESPACES = ("memory", "relay")
+INBOX_LIMIT = 20
+ACK_EVIDENCE = "returned by relay mcp check_inbox"
+MAX_TEXT = 100_000
+"""Longest text a tool takes (a message body, a memory): a bigger one is refused."""
+
+
+class ChannelError(Exception):
+    """A call the channel refuses, with the reason the agent reads."""
+
+
+class Channel:
+    """relay's services for one calling agent."""
+
+    def __init__(
+        self,
+        hooks: HookSystem,
+        *,
+        name: str | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        env = os.environ if environ is None else environ
+        self.hooks = hooks
+        hooks.initialize()
+        chosen = name or env.get("RELAY_AGENT_NAME") or None
+        self.name = check_name(chosen) if chosen else None
+        self.in_session = bool(env.get("RELAY_SESSION_ID"))
+        """Started by an agent under `relay run`, which keeps the agent's presence."""
+        self.session_id = env.get("RELAY_SESSION_ID") or uuid.uuid4().hex
+        self._identity_problem: str | None = None
+        self.messenger = Messenger(messaging_config(hooks.settings))
+        self.memory: MemoryService | None = None
+        self._register_builtins()
+
+    # -- set-up ---------------------------------------------------------------------
+
+    @property
+    def project(self) -> str:
+        return str(self.hooks.project_dir)
+
+    def user_namespaces(self) -> list[str]:
+        """The namespaces of the settings' `patterns` handlers, bar the built-in ones."""
+        names: dict[str, None] = {}
+        for loaded in self.hooks.settings.files:
+            for namespace, handler in loaded.settings.patterns.items():
+                if handler != "builtin" and namespace not in BUILTIN_NAMESPACES:
+                    names[namespace] = None
+        return list(names)
+
+    def _has_user_handler(self, namespace: str) -> bool:
+        return any(
+            hook.canonical == "PatternMatch"
+            and not hook.matcher.matches_all
+            and hook.matcher(namespace)
+            for hook in self.hooks.registry.hooks
+        )
+
+    def _register_builtins(self) -> None:
+        if not self._has_user_handler("memory"):
+            self.memory = open_memory(memory_config(self.hooks.settings))
+            self.hooks.register(
+                "PatternMatch",
+                MemoryDirectives(self.memory, project=self.project),
+                matcher="memory",
+                name=MEMORY_BUILTIN,
+                sequential=True,
+            )
+        if not self._has_user_handler("relay"):
+            self.hooks.register(
+                "PatternMatch",
+                MessagingDirectives(self.messenger),
+                matcher="relay",
+                name=RELAY_BUILTIN,
+                sequential=True,
+            )
+
+    async def start(self) -> None:
+        """Outside a `relay run` session, the named agent is registered with the team for
+        as long as this server runs (others can write to it; its presence is this process)."""
+        if self.name is None or self.in_session:
+            return
+        mailbox, team = self.messenger.mailbox, self.messenger.team
+        try:
+            await anyio.to_thread.run_sync(
+                lambda: mailbox.register_agent(
+                    self.name or "", team=team, session_id=self.session_id, cwd=self.project
+                )
+            )
+        except NameTakenError as exc:
+            self._identity_problem = (
+                f"the name {self.name} belongs to a live agent ({exc}); give this agent "
+                "another name with `relay mcp --name NAME`"
+            )
+        except MessagingError as exc:
+            self._identity_problem = f"the mailbox is unavailable: {exc.message}"
+
+    def close(self) -> None:
+        self.messenger.mailbox.close()
+        close = getattr(self.memory, "close", None)
+        if close is not None:
+            close()
+
+    # -- calls ----------------------------------------------------------------------
+
+    def _agent(self, what: str) -> str:
+        if self._identity_problem is not None:
+            raise ChannelError(f"cannot {what}: {self._identity_problem}")
+        if self.name is None:
+            raise ChannelError(
+                f"relay does not know which agent is calling, so it cannot {what}: run the "
+                "agent under `relay run --name NAME`, or register the server as "
+                "`relay mcp --name NAME`"
+            )
+        return self.name
+
+    def _payload(self, **fields: object) -> dict[str, object]:
+        return {
+            "session_id": self.session_id,
+            "cwd": str(self.hooks.cwd or Path.cwd()),
+            "agent_name": self.name,
+            **fields,
+        }
+
+    async def directive(self, namespace: str, target: str, message: str) -> str:
+        """`@namespace:target message` from a tool call: its policy, then its handlers;
+        what they answer (ChannelError when it is not run)."""
+        if len(message) > MAX_TEXT:
+            raise ChannelError(f"the text is {len(message):,} characters; at most {MAX_TEXT:,}")
+        policy = namespace_policy(self.hooks.settings, namespace)
+        shown = f"@{namespace}:{target}"
+        if not policy.accepts("tool"):
+            allowed = ", ".join(sorted(policy.sources)) or "no source"
+            raise ChannelError(
+                f"{shown} is not accepted from a tool call: the settings allow it from "
+                f"{allowed} only (directives.{namespace}.from)"
+            )
+        if policy.needs_confirmation(target):
+            raise ChannelError(
+                f"{shown} needs the human's confirmation (directives.{namespace}.confirm), "
+                "which a tool call cannot ask for: ask the human to run it"
+            )
+        line = f"{shown} {message}".rstrip()
+        result = await self.hooks.fire(
+            "PatternMatch",
+            self._payload(
+                namespace=namespace, target=target, message=message, line=line, source="tool"
+            ),
+        )
+        return _answer(result, namespace)
+
+    async def send_message(self, to: str, body: str, thread: str | None = None) -> str:
+        self._agent("send a message in its name")
+        text = f"[thread:{thread}] {body}" if thread else body
+        return await self.directive("relay", to, text)
+
+    async def check_inbox(self) -> str:
+        """Messages waiting for the agent, each once: claimed, run through MessageReceived
+        hooks, and acknowledged as returned to the agent."""
+        name = self._agent("read its messages")
+        mailbox, team = self.messenger.mailbox, self.messenger.team
+        try:
+            deliveries = await anyio.to_thread.run_sync(
+                lambda: mailbox.claim(
+                    name, team=team, session_id=self.session_id, limit=INBOX_LIMIT
+                )
+            )
+        except MessagingError as exc:
+            raise ChannelError(f"the mailbox is unavailable: {exc.message}") from exc
+        texts: list[str] = []
+        for delivery in deliveries:
+            message = delivery.message
+            result = await self.hooks.fire(
+                "MessageReceived",
+                self._payload(
+                    message_id=message.id,
+                    sender=message.sender,
+                    body=message.body,
+                    thread=message.thread,
+                ),
+            )
+            if result.decision == "deny":
+                reason = result.reason or "a MessageReceived hook denied it"
+                await anyio.to_thread.run_sync(
+                    partial(mailbox.deny, message.id, name, team=team, reason=reason)
+                )
+                continue
+            specific = result.hookSpecificOutput or {}
+            body = specific.get("body") if isinstance(specific.get("body"), str) else None
+            text = delivery_text(message, body)
+            texts.append(f"{text}\n{result.inject}" if result.inject else text)
+            await anyio.to_thread.run_sync(
+                partial(mailbox.ack, message.id, name, team=team, evidence=ACK_EVIDENCE)
+            )
+        if not texts:
+            return f"No messages for {name}."
+        more = (
+            " (more are waiting: call check_inbox again)" if len(deliveries) == INBOX_LIMIT else ""
+        )
+        return "\n\n".join(texts) + more
+
+    async def list_agents(self) -> str:
+        try:
+            agents = await self.messenger.agents()
+        except MessagingError as exc:
+            raise ChannelError(f"the mailbox is unavailable: {exc.message}") from exc
+        if not agents:
+            return f"No agents in team {self.messenger.team} yet."
+        lines = [f"Agents in team {self.messenger.team}:"]
+        for agent in agents:
+            you = " (you)" if agent.name == self.name else ""
+            lines.append(f"- {agent.name}: {agent.state}{you}")
+        return "\n".join(lines)
+
+
+def _answer(result: AggregatedResult, namespace: str) -> str:
+    """What the handlers answered, for the agent: their `inject`, else why there is none."""
+    if result.inject:
+        return result.inject
+    problems = [f"hook {error.hook} failed: {error.message}" for error in result.errors]
+    if result.systemMessage:
+        problems.append(result.systemMessage)
+    if problems:
+        raise ChannelError("; ".join(problems))
+    if not result.hooks:
+        raise ChannelError(f"no handler is registered for @{namespace}:")
+    return "Done (the handler gave no answer)."

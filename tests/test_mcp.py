@@ -1,0 +1,246 @@
+"""`relay mcp` end to end: the real server process on stdio, driven by the MCP SDK's own
+client (DESIGN §12, spec/mcp.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from scripted_sessions import RELAY, agent, reads, run_session
+
+BUILTIN_TOOLS = {
+    "send_message",
+    "check_inbox",
+    "list_agents",
+    "memory_save",
+    "memory_search",
+    "memory_list",
+    "memory_forget",
+}
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "proj"
+    (root / ".git").mkdir(parents=True)
+    return root
+
+
+@pytest.fixture
+def user_settings(relay_home: Path, tmp_path: Path) -> Path:
+    """A `deploy` handler in the user's settings that records what it got."""
+    record = tmp_path / "deploys.jsonl"
+    file = relay_home / "settings.json"
+    file.write_text(
+        json.dumps(
+            {
+                "patterns": {
+                    "deploy": {
+                        "command": f"{{ cat; echo; }} >> '{record}'; echo 'deploying to staging'"
+                    }
+                }
+            }
+        )
+    )
+    return record
+
+
+@asynccontextmanager
+async def connect(
+    project: Path, relay_home: Path, *args: str, env: dict[str, str] | None = None
+) -> AsyncIterator[ClientSession]:
+    params = StdioServerParameters(
+        command=RELAY,
+        args=["mcp", *args],
+        cwd=str(project),
+        env={
+            "RELAY_HOME": str(relay_home),
+            "RELAY_SYSTEM_SETTINGS": str(relay_home / "no-system-settings.json"),
+            **(env or {}),
+        },
+    )
+    with open(os.devnull, "w") as errlog:
+        async with (
+            stdio_client(params, errlog=errlog) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            yield session
+
+
+async def call(session: ClientSession, tool: str, **arguments: Any) -> tuple[bool, str]:
+    """(is_error, text) of one tool call."""
+    result = await session.call_tool(tool, arguments)
+    text = "\n".join(part.text for part in result.content if hasattr(part, "text"))
+    return bool(result.is_error), text
+
+
+def test_the_tools_are_the_builtins_and_one_per_user_namespace(
+    project: Path, relay_home: Path, user_settings: Path
+) -> None:
+    async def main() -> set[str]:
+        async with connect(project, relay_home, "--name", "Alice") as session:
+            listed = await session.list_tools()
+            deploy = next(tool for tool in listed.tools if tool.name == "deploy")
+            assert set(deploy.input_schema["properties"]) == {"target", "message"}
+            return {tool.name for tool in listed.tools}
+
+    assert anyio.run(main) == BUILTIN_TOOLS | {"deploy"}
+
+
+def test_a_namespace_tool_runs_its_handler_as_a_directive_from_a_tool(
+    project: Path, relay_home: Path, user_settings: Path
+) -> None:
+    async def main() -> tuple[bool, str]:
+        async with connect(project, relay_home, "--name", "Alice") as session:
+            return await call(session, "deploy", target="staging", message="release 1.4.2")
+
+    assert anyio.run(main) == (False, "deploying to staging")
+    event = json.loads(user_settings.read_text().splitlines()[0])
+    assert {key: event[key] for key in ("namespace", "target", "message", "source")} == {
+        "namespace": "deploy",
+        "target": "staging",
+        "message": "release 1.4.2",
+        "source": "tool",
+    }
+    assert event["agent_name"] == "Alice"
+
+
+def test_a_message_sent_by_tool_reaches_another_session(
+    project: Path, relay_home: Path, tmp_path: Path
+) -> None:
+    async def send() -> tuple[bool, str]:
+        # Bob, served by `relay mcp --name Bob` outside any session, is known to the team.
+        async with connect(project, relay_home, "--name", "Bob") as bob:
+            agents = await call(bob, "list_agents")
+            assert agents == (False, "Agents in team default:\n- Bob: live (you)"), agents
+        async with connect(project, relay_home, "--name", "Alice") as session:
+            return await call(session, "send_message", to="Bob", body="the build is green")
+
+    error, text = anyio.run(send)
+    assert not error and text.startswith("✓ Queued for Bob"), text
+    record = tmp_path / "bob.jsonl"
+    code, _ = run_session(agent([{"read": "mail"}], record), project, name="Bob")
+    assert code == 0
+    ((label, line),) = reads(record)
+    assert label == "mail" and line.startswith("Relay message from Alice [")
+    assert line.endswith("]: the build is green")
+
+
+def test_check_inbox_returns_each_message_once_and_acknowledges_it(
+    project: Path, relay_home: Path
+) -> None:
+    env = {**os.environ, "RELAY_HOME": str(relay_home)}
+
+    async def main() -> list[tuple[bool, str]]:
+        async with connect(project, relay_home, "--name", "Alice") as session:
+            await anyio.run_process(
+                [
+                    RELAY,
+                    "send",
+                    "--as",
+                    "Bob",
+                    "--cwd",
+                    str(project),
+                    "Alice",
+                    "please review PR 12",
+                ],
+                env=env,
+            )
+            return [await call(session, "check_inbox"), await call(session, "check_inbox")]
+
+    (first_error, first), second = anyio.run(main)
+    assert not first_error and "Relay message from Bob [" in first
+    assert first.endswith("]: please review PR 12")
+    assert second == (False, "No messages for Alice.")
+    inbox = subprocess.run(
+        [RELAY, "inbox", "--all", "--json", "--cwd", str(project), "Alice"],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    (delivery,) = json.loads(inbox.stdout)
+    assert (delivery["state"], delivery["evidence"]) == (
+        "acked",
+        "returned by relay mcp check_inbox",
+    )
+
+
+def test_a_memory_saved_by_tool_is_found_by_a_directive(
+    project: Path, relay_home: Path, tmp_path: Path
+) -> None:
+    async def save() -> tuple[bool, str]:
+        async with connect(project, relay_home, env={"RELAY_AGENT_NAME": "Alice"}) as session:
+            return await call(session, "memory_save", content="the API uses OAuth", tags=["auth"])
+
+    error, text = anyio.run(save)
+    assert not error and text.startswith("✓ Saved to memory ["), text
+    record = tmp_path / "search.jsonl"
+    steps = [{"print": "@memory:search oauth"}, {"read": "found"}]
+    code, _ = run_session(
+        agent(steps, record), project, name="Carol", settings_files=(), inject=True
+    )
+    assert code == 0
+    ((_, line),) = reads(record)
+    assert "the API uses OAuth #auth" in line
+
+
+def test_a_call_that_cannot_be_tied_to_an_agent_is_a_clear_error(
+    project: Path, relay_home: Path
+) -> None:
+    async def main() -> tuple[bool, str]:
+        async with connect(project, relay_home, env={"RELAY_AGENT_NAME": ""}) as session:
+            return await call(session, "send_message", to="Bob", body="hi")
+
+    error, text = anyio.run(main)
+    assert error
+    assert "relay does not know which agent is calling" in text
+    assert "relay mcp --name NAME" in text
+
+
+def test_a_namespace_policy_applies_to_tool_calls(
+    project: Path, relay_home: Path, user_settings: Path
+) -> None:
+    settings = json.loads((relay_home / "settings.json").read_text())
+    settings["directives"] = {"deploy": {"from": ["terminal"]}, "memory": {"confirm": ["forget"]}}
+    (relay_home / "settings.json").write_text(json.dumps(settings))
+
+    async def main() -> list[tuple[bool, str]]:
+        async with connect(project, relay_home, "--name", "Alice") as session:
+            return [
+                await call(session, "deploy", target="prod", message="now"),
+                await call(session, "memory_forget", id="3f9a12bc"),
+            ]
+
+    (deploy_error, deploy), (forget_error, forget) = anyio.run(main)
+    assert deploy_error and "not accepted from a tool call" in deploy
+    assert forget_error and "needs the human's confirmation" in forget
+    assert not user_settings.exists()
+
+
+def test_a_huge_text_is_refused_not_stored(project: Path, relay_home: Path) -> None:
+    async def main() -> tuple[bool, str]:
+        async with connect(project, relay_home, "--name", "Alice") as session:
+            return await call(session, "memory_save", content="x" * 300_000)
+
+    error, text = anyio.run(main)
+    assert error and "at most 100,000" in text
+
+
+@pytest.mark.parametrize("argv", [["mcp", "--help"]])
+def test_relay_mcp_has_help(argv: list[str]) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "relay", *argv], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0 and "MCP" in done.stdout
