@@ -155,6 +155,15 @@ async def test_a_partial_human_line_blocks_until_submitted_or_cleared(
         ([b"x\x1b\r"], True),  # Alt-Enter: a newline in the input box, not a submit
         ([b"\t"], True),
         ([b"\x01\x05"], False),  # Ctrl-A / Ctrl-E alone type nothing
+        # The outer terminal answering an agent's start-up queries is not typing:
+        ([b"\x1bP>|tmux 3.3a\x1b\\"], False),  # XTVERSION (DCS … ST)
+        ([b"\x1b]11;rgb:0000/0000/0000\x07"], False),  # a colour reply (OSC … BEL)
+        ([b"\x1b]10;rgb:ffff/ff", b"ff/ffff\x1b\\"], False),  # split across reads
+        ([b"\x1b[12;40R\x1b[?62;22c"], False),  # cursor position, device attributes
+        ([b"\x1bP>|tmux 3.3a\x1b\\ab"], True),  # keys after the reply do count
+        ([b"\x1bPab"], False),  # Alt+Shift+P and keys: held as a possible reply…
+        ([b"\x1bPab", b"c" * 600], True),  # … which no reply is this long: typing
+        ([b"x\x1bPab\r"], False),  # … nor holds an Enter: replayed, and submitted
     ],
 )
 async def test_human_line_tracking(keys: list[bytes], pending: bool) -> None:

@@ -32,6 +32,7 @@ _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 # C0 controls except tab and line breaks, DEL, C1 controls: an injected ESC could end a
 # bracketed paste early and turn the rest of the text into keystrokes.
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+_STRING_LIMIT = 512  # a terminal's string reply is far shorter
 _MIN_CHUNK = len(PASTE_END) + 4  # a marker and the longest UTF-8 character fit
 
 Exclusive = Callable[[], AbstractAsyncContextManager[object]]
@@ -288,12 +289,17 @@ class _HumanLine:
     A model, not an emulator: printable keys add to the line, Backspace removes a
     character, Ctrl-W a word, Ctrl-U and Ctrl-C clear it, CR or LF submits it (outside
     a bracketed paste: pasted line breaks do not submit). Escape sequences (arrows,
-    function keys) leave it as it is.
+    function keys) leave it as it is, and so do the terminal's answers to an agent's
+    queries, which arrive on the same input: CSI reports (cursor position, device
+    attributes) and the string sequences DCS, OSC, APC, PM and SOS (`ESC P >|tmux 3.3a
+    ESC \\`, a colour reply `ESC ] 11 ; rgb:… BEL`) up to their ST or BEL.
     """
 
     def __init__(self) -> None:
         self._text = bytearray()
         self._escape = b""  # an escape sequence in progress
+        self._in_string = False  # inside a DCS/OSC/APC/PM/SOS string, up to ST or BEL
+        self._string = bytearray()  # its bytes: typing after all, if it never ends
         self._in_paste = False
 
     @property
@@ -302,7 +308,9 @@ class _HumanLine:
 
     def feed(self, data: bytes) -> None:
         for byte in data:
-            if self._escape:
+            if self._in_string:
+                self._string_byte(byte)
+            elif self._escape:
                 self._escape += bytes((byte,))
                 self._end_escape()
             elif byte == 0x1B:
@@ -322,11 +330,30 @@ class _HumanLine:
             elif byte >= 0x20 or byte == 0x09:
                 self._text.append(byte)
 
+    def _string_byte(self, byte: int) -> None:
+        ended = byte == 0x07 or (byte == 0x5C and self._string[-1:] == b"\x1b")  # BEL, ST
+        if ended:
+            self._in_string = False
+            self._string.clear()
+            return
+        if byte in (0x0D, 0x0A) or len(self._string) >= _STRING_LIMIT:
+            # No reply holds a line break or runs this long: it was the human's keys
+            # (Alt+Shift+P, then typing), which count as typed after all.
+            held = bytes(self._string) + bytes((byte,))
+            self._in_string = False
+            self._string.clear()
+            self.feed(held)
+            return
+        self._string.append(byte)
+
     def _end_escape(self) -> None:
         sequence = self._escape
         if len(sequence) == 2:
             if sequence[1:] in (b"[", b"O"):
                 return  # CSI or SS3: more to come
+            if sequence[1:] in (b"P", b"]", b"_", b"^", b"X"):
+                self._escape, self._in_string = b"", True  # a terminal's string reply
+                return
             self._escape = b""  # Alt+key
             return
         if sequence[1:2] == b"O" or 0x40 <= sequence[-1] <= 0x7E:
