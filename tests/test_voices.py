@@ -148,9 +148,23 @@ def test_the_echo_of_typed_text_is_taken_out_even_when_cut_by_a_read() -> None:
     assert echo.filter(b"context from SessionStart") == b"context from SessionStart"  # once
 
 
-def test_a_read_ending_in_a_letter_of_the_echo_is_the_agents_own() -> None:
+def test_an_echo_cut_after_its_first_byte_is_still_taken_out() -> None:
+    """An agent in raw mode echoes key by key: a read may end one byte into the echo."""
     from relay.session.echo import EchoFilter
 
     echo = EchoFilter()
     echo.typed(b"context")
-    assert echo.filter(b"@deploy:x c") == b"@deploy:x c"
+    assert echo.filter(b"ready\r\nc") == b"ready\r\n"
+    assert echo.filter(b"o") == b""
+    assert echo.filter(b"ntext@deploy:x\r\n") == b"@deploy:x\r\n"
+
+
+def test_bytes_held_back_as_a_possible_echo_are_never_lost() -> None:
+    from relay.session.echo import EchoFilter
+
+    echo = EchoFilter()
+    echo.typed(b"context")
+    assert echo.filter(b"@deploy:x c") == b"@deploy:x "
+    assert echo.filter(b"at\r\n") == b"cat\r\n"  # not the echo: passed on with the next read
+    assert echo.filter(b"@deploy:y co") == b"@deploy:y "
+    assert echo.close() == b"co"  # the stream ended

@@ -313,6 +313,8 @@ class Session:
                         intercept=self._confirmer.intercept,
                     )
             injecting.cancel()  # the agent is gone: nothing more can be typed in
+            for directive in self._scanner.feed(self._echo.close()):
+                await send.send(directive)
             for directive in self._scanner.close():
                 await send.send(directive)
             self._lines_done()
