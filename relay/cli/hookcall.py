@@ -35,6 +35,7 @@ def _emit(reply: Reply) -> None:
     stdout.flush()
     sys.stderr.buffer.write(reply.stderr)
     sys.stderr.flush()
+    reply.returned()
 
 
 def _read_stdin() -> bytes:

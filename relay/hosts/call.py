@@ -32,6 +32,7 @@ from relay.engine.system import HookSystem, PlannedEvent
 from relay.engine.telemetry import Telemetry, log_path, resolve_max_events
 from relay.errors import RelayError
 from relay.hosts import HOST_NAMES, host
+from relay.hosts.channel import host_turn
 from relay.hosts.model import Host
 from relay.protocol.codec import EventEnvelope, EventError, decode_event
 from relay.protocol.dialects import UnknownEventError
@@ -206,14 +207,26 @@ def _prepare(
         system.telemetry = caches.telemetry(log_path(call.env), max_events)
     planned = system.plan(envelope.name, envelope)
     bound = system.time_bound(planned)
+    turn = host_turn(target, envelope, call.env) if target is not None else None
+    if turn is not None:
+        # The agent channel dispatches through its own system: it registers the built-in
+        # handlers, which must not reach a registry the server keeps between calls.
+        channel_system = _system(start, settings, call.env, None, isolate=ALL_SCOPES)
+        channel_system.initialize()
+        bound += turn.prepare(channel_system)
 
     def finish() -> Reply:
         try:
             result = system.run_planned(planned)
+            after = turn.run(result) if turn is not None else None
             if on_close:
                 # Before rendering: a log that cannot be written is a warning to show.
                 system.close(leave_open=True)
-            return _render(system, planned, result, envelope, target)
+            if turn is not None:
+                turn.hooks.close()
+            reply = _render(system, planned, result, envelope, target)
+            reply.sent = after
+            return reply
         except Exception as exc:
             return _failed(args, call, target, exc).finish()
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import anyio.to_thread
 
+from relay.config.model import Source
 from relay.config.policy import namespace_policy
 from relay.engine.system import HookSystem
 from relay.protocol.output import AggregatedResult
@@ -50,6 +51,7 @@ class Channel:
         *,
         name: str | None = None,
         environ: Mapping[str, str] | None = None,
+        session_id: str | None = None,
     ) -> None:
         env = os.environ if environ is None else environ
         self.hooks = hooks
@@ -58,7 +60,7 @@ class Channel:
         self.name = check_name(chosen) if chosen else None
         self.in_session = bool(env.get("RELAY_SESSION_ID"))
         """Started by an agent under `relay run`, which keeps the agent's presence."""
-        self.session_id = env.get("RELAY_SESSION_ID") or uuid.uuid4().hex
+        self.session_id = session_id or env.get("RELAY_SESSION_ID") or uuid.uuid4().hex
         self._identity_problem: str | None = None
         self.messenger = Messenger(messaging_config(hooks.settings))
         self.memory: MemoryService | None = None
@@ -126,6 +128,25 @@ class Channel:
         except MessagingError as exc:
             self._identity_problem = f"the mailbox is unavailable: {exc.message}"
 
+    async def enroll(self) -> None:
+        """Make the named agent known to its team, so others can write to it, without a
+        presence to keep (a host's hooks have no process that lasts): it shows offline,
+        and its mail waits for its next event. A live agent of that name is left alone."""
+        if self.name is None or self.in_session:
+            return
+        mailbox, team, name = self.messenger.mailbox, self.messenger.team, self.name
+
+        def enroll() -> None:
+            try:
+                mailbox.register_agent(
+                    name, team=team, session_id=self.session_id, cwd=self.project
+                )
+            except NameTakenError:
+                return
+            mailbox.set_presence(name, team=team, session_id=self.session_id, state="offline")
+
+        await anyio.to_thread.run_sync(enroll)
+
     def close(self) -> None:
         self.messenger.mailbox.close()
         close = getattr(self.memory, "close", None)
@@ -153,29 +174,34 @@ class Channel:
             **fields,
         }
 
-    async def directive(self, namespace: str, target: str, message: str) -> str:
-        """`@namespace:target message` from a tool call: its policy, then its handlers;
-        what they answer (ChannelError when it is not run)."""
+    async def directive(
+        self, namespace: str, target: str, message: str, *, source: Source = "tool"
+    ) -> str:
+        """`@namespace:target message` from a tool call (or, in a host, the assistant's own
+        text): its policy, then its handlers; what they answer (ChannelError when it is not
+        run)."""
         if len(message) > MAX_TEXT:
             raise ChannelError(f"the text is {len(message):,} characters; at most {MAX_TEXT:,}")
         policy = namespace_policy(self.hooks.settings, namespace)
         shown = f"@{namespace}:{target}"
-        if not policy.accepts("tool"):
+        if not policy.accepts(source):
             allowed = ", ".join(sorted(policy.sources)) or "no source"
             raise ChannelError(
-                f"{shown} is not accepted from a tool call: the settings allow it from "
-                f"{allowed} only (directives.{namespace}.from)"
+                f"{shown} is not accepted from {_SOURCE_NAMES[source]}: the settings allow it "
+                f"from {allowed} only (directives.{namespace}.from)"
             )
         if policy.needs_confirmation(target):
             raise ChannelError(
                 f"{shown} needs the human's confirmation (directives.{namespace}.confirm), "
-                "which a tool call cannot ask for: ask the human to run it"
+                f"which {_SOURCE_NAMES[source]} cannot ask for: ask the human to run it"
             )
+        if namespace == "relay":
+            self._agent("send a message in its name")
         line = f"{shown} {message}".rstrip()
         result = await self.hooks.fire(
             "PatternMatch",
             self._payload(
-                namespace=namespace, target=target, message=message, line=line, source="tool"
+                namespace=namespace, target=target, message=message, line=line, source=source
             ),
         )
         return _answer(result, namespace)
@@ -189,16 +215,26 @@ class Channel:
         """Messages waiting for the agent, each once: claimed, run through MessageReceived
         hooks, and acknowledged as returned to the agent."""
         name = self._agent("read its messages")
+        mail = await self.take_mail(INBOX_LIMIT)
+        await self.acknowledge(mail, ACK_EVIDENCE)
+        if not mail:
+            return f"No messages for {name}."
+        more = " (more are waiting: call check_inbox again)" if len(mail) == INBOX_LIMIT else ""
+        return "\n\n".join(text for _, text in mail) + more
+
+    async def take_mail(self, limit: int) -> list[tuple[str, str]]:
+        """Up to `limit` waiting messages, claimed for this session and run through the
+        MessageReceived hooks (a denied one is dropped and its sender told): each message's
+        id and the text to hand the agent. Acknowledge them once they are handed over."""
+        name = self._agent("read its messages")
         mailbox, team = self.messenger.mailbox, self.messenger.team
         try:
             deliveries = await anyio.to_thread.run_sync(
-                lambda: mailbox.claim(
-                    name, team=team, session_id=self.session_id, limit=INBOX_LIMIT
-                )
+                lambda: mailbox.claim(name, team=team, session_id=self.session_id, limit=limit)
             )
         except MessagingError as exc:
             raise ChannelError(f"the mailbox is unavailable: {exc.message}") from exc
-        texts: list[str] = []
+        mail: list[tuple[str, str]] = []
         for delivery in deliveries:
             message = delivery.message
             result = await self.hooks.fire(
@@ -219,16 +255,17 @@ class Channel:
             specific = result.hookSpecificOutput or {}
             body = specific.get("body") if isinstance(specific.get("body"), str) else None
             text = delivery_text(message, body)
-            texts.append(f"{text}\n{result.inject}" if result.inject else text)
+            mail.append((message.id, f"{text}\n{result.inject}" if result.inject else text))
+        return mail
+
+    async def acknowledge(self, mail: list[tuple[str, str]], evidence: str) -> None:
+        """The agent has the messages `take_mail` returned: `evidence` says how."""
+        name = self._agent("read its messages")
+        mailbox, team = self.messenger.mailbox, self.messenger.team
+        for message_id, _ in mail:
             await anyio.to_thread.run_sync(
-                partial(mailbox.ack, message.id, name, team=team, evidence=ACK_EVIDENCE)
+                partial(mailbox.ack, message_id, name, team=team, evidence=evidence)
             )
-        if not texts:
-            return f"No messages for {name}."
-        more = (
-            " (more are waiting: call check_inbox again)" if len(deliveries) == INBOX_LIMIT else ""
-        )
-        return "\n\n".join(texts) + more
 
     async def list_agents(self) -> str:
         try:
@@ -242,6 +279,13 @@ class Channel:
             you = " (you)" if agent.name == self.name else ""
             lines.append(f"- {agent.name}: {agent.state}{you}")
         return "\n".join(lines)
+
+
+_SOURCE_NAMES: dict[Source, str] = {
+    "tool": "a tool call",
+    "assistant": "the assistant's text",
+    "terminal": "the terminal",
+}
 
 
 def _answer(result: AggregatedResult, namespace: str) -> str:

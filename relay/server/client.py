@@ -67,12 +67,25 @@ class Call:
 class Reply:
     """What to print and how to exit."""
 
-    __slots__ = ("exit_code", "stderr", "stdout")
+    __slots__ = ("exit_code", "sent", "stderr", "stdout")
 
     def __init__(self, exit_code: int, stdout: bytes, stderr: bytes) -> None:
         self.exit_code = exit_code
         self.stdout = stdout
         self.stderr = stderr
+        self.sent: Callable[[], None] | None = None
+        """What to do once the answer has been returned (written to the client or to
+        stdout): the agent channel acknowledges the mail the answer carries."""
+
+    def returned(self) -> None:
+        """The answer has been returned: run `sent` (its failure only loses the
+        acknowledgement; the message then counts as handed, not taken in)."""
+        sent, self.sent = self.sent, None
+        if sent is not None:
+            try:
+                sent()
+            except Exception:  # the answer is out; there is no one to tell
+                return
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Reply):

@@ -249,7 +249,9 @@ class Server:
             return
         # The client waits for the result only this long, then runs the call itself.
         connection.sendall(accepted_frame(int(prepared.bound * 1000) + BOUND_SLACK_MS))
-        connection.sendall(result_frame(prepared.finish()))
+        reply = prepared.finish()
+        connection.sendall(result_frame(reply))
+        reply.returned()
 
     def _control(self, connection: socket.socket, command: str) -> None:
         if command == "status":

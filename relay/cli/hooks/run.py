@@ -68,4 +68,5 @@ def run(
     sys.stdout.flush()
     sys.stderr.buffer.write(reply.stderr)
     sys.stderr.flush()
+    reply.returned()
     ctx.exit(reply.exit_code)
