@@ -536,3 +536,36 @@ def test_a_namespace_that_accepts_no_terminal_directive_ignores_it_and_says_so(
         "ignored '@deploy:prod now': @deploy: accepts directives from assistant, not the "
         "terminal (directives.deploy.from)" in capfd.readouterr().err
     )
+
+
+def test_a_host_with_relay_as_its_hooks_has_its_directives_run_once_from_the_hooks(
+    project: Path, tmp_path: Path, relay_home: Path
+) -> None:
+    """The wrapped host calls relay's hooks: its directive is run from the assistant's text
+    at Stop, and the same line on the screen is left alone (run once, not twice)."""
+    record = tmp_path / "reads.jsonl"
+    noted = tmp_path / "noted.jsonl"
+    file = settings(
+        tmp_path / "s.json",
+        {
+            "patterns": {"note": {"command": f"{{ cat; echo; }} >> '{noted}'; echo noted"}},
+            "session": {"injectQuietMs": 50},
+        },
+    )
+    said = "@note:x said once"
+    stop = {"hook_event_name": "Stop", "stop_hook_active": False, "last_assistant_message": said}
+    steps = [
+        {"hook": "SessionStart", "payload": {"hook_event_name": "SessionStart"}, "label": "start"},
+        {"print": said},
+        {"sleep": 0.3},
+        {"hook": "Stop", "payload": stop, "label": "stop"},
+        {"sleep": 0.3},
+        {"exit": 0},
+    ]
+    code, _ = run_session(agent(steps, record), project, settings_files=(file,), name="Hosted")
+    assert code == 0
+    events = [json.loads(line) for line in noted.read_text().splitlines() if line.strip()]
+    assert [(event["message"], event["source"]) for event in events] == [("said once", "assistant")]
+    answers = dict(reads(record))
+    assert json.loads(answers["stop"])["decision"] == "block"
+    assert "@note:x: noted" in json.loads(answers["stop"])["reason"]

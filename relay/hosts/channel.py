@@ -40,6 +40,7 @@ from relay.config.paths import state_dir
 from relay.hosts.model import Host
 from relay.protocol.codec import EventEnvelope
 from relay.protocol.output import AggregatedResult
+from relay.session.sessions import hooked_marker
 
 if TYPE_CHECKING:
     from relay.engine.system import HookSystem
@@ -75,13 +76,6 @@ class _State(msgspec.Struct, kw_only=True):
 
 def agent_name(env: Mapping[str, str]) -> str | None:
     return env.get("RELAY_AGENT_NAME") or None
-
-
-def hooked_marker(session_id: str, env: Mapping[str, str] | None = None) -> Path:
-    """The file that says a `relay run` session's agent has relay as its hooks: its
-    directives then come from the hook channel, and `relay run` leaves them alone."""
-    digest = hashlib.sha256(session_id.encode()).hexdigest()[:24]
-    return state_dir(env) / "hosts" / f"run-{digest}.hooked"
 
 
 class HostTurn:

@@ -161,6 +161,7 @@ class Session:
         self.exit_code: int | None = None
         self._scanner = DirectiveScanner(voice=self.voice)
         self._echo = EchoFilter()
+        self._hooked_seen = False
         self._refused_seen = 0
         self._confirmer = Confirmer(self._tell_user, available=not self.headless)
         self._lines = LineSplitter()
@@ -242,6 +243,8 @@ class Session:
                     await self.inbox.close()
             self._transcript.close()
             sessions.unregister(record_path)
+            with contextlib.suppress(OSError):
+                sessions.hooked_marker(self.session_id).unlink(missing_ok=True)
 
     # -- the session --------------------------------------------------------------------
 
@@ -432,6 +435,13 @@ class Session:
                     if debug_enabled():
                         debug(f"ignored a directive relay injected itself: {directive.line!r}")
                     continue
+                if self._hooked():
+                    # The agent's host has relay as its hooks: its directives come from the
+                    # assistant's own text at Stop, not from the screen (run once only).
+                    self._record("left-to-hooks", directive.line)
+                    if debug_enabled():
+                        debug(f"left to the host's hooks: {directive.line!r}")
+                    continue
                 if not await self._allowed(directive, "terminal"):
                     continue
                 payload = {
@@ -444,6 +454,13 @@ class Session:
                 result = await self._fire("PatternMatch", payload)
                 if not result.hooks and debug_enabled():
                     debug(f"@{directive.namespace}: no handler, ordinary text")
+
+    def _hooked(self) -> bool:
+        """Whether the wrapped host runs relay as its hooks in this session (its hook calls
+        leave a marker carrying this session's id; see relay.hosts.channel)."""
+        if not self._hooked_seen:
+            self._hooked_seen = sessions.hooked_marker(self.session_id).exists()
+        return self._hooked_seen
 
     async def _allowed(self, directive: Directive, source: str) -> bool:
         """The namespace's policy (`directives` in settings): its sources, and the human's

@@ -8,8 +8,10 @@ NAME` asks one to end.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import signal
+from collections.abc import Mapping
 from pathlib import Path
 
 import msgspec
@@ -38,6 +40,14 @@ class SessionError(RelayError):
 def sessions_dir() -> Path:
     """Where session records live."""
     return state_dir() / "sessions"
+
+
+def hooked_marker(session_id: str, env: Mapping[str, str] | None = None) -> Path:
+    """The file that says a session's agent runs relay as its host's hooks (written by those
+    hooks, which see the session's id in their environment): its directives then come
+    from the assistant's own text at Stop, and the session leaves the screen's alone."""
+    digest = hashlib.sha256(session_id.encode()).hexdigest()[:24]
+    return state_dir(env) / "hosts" / f"run-{digest}.hooked"
 
 
 def alive(record: SessionRecord) -> bool:

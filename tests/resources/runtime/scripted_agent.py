@@ -11,6 +11,10 @@ argv[1]: the script, a JSON list of steps:
                          LINE right after that echo (before the Enter), then read to the
                          Enter and record the line: relay's typing and the agent's next
                          line on one screen line, every time
+  {"hook": EVENT, "payload": {...}, "label": LABEL}
+                         call relay as a host calls its hooks (`relay hooks run --dialect
+                         claude EVENT`, the payload on stdin, this environment) and record
+                         its answer
 argv[2]: the record file (JSON lines).
 """
 
@@ -37,6 +41,20 @@ for step in steps:
             typed += os.read(0, 1)
         line = typed.decode(errors="replace").rstrip("\r")
         record.write(json.dumps({"label": step["label"], "line": line}) + "\n")
+        record.flush()
+    elif "hook" in step:
+        import os
+        import subprocess
+
+        payload = {"session_id": "host-session", "cwd": os.getcwd(), **step["payload"]}
+        done = subprocess.run(
+            [sys.executable, "-m", "relay", "hooks", "run", "--dialect", "claude", step["hook"]],
+            input=json.dumps(payload),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        record.write(json.dumps({"label": step["label"], "line": done.stdout.strip()}) + "\n")
         record.flush()
     elif "print" in step:
         print(step["print"], flush=True)
