@@ -234,3 +234,32 @@ def test_an_edited_guard_is_shown_to_the_user_and_a_broken_project_file_leaves_t
     run = gemini.run("clean", shell("rm -rf victim"))
     assert (gemini.project / "victim").is_dir(), run.describe()
     assert "GUARD: no rm -rf here" in run.function_responses()[0]
+
+
+# -- the agent channel (spec/hosts.md §6) ---------------------------------------------------
+
+
+def test_mail_and_assistant_directives_go_through_gemini_hooks(gemini: Gemini) -> None:
+    from relay.services.messaging.mailbox import SqliteMailbox
+
+    mailbox = SqliteMailbox()
+    try:
+        mailbox.register_agent("Alice", team="default", session_id="earlier")
+        mailbox.set_presence("Alice", team="default", session_id="earlier", state="offline")
+        mailbox.send(team="default", sender="Bob", recipient="Alice", body="MAIL-G: ship it")
+    finally:
+        mailbox.close()
+    gemini.install()
+    run = run_gemini(
+        gemini.project,
+        "hi",
+        ["Sure.\n@memory:save gemini said this #g"],
+        home=gemini.home,
+        env={"RELAY_AGENT_NAME": "Alice"},
+    )
+    assert run.returncode == 0, run.describe()
+    assert "MAIL-G: ship it" in json.dumps(run.main_requests[0].json)
+    assert len(run.main_requests) == 2, run.describe()  # the answer, then the block's turn
+    last = json.dumps(run.main_requests[-1].json, ensure_ascii=False)
+    assert "relay ran the directives in your last message" in last
+    assert "gemini said this #g" in gemini.relay("memory", "list").stdout
