@@ -323,3 +323,37 @@ def test_a_directive_in_the_assistants_answer_runs_and_one_in_a_tool_result_does
     saved = claude.relay("memory", "list").stdout
     assert "the API uses OAuth #auth" in saved
     assert "POISON" not in saved
+
+
+def test_claude_calls_relays_mcp_tools_that_install_registered(claude: Claude) -> None:
+    from hostkit.claude_code import ToolUse
+
+    mailbox = _mailbox()
+    try:
+        mailbox.register_agent("Bob", team="default", session_id="bob")
+        mailbox.set_presence("Bob", team="default", session_id="bob", state="offline")
+    finally:
+        mailbox.close()
+    out = claude.install()
+    assert "mcp: added" in out
+    run = run_claude(
+        claude.project,
+        "remember and tell Bob",
+        [
+            ToolUse("mcp__relay__memory_save", {"content": "saved by a tool call #mcp"}),
+            ToolUse("mcp__relay__send_message", {"to": "Bob", "body": "MCP-HELLO from Alice"}),
+        ],
+        home=claude.home,
+        env={"RELAY_AGENT_NAME": "Alice"},
+    )
+    assert run.returncode == 0, run.describe()
+    sent = json.dumps([request.json for request in run.main_requests], ensure_ascii=False)
+    assert "mcp__relay__memory_save" in json.dumps(run.main_requests[0].json)  # offered
+    assert "Saved to memory" in sent
+    assert "saved by a tool call #mcp" in claude.relay("memory", "list").stdout
+    mailbox = _mailbox()
+    try:
+        [delivery] = mailbox.inbox("Bob", team="default")
+    finally:
+        mailbox.close()
+    assert (delivery.message.sender, delivery.message.body) == ("Alice", "MCP-HELLO from Alice")

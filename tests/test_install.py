@@ -244,3 +244,82 @@ def test_project_import_sends_the_local_file_to_relays_local_file(
         == "./mine.sh"
     )
     assert json.loads(shared.read_text()) == json.loads(ORIGINAL)
+
+
+# -- relay's MCP server in the hosts' own configuration -------------------------------------
+
+CLAUDE_JSON = '{\n  "numStartups": 3,\n  "mcpServers": {\n    "other": {"command": "x"}\n  }\n}\n'
+
+
+def test_install_registers_relays_mcp_server_in_claude_and_uninstall_takes_it_out(
+    env: dict[str, str],
+) -> None:
+    home = Path(env["HOME"])
+    (home / ".claude.json").write_text(CLAUDE_JSON)
+    done = relay(env, "install", "claude", "--python-client")
+    assert done.returncode == 0, done.stderr
+    assert (
+        f"mcp: added: the MCP server `relay` (relay mcp) in {home / '.claude.json'}" in done.stdout
+    )
+    server = json.loads((home / ".claude.json").read_text())["mcpServers"]["relay"]
+    assert server == {"type": "stdio", "command": sys.executable, "args": ["-m", "relay", "mcp"]}
+    assert json.loads((home / ".claude.json").read_text())["mcpServers"]["other"] == {
+        "command": "x"
+    }
+    allowed = json.loads(claude_file(env).read_text())["permissions"]["allow"]
+    assert allowed == ["mcp__relay"]
+    again = relay(env, "install", "claude", "--python-client")
+    assert "mcp: already there" in again.stdout
+    assert relay(env, "uninstall", "claude").returncode == 0
+    assert (home / ".claude.json").read_text() == CLAUDE_JSON
+    assert "permissions" not in json.loads(claude_file(env).read_text() or "{}")
+
+
+def test_an_mcp_server_named_relay_that_is_not_relays_is_left_alone(env: dict[str, str]) -> None:
+    home = Path(env["HOME"])
+    theirs = '{"mcpServers": {"relay": {"command": "node", "args": ["their-relay.js"]}}}'
+    (home / ".claude.json").write_text(theirs)
+    done = relay(env, "install", "claude", "--python-client")
+    assert done.returncode != 0
+    assert "an MCP server named 'relay' is already there and is not relay's" in done.stderr
+    assert (home / ".claude.json").read_text() == theirs
+    assert relay(env, "install", "claude", "--python-client", "--no-mcp").returncode == 0
+
+
+def test_project_scope_uses_the_projects_mcp_file_and_approves_it_locally(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    project = tmp_path / "proj"
+    (project / ".git").mkdir(parents=True)
+    done = relay(env, "install", "claude", "--project", "--python-client", cwd=project)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((project / ".mcp.json").read_text())["mcpServers"]["relay"]["args"] == [
+        "-m",
+        "relay",
+        "mcp",
+    ]
+    local = json.loads((project / ".claude" / "settings.local.json").read_text())
+    assert local["enabledMcpjsonServers"] == ["relay"]
+    assert relay(env, "uninstall", "claude", "--project", cwd=project).returncode == 0
+    assert not (project / ".mcp.json").exists()
+
+
+def test_gemini_and_codex_get_relays_mcp_server_in_their_own_forms(env: dict[str, str]) -> None:
+    home = Path(env["HOME"])
+    assert relay(env, "install", "gemini", "--python-client").returncode == 0
+    server = json.loads((home / ".gemini" / "settings.json").read_text())["mcpServers"]["relay"]
+    assert server == {"command": sys.executable, "args": ["-m", "relay", "mcp"], "trust": True}
+    config = home / ".codex" / "config.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text('model = "o3"\n\n[mcp_servers.docs]\ncommand = "docs-server"\n')
+    done = relay(env, "install", "codex", "--python-client", "--no-trust")
+    assert done.returncode == 0, done.stderr
+    import tomllib
+
+    table = tomllib.loads(config.read_text())["mcp_servers"]
+    assert table["relay"] == {"command": sys.executable, "args": ["-m", "relay", "mcp"]}
+    assert table["docs"] == {"command": "docs-server"}
+    assert relay(env, "uninstall", "codex").returncode == 0
+    assert config.read_text() == 'model = "o3"\n\n[mcp_servers.docs]\ncommand = "docs-server"\n'
+    assert relay(env, "uninstall", "gemini").returncode == 0
+    assert not (home / ".gemini" / "settings.json").exists()  # install made it; nothing is left

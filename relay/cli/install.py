@@ -43,6 +43,12 @@ scope_option = click.option(
     help="Codex: record Codex's trust in relay's entries (asked when not given).",
 )
 @click.option("--python-client", is_flag=True, help="Do not build the native client.")
+@click.option(
+    "--mcp/--no-mcp",
+    "mcp",
+    default=True,
+    help="Also register relay's MCP server (`relay mcp`) in the host (default: yes).",
+)
 @click.option("--dry-run", is_flag=True, help="Say what would change; write nothing.")
 @cwd_option
 def install(  # noqa: PLR0917 (click passes options positionally)
@@ -52,6 +58,7 @@ def install(  # noqa: PLR0917 (click passes options positionally)
     import_hooks: bool,
     trust: bool | None,
     python_client: bool,
+    mcp: bool,
     dry_run: bool,
     cwd: Path | None,
 ) -> None:
@@ -110,9 +117,23 @@ def install(  # noqa: PLR0917 (click passes options positionally)
             f"  {chosen_host.title} hooks of its own also run on {', '.join(change.foreign)}; "
             f"`relay install {host_name} --import` moves them into relay"
         )
+    if mcp:
+        from relay.hosts.mcp_config import install_mcp
+
+        for edit in install_mcp(where, dry_run=dry_run):
+            click.echo(f"  mcp: {edit.what}: {_mcp_part(edit.file)} in {edit.file}")
     if chosen_host.name == "codex" and not dry_run:
         _codex_trust(where.file, start, trust)
     click.echo("  check it: relay doctor")
+
+
+def _mcp_part(file: Path) -> str:
+    """What of relay's MCP registration a file holds, for the user."""
+    if file.name == "settings.local.json":
+        return "the project's MCP server approved (enabledMcpjsonServers)"
+    if file.name in ("settings.json",) and file.parent.name == ".claude":
+        return "its tools allowed (permissions.allow mcp__relay)"
+    return "the MCP server `relay` (relay mcp)"
 
 
 @click.command()
@@ -137,6 +158,11 @@ def uninstall(host_name: str, user: bool, dry_run: bool, cwd: Path | None) -> No
     if stale_keys:
         _codex_forget(stale_keys)
     verb = "would remove" if dry_run else "removed"
+    from relay.hosts.mcp_config import uninstall_mcp
+
+    for edit in uninstall_mcp(where, dry_run=dry_run):
+        if edit.changed:
+            click.echo(f"{verb} {_mcp_part(edit.file)} from {edit.file}")
     if not change.removed:
         click.echo(f"relay is not installed in {where.file}")
         return
