@@ -393,3 +393,88 @@ def test_the_server_acknowledges_mail_once_its_answer_is_written(
         "acked",
         "returned to Claude Code in its UserPromptSubmit hook answer",
     )
+
+
+# -- waking an idle host --------------------------------------------------------------------
+
+
+def waiter(
+    project: Path, name: str | None = "Alice", *, terminal: bool = True
+) -> subprocess.Popen[bytes]:
+    """`relay hooks wait-mail` as an interactive Claude Code starts it: a host whose input
+    is a terminal runs it with the event on a pipe, and passes its exit code and stderr on."""
+    env = {key: value for key, value in os.environ.items() if key != "RELAY_SESSION_ID"}
+    env.pop("RELAY_AGENT_NAME", None)
+    if name:
+        env["RELAY_AGENT_NAME"] = name
+    event = project / "event.json"
+    event.write_text(json.dumps({"session_id": "host-1", "cwd": str(project)}))
+    host = (
+        "import subprocess, sys\n"
+        f"waiter = [{sys.executable!r}, '-m', 'relay', 'hooks', 'wait-mail', '--dialect', 'claude']\n"
+        "child = subprocess.Popen(waiter, stdin=subprocess.PIPE)\n"
+        f"child.communicate(open({str(event)!r}, 'rb').read())\n"
+        "sys.exit(child.returncode)\n"
+    )
+    primary, secondary = os.openpty() if terminal else (None, os.open(os.devnull, os.O_RDONLY))
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-c", host],
+            cwd=project,
+            env=env,
+            stdin=secondary,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+    finally:
+        os.close(secondary)
+        if primary is not None:
+            _terminals.append(primary)
+
+
+def wait_until_waiting(relay_home: Path) -> None:
+    """Until a waiter holds its session's lock (it is then waiting for mail); read from
+    /proc/locks, so that looking never takes the lock from it."""
+    import time
+
+    for _ in range(600):
+        held = {
+            line.split()[5].rsplit(":", 1)[-1]
+            for line in Path("/proc/locks").read_text().splitlines()
+        }
+        for lock in (relay_home / "state" / "hosts").glob("*.waiter"):
+            if str(lock.stat().st_ino) in held:
+                return
+        time.sleep(0.05)
+    raise AssertionError("no waiter started waiting")
+
+
+_terminals: list[int] = []  # kept open while the shells run (closed when the tests end)
+
+
+def test_the_waiter_wakes_the_idle_host_with_mail_that_arrives(
+    project: Path, relay_home: Path
+) -> None:
+    enroll(project)
+    first = waiter(project)
+    wait_until_waiting(relay_home)
+    second = waiter(project)  # the next Stop while the first still waits
+    second.communicate(timeout=60)
+    assert second.returncode == 0  # one waiter per session
+    assert first.poll() is None
+    mail("Bob", "Alice", "wake up: the build is red")
+    _, err = first.communicate(timeout=60)
+    assert first.returncode == 2, err  # Claude Code's asyncRewake: wake the model
+    said = err.decode()
+    assert "relay has new messages for Alice" in said and "the build is red" in said
+    assert states("Alice") == [
+        ("acked", "handed to Claude Code's asyncRewake hook, which woke the model")
+    ]
+
+
+def test_the_waiter_of_an_unnamed_agent_or_a_headless_host_ends_at_once(
+    project: Path, relay_home: Path
+) -> None:
+    for process in (waiter(project, name=None), waiter(project, terminal=False)):
+        process.communicate(timeout=60)
+        assert process.returncode == 0

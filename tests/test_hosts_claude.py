@@ -115,7 +115,7 @@ def test_every_event_passes_through_relay_and_context_reaches_the_model(claude: 
     fired = {event for event, _, _ in statuses}
     assert {"SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop"} <= fired
     assert {"MessageDisplay", "PostToolBatch"} <= fired, fired
-    assert all("relay-hook" in command for _, command, _ in statuses)
+    assert all("relay-hook" in command or "wait-mail" in command for _, command, _ in statuses)
     assert [status for status in statuses if status[2] != 0] == []
     assert "hook error" not in run.stdout and "validation" not in run.debug.lower()
     sent = run.sent()

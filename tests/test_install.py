@@ -109,7 +109,8 @@ def test_a_stale_client_path_is_updated_in_place(env: dict[str, str]) -> None:
     done = relay(env, "install", "claude", "--python-client", "--events", "Stop")
     assert done.returncode == 0 and "1 updated to this client" in done.stdout
     stop = json.loads(path.read_text())["hooks"]["Stop"]
-    assert len(stop) == 1 and stop[0]["hooks"][0]["command"].endswith("--dialect claude Stop")
+    assert len(stop) == 2 and stop[0]["hooks"][0]["command"].endswith("--dialect claude Stop")
+    assert stop[1]["hooks"][0]["asyncRewake"] is True  # the mail waiter (spec/hosts.md §6)
     assert "/old/place" not in path.read_text()
 
 
@@ -170,7 +171,8 @@ def test_import_moves_the_hosts_hooks_into_relay_and_uninstall_puts_them_back(
     assert done.returncode == 0, done.stderr
     assert "moved 1 Claude Code hook(s)" in done.stdout
     host_hooks = json.loads(path.read_text())["hooks"]
-    assert all("relay-hook" in group["hooks"][0]["command"] for group in host_hooks["Stop"])
+    commands = [group["hooks"][0]["command"] for group in host_hooks["Stop"]]
+    assert all("relay-hook" in command or "wait-mail" in command for command in commands)
     relay_settings = json.loads((relay_home / "settings.json").read_text())
     assert relay_settings["hooks"]["Stop"][0]["hooks"][0]["command"] == "echo hi"
     undone = relay(env, "uninstall", "claude")

@@ -34,6 +34,7 @@ from relay.config.editing import JsonText, new_settings_text
 from relay.config.paths import find_project_root, state_dir
 from relay.errors import RelayError, SettingsError
 from relay.hosts.model import Host
+from relay.hosts.waiter import WAIT_TIMEOUT
 from relay.protocol.decoding import json_type_name
 from relay.server.build import (
     NATIVE_NAME,
@@ -157,8 +158,10 @@ def is_relay_command(command: object, host: Host | None = None) -> bool:
     except ValueError:
         return False
     names = [os.path.basename(word) for word in words]
-    ours = any(name in CLIENT_NAMES for name in names[:4]) or (
-        bool(names) and names[0] == "relay" and words[1:3] == ["hooks", "run"]
+    ours = (
+        any(name in CLIENT_NAMES for name in names[:4])
+        or (bool(names) and names[0] == "relay" and words[1:3] == ["hooks", "run"])
+        or is_waiter_command(command)
     )
     if not ours or "--dialect" not in words:
         return False
@@ -166,6 +169,41 @@ def is_relay_command(command: object, host: Host | None = None) -> bool:
         return True
     dialect = words[words.index("--dialect") + 1 : words.index("--dialect") + 2]
     return dialect == [host.name]
+
+
+WAITER_EVENTS = frozenset({"SessionStart", "Stop"})
+"""Claude Code events that start relay's mail waiter (relay.hosts.waiter): in the
+background (`asyncRewake`), so that mail wakes an idle agent."""
+
+
+def waiter_command(host: Host) -> str:
+    words = (sys.executable, "-m", "relay", "hooks", "wait-mail", "--dialect", host.name)
+    return " ".join(shlex.quote(word) for word in words)
+
+
+def is_waiter_command(command: object) -> bool:
+    """Whether a hook's command is relay's mail waiter (`… -m relay hooks wait-mail`)."""
+    if not isinstance(command, str):
+        return False
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return False
+    return words[1:5] == ["-m", "relay", "hooks", "wait-mail"]
+
+
+def _waiter_group(host: Host) -> dict[str, Any]:
+    hook = {
+        "type": "command",
+        "command": waiter_command(host),
+        "asyncRewake": True,
+        "timeout": WAIT_TIMEOUT,
+    }
+    return {"hooks": [hook]}
+
+
+def _wants_waiter(host: Host, event: str) -> bool:
+    return host.name == "claude" and event in WAITER_EVENTS
 
 
 # --- which events ----------------------------------------------------------------------------
@@ -287,7 +325,15 @@ def install_text(
     """The host settings text with relay's entry for each of `events`."""
     path = Path(file)
     if text is None or not text.strip():
-        document = {"hooks": {event: [_group(host, client, event)] for event in events}}
+        document = {
+            "hooks": {
+                event: [
+                    _group(host, client, event),
+                    *([_waiter_group(host)] if _wants_waiter(host, event) else []),
+                ]
+                for event in events
+            }
+        }
         return Change(file=path, text=new_settings_text(document), changed=True, added=list(events))
     editable = _editable(text, file)
     expected = copy.deepcopy(editable.value)
@@ -300,8 +346,11 @@ def install_text(
         command = client.command(host, event)
         groups = _container(editable, ("hooks", event), list)
         if groups is None:
-            editable.insert(("hooks",), event, [_group(host, client, event)])
-            expected["hooks"][event] = [_group(host, client, event)]
+            entries = [_group(host, client, event)]
+            if _wants_waiter(host, event):
+                entries.append(_waiter_group(host))
+            editable.insert(("hooks",), event, entries)
+            expected["hooks"][event] = copy.deepcopy(entries)
             change.added.append(event)
             continue
         found = list(_relay_hooks(groups, host))
@@ -317,11 +366,30 @@ def install_text(
             editable.append(("hooks", event), _group(host, client, event))
             expected["hooks"][event].append(_group(host, client, event))
             change.added.append(event)
+        if _wants_waiter(host, event):
+            _ensure_waiter(editable, expected, host, event)
         if _foreign_hooks(expected["hooks"][event], host):
             change.foreign.append(event)
     change.text = _checked(editable, expected, file)
     change.changed = change.text != text
     return change
+
+
+def _ensure_waiter(editable: JsonText, expected: dict[str, Any], host: Host, event: str) -> None:
+    """relay's mail waiter in `event`, current (its Python path updated in place)."""
+    wanted = waiter_command(host)
+    found = list(
+        _hooks_in(expected["hooks"][event], lambda hook: is_waiter_command(hook.get("command")))
+    )
+    if any(hook.get("command") == wanted for _, _, hook in found):
+        return
+    if found:
+        group_index, hook_index, _ = found[0]
+        editable.replace(("hooks", event, group_index, "hooks", hook_index, "command"), wanted)
+        expected["hooks"][event][group_index]["hooks"][hook_index]["command"] = wanted
+        return
+    editable.append(("hooks", event), _waiter_group(host))
+    expected["hooks"][event].append(_waiter_group(host))
 
 
 def uninstall_text(text: str | None, host: Host, *, file: str) -> Change:
@@ -419,11 +487,16 @@ def installed_events(text: str | None, host: Host) -> dict[str, list[str]]:
     hooks = value.get("hooks") if isinstance(value, dict) else None
     if not isinstance(hooks, dict):
         return {}
-    return {
-        event: [str(hook["command"]) for _, _, hook in _relay_hooks(groups, host)]
+    entries = {
+        event: [
+            str(hook["command"])
+            for _, _, hook in _relay_hooks(groups, host)
+            if not is_waiter_command(hook.get("command"))
+        ]
         for event, groups in hooks.items()
-        if isinstance(groups, list) and any(True for _ in _relay_hooks(groups, host))
+        if isinstance(groups, list)
     }
+    return {event: commands for event, commands in entries.items() if commands}
 
 
 def write_text(path: Path, text: str | None) -> None:

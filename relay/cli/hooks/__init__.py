@@ -17,6 +17,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "log": ("relay.cli.hooks.log", "log"),
     "replay": ("relay.cli.hooks.log", "replay"),
     "import": ("relay.cli.hooks.importing", "import_hooks"),
+    "wait-mail": ("relay.cli.hooks.waitmail", "wait_mail"),
 }
 
 
