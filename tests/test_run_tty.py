@@ -34,18 +34,19 @@ pytestmark = pytest.mark.slow
 
 
 class Pane:
-    """A private tmux server (its own socket) with one 100x30 pane running sh."""
+    """A private tmux server (its own socket) with one pane running sh (100x30 unless told)."""
 
-    def __init__(self) -> None:
+    def __init__(self, cols: int = 100, rows: int = 30) -> None:
         self.base = ["tmux", "-u", "-L", f"relay-tty-{secrets.token_hex(6)}", "-f", "/dev/null"]
         self.target = "tty:0.0"
+        self.size = (str(cols), str(rows))
 
     def start(self, env: dict[str, str]) -> None:
         """Start the server and its pane; return once sh shows its prompt."""
         # The server's global environment is the one it starts with: the pane's sh and
         # everything typed there see RELAY_HOME, the UTF-8 locale.
         subprocess.run(
-            [*self.base, "new-session", "-d", "-s", "tty", "-x", "100", "-y", "30", "sh"],
+            [*self.base, "new-session", "-d", "-s", "tty", "-x", self.size[0], "-y", self.size[1], "sh"],
             env=env,
             check=True,
             timeout=10,

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 import textwrap
+from collections.abc import Iterable
+from typing import NamedTuple
 
 import msgspec
 
@@ -31,6 +33,7 @@ __all__ = [
     "Directive",
     "DirectiveScanner",
     "LineSplitter",
+    "ScreenLine",
     "clean_line",
     "unescape",
 ]
@@ -102,6 +105,16 @@ class Directive(msgspec.Struct, frozen=True, kw_only=True):
     index: int  # 0, 1, 2, … in stream order
 
 
+class ScreenLine(NamedTuple):
+    """A row of a full-screen agent's display, read by DirectiveScanner.screen_lines."""
+
+    text: str
+    fresh: bool
+    """Not read before: a directive on it counts (the others only give context)."""
+    displayed: bool = False
+    """Drawn as displayed content (a code block's colour at the text's own indent)."""
+
+
 class _Body(msgspec.Struct):
     """A `@ns:target <<<` directive whose body lines are still arriving."""
 
@@ -109,6 +122,7 @@ class _Body(msgspec.Struct):
     target: str
     line: str
     lines: list[str]
+    fresh: bool = True  # opened on a fresh screen row (or in a stream)
 
 
 class DirectiveScanner:
@@ -134,6 +148,7 @@ class DirectiveScanner:
         self._fence = 0  # backticks of the open fence; 0: outside a fence
         self._body: _Body | None = None
         self._count = 0
+        self._muted = False  # reading a screen row that was read before (screen_lines)
 
     def feed(self, chunk: bytes) -> list[Directive]:
         """The directives completed by this chunk."""
@@ -162,6 +177,28 @@ class DirectiveScanner:
             body, self._body = self._body, None
             self._emit_body(body, BODY_UNTERMINATED, found)
         self._fence = 0
+        return found
+
+    def screen_lines(self, lines: Iterable[ScreenLine]) -> list[Directive]:
+        """The directives on the fresh rows of a run of screen rows, read top to bottom
+        (relay.session.screen). The rows read before give context (the marker line that a
+        continuation line belongs to); each run starts outside any block, fence or body,
+        and a body still open at its end ends there."""
+        found: list[Directive] = []
+        self._speaking = Speaking(self._speaking.voice)
+        self._fence = 0
+        self._body = None
+        for line in lines:
+            self._muted = not line.fresh
+            if line.displayed and self._body is None:
+                if line.fresh and _DIRECTIVE.match(line.text) is not None:
+                    self._refuse(line.text)
+                continue
+            self._text_line(line.text, found)
+        self._muted = False
+        if self._body is not None:
+            body, self._body = self._body, None
+            self._emit_body(body, BODY_UNTERMINATED, found)
         return found
 
     def _scan(self, data: bytes, pos: int, end: int, found: list[Directive]) -> None:
@@ -255,18 +292,25 @@ class DirectiveScanner:
             return
         if not speaking.speaks(match.group("prefix")):
             # Not where the agent speaks: a quote, tool output, a file it displays.
-            self.refused.append(text.rstrip())
-            del self.refused[:-_REFUSED_KEPT]
+            if not self._muted:
+                self._refuse(text)
             return
         namespace, target = match.group("namespace"), match.group("target")
         message = (match.group("message") or "").rstrip()
         line = text.rstrip()  # a TUI pads lines with blanks to its width
         if message == "<<<":
-            self._body = _Body(namespace, target, line, [])
+            self._body = _Body(namespace, target, line, [], fresh=not self._muted)
             return
-        self._emit(namespace, target, message, line, found)
+        if not self._muted:
+            self._emit(namespace, target, message, line, found)
+
+    def _refuse(self, text: str) -> None:
+        self.refused.append(text.rstrip())
+        del self.refused[:-_REFUSED_KEPT]
 
     def _emit_body(self, body: _Body, marker: str | None, found: list[Directive]) -> None:
+        if not body.fresh:
+            return
         message = body_message(body.lines)
         if marker is not None:
             message = f"{message}\n{marker}" if message else marker

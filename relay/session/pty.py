@@ -68,6 +68,8 @@ class AgentPty:
         self._wait_lock: anyio.Lock | None = None
         self._input_lock: anyio.Lock | None = None
         self._input_owner: int | None = None
+        self.size: tuple[int, int] = (24, 80)
+        """The window size relay last gave the PTY, as (rows, cols)."""
 
     @classmethod
     def spawn(
@@ -110,7 +112,9 @@ class AgentPty:
         finally:
             os.close(slave_fd)  # the agent holds the slave now; its exit brings EOF
         os.set_blocking(master_fd, False)
-        return cls(popen, master_fd)
+        agent = cls(popen, master_fd)
+        agent.size = (rows, cols)
+        return agent
 
     # ---- I/O on the master
 
@@ -181,6 +185,7 @@ class AgentPty:
         """Set the PTY's window size; the kernel sends SIGWINCH to the agent when it changes."""
         if not self._closed:
             _set_window_size(self.master_fd, rows, cols)
+            self.size = (rows, cols)
 
     def window_size(self) -> tuple[int, int]:
         """The PTY's window size as (rows, cols)."""

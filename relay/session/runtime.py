@@ -66,6 +66,7 @@ from relay.session.inbox import SessionInbox
 from relay.session.injector import PASTE_END, PASTE_START, Injector
 from relay.session.lines import clean_lines
 from relay.session.pty import AgentExitedError, AgentPty
+from relay.session.screen import SETTLE_SECONDS, ScreenReader, draws_screen
 from relay.session.terminal import passthrough, raw_terminal, terminal_size
 from relay.session.transcript import Transcript
 from relay.session.voices import voice_for
@@ -161,6 +162,8 @@ class Session:
         self.exit_code: int | None = None
         self._scanner = DirectiveScanner(voice=self.voice)
         self._echo = EchoFilter()
+        self._screen: ScreenReader | None = None  # once the agent draws a full screen
+        self._screen_drawn = anyio.Event()
         self._hooked_seen = False
         self._refused_seen = 0
         self._confirmer = Confirmer(self._tell_user, available=not self.headless)
@@ -295,6 +298,7 @@ class Session:
             group.start_soon(self._run_injector, injector, injecting)
             group.start_soon(self._dispatch_directives, receive, dispatched)
             group.start_soon(self._watch_idle)
+            group.start_soon(self._watch_screen)
             group.start_soon(self._watch_stop)
             group.start_soon(self._watch_signals)
             if self.inbox is not None:
@@ -316,10 +320,13 @@ class Session:
                         intercept=self._confirmer.intercept,
                     )
             injecting.cancel()  # the agent is gone: nothing more can be typed in
-            for directive in self._scanner.feed(self._echo.close()):
+            if self._screen is not None:
+                ending = self._screen.settle(final=True)
+            else:
+                ending = [*self._scanner.feed(self._echo.close()), *self._scanner.close()]
+            for directive in ending:
                 await send.send(directive)
-            for directive in self._scanner.close():
-                await send.send(directive)
+            self._note_refused()
             self._lines_done()
             await send.aclose()
             # Directives printed just before the exit are still dispatched (their handlers
@@ -341,9 +348,20 @@ class Session:
             self.inbox.observe_output(data)
         self._last_output = time.monotonic()
         self._idle_fired = False
-        for directive in self._scanner.feed(self._echo.filter(data)):
-            self._directives.send_nowait(directive)
-        self._note_refused()
+        screen = self._screen
+        if screen is None and draws_screen(data):
+            assert self._agent is not None
+            screen = self._screen = ScreenReader(self.voice, self._scanner, *self._agent.size)
+            if debug_enabled():
+                debug("the agent draws a full screen: reading its display for directives")
+        if screen is not None:
+            assert self._agent is not None
+            screen.feed(data, self._agent.size)
+            self._screen_drawn.set()
+        else:
+            for directive in self._scanner.feed(self._echo.filter(data)):
+                self._directives.send_nowait(directive)
+            self._note_refused()
         self._keep_lines(self._lines.feed(data))
 
     async def _type(self, agent: AgentPty, data: bytes) -> None:
@@ -517,6 +535,21 @@ class Session:
                 if self.inbox is not None:
                     self.inbox.observe_idle()
                 await self._fire("Idle", {"idle_seconds": round(quiet, 1)})
+
+    async def _watch_screen(self) -> None:
+        """A full-screen agent's rows are read once it has drawn nothing for SETTLE_SECONDS
+        (relay.session.screen: it may still say that it is answering; then at the next)."""
+        while True:
+            await self._screen_drawn.wait()
+            quiet = time.monotonic() - self._last_output
+            if quiet < SETTLE_SECONDS:
+                await anyio.sleep(SETTLE_SECONDS - quiet)
+                continue
+            self._screen_drawn = anyio.Event()
+            assert self._screen is not None and self._directives is not None
+            for directive in self._screen.settle():
+                self._directives.send_nowait(directive)
+            self._note_refused()
 
     async def _watch_signals(self) -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as received:

@@ -34,6 +34,12 @@ class Voice:
     """First characters of a line that opens or frames tool output (`⎿`, a box)."""
     tool_call: re.Pattern[str] | None = None
     """A marker line whose text is a tool call (`● Bash(ls)`), not the assistant's words."""
+    busy: re.Pattern[str] | None = None
+    """Text on its screen while it is still answering (its interrupt hint): rows on the
+    screen may still change, so a screen reader does not read them yet (relay.session.screen)."""
+    code_colours: frozenset[str] = frozenset()
+    """Foreground colours (pyte's hex form) of code blocks drawn at the text's own indent:
+    displayed content, told apart from the assistant's words only by colour."""
     state_chars: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -54,6 +60,8 @@ CLAUDE = Voice(
     tool_starts="⎿",
     # `● Bash(ls)`, `● Read(a.py)`, `● relay - send_message (MCP)(to: "Bob")`
     tool_call=re.compile(r"[A-Za-z_][\w.:-]*(?: - [\w.-]+(?: \(MCP\))?)?\("),
+    busy=re.compile(r"\besc to interrupt\b"),
+    code_colours=frozenset({"b1b9f9"}),  # Claude Code 2.1's code block colour (fixtures/tui)
 )
 GEMINI = Voice(
     "gemini",
@@ -61,6 +69,7 @@ GEMINI = Voice(
     indent=2,
     column_zero=False,
     tool_starts="│╭╰┌└",
+    busy=re.compile(r"\besc to cancel\b"),
 )
 VOICES: dict[str, Voice] = {voice.name: voice for voice in (PLAIN, CLAUDE, GEMINI)}
 STYLES = ("auto", *VOICES)
