@@ -33,6 +33,7 @@ schemas: $(VENV)/.installed
 bench: $(VENV)/.installed-test
 	$(BIN)/python tests/perf/bench_engine.py
 	$(BIN)/python tests/perf/bench_session.py
+	$(BIN)/python tests/perf/bench_screen.py
 	$(BIN)/python tests/perf/bench_memory.py
 	$(BIN)/python tests/perf/bench_messaging.py
 	$(BIN)/python tests/perf/bench_host.py

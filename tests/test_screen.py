@@ -335,3 +335,18 @@ def test_relay_run_reads_a_real_hosts_screen(stream: str, tmp_path: Path, relay_
     else:
         assert deploys == []
         assert "forget" not in memories
+
+
+def test_a_directive_the_host_wrapped_is_read_whole() -> None:
+    reader, _ = claude_reader(rows=8, cols=40)
+    reader.feed(
+        b"\x1b[?1049h"
+        + cup(1, 1, "● @memory:save the deploy key rotates")  # 38 columns: `every` did not fit
+        + cup(2, 3, "every Monday at noon #ops")
+        + cup(3, 3, "@deploy:staging go")  # a directive of its own, not a wrapped rest
+        + cup(4, 3, "and more prose")
+    )
+    assert found(reader.settle()) == [
+        ("memory", "save", "the deploy key rotates every Monday at noon #ops"),
+        ("deploy", "staging", "go"),
+    ]

@@ -54,6 +54,7 @@ _FRAME_FEEDS = 64
 
 _ADDRESSING = re.compile(rb"\x1b\[[0-9;]*[ABHfdr]|\x1b\[\?(?:47|1047|1049)h")
 """Cursor moves up, down or to a row, a scroll region, or the alternate screen."""
+_DIRECTIVE_HEAD = re.compile(r"@[a-z][a-z0-9_-]*:")
 _STRING_START = re.compile(rb"\x1b[P_^X]")
 _STRING_END = re.compile(rb"\x1b\\|\x07")
 _MAX_STRING = 1 << 16
@@ -279,7 +280,8 @@ class ScreenReader:
 
     def _read(self, run: list[Row]) -> list[Directive]:
         """The directives on the rows of a run not read before."""
-        rows = [row for row in run if row.text]
+        places = [y for y, row in enumerate(run) if row.text]
+        rows = [run[y] for y in places]
         if not rows:
             return []
         document = self._document
@@ -302,15 +304,42 @@ class ScreenReader:
             return []
         colours = self.voice.code_colours
         lines = [ScreenLine(row.text, False) for row in context]
-        lines += [
-            ScreenLine(
-                row.text,
-                not old,
-                displayed=row.colour in colours and row.text[0] in BLANKS,
-            )
-            for row, old in zip(rows, seen, strict=True)
-        ]
+        k = 0
+        while k < len(rows):
+            row, text = rows[k], rows[k].text
+            k += 1
+            if "@" in text:  # a directive wrapped by the host goes on on the next rows
+                start = self._text_column(text)
+                while k < len(rows) and places[k] == places[k - 1] + 1:
+                    more = self._wrapped(rows[k - 1].text, rows[k].text, start)
+                    if more is None:
+                        break
+                    text = f"{text} {more}"
+                    k += 1
+            displayed = row.colour in colours and text[0] in BLANKS
+            lines.append(ScreenLine(text, not seen[k - 1], displayed=displayed))
         return self._scanner.screen_lines(lines)
+
+    def _text_column(self, text: str) -> int:
+        """The column a row's words start at (after the voice's marker, if any)."""
+        body = text.lstrip(BLANKS)
+        start = len(text) - len(body)
+        if body[:1] and body[:1] in self.voice.markers:
+            start += len(body) - len(body[1:].lstrip(BLANKS))
+        return start
+
+    def _wrapped(self, text: str, following: str, start: int) -> str | None:
+        """The text of row `following` when it goes on with row `text`, wrapped there by
+        the host: it starts at column `start` (where the words above start), and its first
+        word would not have fitted on the row above (a host wraps at word boundaries). A
+        row that starts with a directive starts one of its own."""
+        rest = following.lstrip(BLANKS)
+        if not rest or len(following) - len(rest) != start or _DIRECTIVE_HEAD.match(rest):
+            return None
+        word = rest.split(maxsplit=1)[0]
+        if len(text) + 1 + len(word) <= self._display.columns:
+            return None
+        return rest
 
     def _without_strings(self, data: bytes) -> bytes:
         """The output without DCS, APC, PM and SOS strings (pyte would draw their text:
