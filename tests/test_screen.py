@@ -67,13 +67,25 @@ def test_the_fixtures_are_all_there() -> None:
     assert hosts == {"claude", "gemini"}
 
 
-@pytest.mark.parametrize("stream", STREAMS)
-def test_a_real_stream_read_at_its_end(stream: str) -> None:
+def replayed(
+    stream: str, *, pause_after_frames: bool
+) -> tuple[ScreenReader, DirectiveScanner, list[object]]:
+    """Feed a recorded stream frame by frame; read the screen after each frame when the
+    host is to have paused there. The directives found on the way."""
     meta, data = load(stream)
     reader, scanner = reader_for(meta)
-    directives = []
+    directives: list[object] = []
     for frame in replay_agent.frames(data, meta["host"]):
         reader.feed(frame)
+        if pause_after_frames:
+            directives += reader.settle()
+    return reader, scanner, directives
+
+
+@pytest.mark.parametrize("stream", STREAMS)
+def test_a_real_stream_read_at_its_end(stream: str) -> None:
+    reader, scanner, directives = replayed(stream, pause_after_frames=False)
+    assert directives == []
     directives += reader.settle()
     directives += reader.settle()  # the same screen again: nothing twice
     directives += reader.settle(final=True)
@@ -88,12 +100,7 @@ def test_a_real_stream_read_at_its_end(stream: str) -> None:
 def test_a_real_stream_read_after_every_frame(stream: str) -> None:
     """As if the host paused after each frame: a half-streamed line (`✦ @deploy:stagin`)
     is on the screen many times, but always with the host's interrupt hint."""
-    meta, data = load(stream)
-    reader, _ = reader_for(meta)
-    directives = []
-    for frame in replay_agent.frames(data, meta["host"]):
-        reader.feed(frame)
-        directives += reader.settle()
+    reader, _, directives = replayed(stream, pause_after_frames=True)
     directives += reader.settle(final=True)
     assert found(directives) == expected(stream)
 

@@ -336,4 +336,7 @@ def _mark_hooked(session_id: str, env: Mapping[str, str]) -> None:
         marker.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         marker.touch()
     except OSError:
-        pass  # relay run then reads the terminal as well; its de-duplication is by position
+        # relay run cannot tell that the hooks read this session: it then also dispatches
+        # the directives it reads on the screen (an unwritable state folder; the hook's own
+        # answer is unaffected, and a marker written at a later event ends it).
+        pass

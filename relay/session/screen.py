@@ -124,24 +124,23 @@ class _Display(pyte.Screen):
         super().erase_in_display(how, *args, **kwargs)
 
     def set_mode(self, *modes: int, **kwargs: Any) -> None:
-        if kwargs.get("private"):
-            if _ALTERNATE_SCREENS.intersection(modes):
-                self._ended(True)
-                self.reset()
-                return
-            if _SYNCHRONIZED in modes:
-                self._framed(True)
-        super().set_mode(*modes, **kwargs)
+        if not (kwargs.get("private") and self._private_mode(modes, on=True)):
+            super().set_mode(*modes, **kwargs)
 
     def reset_mode(self, *modes: int, **kwargs: Any) -> None:
-        if kwargs.get("private"):
-            if _ALTERNATE_SCREENS.intersection(modes):
-                self._ended(True)
-                self.reset()
-                return
-            if _SYNCHRONIZED in modes:
-                self._framed(False)
-        super().reset_mode(*modes, **kwargs)
+        if not (kwargs.get("private") and self._private_mode(modes, on=False)):
+            super().reset_mode(*modes, **kwargs)
+
+    def _private_mode(self, modes: tuple[int, ...], *, on: bool) -> bool:
+        """A screen switch (a fresh display; True: handled) or a synchronized frame's
+        start or end (told, then left to pyte)."""
+        if _ALTERNATE_SCREENS.intersection(modes):
+            self._ended(True)
+            self.reset()
+            return True
+        if _SYNCHRONIZED in modes:
+            self._framed(on)
+        return False
 
 
 class ScreenReader:
