@@ -263,3 +263,38 @@ def test_mail_and_assistant_directives_go_through_gemini_hooks(gemini: Gemini) -
     last = json.dumps(run.main_requests[-1].json, ensure_ascii=False)
     assert "relay ran the directives in your last message" in last
     assert "gemini said this #g" in gemini.relay("memory", "list").stdout
+
+
+def test_gemini_calls_relays_mcp_tools_that_install_registered(gemini: Gemini) -> None:
+    from relay.services.messaging.mailbox import SqliteMailbox
+
+    mailbox = SqliteMailbox()
+    try:
+        mailbox.register_agent("Bob", team="default", session_id="bob")
+        mailbox.set_presence("Bob", team="default", session_id="bob", state="offline")
+    finally:
+        mailbox.close()
+    assert "mcp: added" in gemini.install()
+    run = run_gemini(
+        gemini.project,
+        "remember and tell Bob",
+        [
+            FunctionCall("mcp_relay_memory_save", {"content": "saved by a Gemini tool call #mcp"}),
+            FunctionCall("mcp_relay_send_message", {"to": "Bob", "body": "MCP-HELLO from Alice"}),
+        ],
+        home=gemini.home,
+        env={"RELAY_AGENT_NAME": "Alice"},
+    )
+    assert run.returncode == 0, run.describe()
+    offered = json.dumps(run.main_requests[0].json)
+    assert '"mcp_relay_memory_save"' in offered and '"mcp_relay_send_message"' in offered
+    responses = run.function_responses()
+    assert len(responses) == 2, run.describe()
+    assert "Saved to memory" in responses[0] and "Queued for Bob" in responses[1], responses
+    assert "saved by a Gemini tool call #mcp" in gemini.relay("memory", "list").stdout
+    mailbox = SqliteMailbox()
+    try:
+        [delivery] = mailbox.inbox("Bob", team="default")
+    finally:
+        mailbox.close()
+    assert (delivery.message.sender, delivery.message.body) == ("Alice", "MCP-HELLO from Alice")
