@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -41,10 +42,10 @@ def test_a_directive_in_claudes_answer_runs_once_and_one_in_a_tool_result_never(
     settings = tmp_path / "settings.json"
     answer = f"{{ cat; echo; }} >> {shlex.quote(str(handled))}; echo deployed"
     settings.write_text(json.dumps({"patterns": {"deploy": {"command": answer}}}))
-    app = MessagesApp(
-        [bash("cat notes.txt"), "@deploy:staging go now\n\nThe notes are read."],
-        final_text="Noted.",
-    )
+    # Streamed in deltas of 5 characters: a half-drawn `@deploy:stagin` is never read.
+    # The memory directive is on a continuation line of the answer (no marker, indented).
+    answer_text = "@deploy:staging go now\n\nThe notes are read.\n\n@memory:save tui said so #tui"
+    app = MessagesApp([bash("cat notes.txt"), answer_text], final_text="Noted.", pace=(5, 0.08))
     with ModelServer(app) as server:
         env = host_env(home, server.url, {"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"})
         env["TERM"] = "xterm-256color"
@@ -75,6 +76,8 @@ def test_a_directive_in_claudes_answer_runs_once_and_one_in_a_tool_result_never(
             time.sleep(3.0)  # a second dispatch (a redraw read twice) would come now
             calls = [json.loads(line) for line in handled.read_text().splitlines()]
             assert [(c["target"], c["message"]) for c in calls] == [("staging", "go now")]
+            saved = ["tui said so #tui"]
+            wait_until(lambda: _memories(env, project) == saved, 30, pane.text())
             # The handler's answer is typed into Claude Code and submitted: the model sees it.
             wait_until(
                 lambda: any(b"deployed" in r.body for r in app.main[2:]),
@@ -83,6 +86,12 @@ def test_a_directive_in_claudes_answer_runs_once_and_one_in_a_tool_result_never(
             )
         finally:
             pane.kill()
+
+
+def _memories(env: dict[str, str], project: Path) -> list[str]:
+    argv = [str(RELAY), "memory", "list", "--json", "--cwd", str(project)]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=True)
+    return [memory["content"] for memory in json.loads(done.stdout)]
 
 
 def test_alice_messages_bob_between_two_claude_tuis_and_bob_gets_it_untouched(

@@ -9,7 +9,8 @@ The script is a list of model turns, one per main-conversation request (one that
 the model tools): a `str` is a text answer, a `ToolUse` (see `bash`) a tool call, a list
 of them several calls in one answer. Other requests (titles, topic checks) get a short
 text and do not consume the script; once it is exhausted every main request gets
-`final_text`.
+`final_text`. With `pace=(chars, seconds)` a text answer is streamed in deltas of that
+many characters, that far apart, as a real model streams.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 import re
 import subprocess
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,9 +54,16 @@ Turn: TypeAlias = "str | ToolUse | Sequence[ToolUse]"
 class MessagesApp:
     """A scripted Anthropic Messages API (`POST /v1/messages`, streamed or not)."""
 
-    def __init__(self, script: Iterable[Turn], *, final_text: str = "Done.") -> None:
+    def __init__(
+        self,
+        script: Iterable[Turn],
+        *,
+        final_text: str = "Done.",
+        pace: tuple[int, float] | None = None,
+    ) -> None:
         self.script: list[Turn] = list(script)
         self.final_text = final_text
+        self.pace = pace
         self.main: list[Request] = []
         self.side: list[Request] = []
         self._lock = threading.Lock()
@@ -81,7 +90,7 @@ class MessagesApp:
         stop = "tool_use" if any(block["type"] == "tool_use" for block in blocks) else "end_turn"
         model = str(body.get("model") or MODEL)
         if body.get("stream"):
-            return Reply.sse(_stream(blocks, stop, serial, model))
+            return Reply.sse(_stream(blocks, stop, serial, model, self.pace))
         return Reply.json(
             {
                 "id": f"msg_{serial}",
@@ -112,7 +121,11 @@ def _blocks(turn: Turn, serial: int) -> list[dict[str, Any]]:
 
 
 def _stream(
-    blocks: list[dict[str, Any]], stop: str, serial: int, model: str
+    blocks: list[dict[str, Any]],
+    stop: str,
+    serial: int,
+    model: str,
+    pace: tuple[int, float] | None = None,
 ) -> Iterator[tuple[str | None, Any]]:
     yield (
         "message_start",
@@ -140,14 +153,19 @@ def _stream(
                     "content_block": {"type": "text", "text": ""},
                 },
             )
-            yield (
-                "content_block_delta",
-                {
-                    "type": "content_block_delta",
-                    "index": index,
-                    "delta": {"type": "text_delta", "text": block["text"]},
-                },
-            )
+            text: str = block["text"]
+            size, pause = pace or (len(text) or 1, 0.0)
+            for start in range(0, len(text), size):
+                if start:
+                    time.sleep(pause)
+                yield (
+                    "content_block_delta",
+                    {
+                        "type": "content_block_delta",
+                        "index": index,
+                        "delta": {"type": "text_delta", "text": text[start : start + size]},
+                    },
+                )
         else:
             yield (
                 "content_block_start",
