@@ -30,6 +30,14 @@ pytestmark = pytest.mark.slow
 RELAY = Path(sys.executable).parent / "relay"
 
 
+def _env(home: Path, url: str, relay_home: Path, **extra: str) -> dict[str, str]:
+    env = host_env(home, url, {"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", **extra})
+    env.update(TERM="xterm-256color", RELAY_HOME=str(relay_home))
+    for name in ("TMUX", "ENV"):
+        env.pop(name, None)
+    return env
+
+
 def test_a_directive_in_claudes_answer_runs_once_and_one_in_a_tool_result_never(
     tmp_path: Path, relay_home: Path
 ) -> None:
@@ -47,11 +55,7 @@ def test_a_directive_in_claudes_answer_runs_once_and_one_in_a_tool_result_never(
     answer_text = "@deploy:staging go now\n\nThe notes are read.\n\n@memory:save tui said so #tui"
     app = MessagesApp([bash("cat notes.txt"), answer_text], final_text="Noted.", pace=(5, 0.08))
     with ModelServer(app) as server:
-        env = host_env(home, server.url, {"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"})
-        env["TERM"] = "xterm-256color"
-        env["RELAY_HOME"] = str(relay_home)
-        for name in ("TMUX", "ENV"):
-            env.pop(name, None)
+        env = _env(home, server.url, relay_home)
         argv = [
             str(RELAY),
             "run",
@@ -111,11 +115,7 @@ def test_alice_messages_bob_between_two_claude_tuis_and_bob_gets_it_untouched(
                 (project / ".git").mkdir(parents=True)
                 home = tmp_path / name / "home"
                 prepare_home(home, project)
-                env = host_env(home, server.url, {"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"})
-                env["TERM"] = "xterm-256color"
-                env["RELAY_HOME"] = str(relay_home)
-                for variable in ("TMUX", "ENV"):
-                    env.pop(variable, None)
+                env = _env(home, server.url, relay_home)
                 argv = [str(RELAY), "run", "--name", name, "--", str(claude_binary())]
                 pane = Pane(cols=100, rows=40)
                 panes.append(pane)
@@ -143,3 +143,114 @@ def test_alice_messages_bob_between_two_claude_tuis_and_bob_gets_it_untouched(
         finally:
             for pane in panes:
                 pane.kill()
+
+
+def _deploy_handler(relay_home: Path, handled: Path) -> None:
+    """A `deploy` namespace in the user settings, which relay run and the hooks both read."""
+    answer = f"{{ cat; echo; }} >> {shlex.quote(str(handled))}; echo deployed"
+    settings = {"patterns": {"deploy": {"command": answer}}}
+    (relay_home / "settings.json").write_text(json.dumps(settings))
+
+
+def _install(env: dict[str, str], project: Path) -> None:
+    argv = [str(RELAY), "install", "claude"]
+    done = subprocess.run(
+        argv, cwd=project, env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0 and "mcp: added" in done.stdout, done.stderr
+
+
+def test_with_relay_as_claudes_hooks_a_directive_runs_once_from_the_hooks_not_the_screen(
+    tmp_path: Path, relay_home: Path
+) -> None:
+    """relay run wraps a Claude Code that runs relay as its hooks: the directive in the
+    answer is run at Stop from the assistant's text, and the screen leaves it alone."""
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    home = tmp_path / "home"
+    prepare_home(home, project)
+    handled = tmp_path / "deploy.jsonl"
+    _deploy_handler(relay_home, handled)
+    app = MessagesApp(["@deploy:staging go now"], final_text="Noted.")
+    with ModelServer(app) as server:
+        env = _env(home, server.url, relay_home)
+        _install(env, project)
+        argv = [str(RELAY), "run", "--name", "Alice", "--", str(claude_binary())]
+        pane = Pane(cols=100, rows=40)
+        try:
+            pane.start(env)
+            pane.run(f"cd {shlex.quote(str(project))} && {shlex.join(argv)}")
+            pane.wait_for("❯", timeout=60)
+            time.sleep(1.0)
+            pane.type("Deploy to staging")
+            pane.enter()
+            wait_until(handled.exists, 90, f"no deploy dispatched:\n{pane.text()}")
+            # The Stop hook's block hands the answer to the model in its next turn.
+            wait_until(
+                lambda: any(b"relay ran the directives" in r.body for r in app.main[1:]),
+                60,
+                f"the hook channel did not run it:\n{pane.text()}",
+            )
+            time.sleep(3.0)  # the screen model reads the answer at the pause
+            calls = [json.loads(line) for line in handled.read_text().splitlines()]
+            assert [(c["target"], c["message"]) for c in calls] == [("staging", "go now")]
+            # The screen model did read it, and left it to the hooks (in the transcript,
+            # complete once the session has ended).
+            pane.type("/exit")
+            pane.enter()
+            state = relay_home / "state" / "sessions"
+            wait_until(lambda: not (state / "Alice.json").exists(), 30, pane.text())
+            left = [
+                entry["text"]
+                for entry in map(
+                    json.loads, (state / "Alice.transcript.jsonl").read_text().splitlines()
+                )
+                if entry.get("kind") == "left-to-hooks"
+            ]
+            assert left == ["● @deploy:staging go now"], left
+        finally:
+            pane.kill()
+
+
+def test_an_idle_claude_with_relay_installed_is_woken_by_mail_with_no_key_pressed(
+    tmp_path: Path, relay_home: Path
+) -> None:
+    """Claude Code alone (no relay run) with `relay install claude`: mail sent to its
+    agent while it waits for its human reaches the model through the asyncRewake waiter."""
+    from relay.services.messaging.mailbox import SqliteMailbox
+
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    home = tmp_path / "home"
+    prepare_home(home, project)
+    app = MessagesApp(["On it."], final_text="Done.")
+    with ModelServer(app) as server:
+        env = _env(home, server.url, relay_home, RELAY_AGENT_NAME="Bob")
+        _install(env, project)
+        pane = Pane(cols=100, rows=40)
+        try:
+            pane.start(env)
+            pane.run(f"cd {shlex.quote(str(project))} && {shlex.quote(str(claude_binary()))}")
+            pane.wait_for("❯", timeout=60)
+            waiters = relay_home / "state" / "hosts"
+            wait_until(lambda: any(waiters.glob("*.waiter")), 60, "no waiter started")
+            time.sleep(1.0)
+            assert app.main == [], "the model was called before any mail"
+            send = [str(RELAY), "send", "--as", "Alice", "Bob", "WAKE-MAIL: review PR 12"]
+            done = subprocess.run(
+                send, env=env, capture_output=True, text=True, timeout=60, check=False
+            )
+            assert done.returncode == 0, done.stderr
+            wait_until(
+                lambda: any(b"WAKE-MAIL: review PR 12" in r.body for r in app.main),
+                60,
+                f"the idle model was never woken:\n{pane.text()}",
+            )
+            mailbox = SqliteMailbox()
+            try:
+                [delivery] = mailbox.inbox("Bob", team="default")
+            finally:
+                mailbox.close()
+            assert delivery.state == "acked"
+        finally:
+            pane.kill()
