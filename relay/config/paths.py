@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 APP_NAME = "agent-relay"
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
 DEFAULT_SYSTEM_SETTINGS = Path("/etc/agent-relay/settings.json")
 PROJECT_DIR_NAME = ".relay"
 
@@ -35,6 +37,31 @@ def state_dir(env: Mapping[str, str] | None = None) -> Path:
     if home:
         return _expand_user(home, env) / "state"
     return Path(_platform_dir("user_state_dir", "XDG_STATE_HOME", ".local/state", env))
+
+
+def private_dir(path: Path) -> Path:
+    """Create `path` (with its parents) and make it 0700 whatever the umask: relay's state
+    holds prompts, tool commands and messages, readable by the user alone. A folder that
+    exists already is tightened when it is the user's own. Raises OSError."""
+    path.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+    info = path.stat()
+    if info.st_mode & 0o777 != PRIVATE_DIR_MODE and info.st_uid == os.getuid():
+        os.chmod(path, PRIVATE_DIR_MODE)
+    return path
+
+
+def private_file(path: Path) -> Path:
+    """Make `path` exist as a 0600 file (created empty; an existing one of the user's is
+    tightened) before a library that creates files with the umask's mode (SQLite) opens
+    it; SQLite gives its -wal and -shm files the database's mode. Raises OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+    try:
+        info = os.fstat(fd)
+        if info.st_mode & 0o777 != PRIVATE_FILE_MODE and info.st_uid == os.getuid():
+            os.fchmod(fd, PRIVATE_FILE_MODE)
+    finally:
+        os.close(fd)
+    return path
 
 
 def system_settings_path(env: Mapping[str, str] | None = None) -> Path:
