@@ -372,6 +372,33 @@ def test_fail_closed_turns_errors_into_deny(
     assert result.reason == "hook strict failed and is failClosed: hook exited with code 1: crashed"
 
 
+def test_output_that_opens_like_json_but_does_not_parse_is_a_protocol_error(
+    project: Path, user_settings: Callable[..., Path]
+) -> None:
+    """A failClosed guard printing NaN denies (it was plain text, and the deny was lost);
+    a log line that opens with `[` is an error too, text that does not open like JSON is
+    still plain text."""
+    nan = '{"decision": "deny", "reason": "risky", "score": NaN}'
+    user_settings(
+        {
+            "BeforeTool": [
+                group(
+                    answer_hook(nan, 0, name="strict", failClosed=True),
+                    answer_hook("[INFO] checked", 0, name="logger"),
+                    answer_hook("nothing to add", 0, name="chatty"),
+                )
+            ]
+        }
+    )
+    result = fire(make(project), "BeforeTool", {"tool_name": "Bash"})
+    assert result.decision == "deny"
+    assert result.reason is not None and "hook strict failed and is failClosed" in result.reason
+    assert "JSON has no NaN or Infinity" in result.reason
+    assert [e.hook for e in result.errors] == ["strict", "logger"]
+    assert "unreadable JSON" in result.errors[1].message
+    assert result.systemMessage == "nothing to add"
+
+
 def test_timeout_missing_and_non_executable(
     project: Path, user_settings: Callable[..., Path], tmp_path: Path
 ) -> None:

@@ -7,6 +7,7 @@ approve/block) are folded into relay's meaning here, so the aggregator sees one 
 from __future__ import annotations
 
 import contextlib
+import re
 from typing import Any
 
 import msgspec
@@ -62,6 +63,9 @@ class ProtocolError(ValueError):
         super().__init__(f"{path}: {message}" if path != "$" else message)
 
 
+_NON_JSON_NUMBER = re.compile(rb"[:\[,]\s*-?(?:NaN|Infinity)\b")
+
+
 def first_lines(data: bytes | str, limit: int = STDERR_LINES_IN_ERRORS) -> str:
     """The first lines of a hook's stderr, for an error message."""
     text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
@@ -82,9 +86,12 @@ def decode_output(stdout: bytes) -> tuple[dict[str, Any] | None, str | None]:
     try:
         value = decode_json(text)
     except JsonDecodeError as exc:
-        if exc.syntax:
+        if exc.syntax and text[:1] not in b"{[":
             return None, text.decode("utf-8", "replace")  # not JSON: plain text
-        raise ProtocolError(f"unreadable JSON: {exc}") from None
+        # Text that opens like a JSON object or array was meant as one: reading it as
+        # plain text would silently drop its decision (a failClosed guard would allow).
+        hint = "; JSON has no NaN or Infinity" if _NON_JSON_NUMBER.search(text) else ""
+        raise ProtocolError(f"unreadable JSON: {exc}{hint}") from None
     if isinstance(value, str):
         # A JSON string whose content is a JSON object is decoded once more.
         with contextlib.suppress(JsonDecodeError):
