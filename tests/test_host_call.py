@@ -117,6 +117,34 @@ def test_a_broken_project_file_leaves_the_user_guard_working(
     assert "did not run" in answered["systemMessage"]
 
 
+def test_an_oversized_project_file_is_refused_unread_and_the_user_guard_works(
+    project: Path, relay_home: Path
+) -> None:
+    """100 MB under an unknown key (it took 53 s and 12 GB on every tool call): refused
+    after reading at most the cap. Sparse, so the test writes nothing."""
+    user_guard(relay_home)
+    huge = write(project / ".relay" / "settings.json", '{"hooks": {"PreToolUse": []}, "x": "')
+    with huge.open("r+b") as stream:
+        stream.truncate(100 * 1024 * 1024)
+    answered = out(call(project, "claude", "PreToolUse", BASH_RM))
+    assert answered["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert str(huge) in answered["systemMessage"]
+    assert "settings file is larger than 4 MiB; not read" in answered["systemMessage"]
+
+
+def test_a_project_file_with_too_many_hooks_is_refused(project: Path, relay_home: Path) -> None:
+    user_guard(relay_home)
+    many = [{"command": "true", "name": f"h{index}"} for index in range(1001)]
+    crowded = write(project / ".relay" / "settings.json", {"hooks": hooks("PreToolUse", *many)})
+    answered = out(call(project, "claude", "PreToolUse", BASH_RM))
+    assert answered["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert str(crowded) in answered["systemMessage"]
+    assert (
+        "too many hooks: 1001 hook entries and patterns (the limit is 1000)"
+        in (answered["systemMessage"])
+    )
+
+
 def test_a_broken_project_file_is_mentioned_where_it_matters(
     project: Path, relay_home: Path
 ) -> None:

@@ -11,7 +11,12 @@ from typing import TypeVar
 import msgspec
 
 from relay.config.filecache import FileCache
-from relay.config.loader import SettingsReport, check_settings, load_settings_file
+from relay.config.loader import (
+    MAX_SETTINGS_BYTES,
+    SettingsReport,
+    check_settings,
+    load_settings_file,
+)
 from relay.config.model import TRUST_REQUIRED, ConfigWarning, LoadedSettings, Scope
 from relay.config.paths import PROJECT_DIR_NAME, find_project_root, relay_home, system_settings_path
 from relay.errors import SettingsError
@@ -59,7 +64,10 @@ SettingsCache = FileCache[SettingsReport]
 
 def settings_cache() -> SettingsCache:
     """An empty cache of parsed settings files."""
-    return FileCache(lambda path, data: check_settings(data, file=str(path), scope="user"))
+    return FileCache(
+        lambda path, data: check_settings(data, file=str(path), scope="user"),
+        limit=MAX_SETTINGS_BYTES,
+    )
 
 
 def settings_from_environment(env: Mapping[str, str] | None = None) -> list[Path]:

@@ -33,8 +33,11 @@ def identity_of(status: os.stat_result) -> Identity:
 class FileCache(Generic[T]):
     """`derive(bytes)` of files by path, recomputed when a file's identity changes. Thread-safe."""
 
-    def __init__(self, derive: Callable[[Path, bytes], T]) -> None:
+    def __init__(self, derive: Callable[[Path, bytes], T], *, limit: int | None = None) -> None:
+        """`limit`: read at most this many bytes and one more, so `derive` can tell a file
+        that is too large without the whole of it being read."""
         self._derive = derive
+        self._limit = -1 if limit is None else limit + 1
         self._entries: dict[str, tuple[Identity, T]] = {}
         self._lock = threading.Lock()
 
@@ -50,7 +53,7 @@ class FileCache(Generic[T]):
             identity = identity_of(status)
             if cached is not None and cached[0] == identity:
                 return cached[1]
-            value = self._derive(path, stream.read())
+            value = self._derive(path, stream.read(self._limit))
         newest = max(status.st_mtime_ns, status.st_ctime_ns) / 1e9
         if time.time() - newest >= RACY_SECONDS:
             with self._lock:

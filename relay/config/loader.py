@@ -35,6 +35,12 @@ Segment = str | int
 FieldPath = tuple[Segment, ...]
 """Where a value sits in a settings file: keys and list indexes from the top."""
 
+MAX_SETTINGS_BYTES = 4 * 1024 * 1024
+"""A settings file larger than this is refused unread (a hostile project file must not
+cost every event seconds and gigabytes)."""
+MAX_HOOKS = 1000
+"""At most this many hook entries and patterns in one settings file."""
+
 BUILTIN_NAMESPACES: frozenset[str] = frozenset({"relay", "memory"})
 IGNORED_TOP_LEVEL_KEYS: frozenset[str] = frozenset({"$schema"})
 
@@ -90,7 +96,12 @@ def parse_settings(data: bytes, *, file: str, scope: Scope) -> LoadedSettings:
 def check_settings(data: bytes, *, file: str, scope: Scope) -> SettingsReport:
     """Decode and validate the bytes of one settings file, collecting every error and warning."""
     try:
+        if len(data) > MAX_SETTINGS_BYTES:
+            limit = f"{MAX_SETTINGS_BYTES // (1024 * 1024)} MiB"
+            raise SettingsError(f"settings file is larger than {limit}; not read", file=file)
         text, document = decode_document(data, file=file)
+        if document is not _EMPTY:
+            _check_hook_count(document, file)
     except SettingsError as exc:
         # Malformed JSON stops here: nothing after the first syntax error can be trusted.
         return SettingsReport(file=file, scope=scope, errors=[exc])
@@ -168,11 +179,36 @@ def is_empty_document(document: Any) -> bool:
 
 
 def _read_bytes(path: Path) -> bytes:
+    """The file's bytes, at most one past the cap (the check refuses that many)."""
     try:
-        return path.read_bytes()
+        with path.open("rb") as stream:
+            return stream.read(MAX_SETTINGS_BYTES + 1)
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise SettingsError(f"cannot read settings file: {reason}", file=str(path)) from None
+
+
+
+
+def _check_hook_count(document: Any, file: str) -> None:
+    """Refuse a file with more than MAX_HOOKS hook entries and patterns (counted on the raw
+    document, before any validation work is spent on them)."""
+    if not isinstance(document, dict):
+        return
+    count = 0
+    events = document.get("hooks")
+    if isinstance(events, dict):
+        for groups in events.values():
+            for group in groups if isinstance(groups, list) else ():
+                entries = group.get("hooks") if isinstance(group, dict) else None
+                count += len(entries) if isinstance(entries, list) else 0
+    patterns = document.get("patterns")
+    count += len(patterns) if isinstance(patterns, dict) else 0
+    if count > MAX_HOOKS:
+        raise SettingsError(
+            f"too many hooks: {count} hook entries and patterns (the limit is {MAX_HOOKS})",
+            file=file,
+        )
 
 
 def validate_matcher(matcher: str) -> str | None:
