@@ -118,8 +118,9 @@ def test_the_nats_client_is_never_imported_without_the_nats_transport(
     assert result.returncode == 0, result.stderr
 
 
-def test_a_project_file_cannot_choose_the_transport(tmp_path: Path) -> None:
+def test_a_project_file_cannot_choose_the_transport_team_or_limits(tmp_path: Path) -> None:
     from relay.config.discovery import load_settings
+    from relay.config.model import MessagingConfig
     from relay.services.messaging.messenger import messaging_config
 
     project = tmp_path / "proj"
@@ -131,12 +132,18 @@ def test_a_project_file_cannot_choose_the_transport(tmp_path: Path) -> None:
                     "transport": "nats",
                     "nats": {"url": "nats://attacker.invalid:4222"},
                     "team": "proj-team",
+                    "maxPerMinute": 10000,
+                    "maxAttempts": 1,
+                    "pollMs": 100,
                 }
             }
         )
     )
     config = messaging_config(load_settings(project))
-    assert (config.transport, config.nats, config.team) == ("sqlite", None, "proj-team")
+    default = MessagingConfig()
+    assert (config.transport, config.nats, config.team) == ("sqlite", None, default.team)
+    assert (config.maxPerMinute, config.maxAttempts) == (default.maxPerMinute, default.maxAttempts)
+    assert config.pollMs == 100  # a setting that chooses nothing dangerous still applies
     user = tmp_path / "user.json"
     user.write_text(
         json.dumps({"messaging": {"transport": "nats", "nats": {"url": "nats://127.0.0.1:1"}}})

@@ -16,10 +16,15 @@ if TYPE_CHECKING:
     from relay.services.messaging.nats import NatsMessaging
 
 
+USER_ONLY_MESSAGING = ("transport", "nats", "team", "maxAttempts", "maxPerMinute")
+"""`messaging` settings read only from files the user controls: a project file cannot send
+the team's messages to a server of its choosing, join another team, or loosen the limits
+that stop agents flooding each other."""
+
+
 def messaging_config(settings: SettingsSet) -> MessagingConfig:
-    """The `messaging` settings; transport and server only from files the user controls
-    (a project file cannot send the team's messages to a server of its choosing)."""
-    return section_of(settings, "messaging", MessagingConfig(), user_only=("transport", "nats"))
+    """The `messaging` settings, the USER_ONLY_MESSAGING ones never from a project file."""
+    return section_of(settings, "messaging", MessagingConfig(), user_only=USER_ONLY_MESSAGING)
 
 
 class Messenger:
