@@ -278,6 +278,30 @@ def _sessions(relay_home: Path) -> list[Any]:
     return list_sessions()
 
 
+def test_headless_ends_with_the_agent_while_relays_stdin_stays_open(
+    project: Path, relay_home: Path
+) -> None:
+    """A supervisor's pipe on relay's stdin, never closed: the session still ends with
+    the agent's exit code once the agent exits (it waited for the pipe to close)."""
+    process = subprocess.Popen(
+        [RELAY, "run", "--headless", "--cwd", str(project), "--", "sh", "-c", "echo bye; exit 7"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        started = time.monotonic()
+        code = process.wait(timeout=60)
+        elapsed = time.monotonic() - started
+        assert process.stdout is not None
+        assert (code, process.stdout.read()) == (7, b"bye\n")
+        print(f"ended {elapsed:.2f} s after start with stdin open")
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.communicate()  # closes the pipes
+
+
 def test_a_missing_agent_is_a_clear_error(project: Path) -> None:
     done = subprocess.run(
         [RELAY, "run", "--headless", "--cwd", str(project), "--", "no-such-agent-xyz"],

@@ -14,6 +14,7 @@ import math
 import os
 import re
 import signal
+import stat
 import sys
 import time
 import uuid
@@ -411,11 +412,17 @@ class Session:
         async def forward_stdin() -> None:
             if self.stdin_fd < 0:
                 return
+            pollable = _pollable(self.stdin_fd)
             while True:
-                # A thread: stdin may be a file or /dev/null, which epoll refuses to watch.
-                data = await anyio.to_thread.run_sync(
-                    _read_some, self.stdin_fd, abandon_on_cancel=True
-                )
+                if pollable:
+                    # Waited for in the event loop, never in a thread: a supervisor's pipe
+                    # that stays open must not keep relay alive once the agent has gone.
+                    await anyio.wait_readable(self.stdin_fd)
+                    data = _read_some(self.stdin_fd)
+                else:
+                    # A regular file or /dev/null, which epoll refuses to watch; reading
+                    # them never waits, so a thread is enough.
+                    data = await anyio.to_thread.run_sync(_read_some, self.stdin_fd)
                 if not data:
                     return
                 injector.observe_input(data)
@@ -708,6 +715,15 @@ def _safe_name(name: str) -> str:
     """`name` with what an agent name may not hold replaced by '-' (python3.11 -> python3-11)."""
     safe = re.sub(r"[^A-Za-z0-9_-]", "-", name).strip("-_")[:64] or "agent"
     return safe if safe != SYSTEM_SENDER else "relay-agent"
+
+
+def _pollable(fd: int) -> bool:
+    """Whether `fd` can be waited for by the event loop (a pipe, socket or terminal)."""
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd)
 
 
 def _read_some(fd: int) -> bytes:
