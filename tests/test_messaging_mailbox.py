@@ -58,8 +58,11 @@ def test_send_claim_ack(box: SqliteMailbox) -> None:
     sent, recipients = box.send(team=TEAM, sender="Alice", recipient="Bob", body="hi", thread="t")
     assert recipients == ["Bob"]
     [handed] = box.claim("Bob", team=TEAM, session_id="s1")
-    assert (handed.message, handed.state, handed.attempts) == (sent, "handed", 1)
+    # Claimed is not yet an attempt: that counts when the message reaches the agent.
+    assert (handed.message, handed.state, handed.attempts) == (sent, "handed", 0)
     assert box.claim("Bob", team=TEAM, session_id="s1") == []  # never twice to one session
+    assert box.typed(sent.id, "Bob", team=TEAM, session_id="s1")
+    assert not box.typed(sent.id, "Bob", team=TEAM, session_id="other")
     assert box.ack(sent.id, "Bob", team=TEAM, evidence="marker")
     assert not box.ack(sent.id, "Bob", team=TEAM, evidence="marker")
     assert box.claim("Bob", team=TEAM, session_id="s2") == []
@@ -103,18 +106,32 @@ def test_bad_messages_are_refused_with_what_is_wrong(box: SqliteMailbox) -> None
 
 def test_per_sender_order_across_sessions_and_retries(box: SqliteMailbox) -> None:
     sent = [box.send(team=TEAM, sender="Alice", recipient="Bob", body=str(n))[0] for n in range(5)]
-    first = box.claim("Bob", team=TEAM, session_id="s1", limit=2)
-    assert [d.message.body for d in first] == ["0", "1"]
+    first = box.claim("Bob", team=TEAM, session_id="s1", limit=3)
+    assert [d.message.body for d in first] == ["0", "1", "2"]
+    for message in sent[:2]:
+        box.typed(message.id, "Bob", team=TEAM, session_id="s1")
     box.ack(sent[0].id, "Bob", team=TEAM, evidence="output")
-    # s1 died with "1" handed: the next session gets it again, before the rest.
+    # s1 died with "1" typed and "2" claimed only: the next session gets both again,
+    # before the rest, and only "1" has an attempt counted.
     again = box.claim("Bob", team=TEAM, session_id="s2")
-    assert [(d.message.body, d.attempts) for d in again] == [("1", 2), ("2", 1), ("3", 1), ("4", 1)]
+    assert [(d.message.body, d.attempts) for d in again] == [("1", 1), ("2", 0), ("3", 0), ("4", 0)]
+
+
+def test_a_clean_end_releases_what_was_claimed_but_never_typed(box: SqliteMailbox) -> None:
+    sent = [box.send(team=TEAM, sender="Alice", recipient="Bob", body=str(n))[0] for n in range(3)]
+    assert len(box.claim("Bob", team=TEAM, session_id="s1")) == 3
+    box.typed(sent[0].id, "Bob", team=TEAM, session_id="s1")
+    assert box.release("Bob", [m.id for m in sent[1:]], team=TEAM, session_id="s1") == 2
+    states = [(d.state, d.attempts) for d in box.inbox("Bob", team=TEAM)]
+    assert states == [("handed", 1), ("queued", 0), ("queued", 0)]
+    assert box.release("Bob", [sent[1].id], team=TEAM, session_id="s1") == 0
 
 
 def test_dead_after_max_attempts_and_the_sender_is_told(box: SqliteMailbox) -> None:
     sent, _ = box.send(team=TEAM, sender="Alice", recipient="Bob", body="hello")
     for session in ("s1", "s2", "s3"):
         assert len(box.claim("Bob", team=TEAM, session_id=session)) == 1
+        box.typed(sent.id, "Bob", team=TEAM, session_id=session)
     assert box.claim("Bob", team=TEAM, session_id="s4") == []
     delivery = box.delivery(sent.id, "Bob", team=TEAM)
     assert delivery is not None and delivery.state == "dead"

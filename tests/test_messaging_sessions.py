@@ -299,3 +299,74 @@ def test_a_broken_mailbox_never_stops_the_session(
     [(_, answer)] = reads(record)
     assert answer.startswith("✗ Not sent: messaging is unavailable in this session (")
     assert "messages.db: cannot use the mailbox" in answer
+
+
+def test_six_kills_during_a_backlog_lose_nothing_and_kill_nothing(
+    tmp_path: Path, fast_settings: Path, mailbox: SqliteMailbox
+) -> None:
+    """60 messages queued; six `relay run` sessions SIGKILLed while typing them, one that
+    quits normally; then a session that runs to the end: none dead, none typed twice in
+    one session, all 60 delivered."""
+    sender = SqliteMailbox(mailbox.path, max_per_minute=1000)
+    sender.register_agent("Bob", team="default", session_id="earlier", pid=999_999_999)
+    sent = [
+        sender.send(team="default", sender="carol", recipient="Bob", body=f"message {n}")[0]
+        for n in range(60)
+    ]
+    sender.close()
+    by_marker = {message.short_id: message.id for message in sent}
+    steps: list[dict[str, Any]] = [{"print": "ready"}]
+    steps += [{"read": f"r{n}"} for n in range(80)]
+
+    def ids_read(record: Path) -> list[str]:
+        found = []
+        for _, line in reads(record):
+            if line.startswith("Relay message from carol ["):
+                found.append(by_marker[line.split("[", 1)[1].split("]", 1)[0]])
+        return found
+
+    records = []
+    for kill in range(6):
+        record = tmp_path / f"killed-{kill}.jsonl"
+        records.append(record)
+        process = start_relay_run("Bob", steps, record, settings=[fast_settings])
+        wait_for(lambda record=record, kill=kill: len(reads(record)) >= 3 + kill, "typing")
+        os.kill(process.pid, signal.SIGKILL)
+        process.communicate(timeout=10)
+    # A normal quit with a backlog: what it claimed and never typed goes back, untouched.
+    record = tmp_path / "quits.jsonl"
+    records.append(record)
+    quits = start_relay_run(
+        "Bob",
+        [{"print": "ready"}, {"read": "a"}, {"read": "b"}, {"print": "bye"}, {"exit": 0}],
+        record,
+        settings=[fast_settings],
+    )
+    assert finish(quits)[0] == 0
+    waiting = mailbox.inbox("Bob", team="default", states=["queued", "handed"])
+    assert waiting and all(d.attempts <= 1 for d in waiting)
+    assert [d for d in waiting if d.state == "queued" and d.attempts == 0]
+    assert not [d for d in waiting if d.state == "handed" and d.attempts == 0]
+
+    record = tmp_path / "last.jsonl"
+    records.append(record)
+    last = start_relay_run("Bob", steps, record, settings=[fast_settings])
+    try:
+        wait_for(
+            lambda: all(
+                d.state == "acked" for d in mailbox.inbox("Bob", team="default", limit=100)
+            ),
+            "all 60 to be acknowledged",
+            timeout=120,
+        )
+    finally:
+        last.terminate()
+        finish(last)
+    deliveries = mailbox.inbox("Bob", team="default", limit=100)
+    assert len(deliveries) == 60
+    assert [d.state for d in deliveries] == ["acked"] * 60  # none dead
+    for each in records:
+        typed = ids_read(each)
+        assert len(typed) == len(set(typed)), f"{each.name} typed a message twice"
+    assert {i for each in records for i in ids_read(each)} == {m.id for m in sent}
+    assert max(d.attempts for d in deliveries) <= 2

@@ -144,6 +144,8 @@ class HostTurn:
         return anyio.run(self._run, result)
 
     async def _run(self, result: AggregatedResult) -> Callable[[], None] | None:
+        import anyio
+
         from relay.mcp.channel import Channel, ChannelError
 
         try:
@@ -202,6 +204,9 @@ class HostTurn:
             return lambda: _acknowledge(channel, mail, evidence)
         finally:
             if not handed:  # else closed once the mail is acknowledged
+                if mail:  # taken but never returned to the host: queued again
+                    with contextlib.suppress(Exception), anyio.CancelScope(shield=True):
+                        await channel.release(mail)
                 channel.close()
 
     async def _directive(self, channel: Any, directive: Directive) -> str:

@@ -263,9 +263,20 @@ class Channel:
         name = self._agent("read its messages")
         mailbox, team = self.messenger.mailbox, self.messenger.team
         for message_id, _ in mail:
+            # Handed over and taken in at once: the attempt counts here, not at the claim.
             await anyio.to_thread.run_sync(
-                partial(mailbox.ack, message_id, name, team=team, evidence=evidence)
+                partial(mailbox.ack, message_id, name, team=team, evidence=evidence, attempt=True)
             )
+
+    async def release(self, mail: list[tuple[str, str]]) -> None:
+        """`take_mail` returned messages that never reached the agent: queue them again."""
+        if self.name is None or not mail:
+            return
+        mailbox, team, name = self.messenger.mailbox, self.messenger.team, self.name
+        ids = [message_id for message_id, _ in mail]
+        await anyio.to_thread.run_sync(
+            partial(mailbox.release, name, ids, team=team, session_id=self.session_id)
+        )
 
     async def list_agents(self) -> str:
         try:

@@ -7,6 +7,11 @@ failing that, output of any kind within `ackTimeoutSeconds` after it, acknowledg
 that time is up. Until then the delivery stays handed: a session that dies first leaves
 it for the next session of that agent, which gets it again (the mailbox never hands one
 delivery twice to one session).
+
+Attempts: claiming mail counts nothing; an attempt is recorded when the injector has
+typed the message in (its Enter written). A session killed with a backlog it never
+typed therefore leaves that backlog as it was, and a session that ends cleanly releases
+it (queued again) for the next one.
 """
 
 from __future__ import annotations
@@ -82,7 +87,10 @@ class SessionInbox:
         self._config = messenger.config
         self._awaiting: dict[str, _Awaiting] = {}
         self._tail = b""
-        self._to_ack: list[tuple[str, str]] = []
+        self._claimed: dict[str, None] = {}
+        """Message ids claimed and handed to the injector, not yet typed (in order)."""
+        self._to_ack: list[tuple[str, str | None]] = []
+        """Writes waiting, in order: (id, evidence) an acknowledgement, (id, None) a typing."""
         self._ack_ready = anyio.Event()
         self._state: AgentState = "live"
         self._presence_changed = anyio.Event()
@@ -140,6 +148,20 @@ class SessionInbox:
             if awaiting.output_at is not None:
                 self._acknowledge(key, "output")
         await self._write_acks()
+        untyped, self._claimed = list(self._claimed), {}
+        try:
+            # Claimed but never typed (a backlog at the end): queued again, no attempt spent.
+            await anyio.to_thread.run_sync(
+                partial(
+                    self.mailbox.release,
+                    self.name,
+                    untyped,
+                    team=self.team,
+                    session_id=self.session_id,
+                )
+            )
+        except MessagingError as exc:  # left handed: the next session claims it anyway
+            self._tell(f"messaging: {exc}")
         try:
             await anyio.to_thread.run_sync(
                 lambda: self.mailbox.set_presence(
@@ -227,6 +249,7 @@ class SessionInbox:
                 )
             )
             for delivery in deliveries:
+                self._claimed[delivery.message.id] = None
                 await self._deliver(delivery)
             if len(deliveries) < CLAIM_BATCH:
                 return
@@ -245,6 +268,7 @@ class SessionInbox:
         )
         if result.decision == "deny":
             reason = result.reason or "a MessageReceived hook denied it"
+            self._claimed.pop(message.id, None)
             await anyio.to_thread.run_sync(
                 lambda: self.mailbox.deny(message.id, self.name, team=self.team, reason=reason)
             )
@@ -254,8 +278,10 @@ class SessionInbox:
         text = delivery_text(message, body)
         if result.inject:
             text += "\n" + result.inject
-        if not self._submit(text, message.id) and debug_enabled():
-            debug(f"messaging: {message.id} already typed in this session")
+        if not self._submit(text, message.id):
+            self._claimed.pop(message.id, None)  # typed earlier in this session: not released
+            if debug_enabled():
+                debug(f"messaging: {message.id} already typed in this session")
 
     # -- acknowledging -------------------------------------------------------------------
 
@@ -263,6 +289,10 @@ class SessionInbox:
         """The injector wrote a message's Enter: start waiting for evidence."""
         if key is None or key in self._awaiting:
             return
+        if key in self._claimed:
+            del self._claimed[key]
+            self._to_ack.append((key, None))  # the attempt counts now, before any acknowledgement
+            self._ack_ready.set()
         self._awaiting[key] = _Awaiting(
             marker=f"[{short_id(key)}]".encode(), delivered_at=time.monotonic()
         )
@@ -305,16 +335,29 @@ class SessionInbox:
             await self._write_acks()
 
     async def _write_acks(self) -> None:
-        """Write the queued acknowledgements; each leaves the queue only once written."""
+        """Write the queued typings and acknowledgements, in order; each leaves the queue
+        only once written."""
         while self._to_ack:
             key, evidence = self._to_ack[0]
             try:
-                await anyio.to_thread.run_sync(
-                    partial(self.mailbox.ack, key, self.name, team=self.team, evidence=evidence)
-                )
+                if evidence is None:
+                    await anyio.to_thread.run_sync(
+                        partial(
+                            self.mailbox.typed,
+                            key,
+                            self.name,
+                            team=self.team,
+                            session_id=self.session_id,
+                        )
+                    )
+                else:
+                    await anyio.to_thread.run_sync(
+                        partial(self.mailbox.ack, key, self.name, team=self.team, evidence=evidence)
+                    )
             except MessagingError as exc:
                 # Left handed: the next session delivers it again rather than losing it.
-                self._tell(f"messaging: could not acknowledge {key}: {exc}")
+                what = "record the typing of" if evidence is None else "acknowledge"
+                self._tell(f"messaging: could not {what} {key}: {exc}")
             self._to_ack.pop(0)
 
     # -- presence ------------------------------------------------------------------------

@@ -485,8 +485,12 @@ class SqliteMailbox:
         """Hand `name`'s waiting mail to a session, oldest first.
 
         Waiting: queued, or handed to another session that never acknowledged it (that
-        session died). A delivery handed `max_attempts` times is dead instead, and its
-        sender is told. Mail already handed to this session is never handed again.
+        session died). Claiming counts no attempt: an attempt is counted only when the
+        message actually reaches the agent (`typed`, or `ack(..., attempt=True)`), so a
+        session that dies with a backlog it never typed costs that backlog nothing. A
+        delivery that reached the agent `max_attempts` times without an acknowledgement
+        is dead instead, and its sender is told. Mail already handed to this session is
+        never handed again (until `release`d).
         """
         now = utc_now()
 
@@ -519,15 +523,11 @@ class SqliteMailbox:
                     told.add(sender)
                     continue
                 db.execute(
-                    "UPDATE deliveries SET state = 'handed', attempts = attempts + 1,"
-                    " session_id = ?, handed_at = ? WHERE team = ? AND recipient = ? AND seq = ?",
+                    "UPDATE deliveries SET state = 'handed', session_id = ?, handed_at = ?"
+                    " WHERE team = ? AND recipient = ? AND seq = ?",
                     (session_id, now, team, name, seq),
                 )
-                delivery.state, delivery.attempts, delivery.handed_at = (
-                    "handed",
-                    delivery.attempts + 1,
-                    now,
-                )
+                delivery.state, delivery.handed_at = "handed", now
                 handed.append(delivery)
             return handed, told
 
@@ -537,9 +537,60 @@ class SqliteMailbox:
         self._ring_all(team, sorted(told))
         return handed
 
-    def ack(self, message_id: str, recipient: str, *, team: str, evidence: str) -> bool:
-        """The recipient took the message in; False if it was not handed out (already acked)."""
-        return self._finish(message_id, recipient, team, "acked", evidence=evidence)
+    def typed(self, message_id: str, recipient: str, *, team: str, session_id: str) -> bool:
+        """The session typed the message into the agent (its Enter written): count the
+        attempt. False when it is no longer handed to that session."""
+
+        def work(db: sqlite3.Connection) -> bool:
+            cursor = db.execute(
+                "UPDATE deliveries SET attempts = attempts + 1, handed_at = ?"
+                " WHERE team = ? AND recipient = ? AND state = 'handed' AND session_id = ?"
+                " AND seq = (SELECT seq FROM messages WHERE id = ? AND team = ?)",
+                (utc_now(), team, recipient, session_id, message_id, team),
+            )
+            return cursor.rowcount > 0
+
+        # Not synced: a count undone by a power cut means one more try, never a loss.
+        return self._write(work, durable=False)
+
+    def release(self, name: str, message_ids: Sequence[str], *, team: str, session_id: str) -> int:
+        """Give back mail claimed by a session that never reached the agent (the session
+        ends cleanly with a backlog): queued again, for the agent's next session. Returns
+        how many were released."""
+        if not message_ids:
+            return 0
+
+        def work(db: sqlite3.Connection) -> int:
+            released = 0
+            for message_id in message_ids:
+                cursor = db.execute(
+                    "UPDATE deliveries SET state = 'queued', session_id = NULL, handed_at = NULL"
+                    " WHERE team = ? AND recipient = ? AND state = 'handed' AND session_id = ?"
+                    " AND seq = (SELECT seq FROM messages WHERE id = ? AND team = ?)",
+                    (team, name, session_id, message_id, team),
+                )
+                released += cursor.rowcount
+            return released
+
+        return self._write(work, durable=False)
+
+    def ack(
+        self,
+        message_id: str,
+        recipient: str,
+        *,
+        team: str,
+        evidence: str,
+        attempt: bool = False,
+    ) -> bool:
+        """The recipient took the message in; False if it was not handed out (already acked).
+
+        `attempt`: the message reached the agent only now, with this evidence (returned
+        in a host's hook answer, by an MCP tool, by the waiter): count the attempt too.
+        """
+        return self._finish(
+            message_id, recipient, team, "acked", evidence=evidence, attempt=attempt
+        )
 
     def deny(self, message_id: str, recipient: str, *, team: str, reason: str) -> bool:
         """A MessageReceived hook refused the message: drop it and tell the sender."""
@@ -554,6 +605,7 @@ class SqliteMailbox:
         *,
         evidence: str | None = None,
         reason: str | None = None,
+        attempt: bool = False,
     ) -> bool:
         def work(db: sqlite3.Connection) -> str | None:
             row = db.execute(
@@ -562,9 +614,10 @@ class SqliteMailbox:
             if row is None:
                 return None
             cursor = db.execute(
-                "UPDATE deliveries SET state = ?, acked_at = ?, evidence = ?, reason = ?"
-                " WHERE team = ? AND recipient = ? AND seq = ? AND state IN ('queued', 'handed')",
-                (state, utc_now(), evidence, reason, team, recipient, row[0]),
+                "UPDATE deliveries SET state = ?, acked_at = ?, evidence = ?, reason = ?,"
+                " attempts = attempts + ? WHERE team = ? AND recipient = ? AND seq = ?"
+                " AND state IN ('queued', 'handed')",
+                (state, utc_now(), evidence, reason, int(attempt), team, recipient, row[0]),
             )
             if cursor.rowcount == 0:
                 return None
