@@ -39,14 +39,23 @@ def state_dir(env: Mapping[str, str] | None = None) -> Path:
     return Path(_platform_dir("user_state_dir", "XDG_STATE_HOME", ".local/state", env))
 
 
-def private_dir(path: Path) -> Path:
-    """Create `path` (with its parents) and make it 0700 whatever the umask: relay's state
-    holds prompts, tool commands and messages, readable by the user alone. A folder that
-    exists already is tightened when it is the user's own. Raises OSError."""
+def private_dir(path: Path, *, top: Path | None = None) -> Path:
+    """Create `path` (with its parents) 0700 whatever the umask: relay's state holds
+    prompts, tool commands and messages, readable by the user alone. When `path` is in
+    `top` (default: the state folder), the folders from `top` down to `path` are
+    tightened too (when they are the user's own), so a state folder an older relay made
+    0755 becomes private; a folder elsewhere that existed is left as it is. Raises OSError."""
+    top = state_dir() if top is None else top
+    missing = [folder for folder in (path, *path.parents) if not folder.exists()]
     path.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
-    info = path.stat()
-    if info.st_mode & 0o777 != PRIVATE_DIR_MODE and info.st_uid == os.getuid():
-        os.chmod(path, PRIVATE_DIR_MODE)
+    mine = list(missing)  # what relay created is relay's; a folder of the user's is not
+    if path == top or top in path.parents:
+        mine += [top, *(folder for folder in path.parents if top in folder.parents), path]
+    uid = os.getuid()
+    for folder in dict.fromkeys(mine):
+        info = folder.stat()
+        if info.st_mode & 0o777 != PRIVATE_DIR_MODE and info.st_uid == uid:
+            os.chmod(folder, PRIVATE_DIR_MODE)
     return path
 
 

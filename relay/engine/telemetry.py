@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from relay.config.paths import state_dir
+from relay.config.paths import private_dir, private_file, state_dir
 from relay.protocol.output import AggregatedResult
 
 if TYPE_CHECKING:
@@ -231,7 +231,8 @@ class Telemetry:
     def _connect(self) -> sqlite3.Connection:
         import sqlite3
 
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path.parent)
+        private_file(self.path)  # hook inputs hold prompts and tool commands: 0600
         connection = sqlite3.connect(self.path, timeout=5, isolation_level=None)
         connection.execute("PRAGMA journal_mode=WAL")
         connection.execute("PRAGMA synchronous=NORMAL")

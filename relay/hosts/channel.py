@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from relay.config.paths import state_dir
+from relay.config.paths import private_dir, state_dir
 from relay.hosts.model import Host
 from relay.protocol.codec import EventEnvelope
 from relay.protocol.output import AggregatedResult
@@ -224,7 +224,7 @@ class HostTurn:
     def _save(self, state: _State) -> None:
         folder = self._state_file.parent
         try:
-            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            private_dir(folder)
             temporary = folder / f".{self._state_file.name}.{os.getpid()}"
             temporary.write_bytes(msgspec.json.encode(state))
             os.replace(temporary, self._state_file)
@@ -338,7 +338,7 @@ def _mark_hooked(session_id: str, env: Mapping[str, str]) -> None:
     if marker.exists():
         return
     try:
-        marker.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_dir(marker.parent)
         marker.touch()
     except OSError:
         # relay run cannot tell that the hooks read this session: it then also dispatches

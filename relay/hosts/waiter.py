@@ -27,7 +27,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from relay.config.paths import state_dir
+from relay.config.paths import private_dir, state_dir
 from relay.hosts.model import Host
 
 MAX_WAIT = 3000.0
@@ -61,7 +61,7 @@ def wait_for_mail(
     session = env.get("RELAY_SESSION_ID") or f"{host.name}:{host_session}"
     digest = hashlib.sha256(f"{host.name}\0{host_session}".encode()).hexdigest()[:24]
     lock_path = state_dir(env) / "hosts" / f"{host.name}-{digest}.waiter"
-    lock_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_dir(lock_path.parent)
     with lock_path.open("a") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)

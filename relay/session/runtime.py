@@ -237,8 +237,19 @@ class Session:
             cwd=str(self.cwd),
             started=utc_timestamp(),
         )
-        record_path = sessions.register(record)
-        self._transcript = Transcript(sessions.sessions_dir() / f"{self.name}.transcript.jsonl")
+        try:
+            record_path: Path | None = sessions.register(record)
+        except OSError as exc:
+            # A full disk or an unwritable state folder must not keep the agent from running.
+            record_path = None
+            self._tell_user(
+                f"the session record cannot be written ({exc.strerror or exc}): "
+                "`relay sessions` and `relay stop` will not see this session"
+            )
+        self._transcript = Transcript(
+            sessions.sessions_dir() / f"{self.name}.transcript.jsonl",
+            on_problem=self._tell_user,
+        )
         try:
             return await self._run()
         finally:
@@ -246,7 +257,8 @@ class Session:
                 with anyio.CancelScope(shield=True):
                     await self.inbox.close()
             self._transcript.close()
-            sessions.unregister(record_path)
+            if record_path is not None:
+                sessions.unregister(record_path)
             with contextlib.suppress(OSError):
                 sessions.hooked_marker(self.session_id).unlink(missing_ok=True)
 

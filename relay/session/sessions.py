@@ -16,7 +16,7 @@ from pathlib import Path
 
 import msgspec
 
-from relay.config.paths import state_dir
+from relay.config.paths import private_dir, state_dir
 from relay.engine.processes import process_alive
 from relay.errors import RelayError
 
@@ -82,12 +82,18 @@ def register(record: SessionRecord) -> Path:
                 f"a session named {record.name!r} is already running (pid {other.pid}); "
                 "choose another --name or `relay stop` it"
             )
-    folder = sessions_dir()
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = private_dir(sessions_dir())
     path = folder / f"{record.name}.json"
     temporary = path.with_suffix(f".{os.getpid()}.tmp")
-    temporary.write_bytes(msgspec.json.encode(record))
-    os.replace(temporary, path)
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "wb") as stream:
+            stream.write(msgspec.json.encode(record))
+        os.replace(temporary, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            temporary.unlink()  # a full disk leaves no half-written record behind
+        raise
     return path
 
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO
 
 import msgspec
 
+from relay.config.paths import PRIVATE_FILE_MODE, private_dir
 from relay.protocol.codec import utc_timestamp
 
 MAX_BYTES = 64 * 1024 * 1024
@@ -16,30 +17,66 @@ MAX_BYTES = 64 * 1024 * 1024
 
 
 class Transcript:
-    """Appends `{"time", "kind", "text"}` lines; never more than about twice MAX_BYTES on disk."""
+    """Appends `{"time", "kind", "text"}` lines; never more than about twice MAX_BYTES on disk.
 
-    def __init__(self, path: Path, *, max_bytes: int = MAX_BYTES) -> None:
+    Each entry is written as it comes (a `tail -f` sees it, a crash loses none), to a 0600
+    file. When a write fails (a full disk, a removed folder), `on_problem` is told once
+    and the transcript stops there: the session goes on, and the lines already written
+    stay whole (a line written in part is cut off again).
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        max_bytes: int = MAX_BYTES,
+        on_problem: Callable[[str], None] | None = None,
+    ) -> None:
         self.path = path
         self.max_bytes = max_bytes
-        self._file: IO[bytes] | None = None
+        self.on_problem = on_problem
+        self._fd: int | None = None
         self._size = 0
+        self._failed = False
 
     def record(self, kind: str, text: str) -> None:
         """One entry (a batch of output lines is one entry, its lines joined by newlines)."""
+        if self._failed:
+            return
         line = msgspec.json.encode({"time": utc_timestamp(), "kind": kind, "text": text}) + b"\n"
-        if self._file is None or self._size + len(line) > self.max_bytes:
-            self._open(
-                rotate=self._file is not None or self._current_size() + len(line) > self.max_bytes
-            )
-        assert self._file is not None
-        self._file.write(line)
-        self._size += len(line)
+        try:
+            if self._fd is None or self._size + len(line) > self.max_bytes:
+                self._open(
+                    rotate=self._fd is not None or self._current_size() + len(line) > self.max_bytes
+                )
+            assert self._fd is not None
+            self._append(self._fd, line)
+        except OSError as exc:
+            self._failed = True
+            self.close()
+            if self.on_problem is not None:
+                reason = exc.strerror or str(exc)
+                self.on_problem(f"the transcript {self.path} cannot be written ({reason}); stopped")
 
     def close(self) -> None:
-        """Flush and close."""
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        """Close the file (every entry is already written)."""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+    def _append(self, fd: int, line: bytes) -> None:
+        """Write the whole line, or cut the file back to where it was and raise OSError."""
+        written = 0
+        try:
+            while written < len(line):
+                written += os.write(fd, line[written:])
+        except OSError:
+            if written:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, self._size)
+            raise
+        self._size += written
 
     def _current_size(self) -> int:
         try:
@@ -49,9 +86,11 @@ class Transcript:
 
     def _open(self, *, rotate: bool) -> None:
         self.close()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path.parent)
         if rotate:
             with contextlib.suppress(OSError):
                 os.replace(self.path, self.path.with_name(self.path.name + ".1"))
-        self._file = self.path.open("ab")
-        self._size = self._current_size()
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        self._fd = os.open(self.path, flags, PRIVATE_FILE_MODE)
+        os.fchmod(self._fd, PRIVATE_FILE_MODE)
+        self._size = os.fstat(self._fd).st_size

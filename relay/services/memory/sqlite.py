@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from relay.config.paths import state_dir
+from relay.config.paths import private_dir, private_file, state_dir
 from relay.services.memory.model import Memory, MemoryHit, MemoryStoreError
 
 __all__ = ["DATABASE_NAME", "SCHEMA_VERSION", "SqliteMemory", "build_match", "default_store"]
@@ -372,7 +372,8 @@ class SqliteMemory:
         if self._connection is not None:
             return self._connection
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(self.path.parent)
+            private_file(self.path)  # memories are the user's alone: 0600 (-wal, -shm too)
         except OSError as exc:
             raise MemoryStoreError(
                 f"cannot create the folder {self.path.parent}: {exc.strerror or exc}",
