@@ -17,7 +17,7 @@ import pytest
 from relay.engine.aggregator import HookOutcome, aggregate
 from relay.protocol.answers import parse_answer
 from relay.protocol.output import HookReport
-from relay.services.messaging.doorbell import Doorbell, bell_address
+from relay.services.messaging.doorbell import Doorbell
 from relay.services.messaging.mailbox import SqliteMailbox
 from relay.services.messaging.model import (
     MAX_BODY_BYTES,
@@ -206,7 +206,8 @@ def test_store_incoming_is_idempotent(box: SqliteMailbox, tmp_path: Path) -> Non
 
 def test_doorbell_wakes_a_waiting_recipient(box: SqliteMailbox) -> None:
     async def main() -> None:
-        with Doorbell(bell_address(box.path, TEAM, "Bob")) as bell:
+        with Doorbell() as bell:
+            box.register_agent("Bob", team=TEAM, session_id="b2", bell=bell.address)
             assert not await bell.wait(0.05)
             threading.Timer(
                 0.1, lambda: box.send(team=TEAM, sender="Alice", recipient="Bob", body="ding")

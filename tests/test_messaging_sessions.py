@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
+import sqlite3
+import stat
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -370,3 +374,68 @@ def test_six_kills_during_a_backlog_lose_nothing_and_kill_nothing(
         assert len(typed) == len(set(typed)), f"{each.name} typed a message twice"
     assert {i for each in records for i in ids_read(each)} == {m.id for m in sent}
     assert max(d.attempts for d in deliveries) <= 2
+
+
+def _old_bell_address(store: Path, team: str, name: str) -> bytes:
+    """The doorbell address relay used to derive from the mailbox, team and name: anyone
+    who could guess it could bind it before the session and hear its pokes."""
+    import hashlib
+
+    digest = hashlib.blake2b(f"{store.resolve()}\0{team}\0{name}".encode(), digest_size=12)
+    return b"\0relay-bell-" + digest.hexdigest().encode()
+
+
+def test_the_doorbell_cannot_be_taken_or_heard_by_another_process(
+    tmp_path: Path, fast_settings: Path, mailbox: SqliteMailbox
+) -> None:
+    import socket
+
+    squatter = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    squatter.bind(_old_bell_address(mailbox.path, "default", "Bob"))  # bound first
+    squatter.setblocking(False)
+    addresses = []
+    try:
+        for run in range(2):
+            record = tmp_path / f"bob-{run}.jsonl"
+            bob = start_relay_run(
+                "Bob",
+                [{"print": "ready"}, {"read": "one"}, {"print": "ok"}, {"sleep": 0.6}, {"exit": 0}],
+                record,
+                settings=[fast_settings],
+            )
+            wait_for(lambda: live(mailbox, "Bob"), "Bob to be live")
+            with sqlite3.connect(mailbox.path) as db:
+                [(bell,)] = db.execute("SELECT bell FROM agents WHERE name = 'Bob'").fetchall()
+            addresses.append(bytes(bell))
+            sent, _ = mailbox.send(team="default", sender="carol", recipient="Bob", body="hi")
+            assert finish(bob)[0] == 0
+            assert [line for _, line in reads(record)] == [
+                f"Relay message from carol [{sent.short_id}]: hi"
+            ]
+        with pytest.raises(BlockingIOError):
+            squatter.recv(64)  # it heard no poke
+    finally:
+        squatter.close()
+    # A fresh unguessable address per session, none of them the derivable one.
+    assert len(set(addresses)) == 2
+    assert all(len(address) > 40 for address in addresses)
+
+
+def test_the_mailbox_is_private_whatever_the_umask(tmp_path: Path, relay_home: Path) -> None:
+    record = tmp_path / "bob.jsonl"
+    script = json.dumps([{"print": "ready"}, {"exit": 0}])
+    relay = str(Path(sys.executable).parent / "relay")
+    command = (
+        f"umask 000; exec {relay} run --headless --name Bob -- {sys.executable} "
+        f"{shlex.quote(agent([], record)[1])} {shlex.quote(script)} {shlex.quote(str(record))}"
+    )
+    done = subprocess.run(["sh", "-c", command], capture_output=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr.decode()
+    state = relay_home / "state"
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    files = [state / f"messages.db{suffix}" for suffix in ("", "-wal", "-shm")]
+    present = [path for path in files if path.exists()]
+    assert files[0] in present
+    assert {path.name: stat.S_IMODE(path.stat().st_mode) for path in present} == {
+        path.name: 0o600 for path in present
+    }

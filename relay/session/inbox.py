@@ -27,7 +27,7 @@ import anyio.to_thread
 
 from relay.engine.telemetry import debug, debug_enabled
 from relay.protocol.output import AggregatedResult
-from relay.services.messaging.doorbell import Doorbell, bell_address
+from relay.services.messaging.doorbell import Doorbell, ring
 from relay.services.messaging.messenger import Messenger
 from relay.services.messaging.model import (
     Agent,
@@ -95,6 +95,7 @@ class SessionInbox:
         self._state: AgentState = "live"
         self._presence_changed = anyio.Event()
         self.agent: Agent | None = None
+        self._bell: Doorbell | None = None
 
     async def register(self, *, cwd: str) -> None:
         """Mark the agent live (NameTakenError when a live agent of the team has its name).
@@ -105,17 +106,29 @@ class SessionInbox:
         """
         if self.messenger.uses_nats:
             await self._connect_nats()
+        if self._config.doorbell:
+            try:  # a fresh address per session, recorded in the (private) mailbox
+                self._bell = Doorbell()
+            except OSError as exc:
+                debug(f"messaging: no doorbell for {self.name} ({exc}); polling")
+        bell = self._bell.address if self._bell is not None else None
         try:
             self.agent = await anyio.to_thread.run_sync(
                 lambda: self.mailbox.register_agent(
-                    self.name, team=self.team, session_id=self.session_id, cwd=cwd
+                    self.name, team=self.team, session_id=self.session_id, cwd=cwd, bell=bell
                 )
             )
             if self.messenger.nats is not None:
                 await self.messenger.nats.heartbeat(self.agent)
         except BaseException:
+            self._close_bell()
             await self._disconnect()  # not registered: close() will not run
             raise
+
+    def _close_bell(self) -> None:
+        bell, self._bell = self._bell, None
+        if bell is not None:
+            bell.close()
 
     async def _connect_nats(self) -> None:
         from relay.config.model import NatsConfig
@@ -177,6 +190,7 @@ class SessionInbox:
                     await nats.forget_presence(self.name)
             except MessagingError as exc:
                 self._tell(f"messaging: {exc}")
+        self._close_bell()
         await self._disconnect()
 
     async def _disconnect(self) -> None:
@@ -204,42 +218,36 @@ class SessionInbox:
     async def _bridge(self, nats: NatsMessaging) -> None:
         while True:
             try:
-                await nats.run_bridge(
-                    self.name, self.mailbox, lambda: self.mailbox.ring(self.team, self.name)
-                )
+                await nats.run_bridge(self.name, self.mailbox, self._ring_own_bell)
             except MessagingError as exc:
                 self._tell(f"messaging: NATS: {exc}")
                 await anyio.sleep(2)
 
+    def _ring_own_bell(self) -> None:
+        if self._bell is not None:
+            ring(self._bell.address)
+
     async def _receive(self) -> None:
         config = self._config
-        bell: Doorbell | None = None
-        if config.doorbell:
+        bell = self._bell
+        # The bell is closed by close(), with the registration.
+        version = -1
+        while True:
             try:
-                bell = Doorbell(bell_address(self.mailbox.path, self.team, self.name))
-            except OSError as exc:  # another process holds it: poll instead
-                debug(f"messaging: no doorbell for {self.name} ({exc}); polling")
-        try:
-            version = -1
-            while True:
-                try:
-                    if bell is not None:  # a poke or the fallback timer: look now
+                if bell is not None:  # a poke or the fallback timer: look now
+                    await self._claim_all()
+                else:  # polling: claim only when another connection committed
+                    now_version = await anyio.to_thread.run_sync(self.mailbox.data_version)
+                    if now_version != version:
+                        version = now_version
                         await self._claim_all()
-                    else:  # polling: claim only when another connection committed
-                        now_version = await anyio.to_thread.run_sync(self.mailbox.data_version)
-                        if now_version != version:
-                            version = now_version
-                            await self._claim_all()
-                except MessagingError as exc:
-                    self._tell(f"messaging unavailable: {exc}")
-                    await anyio.sleep(5)
-                if bell is not None:
-                    await bell.wait(DOORBELL_FALLBACK_SECONDS)
-                else:
-                    await anyio.sleep(config.pollMs / 1000)
-        finally:
+            except MessagingError as exc:
+                self._tell(f"messaging unavailable: {exc}")
+                await anyio.sleep(5)
             if bell is not None:
-                bell.close()
+                await bell.wait(DOORBELL_FALLBACK_SECONDS)
+            else:
+                await anyio.sleep(config.pollMs / 1000)
 
     async def _claim_all(self) -> None:
         while True:

@@ -2,26 +2,28 @@
 after its commit, so a delivery needs no polling loop.
 
 The sockets live in Linux's abstract namespace (no file to clean up after a crash, no
-108-byte path limit), named from the mailbox file, the team and the agent, so two
-RELAY_HOMEs on one machine never ring each other's bells. A poke carries no data the
-receiver trusts: it only says "look at the mailbox now". A lost poke costs one poll
+108-byte path limit). Each session binds an address of its own, 128 random bits, and
+records it in the agent's row of the mailbox, which only the user can read (0600 in a
+0700 folder): senders look it up there. Another user's process cannot bind a bell
+first (it cannot know the address before the session exists, and once bound it is
+taken) nor receive its pokes; the most it can do is learn the name from /proc/net/unix
+and poke it, which only makes the session look at its mailbox. A poke carries no data
+the receiver trusts: it only says "look at the mailbox now". A lost poke costs one poll
 interval, never a message.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import secrets
 import socket
-from pathlib import Path
 
 import anyio
 
 
-def bell_address(store: Path, team: str, name: str) -> bytes:
-    """The abstract socket address of an agent's doorbell."""
-    digest = hashlib.blake2b(f"{store.resolve()}\0{team}\0{name}".encode(), digest_size=12)
-    return b"\0relay-bell-" + digest.hexdigest().encode()
+def new_bell_address() -> bytes:
+    """A fresh, unguessable abstract socket address for one session's doorbell."""
+    return b"\0relay-bell-" + secrets.token_hex(16).encode()
 
 
 def ring(address: bytes) -> bool:
@@ -40,14 +42,15 @@ def ring(address: bytes) -> bool:
 
 
 class Doorbell:
-    """A recipient's end: bound while the agent is live; `wait` returns on a poke or a timeout."""
+    """A recipient's end: bound while the agent is live; `wait` returns on a poke or a timeout.
+    Without an address, a fresh one (`new_bell_address`)."""
 
-    def __init__(self, address: bytes) -> None:
-        self.address = address
+    def __init__(self, address: bytes | None = None) -> None:
+        self.address = address if address is not None else new_bell_address()
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._sock.setblocking(False)
         try:
-            self._sock.bind(address)
+            self._sock.bind(self.address)
         except OSError:
             self._sock.close()
             raise

@@ -1,15 +1,19 @@
 """The embedded mailbox: one SQLite file, the source of truth for messages on one machine.
 
-Layout (schema version 1, in `PRAGMA user_version`):
+Layout (schema version 2, in `PRAGMA user_version`; version 1 is upgraded in place):
 
-- `agents`: every agent (and human sender) the team has known, with presence: state,
-  host, relay's pid and its start time (a reused pid is not mistaken for a live agent),
-  cwd, last seen, session id.
+- `agents`: every agent and human sender the team has known (`kind`: agent or human),
+  with presence: state, host, relay's pid and its start time (a reused pid is not
+  mistaken for a live agent), cwd, last seen, session id, and the live session's
+  doorbell address (`bell`, random per session: see doorbell.py).
 - `messages`: one row per message; `seq` (INTEGER PRIMARY KEY) is the commit order,
   which is the delivery order, so one sender's messages arrive in the order it sent them.
 - `deliveries`: one row per message and recipient, keyed (team, recipient, seq), with
   the state queued -> handed -> acked, or dead / denied, the attempts, the session it
   was handed to, and why it was acked (evidence) or refused (reason).
+
+Privacy: the folder is made 0700 and the file 0600 (whatever the umask) before SQLite
+opens it; SQLite gives its -wal and -shm files the database's mode.
 
 Durability: WAL with `synchronous=FULL`, so a message whose send returned survives a
 power cut; writes take the lock up front (BEGIN IMMEDIATE) and wait `busy_timeout` for
@@ -31,9 +35,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from relay.config.paths import state_dir
+from relay.config.paths import private_dir, private_file, state_dir
 from relay.engine.processes import process_alive, process_start_ticks
-from relay.services.messaging.doorbell import bell_address, ring
+from relay.services.messaging.doorbell import ring
 from relay.services.messaging.model import (
     SYSTEM_SENDER,
     Agent,
@@ -54,7 +58,7 @@ from relay.services.messaging.model import (
 __all__ = ["DATABASE_NAME", "SCHEMA_VERSION", "SqliteMailbox", "default_store"]
 
 DATABASE_NAME = "messages.db"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT = 10.0
 """Seconds a write waits for another process's lock before failing."""
 RATE_WINDOW = 60.0
@@ -70,6 +74,8 @@ CREATE TABLE IF NOT EXISTS agents (
     cwd TEXT,
     last_seen TEXT NOT NULL,
     session_id TEXT,
+    kind TEXT NOT NULL DEFAULT 'agent',
+    bell BLOB,
     PRIMARY KEY (team, name)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS messages (
@@ -103,8 +109,15 @@ CREATE INDEX IF NOT EXISTS deliveries_by_state ON deliveries(team, recipient, st
 _MESSAGE_FIELDS = ("id", "team", "sender", "recipient", "thread", "body", "created_at")
 _DELIVERY_FIELDS = ("recipient", "state", "attempts", "handed_at", "acked_at", "evidence", "reason")
 _AGENT_FIELDS = (
-    "name", "team", "state", "host", "pid", "started_ticks", "cwd", "last_seen", "session_id"
+    "name", "team", "state", "host", "pid", "started_ticks", "cwd", "last_seen", "session_id",
+    "kind",
 )  # fmt: skip
+# Version 1 had no kind and no bell; its human senders are the rows no session ever had.
+_UPGRADE_FROM_1 = """
+ALTER TABLE agents ADD COLUMN kind TEXT NOT NULL DEFAULT 'agent';
+ALTER TABLE agents ADD COLUMN bell BLOB;
+UPDATE agents SET kind = 'human' WHERE session_id IS NULL;
+"""
 _MESSAGE_COLUMNS = ", ".join(_MESSAGE_FIELDS)
 _DELIVERY_COLUMNS = ", ".join(
     [*(f"m.{name}" for name in _MESSAGE_FIELDS), *(f"d.{name}" for name in _DELIVERY_FIELDS)]
@@ -138,7 +151,6 @@ class SqliteMailbox:
         self.host = socket.gethostname()
         self._lock = threading.RLock()
         self._connection: sqlite3.Connection | None = None
-        self._bells: dict[tuple[str, str], bytes] = {}
 
     # -- connection --------------------------------------------------------------------
 
@@ -146,7 +158,9 @@ class SqliteMailbox:
         if self._connection is not None:
             return self._connection
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # Private before SQLite creates anything: messages are the user's alone.
+            private_dir(self.path.parent)
+            private_file(self.path)
             connection = sqlite3.connect(
                 self.path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False
             )
@@ -165,7 +179,10 @@ class SqliteMailbox:
                 )
             if version < SCHEMA_VERSION:
                 connection.execute("BEGIN IMMEDIATE")
-                connection.executescript(_SCHEMA + f"PRAGMA user_version = {SCHEMA_VERSION};")
+                upgrade = _UPGRADE_FROM_1 if version == 1 else ""
+                connection.executescript(
+                    upgrade + _SCHEMA + f"PRAGMA user_version = {SCHEMA_VERSION};"
+                )
                 if connection.in_transaction:
                     connection.execute("COMMIT")
         except sqlite3.Error as exc:
@@ -237,8 +254,10 @@ class SqliteMailbox:
         session_id: str,
         pid: int | None = None,
         cwd: str | None = None,
+        bell: bytes | None = None,
     ) -> Agent:
-        """Mark `name` live for this session; a live agent of that name elsewhere is NameTakenError."""
+        """Mark `name` live for this session (its doorbell at `bell`, if it has one); a live
+        agent of that name elsewhere is NameTakenError."""
         check_name(name)
         check_name(team, what="team name")
         pid = os.getpid() if pid is None else pid
@@ -266,8 +285,8 @@ class SqliteMailbox:
             )
             db.execute(
                 "INSERT OR REPLACE INTO agents (team, name, state, host, pid, started_ticks, cwd,"
-                " last_seen, session_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (team, name, "live", self.host, pid, ticks, cwd, now, session_id),
+                " last_seen, session_id, kind, bell) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (team, name, "live", self.host, pid, ticks, cwd, now, session_id, "agent", bell),
             )
             return agent
 
@@ -277,9 +296,10 @@ class SqliteMailbox:
         """Record the agent's state (live, idle, busy, offline) and that it was seen now."""
         self._write(
             lambda db: db.execute(
-                "UPDATE agents SET state = ?, last_seen = ? WHERE team = ? AND name = ?"
-                " AND session_id = ?",
-                (state, utc_now(), team, name, session_id),
+                "UPDATE agents SET state = ?, last_seen = ?,"
+                " bell = CASE WHEN ? = 'offline' THEN NULL ELSE bell END"
+                " WHERE team = ? AND name = ? AND session_id = ?",
+                (state, utc_now(), state, team, name, session_id),
             ),
             durable=False,
         )
@@ -469,15 +489,34 @@ class SqliteMailbox:
 
     def ring(self, team: str, name: str) -> None:
         """Wake `name` if it is waiting for mail (no-op with the doorbell off)."""
-        if self.doorbell:
-            address = self._bells.get((team, name))
-            if address is None:  # resolving the path costs system calls: once per recipient
-                address = self._bells[(team, name)] = bell_address(self.path, team, name)
-            ring(address)
+        self._ring_all(team, [name])
 
     def _ring_all(self, team: str, names: Sequence[str]) -> None:
-        for name in names:
-            self.ring(team, name)
+        """Poke the doorbells the live sessions of `names` recorded (addresses are per session)."""
+        if not self.doorbell or not names:
+            return
+        wanted = list(dict.fromkeys(names))
+
+        def bells(db: sqlite3.Connection) -> list[bytes]:
+            found: list[bytes] = []
+            for start in range(0, len(wanted), 500):  # SQLite's bound-parameter limit
+                chunk = wanted[start : start + 500]
+                found += [
+                    bytes(row[0])
+                    for row in db.execute(
+                        "SELECT bell FROM agents WHERE team = ? AND bell IS NOT NULL AND name IN"
+                        f" ({', '.join('?' * len(chunk))})",
+                        (team, *chunk),
+                    )
+                ]
+            return found
+
+        try:
+            addresses = self._read(bells)
+        except MessagingError:
+            return  # a poke is only a hint: the recipient looks anyway, a second later
+        for address in addresses:
+            ring(address)
 
     # -- receiving ---------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ RESERVED_NAMES = frozenset({SYSTEM_SENDER, BROADCAST})
 
 DeliveryState = Literal["queued", "handed", "acked", "dead", "denied"]
 AgentState = Literal["live", "idle", "busy", "offline"]
+AgentKind = Literal["agent", "human"]
 
 
 class Message(msgspec.Struct, kw_only=True, frozen=True):
@@ -126,6 +127,9 @@ class Agent(msgspec.Struct, kw_only=True):
     cwd: str | None = None
     last_seen: str
     session_id: str | None = None
+    kind: AgentKind = "agent"
+    """"agent" (it ran a session) or "human" (it only sent from a terminal): broadcasts
+    go to agents only."""
 
 
 class MessagingError(RelayError):
