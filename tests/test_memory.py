@@ -111,6 +111,26 @@ def test_the_namespace_answers_in_words_an_agent_can_act_on() -> None:
     assert handle(ListMemory(), "list", "", project="/p", agent=None).startswith("No memories yet.")
 
 
+def test_forget_reaches_this_projects_memories_and_global_ones_only_when_asked() -> None:
+    store = ListMemory()
+    mine = store.add("ours", tags=[], agent=None, project="/p")
+    theirs = store.add("another project's", tags=[], agent=None, project="/q")
+    shared = store.add("everyone's", tags=[], agent=None, project=None)
+    assert handle(store, "forget", theirs.id, project="/p", agent=None) == (
+        f"No memory with id {theirs.id}."
+    )
+    refused = handle(store, "forget", shared.id, project="/p", agent=None)
+    assert refused.startswith(f"[{shared.id}] is a global memory") and "--global" in refused
+    assert [m.id for m in store.items] == [mine.id, theirs.id, shared.id]
+    assert handle(store, "forget", f"{shared.id} --global", project="/p", agent=None) == (
+        f"✓ Forgot memory [{shared.id}]"
+    )
+    assert handle(store, "forget", mine.id, project="/p", agent=None) == (
+        f"✓ Forgot memory [{mine.id}]"
+    )
+    assert [m.id for m in store.items] == [theirs.id]
+
+
 def test_tags_of() -> None:
     assert tags_of("fix #Auth and #api-v2, not x#y #auth") == ["auth", "api-v2"]
 
@@ -179,6 +199,51 @@ def test_memory_in_a_session(project: Path, tmp_path: Path) -> None:
         and memory_id in line
         and "make release" in line
     )
+
+
+def test_an_agent_forgets_only_its_projects_memories(
+    project: Path, tmp_path: Path, relay_home: Path
+) -> None:
+    """`@memory:forget` in a session of one project, with the ids of another project's
+    memory and a global one: both stay; a global one goes with `--global`."""
+    pytest.importorskip("relay.services.memory.sqlite")
+    run = CliRunner().invoke
+    other = tmp_path / "other"
+    (other / ".git").mkdir(parents=True)
+
+    def save(*args: str) -> str:
+        saved = run(cli, ["memory", "save", "--json", *args])
+        assert saved.exit_code == 0, saved.output
+        return str(json.loads(saved.stdout)["id"])
+
+    theirs = save("--cwd", str(other), "the other project's secret")
+    shared = save("--cwd", str(project), "--global", "always sign commits")
+    steps = [
+        {"read": "recap"},  # the global memory, shown at the start
+        {"print": f"@memory:forget {theirs}"},
+        {"read": "theirs"},
+        {"print": f"@memory:forget {shared}"},
+        {"read": "shared"},
+        {"print": f"@memory:forget {shared} --global"},
+        {"read": "shared-global"},
+    ]
+    record = tmp_path / "forget.jsonl"
+    argv = [RELAY, "run", "--headless", "--name", "Forgetful", "--cwd", str(project), "--"]
+    done = subprocess.run(
+        [*argv, *agent(steps, record)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    answers = dict(reads(record))
+    assert answers["theirs"] == f"No memory with id {theirs}."
+    assert answers["shared"].startswith(f"[{shared}] is a global memory")
+    assert answers["shared-global"] == f"✓ Forgot memory [{shared}]"
+    left = run(cli, ["memory", "list", "--cwd", str(other), "--json"]).stdout
+    assert [memory["id"] for memory in json.loads(left)] == [theirs]
 
 
 def test_relay_memory_cli_round_trip(project: Path, tmp_path: Path, relay_home: Path) -> None:

@@ -16,6 +16,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 from relay.mcp.channel import Channel, ChannelError
+from relay.services.memory.namespace import GLOBAL_FLAG
 from relay.version import VERSION
 
 INSTRUCTIONS = """relay connects you with the other agents of your team and with a memory that
@@ -67,9 +68,11 @@ def build_server(channel: Channel) -> MCPServer:
         """The newest saved facts of this project (and global ones)."""
         return await _call(channel.directive, "memory", "list", "")
 
-    async def memory_forget(id: str) -> str:
-        """Forget the saved fact with this id (as memory_list shows it)."""
-        return await _call(channel.directive, "memory", "forget", id)
+    async def memory_forget(id: str, everywhere: bool = False) -> str:
+        """Forget the saved fact of this project with this id (as memory_list shows it).
+        A global fact, shown in every project, is forgotten only with everywhere=true."""
+        text = f"{id} {GLOBAL_FLAG}" if everywhere else id
+        return await _call(channel.directive, "memory", "forget", text)
 
     for tool in (
         send_message,

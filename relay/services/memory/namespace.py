@@ -2,7 +2,7 @@
 
 @memory:save the API uses OAuth, not API keys #auth #api
 @memory:search oauth
-@memory:forget 3f9a12bc
+@memory:forget 3f9a12bc            (a memory of this project; a global one needs --global)
 @memory:list
 """
 
@@ -41,18 +41,38 @@ def handle(
             return f"No memory matches “{text}”."
         return _numbered(f"Memories matching “{text}”:", [hit.memory for hit in hits])
     if command == "forget":
-        memory_id = text.split()[0].strip("[]") if text else ""
-        if not memory_id:
-            return "Forget which? Write @memory:forget <id>"
-        if service.delete(memory_id):
-            return f"✓ Forgot memory [{memory_id}]"
-        return f"No memory with id {memory_id}."
+        return _forget(service, text.split(), project=project)
     if command == "list":
         memories = service.list(project=project, limit=LIST_LIMIT)
         if not memories:
             return "No memories yet. Save one with @memory:save <what to remember> #tags"
         return _numbered("Memories, newest first:", memories)
     return f"Unknown @memory command {command!r}: use save, search, forget or list."
+
+
+GLOBAL_FLAG = "--global"
+
+
+def _forget(service: MemoryService, words: list[str], *, project: str | None) -> str:
+    """Forget one memory of this project; a global one only with `--global`. Another
+    project's memory is not there at all, whatever its id (an agent must not be able to
+    delete what it cannot see)."""
+    wants_global = GLOBAL_FLAG in words
+    ids = [word.strip("[]") for word in words if word != GLOBAL_FLAG]
+    if not ids or not ids[0]:
+        return "Forget which? Write @memory:forget <id>"
+    memory_id = ids[0]
+    memory = service.get(memory_id)
+    if memory is None or (memory.project is not None and memory.project != project):
+        return f"No memory with id {memory_id}."
+    if memory.project is None and not wants_global:
+        return (
+            f"[{memory_id}] is a global memory, shown in every project: to forget it "
+            f"everywhere, write @memory:forget {memory_id} {GLOBAL_FLAG}"
+        )
+    if service.delete(memory_id):
+        return f"✓ Forgot memory [{memory_id}]"
+    return f"No memory with id {memory_id}."
 
 
 def start_summary(service: MemoryService, *, project: str | None, budget: int) -> str | None:
