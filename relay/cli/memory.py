@@ -8,6 +8,7 @@ from typing import IO, Any
 
 import click
 
+from relay.cli.display import visible
 from relay.cli.lazy import LazyGroup
 from relay.cli.options import cwd_option, settings_option
 
@@ -162,7 +163,8 @@ def import_memories(source: IO[str], cwd: Path | None, settings_files: tuple[Pat
 def _print_memory(item: Any, extra: str = "") -> None:
     tags = " ".join("#" + tag for tag in item.tags)
     where = "global" if item.project is None else "project"
+    content = visible(item.content).replace("\n", "\n    ")
     click.echo(
-        f"[{item.id}] {item.created_at[:19]} ({where}){extra}\n    {item.content}"
-        + (f"\n    {tags}" if tags else "")
+        f"[{item.id}] {item.created_at[:19]} ({where}){extra}\n    {content}"
+        + (f"\n    {visible(tags)}" if tags else "")
     )

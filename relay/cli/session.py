@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from relay.cli.display import visible
 from relay.cli.options import cwd_option, settings_option
 
 
@@ -84,8 +85,11 @@ def sessions_command(as_json: bool) -> None:
         click.echo("no relay sessions running")
         return
     for record in records:
+        command = " ".join(record.command)
         click.echo(
-            f"{record.name:16} pid {record.pid:<7} {record.started}  {' '.join(record.command)}  ({record.cwd})"
+            visible(
+                f"{record.name:16} pid {record.pid:<7} {record.started}  {command}  ({record.cwd})"
+            )
         )
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import msgspec
 
+from relay.cli.display import visible
 from relay.cli.options import cwd_option, settings_option
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ def log(limit: int, event: str | None, hook: str | None, failed: bool, as_json: 
             click.echo("no logged hook calls match")
         return
     for line in log_lines(events):
-        click.echo(line)
+        click.echo(visible(line))  # logged inputs and hook errors are foreign text
 
 
 @click.command("replay")
@@ -85,7 +86,7 @@ def replay(
         click.echo(_json(outcome))
         return
     for line in replay_lines(logged, outcome):
-        click.echo(line)
+        click.echo(visible(line))
 
 
 def log_lines(events: list[LoggedEvent]) -> Iterable[str]:

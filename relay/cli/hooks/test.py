@@ -12,6 +12,7 @@ from typing import IO, Any
 
 import click
 
+from relay.cli.display import visible
 from relay.cli.options import cwd_option, settings_option
 from relay.engine.trial import EXPECTATIONS
 
@@ -178,9 +179,10 @@ def _print_trial(trial: Any, expect: str | None, ok: bool) -> None:
     click.secho("\nResult", bold=True)
     colour = {"allow": "green", "ask": "yellow", "deny": "red"}[result.decision]
     line = click.style(result.decision, fg=colour, bold=True)
-    click.echo(f"  decision: {line}" + (f"  ({result.reason})" if result.reason else ""))
+    click.echo(f"  decision: {line}" + (f"  ({visible(result.reason)})" if result.reason else ""))
     if not result.continue_:
-        click.secho(f"  continue: false ({result.stopReason or 'no reason given'})", fg="red")
+        stop_reason = visible(result.stopReason or "no reason given")
+        click.secho(f"  continue: false ({stop_reason})", fg="red")
     for name in ("inject", "systemMessage", "stopped_by"):
         value = getattr(result, name)
         if value:
@@ -190,9 +192,9 @@ def _print_trial(trial: Any, expect: str | None, ok: bool) -> None:
     if result.suppressOutput:
         click.echo("  suppressOutput: true")
     for error in result.errors:
-        click.secho(f"  error from {error.hook}: {error.message}", fg="red")
+        click.secho(visible(f"  error from {error.hook}: {error.message}"), fg="red")
     for warning in result.warnings:
-        click.secho(f"  warning: {warning}", fg="yellow")
+        click.secho(visible(f"  warning: {warning}"), fg="yellow")
     if expect:
         verdict = click.style(
             "holds" if ok else "does NOT hold", fg="green" if ok else "red", bold=True
@@ -226,7 +228,7 @@ def _print_hook(tried: Any) -> None:
 
         click.echo(f"  answer: {msgspec.json.encode(report.output).decode()}")
     if report.error:
-        click.secho(f"  error: {report.error}", fg="red")
+        click.secho(visible(f"  error: {report.error}"), fg="red")
     for warning in tried.warnings:
         click.secho(f"  ⚠ {warning}", fg="yellow")
 
@@ -242,7 +244,7 @@ def _exit_words(report: Any) -> str:
 
 
 def _shorten(text: str) -> str:
-    text = text.rstrip("\n")
+    text = visible(text.rstrip("\n"))  # a hook's output must not act on the terminal
     lines = text.splitlines()
     cut = "\n".join(lines[:SHOWN_LINES])
     if len(cut) > SHOWN_CHARS:
