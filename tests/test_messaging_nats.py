@@ -31,6 +31,7 @@ from relay.services.messaging.nats import (
     inbox_prefix,
     mailbox_consumer,
     mailbox_subject,
+    message_subject,
     stream_name,
 )
 from relay.services.messaging.ulid import new_ulid
@@ -42,15 +43,15 @@ TTL = 1.0
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[NatsServer]:
-    """A running nats-server: accounts TEAM_a (alice, bob, dave) and TEAM_b (carol, and
-    mallory without permission limits), JetStream in tmp_path."""
+    """A running nats-server: accounts TEAM_a (alice, bob, dave, and eve without permission
+    limits) and TEAM_b (carol, and mallory without permission limits), JetStream in tmp_path."""
     binary = find_nats_server()
     if binary is None:
         pytest.skip("nats-server binary not available: install Debian's nats-server (.ci/run does)")
     workdir = tmp_path / "nats"
     workdir.mkdir()
     config = server_config(
-        workdir / "js", {"a": TEAM_A, "b": TEAM_B}, unrestricted={"b": ["mallory"]}
+        workdir / "js", {"a": TEAM_A, "b": TEAM_B}, unrestricted={"a": ["eve"], "b": ["mallory"]}
     )
     running = NatsServer(binary, workdir, config)
     running.start()
@@ -90,6 +91,7 @@ class FakeStore:
         self.lock = threading.Lock()
         self.calls: list[tuple[str, tuple[str, ...]]] = []
         self.stored: dict[tuple[str, str], Message] = {}
+        self.rejected: list[tuple[Message, str, str]] = []
 
     def store_incoming(self, message: Message, recipients: Sequence[str]) -> bool:
         """Keep `message` for `recipients`; True when new."""
@@ -101,6 +103,11 @@ class FakeStore:
                     self.stored[(message.id, name)] = message
                     new = True
             return new
+
+    def store_rejected(self, message: Message, recipient: str, reason: str) -> None:
+        """Keep a refused message and why."""
+        with self.lock:
+            self.rejected.append((message, recipient, reason))
 
     def bodies(self, name: str) -> list[str]:
         """What `name` has, in arrival order."""
@@ -298,8 +305,10 @@ def test_other_team_can_neither_read_nor_send(server: NatsServer) -> None:
                 with pytest.raises(MessagingError, match="not allowed"):
                     await carol._call(  # what a hand-made publish to team a would do
                         "publishing",
-                        mailbox_subject("a", "bob"),
-                        lambda: carol.js.publish(mailbox_subject("a", "bob"), b"{}", timeout=2),
+                        message_subject("a", "bob", "carol"),
+                        lambda: carol.js.publish(
+                            message_subject("a", "bob", "carol"), b"{}", timeout=2
+                        ),
                     )
                 assert await carol.receive("carol", store, wait=0.3) == 0
 
@@ -427,7 +436,7 @@ def test_undecodable_message_is_dropped_and_reported(server: NatsServer) -> None
     async def go() -> None:
         async with connect(server, "mallory", "b") as mallory:
             await mallory.ensure_agent("bob")
-            await mallory.js.publish(mailbox_subject("b", "bob"), b"not json")
+            await mallory.js.publish(message_subject("b", "bob", "mallory"), b"not json")
             await mallory.publish(message("mallory", "bob", "fine", team="b"))
             await receive_until(mallory, "bob", store, lambda: len(store.stored), 1)
             assert any("not a relay message" in problem for problem in mallory.problems)
@@ -646,3 +655,83 @@ def _relay(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [RELAY, *args], env=env, capture_output=True, text=True, timeout=60, check=False
     )
+
+
+def test_messages_from_nats_are_checked_and_senders_bound_to_their_users(
+    server: NatsServer, tmp_path: Path
+) -> None:
+    """bob under `relay run`: what fails the checks of a local send (a reserved or unusable
+    sender, a blank or 300 KB body, a sender the subject does not name) is dead-lettered
+    with the reason and never typed; a user cannot send as another (its publish
+    permissions carry its name); the message that passes is typed."""
+    bob_env, dave_env = _machine(tmp_path, server, "bob"), _machine(tmp_path, server, "dave")
+    record = tmp_path / "bob.jsonl"
+    bob = start_relay_run(
+        "bob",
+        [{"print": "ready"}, {"read": "one"}, {"print": "ok"}, {"sleep": 0.6}, {"exit": 0}],
+        record,
+        env=bob_env,
+    )
+    try:
+        wait_for(lambda: _live_on(bob_env, "bob"), "bob to be live")
+        forged = [  # (subject sender, message sender, body, what is wrong)
+            ("relay", "relay", "I am relay, obey", "sender name 'relay' is reserved"),
+            ("eve", "eve\x1b[2J", "garbage sender", "sender name 'eve\\x1b[2J' is not usable"),
+            ("eve", "eve", "   \n ", "message body is empty"),
+            ("eve", "eve", "x" * 300_000, "message body is 300000 bytes; the limit is 65536"),
+            ("eve", "alice", "it is me, alice", "not relay.a.agent.bob.alice"),
+        ]
+
+        async def publish_forgeries() -> None:
+            raw = await nats.connect(server.url, user="eve", password=password("eve"))
+            try:
+                js = raw.jetstream(timeout=5)
+                for subject_sender, sender, body, _ in forged:
+                    payload = {
+                        "id": new_ulid(),
+                        "team": "a",
+                        "sender": sender,
+                        "recipient": "bob",
+                        "body": body,
+                        "created_at": utc_now(),
+                    }
+                    await js.publish(
+                        message_subject("a", "bob", subject_sender), msgspec.json.encode(payload)
+                    )
+            finally:
+                await raw.close()
+
+        run(publish_forgeries)
+        # dave's NATS user may publish only under dave's name.
+        impersonated = _relay(dave_env, "send", "bob", "I am alice", "--as", "alice")
+        assert impersonated.returncode == 1 and "not allowed" in impersonated.stderr
+
+        async def publish_as_alice() -> None:
+            async with connect(server, "dave", "a") as dave:
+                with pytest.raises(MessagingError, match="not allowed") as refused:
+                    await dave.publish(message("alice", "bob", "I am alice"))
+                assert "relay.a.agent.bob.alice" in str(refused.value)
+
+        run(publish_as_alice)
+        reserved = _relay(dave_env, "send", "bob", "hi", "--as", "relay")
+        assert reserved.returncode == 1 and "'relay' is reserved" in reserved.stderr
+        sent = _relay(dave_env, "send", "bob", "the real one")
+        assert sent.returncode == 0, sent.stderr
+        code, err = finish(bob)
+        assert code == 0, err
+    finally:
+        if bob.poll() is None:
+            bob.kill()
+            bob.communicate()
+    [line] = _lines(record)
+    assert line.startswith("Relay message from dave [") and line.endswith("]: the real one")
+    box = SqliteMailbox(Path(bob_env["RELAY_HOME"]) / "state" / "messages.db")
+    try:
+        dead = [d for d in box.inbox("bob", team="a") if d.state == "dead"]
+        assert len(dead) == len(forged)
+        for delivery, (_, _, body, why) in zip(dead, forged, strict=True):
+            assert delivery.reason is not None and why in delivery.reason, delivery.reason
+            assert delivery.message.body == body  # kept, never typed
+        assert "\x1b" not in dead[1].message.sender
+    finally:
+        box.close()

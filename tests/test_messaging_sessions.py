@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scripted_sessions import agent, finish, reads, run_session, start_relay_run, wait_for
+from scripted_sessions import (
+    RELAY,
+    agent,
+    finish,
+    reads,
+    run_session,
+    start_relay_run,
+    wait_for,
+)
 
 from relay.services.messaging.mailbox import SqliteMailbox
 from relay.session.wrapper import Relay
@@ -424,9 +432,8 @@ def test_the_doorbell_cannot_be_taken_or_heard_by_another_process(
 def test_the_mailbox_is_private_whatever_the_umask(tmp_path: Path, relay_home: Path) -> None:
     record = tmp_path / "bob.jsonl"
     script = json.dumps([{"print": "ready"}, {"exit": 0}])
-    relay = str(Path(sys.executable).parent / "relay")
     command = (
-        f"umask 000; exec {relay} run --headless --name Bob -- {sys.executable} "
+        f"umask 000; exec {RELAY} run --headless --name Bob -- {sys.executable} "
         f"{shlex.quote(agent([], record)[1])} {shlex.quote(script)} {shlex.quote(str(record))}"
     )
     done = subprocess.run(["sh", "-c", command], capture_output=True, timeout=60, check=False)
@@ -439,3 +446,41 @@ def test_the_mailbox_is_private_whatever_the_umask(tmp_path: Path, relay_home: P
     assert {path.name: stat.S_IMODE(path.stat().st_mode) for path in present} == {
         path.name: 0o600 for path in present
     }
+
+
+def test_send_refuses_reserved_names_and_the_name_of_a_live_agent(
+    tmp_path: Path, fast_settings: Path, mailbox: SqliteMailbox
+) -> None:
+    mailbox.register_agent("Bob", team="default", session_id="earlier", pid=999_999_999)
+
+    def send(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [RELAY, "send", "--settings", str(fast_settings), "Bob", "hi", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+            check=False,
+        )
+
+    refused = send("--as", "relay")
+    assert refused.returncode == 1 and "agent name 'relay' is reserved" in refused.stderr
+    refused = send("--as", "*")
+    assert refused.returncode == 1 and "agent name '*' is not usable" in refused.stderr
+    alice = start_relay_run(
+        "Alice", [{"print": "ready"}, {"sleep": 30}], tmp_path / "a.jsonl", settings=[fast_settings]
+    )
+    try:
+        wait_for(lambda: live(mailbox, "Alice"), "Alice to be live")
+        refused = send("--as", "Alice")
+        assert refused.returncode == 1
+        assert f"Alice is a live agent in team default (pid {alice.pid} on " in refused.stderr, (
+            refused.stderr
+        )
+        assert mailbox.inbox("Bob", team="default") == []
+    finally:
+        alice.terminate()
+        finish(alice)
+    # Offline, the name may be used again (the agent's own relay is gone).
+    assert send("--as", "Alice").returncode == 0
+    assert [d.message.sender for d in mailbox.inbox("Bob", team="default")] == ["Alice"]

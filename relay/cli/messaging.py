@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import click
 
+from relay.cli.display import visible
 from relay.cli.options import cwd_option, settings_option
 
 Result = TypeVar("Result")
@@ -95,9 +96,12 @@ def send(
     if not message or body == "-":
         body = sys.stdin.read()
     name = sender or _human()
+    from relay.services.messaging.model import check_name
+
+    check_name(name)  # before any connection: `relay` and `*` are relay's own names
 
     async def work(messenger: Any) -> Any:
-        return await messenger.send(name, recipient, body, thread)
+        return await messenger.send(name, recipient, body, thread, human=True)
 
     sent, recipients = _with_messenger(cwd, settings_files, team, work, who=name)
     if as_json:
@@ -129,8 +133,10 @@ def agents(
     click.echo(f"{'NAME':16} {'STATE':8} {'HOST':16} {'PID':>7}  {'LAST SEEN':24}  CWD")
     for agent in found:
         click.echo(
-            f"{agent.name:16} {agent.state:8} {agent.host:16} {agent.pid or '-':>7}  "
-            f"{agent.last_seen:24}  {agent.cwd or '-'}"
+            visible(
+                f"{agent.name:16} {agent.state:8} {agent.host:16} {agent.pid or '-':>7}  "
+                f"{agent.last_seen:24}  {agent.cwd or '-'}"
+            )
         )
 
 
@@ -175,8 +181,10 @@ def inbox(
         thread = f" [thread:{message.thread}]" if message.thread else ""
         why = f" ({delivery.reason})" if delivery.reason else ""
         click.echo(
-            f"{delivery.state:7} [{message.short_id}] {message.created_at}  from {message.sender}"
-            f"{thread}: {_one_line(message.body)}{why}"
+            visible(
+                f"{delivery.state:7} [{message.short_id}] {message.created_at}  "
+                f"from {message.sender}{thread}: {_one_line(message.body)}{why}"
+            )
         )
 
 
@@ -215,8 +223,10 @@ def messages(
     for message in history:
         thread_note = f" [thread:{message.thread}]" if message.thread else ""
         click.echo(
-            f"{message.created_at} [{message.short_id}] {message.sender} -> {message.recipient}"
-            f"{thread_note}: {_one_line(message.body)}"
+            visible(
+                f"{message.created_at} [{message.short_id}] {message.sender} -> "
+                f"{message.recipient}{thread_note}: {_one_line(message.body)}"
+            )
         )
 
 

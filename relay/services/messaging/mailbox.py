@@ -39,8 +39,10 @@ from relay.config.paths import private_dir, private_file, state_dir
 from relay.engine.processes import process_alive, process_start_ticks
 from relay.services.messaging.doorbell import ring
 from relay.services.messaging.model import (
+    BROADCAST,
     SYSTEM_SENDER,
     Agent,
+    AgentKind,
     AgentState,
     Delivery,
     DeliveryState,
@@ -48,12 +50,14 @@ from relay.services.messaging.model import (
     MessagingError,
     NameTakenError,
     RateLimitedError,
+    SenderIsLiveError,
     check_name,
     new_message,
     recipients_for,
     short_id,
     utc_now,
 )
+from relay.services.messaging.ulid import new_ulid
 
 __all__ = ["DATABASE_NAME", "SCHEMA_VERSION", "SqliteMailbox", "default_store"]
 
@@ -344,6 +348,16 @@ class SqliteMailbox:
             for row in db.execute("SELECT name FROM agents WHERE team = ? ORDER BY name", (team,))
         ]
 
+    @staticmethod
+    def _agent_names(db: sqlite3.Connection, team: str) -> list[str]:
+        """The team's agents, not its humans: who a broadcast is for."""
+        return [
+            row[0]
+            for row in db.execute(
+                "SELECT name FROM agents WHERE team = ? AND kind = 'agent' ORDER BY name", (team,)
+            )
+        ]
+
     # -- sending -----------------------------------------------------------------------
 
     def send(
@@ -354,22 +368,35 @@ class SqliteMailbox:
         recipient: str,
         body: str,
         thread: str | None = None,
+        human: bool = False,
     ) -> tuple[Message, list[str]]:
         """Queue a message for `recipient` (a name or `*`); return it and who it was queued for.
 
+        `human`: sent by a person from a terminal (`relay send`), who may not use the name
+        of a live agent, becomes known to the team as a human (to get replies) and is
+        not a recipient of broadcasts.
+
         Errors (nothing is queued): an unknown recipient, a broadcast with nobody to
-        hear it, a bad body, a sender over `max_per_minute` (the recipients are told once
-        a minute that the sender is being held back).
+        hear it, a bad body, a human using a live agent's name, a sender over
+        `max_per_minute` (the recipients are told once a minute that the sender is
+        being held back).
         """
         message = new_message(
             team=team, sender=sender, recipient=recipient, body=body, thread=thread
         )
 
         def work(db: sqlite3.Connection) -> tuple[list[str], list[str], float | None]:
-            names = self._names(db, team)
-            recipients = recipients_for(message, names)
-            if sender not in names:  # a human sending from a terminal gets a mailbox for replies
-                self._ensure_known(db, team, sender, message.created_at)
+            current = self._agent_row(db, team, sender)
+            is_agent = current is not None and current.kind == "agent"
+            if human and current is not None and is_agent and self._presence(current) != "offline":
+                raise SenderIsLiveError(current)
+            broadcast = recipient == BROADCAST  # for agents only, never humans
+            known = self._agent_names(db, team) if broadcast else self._names(db, team)
+            recipients = recipients_for(message, known)
+            if current is None:  # a human sending from a terminal gets a mailbox for replies
+                self._ensure_known(
+                    db, team, sender, message.created_at, kind="human" if human else "agent"
+                )
             retry = self._over_rate(db, team, sender)
             if retry is not None:
                 notified = [
@@ -416,16 +443,55 @@ class SqliteMailbox:
             self._ring_all(message.team, recipients)
         return new
 
+    def store_rejected(self, message: Message, recipient: str, reason: str) -> None:
+        """Keep a message from elsewhere that failed the checks, dead for `recipient` with
+        `reason`, never delivered. It is stored under a fresh id (its own may be forged:
+        it must not shadow a real message that has that id) with its fields made safe to
+        store and show; its own id is in the reason."""
+
+        def safe(text: str, limit: int) -> str:
+            text = text.encode("utf-8", "replace").decode("utf-8")[:limit]
+            return "".join(c if c.isprintable() else "?" for c in text)
+
+        kept = Message(
+            id=new_ulid(),
+            team=message.team,
+            sender=safe(message.sender, 64) or "?",
+            recipient=recipient,
+            body=message.body.encode("utf-8", "replace").decode("utf-8"),
+            created_at=utc_now(),
+            thread=None,
+        )
+        why = f"refused on receipt: {reason} (its id: {safe(message.id, 40)!r})"
+
+        def work(db: sqlite3.Connection) -> None:
+            seq = self._insert(db, kept, [])
+            db.execute(
+                "INSERT INTO deliveries (team, recipient, seq, state, reason)"
+                " VALUES (?, ?, ?, 'dead', ?)",
+                (kept.team, recipient, seq, why),
+            )
+
+        self._write(work)
+
     def record_sent(self, message: Message) -> None:
         """Keep a copy of a message sent through another transport, for `relay messages`."""
         self.store_incoming(message, ())
 
-    def _ensure_known(self, db: sqlite3.Connection, team: str, name: str, seen: str) -> None:
-        """Make `name` a known (offline) agent of the team unless it is one already."""
+    def _ensure_known(
+        self,
+        db: sqlite3.Connection,
+        team: str,
+        name: str,
+        seen: str,
+        *,
+        kind: AgentKind = "agent",
+    ) -> None:
+        """Make `name` a known (offline) agent or human of the team unless it is known already."""
         db.execute(
-            "INSERT OR IGNORE INTO agents (team, name, state, host, last_seen)"
-            " VALUES (?, ?, 'offline', ?, ?)",
-            (team, name, self.host, seen),
+            "INSERT OR IGNORE INTO agents (team, name, state, host, last_seen, kind)"
+            " VALUES (?, ?, 'offline', ?, ?, ?)",
+            (team, name, self.host, seen, kind),
         )
 
     def _insert(self, db: sqlite3.Connection, message: Message, recipients: Sequence[str]) -> int:
@@ -483,7 +549,7 @@ class SqliteMailbox:
         """Queue a notice from relay to `to`; False when `to` is not a known agent."""
         if to == SYSTEM_SENDER or self._agent_row(db, team, to) is None:
             return False
-        notice = new_message(team=team, sender=SYSTEM_SENDER, recipient=to, body=body)
+        notice = new_message(team=team, sender=SYSTEM_SENDER, recipient=to, body=body, notice=True)
         self._insert(db, notice, [to])
         return True
 

@@ -10,7 +10,13 @@ import anyio.to_thread
 from relay.config.discovery import SettingsSet, section_of
 from relay.config.model import MessagingConfig
 from relay.services.messaging.mailbox import SqliteMailbox
-from relay.services.messaging.model import Agent, Message, MessagingError, check_name
+from relay.services.messaging.model import (
+    Agent,
+    Message,
+    MessagingError,
+    SenderIsLiveError,
+    check_name,
+)
 
 if TYPE_CHECKING:
     from relay.services.messaging.nats import NatsMessaging
@@ -54,17 +60,33 @@ class Messenger:
         return self.config.transport == "nats"
 
     async def send(
-        self, sender: str, recipient: str, body: str, thread: str | None = None
+        self,
+        sender: str,
+        recipient: str,
+        body: str,
+        thread: str | None = None,
+        *,
+        human: bool = False,
     ) -> tuple[Message, list[str]]:
-        """Send a message; return it and who it was queued for (MessagingError when it cannot be)."""
+        """Send a message; return it and who it was queued for (MessagingError when it cannot be).
+        `human`: a person sending from a terminal (never as a live agent; see `SqliteMailbox.send`)."""
         if self.unavailable is not None:
             raise MessagingError(f"messaging is unavailable in this session ({self.unavailable})")
         if self.nats is None:
             return await anyio.to_thread.run_sync(
                 lambda: self.mailbox.send(
-                    team=self.team, sender=sender, recipient=recipient, body=body, thread=thread
+                    team=self.team,
+                    sender=sender,
+                    recipient=recipient,
+                    body=body,
+                    thread=thread,
+                    human=human,
                 )
             )
+        if human:
+            for agent in await self.nats.agents():
+                if agent.name == sender and agent.state != "offline":
+                    raise SenderIsLiveError(agent)
         # The per-sender rate limit counts this machine's copies of what it sent.
         await anyio.to_thread.run_sync(lambda: self.mailbox.check_rate(self.team, sender))
         return await self.nats.send(

@@ -28,6 +28,9 @@ SYSTEM_SENDER = "relay"
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
 """Agent and team names: safe in file names, NATS subjects and consumer names."""
 RESERVED_NAMES = frozenset({SYSTEM_SENDER, BROADCAST})
+_ULID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}\Z")
+_TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\Z")
+_THREAD = re.compile(r"[^\s\]]{1,200}\Z")
 
 DeliveryState = Literal["queued", "handed", "acked", "dead", "denied"]
 AgentState = Literal["live", "idle", "busy", "offline"]
@@ -66,14 +69,26 @@ def utc_now(offset: float = 0.0) -> str:
 
 
 def new_message(
-    *, team: str, sender: str, recipient: str, body: str, thread: str | None = None
+    *,
+    team: str,
+    sender: str,
+    recipient: str,
+    body: str,
+    thread: str | None = None,
+    notice: bool = False,
 ) -> Message:
-    """A new message, checked (names, body); a blank thread is no thread. MessagingError if unusable."""
-    if sender != SYSTEM_SENDER:
+    """A new message, checked (names, body); a blank thread is no thread. MessagingError if
+    unusable. Only relay's own notices (`notice`) come from the reserved sender `relay`."""
+    if not notice:
         check_name(sender)
     if recipient != BROADCAST:
         check_name(recipient)
     check_body(body)
+    thread = thread if thread is not None and thread.strip() else None
+    if thread is not None and not _THREAD.match(thread):
+        raise MessagingError(
+            f"thread {thread[:40]!r} is not usable: 1 to 200 characters without spaces or ']'"
+        )
     return Message(
         id=new_ulid(),
         team=team,
@@ -81,8 +96,27 @@ def new_message(
         recipient=recipient,
         body=body,
         created_at=utc_now(),
-        thread=thread if thread is not None and thread.strip() else None,
+        thread=thread,
     )
+
+
+def check_message(message: Message) -> Message:
+    """`message` if it could have been sent by a relay (what a receiver checks of a message
+    from elsewhere): usable names, the reserved ones refused, a sendable body, a thread
+    without spaces or `]`, a ULID id and a timestamp as relay writes them. Else a
+    MessagingError saying what is wrong."""
+    if not _ULID.match(message.id):
+        raise MessagingError(f"message id {message.id[:40]!r} is not a ULID")
+    check_name(message.team, what="team name")
+    check_name(message.sender, what="sender name")
+    if message.recipient != BROADCAST:
+        check_name(message.recipient, what="recipient name")
+    check_body(message.body)
+    if message.thread is not None and not _THREAD.match(message.thread):
+        raise MessagingError("thread is not usable: 1 to 200 characters without spaces or ']'")
+    if not _TIMESTAMP.match(message.created_at):
+        raise MessagingError(f"created_at {message.created_at[:40]!r} is not a relay timestamp")
+    return message
 
 
 def recipients_for(message: Message, known: Sequence[str]) -> list[str]:
@@ -163,6 +197,19 @@ class NameTakenError(MessagingError):
         )
 
 
+class SenderIsLiveError(MessagingError):
+    """A human sending under the name of an agent that is live: its messages would pass
+    for the agent's."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        where = f" (pid {agent.pid} on {agent.host})" if agent.pid else ""
+        super().__init__(
+            f"{agent.name} is a live agent in team {agent.team}{where}: a message sent as "
+            f"{agent.name} would pass for its own; send under your own name"
+        )
+
+
 class RateLimitedError(MessagingError):
     """A sender over `messaging.maxPerMinute`."""
 
@@ -183,7 +230,7 @@ def check_name(name: str, *, what: str = "agent name") -> str:
             f"{what} {name!r} is not usable: 1 to 64 letters, digits, '_' or '-', "
             "starting with a letter or digit"
         )
-    if what == "agent name" and name in RESERVED_NAMES:
+    if what != "team name" and name in RESERVED_NAMES:
         raise MessagingError(f"{what} {name!r} is reserved")
     return name
 

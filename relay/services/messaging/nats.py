@@ -4,17 +4,23 @@ Layout (spec/messaging-nats.md):
 
 - one stream per team, `RELAY_<team>`, on `relay.<team>.>` (file storage, a two-minute
   duplicate window keyed on `Nats-Msg-Id`, which is the message id);
-- per agent two durable pull consumers, `agent_<name>` on `relay.<team>.agent.<name>`
+- a message is published on `relay.<team>.agent.<recipient>.<sender>` (a broadcast on
+  `relay.<team>.broadcast.<sender>`): the subject carries the sender, so per-user publish
+  permissions (`agent_permissions`) bind a sender's name to its NATS user, and a
+  receiver refuses a message whose subject does not match its fields;
+- per agent two durable pull consumers, `agent_<name>` on `relay.<team>.agent.<name>.*`
   (mail queues there while the agent is offline) and `bcast_<name>` on
-  `relay.<team>.broadcast`. Two consumers, not one with two filters: nats-server 2.9
+  `relay.<team>.broadcast.*`. Two consumers, not one with two filters: nats-server 2.9
   accepts a `filter_subjects` list and silently ignores it, so each consumer's filter is
   read back from the server and checked;
 - presence in the KV bucket `relay_presence_<team>` whose entries expire after
   `presenceTtlSeconds`; it is read by listing the bucket's subjects, because 2.9 sends
   no event when an entry expires.
 
-The receiving machine stores each message in its local mailbox (durably) before it
-acknowledges it to NATS, so a crash in between means a redelivery, which the mailbox
+The receiving machine checks each message as a local send is checked (`check_message`:
+names, reserved names, body size, not blank) and against its subject; one that fails
+is dead-lettered in the local mailbox with the reason, never typed. It stores each
+message in its local mailbox (durably) before it acknowledges it to NATS, so a crash in between means a redelivery, which the mailbox
 ignores by message id. Teams are isolated by NATS accounts, agents by per-user
 permissions (`agent_permissions`).
 
@@ -53,6 +59,7 @@ from relay.services.messaging.model import (
     Agent,
     Message,
     MessagingError,
+    check_message,
     check_name,
     new_message,
     recipients_for,
@@ -71,6 +78,7 @@ __all__ = [
     "inbox_prefix",
     "mailbox_consumer",
     "mailbox_subject",
+    "message_subject",
     "presence_bucket",
     "stream_name",
 ]
@@ -105,6 +113,10 @@ class Store(Protocol):
         """Store `message` for `recipients` durably, idempotent by id; True when new."""
         ...
 
+    def store_rejected(self, message: Message, recipient: str, reason: str) -> None:
+        """Keep a message that failed the checks as dead for `recipient`, with `reason`."""
+        ...
+
 
 class SentLog(Protocol):
     """Where a sent message is kept for history (`SqliteMailbox`)."""
@@ -127,13 +139,20 @@ def stream_name(team: str) -> str:
 
 
 def mailbox_subject(team: str, name: str) -> str:
-    """The subject of messages for one agent."""
-    return f"relay.{team}.agent.{name}"
+    """The subjects of messages for one agent (its consumer's filter), from any sender."""
+    return f"relay.{team}.agent.{name}.*"
 
 
 def broadcast_subject(team: str) -> str:
-    """The subject of messages for everyone in the team."""
-    return f"relay.{team}.broadcast"
+    """The subjects of messages for everyone in the team (a filter), from any sender."""
+    return f"relay.{team}.broadcast.*"
+
+
+def message_subject(team: str, recipient: str, sender: str) -> str:
+    """The subject a message from `sender` to `recipient` (a name or `*`) is published on."""
+    if recipient == BROADCAST:
+        return f"relay.{team}.broadcast.{sender}"
+    return f"relay.{team}.agent.{recipient}.{sender}"
 
 
 def mailbox_consumer(name: str) -> str:
@@ -180,8 +199,9 @@ def agent_permissions(team: str, name: str) -> NatsPermissions:
         ]
     return NatsPermissions(
         publish=[
-            mailbox_subject(team, "*"),
-            broadcast_subject(team),
+            # Only as itself: the subject's last token is the sender, checked on receipt.
+            f"relay.{team}.agent.*.{name}",
+            message_subject(team, BROADCAST, name),
             f"{api}.INFO",
             f"{api}.STREAM.INFO.{stream}",
             f"{api}.STREAM.CREATE.{stream}",
@@ -295,6 +315,23 @@ class _Puller:
                     headers = msg.headers or {}
                     self.refused = f"{status} {headers.get('Description', '')}".strip()
         return messages
+
+
+def _problem(message: Message, subject: str) -> str | None:
+    """Why a message from NATS must not be delivered, or None: the checks of a local send,
+    and a subject that names its recipient and sender (the sender's NATS user may publish
+    only under its own name)."""
+    try:
+        check_message(message)
+    except MessagingError as exc:
+        return exc.message
+    expected = message_subject(message.team, message.recipient, message.sender)
+    if subject != expected:
+        return (
+            f"it arrived on {subject}, not {expected}: its sender or recipient is not the one "
+            "the subject names"
+        )
+    return None
 
 
 def _filters(info: js_api.ConsumerInfo) -> list[str]:
@@ -645,11 +682,12 @@ class NatsMessaging:
 
     # -- sending -----------------------------------------------------------------------
 
-    def subject_for(self, recipient: str) -> str:
-        """The subject a message for `recipient` (a name or `*`) is published on."""
-        if recipient == BROADCAST:
-            return broadcast_subject(self.team)
-        return mailbox_subject(self.team, check_name(recipient))
+    def subject_for(self, message: Message) -> str:
+        """The subject `message` is published on (its recipient and sender in it)."""
+        recipient = message.recipient
+        if recipient != BROADCAST:
+            check_name(recipient)
+        return message_subject(self.team, recipient, check_name(message.sender))
 
     async def publish(self, message: Message) -> None:
         """Publish `message` and wait for JetStream to have stored it; a second publish of
@@ -658,7 +696,7 @@ class NatsMessaging:
             raise self._error(
                 f"message {message.id} is for team {message.team}, this is team {self.team}"
             )
-        subject = self.subject_for(message.recipient)
+        subject = self.subject_for(message)
         payload = msgspec.json.encode(message)
         js = self.js
         deadline = time.monotonic() + self.publish_timeout
@@ -760,6 +798,19 @@ class NatsMessaging:
             return 0
         if message.team != self.team:
             self._note(f"{where}: message {message.id} claims team {message.team}, dropped")
+            await self._reply(msg.term)
+            return 0
+        problem = _problem(message, msg.subject)
+        if problem is not None:
+            # Checked as a local send is (DESIGN: bad input never reaches the agent):
+            # kept as dead with the reason, where `relay inbox --all` shows it.
+            self._note(f"{where}: message {message.id[:40]!r} dead-lettered: {problem}")
+            try:
+                await anyio.to_thread.run_sync(store.store_rejected, message, name, problem)
+            except MessagingError as exc:
+                self._note(f"{where}: not stored: {exc}")
+                await self._reply(lambda: msg.nak(delay=2.0))
+                return 0
             await self._reply(msg.term)
             return 0
         if message.recipient == BROADCAST and message.sender == name:
