@@ -203,6 +203,26 @@ async def test_bracketed_paste_only_when_the_agent_enabled_it() -> None:
     ]
 
 
+async def test_paste_mode_only_for_an_agent_that_reads_key_by_key() -> None:
+    """A mode sequence printed while the agent reads lines is displayed text; and paste
+    mode is never used while the agent reads lines, whatever was printed before."""
+    reads_lines = True
+    recorder = Recorder()
+    injector = make(recorder, line_mode=lambda: reads_lines)
+    injector.observe_output(b"cat README: \x1b[?2004h")
+    assert not injector.bracketed_paste
+    reads_lines = False
+    assert not injector.bracketed_paste  # the earlier sequence did not count
+    injector.observe_output(b"\x1b[?2004h> ")  # the agent's own, in raw mode
+    assert injector.bracketed_paste
+    reads_lines = True  # it runs a line-mode child now
+    assert not injector.bracketed_paste
+    injector.submit("two\nlines")
+    async with running(injector):
+        await drained(injector)
+    assert recorder.chunks == [b"two lines", b"\r"]
+
+
 @pytest.mark.parametrize(
     ("chunks", "on"),
     [

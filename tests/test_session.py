@@ -71,6 +71,27 @@ def test_start_inject_directive_answer_and_exit(project: Path, tmp_path: Path) -
     assert (end["hook_event_name"], end["reason"]) == ("SessionEnd", "exit")
 
 
+def test_a_paste_mode_sequence_in_displayed_text_never_splits_a_message(
+    project: Path, tmp_path: Path
+) -> None:
+    """A line-mode agent shows a file holding ESC[?2004h: a two-line start context is
+    still typed as one line, which one Enter submits (as a paste, the agent's terminal
+    driver would have submitted each line, the paste markers in the first)."""
+    record = tmp_path / "reads.jsonl"
+    two_lines = f"{sys.executable} -c \"print('first line'); print('second line')\""
+    file = settings(
+        tmp_path / "s.json",
+        {
+            "hooks": {"SessionStart": [{"hooks": [{"command": two_lines}]}]},
+            "session": {"injectQuietMs": 100},
+        },
+    )
+    steps = [{"print": "README: \x1b[?2004h shown as is"}, {"read": "start"}, {"exit": 0}]
+    code, _ = run_session(agent(steps, record), project, settings_files=(file,))
+    assert code == 0
+    assert reads(record)[0] == ("start", "first line second line")
+
+
 def test_python_handlers_through_the_relay_api(project: Path, tmp_path: Path) -> None:
     record = tmp_path / "reads.jsonl"
     seen: list[tuple[str, str, list[str]]] = []

@@ -55,8 +55,9 @@ class Injector:
     no partial human line is pending. A delivery counts as activity too, so the next
     text waits another `quiet_ms`, for the agent's reaction.
 
-    Delivery: with bracketed paste on (the agent printed ESC[?2004h), ESC[200~ + text +
-    ESC[201~, line breaks sent as CR like a terminal's paste; without it, every line
+    Delivery: with bracketed paste on (the agent printed ESC[?2004h while it read its
+    terminal key by key, and still does), ESC[200~ + text + ESC[201~, line breaks sent as
+    CR like a terminal's paste; without it, every line
     break (CRLF, CR or LF) becomes one space, so the text is one line that one Enter
     submits and no line of it can be submitted early; tabs become spaces too (a tab
     would trigger completion). Control characters are removed from the text in both
@@ -68,6 +69,11 @@ class Injector:
     With `exclusive` (for example `AgentPty.exclusive_input`), the whole delivery holds
     the agent's input, so keys the human types meanwhile arrive after the Enter instead
     of inside the text; readiness is checked again once it is held.
+
+    `line_mode` (for example `AgentPty.line_mode`) says whether the agent reads a line at
+    a time. Such an agent cannot take a paste (its terminal driver submits each line of
+    one), so paste mode is never used then, and a mode sequence printed meanwhile is
+    displayed text (a shell's child `cat`-ing a file), not the agent's: it is ignored.
 
     Bookkeeping: `delivered` lists the texts as sent, in order, and `on_delivered(text,
     key)` is called after each Enter is written (for the transcript, or to acknowledge a
@@ -89,6 +95,7 @@ class Injector:
         await_first_output: bool = True,
         exclusive: Exclusive | None = None,
         on_delivered: Callable[[str, str | None], None] | None = None,
+        line_mode: Callable[[], bool] | None = None,
     ) -> None:
         """An injector writing through `write` (typically `AgentPty.write`)."""
         if chunk_size < _MIN_CHUNK:
@@ -101,6 +108,7 @@ class Injector:
         self._enter_delay = enter_delay_ms / 1000
         self._exclusive = exclusive
         self._on_delivered = on_delivered
+        self._line_mode = line_mode
         self.delivered: list[str] = []
         self._queue: deque[_Message] = deque()
         self._keys: set[str] = set()
@@ -131,8 +139,11 @@ class Injector:
 
     @property
     def bracketed_paste(self) -> bool:
-        """Whether the agent has bracketed paste mode on."""
-        return self._bracketed_paste
+        """Whether the agent has bracketed paste mode on and can take a paste now."""
+        return self._bracketed_paste and not self._reads_lines()
+
+    def _reads_lines(self) -> bool:
+        return self._line_mode is not None and self._line_mode()
 
     @property
     def human_line_pending(self) -> bool:
@@ -213,7 +224,7 @@ class Injector:
             yield
 
     async def _deliver(self, message: _Message) -> None:
-        payload = self.encode(message.text, bracketed_paste=self._bracketed_paste)
+        payload = self.encode(message.text, bracketed_paste=self.bracketed_paste)
         started = False
         try:
             for index, chunk in enumerate(_chunks(payload, self._chunk_size)):
@@ -257,7 +268,9 @@ class Injector:
     def _scan_modes(self, data: bytes) -> None:
         """Follow ESC[?2004h / ESC[?2004l, even when a sequence is split across chunks."""
         buffer = self._output_tail + data if self._output_tail else data
-        for match in _PRIVATE_MODE.finditer(buffer):
+        matches = list(_PRIVATE_MODE.finditer(buffer))
+        # Printed while the agent reads lines: displayed text, not the agent's own mode.
+        for match in matches if matches and not self._reads_lines() else ():
             if match.group(2) is None:
                 self._bracketed_paste = False
             elif b"2004" in match.group(1).split(b";"):

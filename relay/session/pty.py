@@ -193,6 +193,18 @@ class AgentPty:
         rows, cols, _, _ = struct.unpack("HHHH", packed)
         return rows, cols
 
+    def line_mode(self) -> bool:
+        """Whether the agent reads its terminal a line at a time (canonical mode: the kernel
+        edits the line and a CR or LF submits it), as a shell's child or a plain REPL does;
+        False for an agent that reads key by key (raw mode: editors, TUIs, readline while
+        it edits). Read from the PTY pair's termios; True when it cannot be read."""
+        if self._closed:
+            return True
+        try:
+            return bool(termios.tcgetattr(self.master_fd)[3] & termios.ICANON)
+        except termios.error:
+            return True
+
     # ---- the process
 
     @property

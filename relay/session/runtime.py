@@ -29,6 +29,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from relay.config.discovery import SETTINGS_VARIABLE, section_of, settings_from_environment
 from relay.config.model import SessionConfig
+from relay.config.paths import find_project_root
 from relay.config.policy import namespace_policy
 from relay.engine.processes import process_start_ticks
 from relay.engine.system import HookSystem
@@ -45,11 +46,11 @@ from relay.services.memory.namespace import (
 )
 from relay.services.messaging.messenger import Messenger, messaging_config
 from relay.services.messaging.model import (
-    SYSTEM_SENDER,
     Message,
     MessagingError,
     NameTakenError,
     check_name,
+    default_agent_name,
 )
 from relay.services.messaging.namespace import BUILTIN_NAME as RELAY_BUILTIN_NAME
 from relay.services.messaging.namespace import MessagingDirectives
@@ -133,7 +134,14 @@ class Session:
         self.command = list(command)
         self.hooks = hooks
         # The name other agents write after @relay: (a default name is made safe for it).
-        self.name = check_name(name) if name is not None else _safe_name(Path(self.command[0]).name)
+        # Without --name: the command's name and a digest of the project, which no agent of
+        # another project has (spec/messaging.md, "Names").
+        start = (cwd or Path.cwd()).resolve()
+        self.name = (
+            check_name(name)
+            if name is not None
+            else default_agent_name(self.command[0], find_project_root(start) or start)
+        )
         self.session_id = uuid.uuid4().hex
         self.cwd = (cwd or Path.cwd()).resolve()
         self.stdin_fd, self.stdout_fd = stdin_fd, stdout_fd
@@ -291,6 +299,7 @@ class Session:
             quiet_ms=self.quiet_ms,
             exclusive=agent.exclusive_input,  # keys typed meanwhile land after the Enter
             on_delivered=self._delivered,
+            line_mode=agent.line_mode,
         )
         if not self.inject_enabled:
             if self._early_injects:
@@ -641,7 +650,9 @@ class Session:
         for hook in self.hooks.registry.hooks:
             if hook.name == RELAY_BUILTIN_NAME and isinstance(hook.handler, MessagingDirectives):
                 messenger = hook.handler.messenger  # registered by an earlier session
-        self.messenger = messenger or Messenger(self.messaging_config)
+        self.messenger = messenger or Messenger(
+            self.messaging_config, project=self.hooks.project_dir
+        )
         inbox = SessionInbox(
             self.messenger,
             name=self.name,
@@ -721,12 +732,6 @@ class Session:
     def _record(self, kind: str, text: str) -> None:
         if self._transcript is not None:
             self._transcript.record(kind, text)
-
-
-def _safe_name(name: str) -> str:
-    """`name` with what an agent name may not hold replaced by '-' (python3.11 -> python3-11)."""
-    safe = re.sub(r"[^A-Za-z0-9_-]", "-", name).strip("-_")[:64] or "agent"
-    return safe if safe != SYSTEM_SENDER else "relay-agent"
 
 
 def _pollable(fd: int) -> bool:
