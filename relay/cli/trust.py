@@ -4,23 +4,37 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from relay.cli.options import cwd_option
 
+if TYPE_CHECKING:
+    from relay.config.trust import HookFingerprint
+
+FILES_SHOWN = 20
+"""Fingerprinted files listed per hook without --all-files."""
+INDENT = " " * 13
+
 
 @click.command()
 @click.option("--yes", "-y", is_flag=True, help="Trust without asking.")
 @click.option("--revoke", is_flag=True, help="Forget every trusted hook of this project.")
+@click.option(
+    "--all-files",
+    is_flag=True,
+    help=f"List every fingerprinted file (default: the first {FILES_SHOWN} of each hook).",
+)
 @cwd_option
-def trust(yes: bool, revoke: bool, cwd: Path | None) -> None:
-    """List this project's hooks and record them as trusted.
+def trust(yes: bool, revoke: bool, all_files: bool, cwd: Path | None) -> None:
+    """List this project's hooks and the files each can reach, and record them as trusted.
 
-    Project and project-local hooks run only once trusted; a changed hook or script is
-    untrusted again.
+    Project and project-local hooks run only once trusted; a changed hook, or a changed
+    file it can reach, is untrusted again, and trusting it again shows what changed.
     """
-    from relay.config.trust import TrustStore
+    from relay.config.review import changes, visible
+    from relay.config.trust import TrustGrant, TrustStore, assess, hook_key, hook_slot
     from relay.engine.system import HookSystem
     from relay.errors import RelayError
 
@@ -34,26 +48,87 @@ def trust(yes: bool, revoke: bool, cwd: Path | None) -> None:
         removed = store.revoke(root)
         click.echo(f"revoked trust in {removed} hook(s) of {root}")
         return
-    project_hooks = [hook for hook in system.registry.hooks if hook.fingerprint is not None]
+    project_hooks = [hook for hook in system.registry.hooks if hook.needs_trust]
     if not project_hooks:
         click.echo(f"no project hooks in {root}")
         return
+    pending: list[TrustGrant] = []
+    refused: list[str] = []
+    ranks: dict[tuple[str | None, str, str | None, str], int] = {}
     for hook in project_hooks:
-        state = "trusted" if hook.trusted else "NOT TRUSTED"
-        matcher = f" [{hook.matcher.text}]" if hook.matcher.text else ""
-        click.echo(f"{state:12} {hook.event}{matcher}  {hook.name}")
-        click.echo(f"{'':12} command: {hook.command}   ({hook.file})")
-    pending = [hook for hook in project_hooks if not hook.trusted]
-    if not pending:
+        entry = hook.entry
+        assert entry is not None  # project hooks come from settings files
+        place = (hook.file, hook.event, hook.matcher.text, hook.name)
+        ranks[place] = ranks.get(place, -1) + 1
+        key = hook_key(hook.event, hook.matcher.text, entry)
+        assessed = assess(
+            hook.event,
+            hook.matcher.text,
+            entry,
+            root,
+            known=store.known_files(root, key),
+            keep_contents=True,
+        )
+        trusted = assessed.digest is not None and store.is_trusted(root, assessed.digest)
+        state = "trusted" if trusted else "NOT TRUSTED" if assessed.digest else "CANNOT TRUST"
+        matcher = f" [{visible(hook.matcher.text)}]" if hook.matcher.text else ""
+        click.echo(f"{state:12} {hook.event}{matcher}  {visible(hook.name)}")
+        click.echo(f"{INDENT}command: {visible(hook.command)}   ({hook.file})")
+        if assessed.refusal is not None:
+            click.echo(f"{INDENT}why: {visible(assessed.refusal)}")
+            refused.append(hook.name)
+            continue
+        for line in _fingerprinted(assessed, all_files):
+            click.echo(f"{INDENT}{line}")
+        if trusted:
+            continue
+        slot = hook_slot(*place, ranks[place])
+        previous = store.last_trust(root, slot, key)
+        if previous is not None:
+            changed = changes(previous, hook.command, assessed, store.copy_of)
+            when = f"since trusted at {previous.trusted_at}"
+            if not changed:
+                changed = ["its event, matcher, args, env or cwd"]
+            click.echo(f"{INDENT}changed {when}:")
+            for line in changed:
+                click.echo(f"{INDENT}  {line}")
+        pending.append(
+            TrustGrant(
+                assessed=assessed,
+                description=f"{hook.event} {hook.name}",
+                command=hook.command,
+                slot=slot,
+            )
+        )
+    if pending:
+        if not yes:
+            if not sys.stdin.isatty():
+                raise RelayError("not trusting without confirmation: run `relay trust --yes`")
+            if not click.confirm(f"Trust these {len(pending)} hook(s) to run on this machine?"):
+                raise RelayError("nothing trusted")
+        store.grant(root, pending)
+        click.echo(f"trusted {len(pending)} hook(s)")
+    elif not refused:
         click.echo("all project hooks are trusted")
-        return
-    if not yes:
-        if not sys.stdin.isatty():
-            raise RelayError("not trusting without confirmation: run `relay trust --yes`")
-        if not click.confirm(f"Trust these {len(pending)} hook(s) to run on this machine?"):
-            raise RelayError("nothing trusted")
-    store.trust(
-        root,
-        [(hook.fingerprint, f"{hook.event} {hook.name}") for hook in pending if hook.fingerprint],
-    )
-    click.echo(f"trusted {len(pending)} hook(s)")
+    if refused:
+        names = ", ".join(visible(name) for name in refused)
+        raise RelayError(f"{len(refused)} hook(s) cannot be trusted (see why above): {names}")
+
+
+def _fingerprinted(assessed: HookFingerprint, all_files: bool) -> list[str]:
+    """Lines that list the files a hook's fingerprint covers, and why the whole tree."""
+    from relay.config.review import visible
+
+    lines: list[str] = []
+    if assessed.tree:
+        reasons = ", ".join(visible(reason) for reason in assessed.tree)
+        lines.append(f"reaches the whole project through {reasons}: fingerprints every file")
+    count = len(assessed.files)
+    lines.append(f"fingerprints {count} file(s)" + (":" if count else ""))
+    names = list(assessed.files) if all_files else list(assessed.files)[:FILES_SHOWN]
+    for name in names:
+        note = assessed.files[name].note
+        lines.append(f"  {visible(name)}" + (f"  ({visible(note)})" if note else ""))
+    if len(names) < count:
+        lines.append(f"  … and {count - len(names)} more (--all-files lists them)")
+    return lines

@@ -20,7 +20,7 @@ from relay.config.model import (
     Scope,
     Settings,
 )
-from relay.config.trust import DigestCache, TrustStore, TrustStoreError, fingerprint
+from relay.config.trust import DigestCache, TrustStore, TrustStoreError, check_trust
 from relay.protocol.dialects import Dialect, UnknownEventError, canonical_name, registered_dialect
 
 PythonHandler = Callable[..., Any]
@@ -178,13 +178,20 @@ class Registry:
     def _check_trust(self, hook: RegisteredHook) -> None:
         assert hook.entry is not None and self.root is not None
         hook.trust_checked = True
-        hook.fingerprint = fingerprint(
-            hook.event, hook.matcher.text, hook.entry, self.root, self._digests
-        )
         try:
-            hook.trusted = self._trust is not None and self._trust.is_trusted(
-                self.root, hook.fingerprint
+            verdict = check_trust(
+                hook.event,
+                hook.matcher.text,
+                hook.entry,
+                self.root,
+                store=self._trust,
+                digests=self._digests,
             )
+            hook.fingerprint, hook.trusted = verdict.fingerprint, verdict.trusted
+            if verdict.refusal is not None:
+                refused = f"project hook {hook.name} cannot be trusted: {verdict.refusal}"
+                if refused not in self.warnings:
+                    self.warnings.append(refused)
         except TrustStoreError as exc:
             # Unverifiable is untrusted: the project's hooks stop, the user's still run.
             hook.trusted = False
