@@ -323,6 +323,41 @@ def test_headless_ends_with_the_agent_while_relays_stdin_stays_open(
         process.communicate()  # closes the pipes
 
 
+def test_relay_run_tells_the_human_what_it_skipped(project: Path, relay_home: Path) -> None:
+    """Untrusted project hooks and handlers, and a namespace nothing handles, are told to
+    the human once each on relay's stderr (never typed to the agent), with the fix."""
+    (project / ".relay").mkdir()
+    (project / ".relay" / "settings.json").write_text(
+        json.dumps(
+            {
+                "hooks": {"SessionStart": [{"hooks": [{"command": "echo hi", "name": "greeter"}]}]},
+                "patterns": {"deploy": {"command": "echo deployed"}},
+            }
+        )
+    )
+    script = 'echo "@deploy:prod now"; echo "@memroy:save x"; echo "@memroy:save y"; sleep 1'
+    done = subprocess.run(
+        [RELAY, "run", "--headless", "--cwd", str(project), "--", "sh", "-c", script],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    told = [line for line in done.stderr.splitlines() if line.startswith("relay: ")]
+    fix = f"run `relay trust` in {project}"
+    assert told == [
+        f"relay: skipped 2 untrusted project hook(s): @deploy, greeter; review them and {fix} "
+        "to allow them",
+        "relay: @deploy: not run: its handler (@deploy) is a project hook not trusted yet; "
+        f"review it and {fix}",
+        "relay: the agent wrote @memroy: but nothing handles that namespace (did you mean "
+        "@memory:?); handled: @memory:, @relay:",
+    ]
+    assert "relay:" not in done.stdout  # the agent saw nothing of it
+
+
 def test_a_missing_agent_is_a_clear_error(project: Path) -> None:
     done = subprocess.run(
         [RELAY, "run", "--headless", "--cwd", str(project), "--", "no-such-agent-xyz"],

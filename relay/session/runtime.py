@@ -28,6 +28,7 @@ import anyio.to_thread
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from relay.config.discovery import SETTINGS_VARIABLE, section_of, settings_from_environment
+from relay.config.loader import BUILTIN_NAMESPACES, suggest_name
 from relay.config.model import SessionConfig
 from relay.config.paths import find_project_root
 from relay.config.policy import namespace_policy
@@ -174,6 +175,7 @@ class Session:
         self._screen: ScreenReader | None = None  # once the agent draws a full screen
         self._screen_drawn = anyio.Event()
         self._hooked_seen = False
+        self._unhandled: set[str] = set()
         self._refused_seen = 0
         self._confirmer = Confirmer(self._tell_user, available=not self.headless)
         self._lines = LineSplitter()
@@ -274,6 +276,10 @@ class Session:
 
     async def _run(self) -> int:
         self._stop_requested = anyio.Event()
+        # Once, to the human only: what of the settings does not run (untrusted or broken
+        # project files, unknown keys), and the command that fixes it.
+        for line in self.hooks.warnings():
+            self._tell_user(line)
         self._start_memory()
         await self._start_messaging()
         start = await self._fire("SessionStart", {"source": "startup"})
@@ -498,8 +504,36 @@ class Session:
                     "source": "terminal",
                 }
                 result = await self._fire("PatternMatch", payload)
-                if not result.hooks and debug_enabled():
-                    debug(f"@{directive.namespace}: no handler, ordinary text")
+                if not result.hooks:
+                    self._tell_unhandled(directive.namespace, result.untrusted)
+
+    def _tell_unhandled(self, namespace: str, untrusted: list[str]) -> None:
+        """Tell the human, once per namespace, that the agent used one nothing handles (a
+        typo such as `@memroy:`, or a handler not trusted yet); the agent is not told:
+        to it the line stays ordinary text."""
+        if namespace in self._unhandled:
+            return
+        self._unhandled.add(namespace)
+        if untrusted:
+            self._tell_user(
+                f"@{namespace}: not run: its handler ({', '.join(untrusted)}) is a project "
+                f"hook not trusted yet; review it and run `relay trust` in {self.hooks.project_dir}"
+            )
+            return
+        known = sorted({*BUILTIN_NAMESPACES, *self._handled_namespaces()})
+        guess = suggest_name(namespace, known)
+        hint = f" (did you mean @{guess}:?)" if guess else ""
+        self._tell_user(
+            f"the agent wrote @{namespace}: but nothing handles that namespace{hint}; "
+            f"handled: {', '.join('@' + name + ':' for name in known)}"
+        )
+
+    def _handled_namespaces(self) -> list[str]:
+        return [
+            name
+            for hook in self.hooks.registry.for_event("PatternMatch")
+            for name in hook.matcher.names or ()
+        ]
 
     def _hooked(self) -> bool:
         """Whether the wrapped host runs relay as its hooks in this session (its hook calls
