@@ -152,9 +152,11 @@ def test_a_symlink_inside_the_project_is_hashed_by_content(root: Path, tmp_path:
     assert fingerprint("Stop", None, entry, root) != before
 
 
-def test_folders_and_bare_program_names_are_not_scripts(root: Path) -> None:
+def test_bare_program_names_are_not_scripts_and_a_folder_is_its_files(root: Path) -> None:
     entry = HookEntry(command="python3 .relay/hooks 'unbalanced")
     assert project_scripts(entry, root) == {}
+    inside = script(root / ".relay" / "hooks" / "lib" / "a.sh")
+    assert project_scripts(entry, root) == {".relay/hooks/lib/a.sh": _sha256(inside)}
 
 
 def test_describe_hook() -> None:

@@ -121,8 +121,8 @@ def _fingerprinted(assessed: HookFingerprint, all_files: bool) -> list[str]:
 
     lines: list[str] = []
     if assessed.tree:
-        reasons = ", ".join(visible(reason) for reason in assessed.tree)
-        lines.append(f"reaches the whole project through {reasons}: fingerprints every file")
+        reasons = "; ".join(visible(reason) for reason in assessed.tree)
+        lines.append(f"reaches the whole project (fingerprints every file) through: {reasons}")
     count = len(assessed.files)
     lines.append(f"fingerprints {count} file(s)" + (":" if count else ""))
     names = list(assessed.files) if all_files else list(assessed.files)[:FILES_SHOWN]

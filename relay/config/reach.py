@@ -61,8 +61,8 @@ class Reach(msgspec.Struct, frozen=True, kw_only=True):
     files: tuple[str, ...] = ()
     """Sorted, each once."""
     tree: tuple[str, ...] = ()
-    """Why the project's whole tree is in `files` (the expansions relay cannot resolve, or
-    the word that names the project folder); empty when it is not."""
+    """Why the project's whole tree is in `files`: the expansions relay cannot resolve as
+    written (`${X:-a}`, `$(…)`), or a phrase ("., the project folder"); empty when it is not."""
     refusal: str | None = None
     """Why this hook cannot be trusted at all (it reaches too much); None when it can."""
 
@@ -156,7 +156,7 @@ class _CommandReader:
             return
         unresolved = _unresolved_expansions(text, self.known)
         for expansion in unresolved:
-            self._whole_tree(f"`{expansion}`")
+            self._whole_tree(expansion)
         self.read_words(_shell_words(text), depth)
         if unresolved:
             # `${X:-hooks}/x.sh`: the default is the likeliest file, hashed even when the

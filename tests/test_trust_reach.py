@@ -1,0 +1,467 @@
+"""Trust covers every project file a hook can reach, however the command reaches it.
+
+Each walk-around test trusts a hook, changes the code it reaches, fires an event through
+`relay hooks run` (real processes), and checks that the changed code does not run and the
+hook is reported untrusted; after `relay trust` again, it runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import py_compile
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from click.testing import CliRunner
+
+from relay.cli.main import cli
+from relay.config import reach as reach_module
+from relay.config import trust as trust_module
+from relay.config.filecache import identity_of
+from relay.config.model import HookEntry
+from relay.config.reach import reach
+from relay.config.review import visible
+from relay.config.trust import TrustStore, assess
+
+PY = shlex.quote(sys.executable)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "proj"
+    (root / ".git").mkdir(parents=True)  # a project root; not a git work tree
+    return root
+
+
+def invoke(args: list[str], stdin: str = "") -> Any:
+    return CliRunner().invoke(cli, args, input=stdin)
+
+
+def settings(project: Path, *hooks: dict[str, Any]) -> None:
+    path = project / ".relay" / "settings.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"hooks": {"SessionStart": [{"hooks": list(hooks)}]}}))
+
+
+def write(path: Path, text: str, *, executable: bool = False) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    if executable:
+        path.chmod(0o755)
+    return path
+
+
+def shell_script(says: str, marker: Path | None = None) -> str:
+    """A script that prints `says` (the event's inject) and, if given, touches `marker`."""
+    touch = f"touch {shlex.quote(str(marker))}\n" if marker else ""
+    return f"#!/bin/sh\n{touch}echo {says}\n"
+
+
+def fire(project: Path) -> dict[str, Any]:
+    """SessionStart through `relay hooks run`: the merged result, and stderr."""
+    result = invoke(["hooks", "run", "SessionStart", "--cwd", str(project)], "{}")
+    assert result.exit_code == 0, result.output
+    return {**json.loads(result.stdout), "stderr": result.stderr}
+
+
+def trust(project: Path, *more: str) -> Any:
+    result = invoke(["trust", "--yes", "--cwd", str(project), *more])
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def assert_skipped(project: Path, name: str, marker: Path) -> None:
+    result = fire(project)
+    assert result["inject"] is None
+    assert result["untrusted"] == [name]
+    assert f"untrusted project hook(s): {name}" in result["stderr"]
+    assert not marker.exists(), "the changed code ran without trust"
+
+
+def check_walk_around(project: Path, name: str, reached: Path, changed_code: str) -> None:
+    """Trust, see the hook run, change `reached`, see it skipped, trust again, see it run."""
+    trust(project)
+    assert fire(project)["inject"] == "original"
+    write(reached, changed_code, executable=True)
+    assert_skipped(project, name, project.parent / "changed-ran")
+    listed = trust(project)
+    assert "changed  " in listed.stdout
+    result = fire(project)
+    assert (result["inject"], result["untrusted"]) == ("changed", [])
+    assert (project.parent / "changed-ran").exists()
+
+
+# --- every way around the old fingerprint -----------------------------------------------
+
+
+def test_a_glob(project: Path) -> None:
+    script = write(project / "hooks" / "x1.sh", shell_script("original"))
+    settings(project, {"name": "glob", "command": "sh hooks/x*.sh"})
+    check_walk_around(
+        project, "glob", script, shell_script("changed", project.parent / "changed-ran")
+    )
+
+
+def test_a_new_file_that_a_glob_matches(project: Path) -> None:
+    write(project / "hooks" / "x1.sh", "#!/bin/sh\necho original\n")
+    settings(project, {"name": "glob", "command": "for f in hooks/x*.sh; do sh $f; done"})
+    # `$f` is a variable relay cannot resolve: the whole tree is fingerprinted.
+    trust(project)
+    assert fire(project)["inject"] == "original"
+    marker = project.parent / "changed-ran"
+    write(project / "hooks" / "x2.sh", shell_script("added", marker))
+    assert_skipped(project, "glob", marker)
+
+
+def test_a_nested_shell_string(project: Path) -> None:
+    script = write(project / "hooks" / "x.sh", shell_script("original"))
+    settings(project, {"name": "nested", "command": 'sh -c "sh hooks/x.sh"'})
+    check_walk_around(
+        project, "nested", script, shell_script("changed", project.parent / "changed-ran")
+    )
+
+
+def test_a_nested_string_in_exec_form(project: Path) -> None:
+    script = write(project / "hooks" / "x.sh", shell_script("original"))
+    settings(project, {"name": "exec", "command": "bash", "args": ["-lc", "sh hooks/x.sh"]})
+    check_walk_around(
+        project, "exec", script, shell_script("changed", project.parent / "changed-ran")
+    )
+
+
+def test_pwd(project: Path) -> None:
+    script = write(project / "hooks" / "x.sh", shell_script("original"))
+    settings(project, {"name": "pwd", "command": "sh $PWD/hooks/x.sh"})
+    check_walk_around(
+        project, "pwd", script, shell_script("changed", project.parent / "changed-ran")
+    )
+
+
+def test_an_expansion_relay_cannot_resolve(project: Path) -> None:
+    script = write(project / "hooks" / "x.sh", shell_script("original"))
+    settings(project, {"name": "default", "command": "sh ${X:-hooks}/x.sh"})
+    check_walk_around(
+        project, "default", script, shell_script("changed", project.parent / "changed-ran")
+    )
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_an_expansion_in_a_git_work_tree_lists_tracked_and_untracked_files(
+    tmp_path: Path,
+) -> None:
+    project = tmp_path / "repo"
+    project.mkdir()
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    write(project / ".gitignore", "build/\n")
+    write(project / "build" / "out.bin", "ignored")
+    script = write(project / "hooks" / "x.sh", shell_script("original"))
+    settings(project, {"name": "sub", "command": "sh $(echo hooks)/x.sh"})
+    listed = trust(project).stdout
+    assert "reaches the whole project (fingerprints every file) through: $(echo hooks)" in listed
+    assert "hooks/x.sh" in listed and ".gitignore" in listed and "build/out.bin" not in listed
+    assert fire(project)["inject"] == "original"
+    write(project / "build" / "out.bin", "rebuilt")  # ignored: still trusted
+    assert fire(project)["inject"] == "original"
+    write(script, shell_script("changed", tmp_path / "changed-ran"))
+    assert_skipped(project, "sub", tmp_path / "changed-ran")
+
+
+def test_python_dash_m(project: Path) -> None:
+    write(project / "hooks" / "__init__.py", "")
+    module = write(project / "hooks" / "x.py", "print('original')\n")
+    settings(project, {"name": "module", "command": f"{PY} -m hooks.x"})
+    marker = project.parent / "changed-ran"
+    check_walk_around(
+        project, "module", module, f"open({str(marker)!r}, 'w').close()\nprint('changed')\n"
+    )
+
+
+def test_python_dash_m_of_a_package(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)  # hooks inherit relay's env
+    write(project / "tool" / "__main__.py", "from tool import helper\nhelper.run()\n")
+    helper = write(project / "tool" / "helper.py", "def run():\n    print('original')\n")
+    settings(project, {"name": "package", "command": f"{PY} -m tool"})
+    trust(project)
+    assert fire(project)["inject"] == "original"
+    # Python has written tool/__pycache__ by now: that alone does not untrust the hook.
+    assert any((project / "tool" / "__pycache__").iterdir())
+    assert fire(project)["inject"] == "original"
+    marker = project.parent / "changed-ran"
+    write(helper, f"def run():\n    open({str(marker)!r}, 'w').close()\n    print('changed')\n")
+    assert_skipped(project, "package", marker)
+
+
+def test_an_unchecked_bytecode_file_is_code_to_review(project: Path) -> None:
+    write(project / "tool" / "__main__.py", "from tool import helper\nhelper.run()\n")
+    helper = write(project / "tool" / "helper.py", "def run():\n    print('original')\n")
+    settings(project, {"name": "package", "command": f"{PY} -m tool"})
+    trust(project)
+    assert fire(project)["inject"] == "original"
+    # A .pyc that Python runs without checking its source: the source stays as reviewed.
+    marker = project.parent / "changed-ran"
+    evil = write(project.parent / "evil.py", f"def run():\n    open({str(marker)!r}, 'w')\n")
+    cache = project / "tool" / "__pycache__"
+    tag = sys.implementation.cache_tag
+    py_compile.compile(
+        str(evil),
+        cfile=str(cache / f"helper.{tag}.pyc"),
+        invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+    )
+    assert helper.read_text() == "def run():\n    print('original')\n"
+    assert_skipped(project, "package", marker)
+
+
+def test_path_in_the_hook_env(project: Path) -> None:
+    script = write(project / "bin" / "check", shell_script("original"), executable=True)
+    settings(
+        project,
+        {"name": "path", "command": "check", "env": {"PATH": f"bin:{os.environ['PATH']}"}},
+    )
+    check_walk_around(
+        project, "path", script, shell_script("changed", project.parent / "changed-ran")
+    )
+
+
+def test_a_new_program_on_a_path_folder(project: Path) -> None:
+    write(project / "bin" / "other", "#!/bin/sh\n", executable=True)
+    settings(
+        project,
+        {"name": "path", "command": "check", "env": {"PATH": f"bin:{os.environ['PATH']}"}},
+    )
+    trust(project)
+    assert "not found" in fire(project)["hooks"][0]["error"]
+    marker = project.parent / "changed-ran"
+    write(project / "bin" / "check", shell_script("added", marker), executable=True)
+    assert_skipped(project, "path", marker)
+
+
+def test_a_named_folder(project: Path) -> None:
+    script = write(project / "hooks" / "lib.sh", "say() { echo original; }\n")
+    settings(project, {"name": "folder", "command": "cd hooks && . ./lib.sh && say"})
+    marker = project.parent / "changed-ran"
+    check_walk_around(
+        project, "folder", script, f"say() {{ touch {shlex.quote(str(marker))}; echo changed; }}\n"
+    )
+
+
+# --- what relay trust shows --------------------------------------------------------------
+
+
+def test_trust_lists_the_fingerprinted_files(project: Path) -> None:
+    write(project / "hooks" / "x1.sh", "echo 1\n")
+    write(project / "hooks" / "x2.sh", "echo 2\n")
+    write(project / "hooks" / "y.sh", "echo y\n")
+    settings(project, {"name": "glob", "command": "sh hooks/x*.sh"})
+    listed = trust(project).stdout.splitlines()
+    start = listed.index(" " * 13 + "fingerprints 2 file(s):")
+    assert listed[start + 1 : start + 3] == [" " * 15 + "hooks/x1.sh", " " * 15 + "hooks/x2.sh"]
+    assert "y.sh" not in "\n".join(listed)
+    # Trusted now: listed again, with its files, and nothing to trust.
+    again = trust(project).stdout
+    assert again.startswith("trusted      SessionStart  glob")
+    assert "hooks/x2.sh" in again and "all project hooks are trusted" in again
+
+
+def test_a_long_list_is_cut_unless_all_files(project: Path) -> None:
+    for number in range(25):
+        write(project / "hooks" / f"h{number:02}.sh", "true\n")
+    settings(project, {"name": "many", "command": "sh hooks/h*.sh"})
+    result = invoke(["trust", "--cwd", str(project)])  # no terminal, no --yes: lists, refuses
+    assert result.exit_code == 1
+    assert "fingerprints 25 file(s)" in result.stdout
+    assert "hooks/h19.sh" in result.stdout and "hooks/h20.sh" not in result.stdout
+    assert "… and 5 more (--all-files lists them)" in result.stdout
+    everything = invoke(["trust", "--all-files", "--cwd", str(project)])
+    assert "hooks/h24.sh" in everything.stdout
+
+
+def test_re_trust_shows_what_changed(project: Path) -> None:
+    write(project / "hooks" / "a.sh", "echo one\necho two\necho three\n")
+    write(project / "hooks" / "gone.sh", "echo gone\n")
+    write(project / "hooks" / "blob.bin", "\0\1\2")
+    settings(project, {"name": "folder", "command": "sh hooks/a.sh hooks"})
+    trust(project)
+    write(project / "hooks" / "a.sh", "echo one\necho TWO\necho three\n")
+    (project / "hooks" / "gone.sh").unlink()
+    write(project / "hooks" / "new.sh", "echo new\n")
+    write(project / "hooks" / "blob.bin", "\0\1\2\3")
+    shown = trust(project).stdout
+    expected = [
+        "changed since trusted at ",
+        "  changed  hooks/a.sh",
+        "    --- hooks/a.sh (trusted)",
+        "    +++ hooks/a.sh (now)",
+        "    @@ -1,3 +1,3 @@",
+        "     echo one",
+        "    -echo two",
+        "    +echo TWO",
+        "     echo three",
+        "  changed  hooks/blob.bin",
+        "    (binary or over the copy limit: 3 bytes -> 4 bytes)",
+        "  removed  hooks/gone.sh",
+        "  added    hooks/new.sh",
+    ]
+    lines = [line[13:] for line in shown.splitlines()]
+    start = next(i for i, line in enumerate(lines) if line.startswith(expected[0]))
+    assert lines[start + 1 : start + len(expected)] == expected[1:]
+
+
+def test_a_changed_command_is_shown_against_the_previous_trust(project: Path) -> None:
+    write(project / "hooks" / "a.sh", "echo a\n")
+    settings(project, {"name": "guard", "command": "sh hooks/a.sh"})
+    trust(project)
+    settings(project, {"name": "guard", "command": "sh hooks/a.sh --loud"})
+    shown = trust(project).stdout
+    assert "command was: sh hooks/a.sh\n" in shown
+
+
+def test_the_diff_makes_terminal_controls_visible(project: Path) -> None:
+    write(project / "hooks" / "a.sh", "echo a\n")
+    settings(project, {"name": "guard", "command": "sh hooks/a.sh"})
+    trust(project)
+    write(project / "hooks" / "a.sh", "echo a\x1b[2K\x1b[1A\n# \u202eevil\n")
+    shown = trust(project).stdout
+    assert "\x1b" not in shown and "\u202e" not in shown
+    assert "+echo a\\x1b[2K\\x1b[1A" in shown and "\\u202eevil" in shown
+    assert visible("tab\tok") == "tab\tok"
+
+
+def test_copies_and_manifests_are_private_and_do_not_pile_up(
+    project: Path, relay_home: Path
+) -> None:
+    script = write(project / "hooks" / "a.sh", "echo 0\n")
+    settings(project, {"name": "guard", "command": "sh hooks/a.sh"})
+    for number in range(4):
+        write(script, f"echo {number}\n")
+        trust(project)
+    files = relay_home / "state" / "trust-files"
+    assert oct(files.stat().st_mode & 0o777) == "0o700"
+    manifests = list((files / "manifests").iterdir())
+    copies = list((files / "copies").iterdir())
+    assert len(manifests) == 1 and len(copies) == 1
+    assert copies[0].read_text() == "echo 3\n"
+    assert all(path.stat().st_mode & 0o777 == 0o600 for path in [*manifests, *copies])
+    assert len(TrustStore().trusted(project)) == 1  # the latest trust replaced the others
+    invoke(["trust", "--revoke", "--cwd", str(project)])
+    assert list((files / "manifests").iterdir()) == []
+    assert list((files / "copies").iterdir()) == []
+
+
+def test_a_hook_that_reaches_too_much_is_refused(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reach_module, "MAX_FILES", 5)
+    for number in range(6):
+        write(project / "vendor" / f"f{number}.sh", "true\n")
+    write(project / "hooks" / "ok.sh", "echo fine\n")
+    settings(
+        project,
+        {"name": "greedy", "command": "sh vendor/f0.sh vendor"},
+        {"name": "fine", "command": "sh hooks/ok.sh"},
+    )
+    result = invoke(["trust", "--yes", "--cwd", str(project)])
+    assert result.exit_code == 1
+    assert "CANNOT TRUST SessionStart  greedy" in result.stdout
+    assert "why: it can reach more than 5 files (the folder vendor)" in result.stdout
+    assert "trusted 1 hook(s)" in result.stdout
+    assert "1 hook(s) cannot be trusted (see why above): greedy" in result.stderr
+    fired = fire(project)
+    assert (fired["inject"], fired["untrusted"]) == ("fine", ["greedy"])
+
+
+# --- what a command reaches --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "files", "tree"),
+    [
+        ("bash -lc \"bash -c 'sh hooks/x.sh'\"", ["hooks/x.sh"], []),
+        ("eval 'sh hooks/x.sh'", ["hooks/x.sh"], []),
+        ("sh -c 'sh hooks/x.sh' ignored", ["hooks/x.sh"], []),
+        ("""echo '{"a":1,"b":2}' && sh hooks/x.sh > hooks/y.sh""", ["hooks/x.sh"], []),
+        ('X=1 sh "$RELAY_PROJECT_DIR"/hooks/x.sh', ["hooks/x.sh"], []),
+        ("sh ~/../../x.sh '$NOT_EXPANDED'", [], []),
+        ("echo $HOME", ["hooks/x.sh", "hooks/y.sh"], ["$HOME"]),
+        ("echo `date` {a,b}", ["hooks/x.sh", "hooks/y.sh"], ["`date`", "{a,b}"]),
+        ("sh hooks/x.sh .", ["hooks/x.sh", "hooks/y.sh"], ["., the project folder"]),
+    ],
+)
+def test_what_commands_reach(
+    project: Path, command: str, files: list[str], tree: list[str]
+) -> None:
+    write(project / "hooks" / "x.sh", "echo x\n")
+    write(project / "hooks" / "y.sh", "echo y\n")
+    found = reach(HookEntry(command=command), project)
+    assert [name for name in found.files if name.startswith("hooks/")] == files
+    assert list(found.tree) == tree
+
+
+def test_known_env_values_resolve(project: Path) -> None:
+    write(project / "lib" / "x.sh", "echo x\n")
+    entry = HookEntry(command="sh $DIR/x.sh", env={"DIR": "lib"})
+    assert reach(entry, project).files == ("lib/x.sh",)
+
+
+def test_modules_from_pythonpath_and_extension_modules(project: Path) -> None:
+    write(project / "src" / "pkg" / "__init__.py", "")
+    write(project / "src" / "pkg" / "fast.cpython-311-x86_64-linux-gnu.so", "binary")
+    write(project / "src" / "pkg" / "fast.py", "")
+    entry = HookEntry(command="python3", args=["-m", "pkg.fast"], env={"PYTHONPATH": "src"})
+    assert set(reach(entry, project).files) == {
+        "src/pkg/__init__.py",
+        "src/pkg/fast.cpython-311-x86_64-linux-gnu.so",
+        "src/pkg/fast.py",
+    }
+
+
+def test_odd_files_are_fingerprinted_without_hanging_or_crashing(project: Path) -> None:
+    folder = project / "hooks"
+    folder.mkdir(parents=True)
+    os.mkfifo(folder / "pipe")
+    (folder / "loop").symlink_to(folder / "loop")
+    (folder / "dangling").symlink_to(project / "nowhere")
+    (folder / "up").symlink_to(project)  # a folder link: not followed, no cycle
+    write(folder / "secret.sh", "echo s\n").chmod(0)
+    assessed = assess("Stop", None, HookEntry(command="sh hooks/secret.sh hooks"), project)
+    notes = {name: state.note for name, state in assessed.files.items()}
+    assert notes["hooks/pipe"] == "not a regular file"
+    assert notes["hooks/loop"].startswith("unreadable: ")
+    assert notes["hooks/dangling"] == f"symbolic link to {project / 'nowhere'} (nothing there)"
+    assert notes["hooks/up"] == f"symbolic link to {project}"
+    if os.geteuid() != 0:  # root reads any file
+        assert notes["hooks/secret.sh"].startswith("unreadable: ")
+    assert assessed.digest is not None
+
+
+def test_a_check_reads_only_the_files_changed_since_trust(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Checks reuse the trusted hashes while a file's stat identity stays the same."""
+    for number in range(3):
+        write(project / "lib" / f"m{number}.sh", "true\n")
+    entry = HookEntry(command="sh lib/m0.sh lib")
+    first = assess("Stop", None, entry, project)
+    # Files written just now are "racy" (no identity kept): as if they had settled.
+    known = {
+        name: msgspec.structs.replace(state, identity=identity_of((project / name).stat()))
+        for name, state in first.files.items()
+    }
+    reads: list[Path] = []
+    read_state = trust_module._read_state
+    monkeypatch.setattr(
+        trust_module,
+        "_read_state",
+        lambda path, *rest: reads.append(path) or read_state(path, *rest),
+    )
+    assert assess("Stop", None, entry, project, known=known).digest == first.digest
+    assert reads == []
+    write(project / "lib" / "m1.sh", "false\n")
+    assert assess("Stop", None, entry, project, known=known).digest != first.digest
+    assert reads == [project / "lib" / "m1.sh"]
