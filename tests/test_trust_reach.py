@@ -453,7 +453,7 @@ def test_a_check_reads_only_the_files_changed_since_trust(
         name: msgspec.structs.replace(state, identity=identity_of((project / name).stat()))
         for name, state in first.files.items()
     }
-    reads: list[Path] = []
+    reads: list[str] = []
     read_state = trust_module._read_state
     monkeypatch.setattr(
         trust_module,
@@ -464,4 +464,4 @@ def test_a_check_reads_only_the_files_changed_since_trust(
     assert reads == []
     write(project / "lib" / "m1.sh", "false\n")
     assert assess("Stop", None, entry, project, known=known).digest != first.digest
-    assert reads == [project / "lib" / "m1.sh"]
+    assert reads == [str(project / "lib" / "m1.sh")]

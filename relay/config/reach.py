@@ -283,10 +283,13 @@ def _tree_files(root: Path) -> list[str]:
     listed = _git_files(root)
     if listed is None:
         return _walk(root, ".")
+    # git lists an untracked nested repository as "name/", a submodule as its bare path:
+    # those are walked. Without .gitmodules there is no submodule, and no stat per file.
+    submodules = os.path.exists(root / ".gitmodules")
     names: list[str] = []
     for name in listed:
-        if _is_folder(root / name):
-            names.extend(_walk(root, name))  # a submodule, or a nested repository
+        if name.endswith("/") or (submodules and _is_folder(root / name)):
+            names.extend(_walk(root, name.rstrip("/")))
         elif "__pycache__" not in name or _is_code_cache_entry(root / name):
             names.append(name)
         if len(names) > MAX_FILES:

@@ -155,12 +155,13 @@ def assess(
         return HookFingerprint(
             digest=None, key=key, files={}, tree=found.tree, refusal=found.refusal
         )
-    root = Path(os.path.abspath(root))
+    # Strings, not Paths, from here: a check stats every reached file on every event.
+    prefix = os.path.join(os.path.abspath(root), "")
     files: dict[str, FileState] = {}
     contents = _Contents() if keep_contents else None
     for name in found.files:
         state = _file_state(
-            root / name,
+            prefix + name,
             known=(known or {}).get(name),
             digests=digests,
             contents=contents,
@@ -358,7 +359,7 @@ class TrustStore:
             for grant in granted:
                 digest = grant.assessed.digest
                 assert digest is not None
-                self._write_manifest(grant, digest, now)
+                self._write_manifest(_project_key(root), grant, digest, now)
                 for fp, record in list(project.items()):
                     if grant.slot in record.slots and fp != digest:
                         record.slots.remove(grant.slot)
@@ -397,21 +398,20 @@ class TrustStore:
             reverse=True,
         )
         for _, fp in chosen:
-            manifest = self._read_manifest(fp)
+            manifest = self._read_manifest(_manifest_name(_project_key(root), fp))
             if manifest is not None:
                 return manifest
         return None
 
-    def _read_manifest(self, fp: str) -> TrustManifest | None:
-        """A manifest, kept while its file stays the same; None when missing or unreadable
-        (it only saves reads and shows diffs: trust itself is in the store)."""
-        if not fp.isalnum():
-            return None
-        path = self.files_dir / "manifests" / f"{fp}.json"
+    def _read_manifest(self, name: str) -> TrustManifest | None:
+        """A manifest by its name (_manifest_name), kept while its file stays the same; None
+        when missing or unreadable (it only saves reads and shows diffs: trust itself is
+        in the store)."""
+        path = self.files_dir / "manifests" / f"{name}.json"
         try:
             with path.open("rb") as stream:
                 identity = identity_of(os.fstat(stream.fileno()))
-                cached = self._manifests.get(fp)
+                cached = self._manifests.get(name)
                 if cached is not None and cached[0] == identity:
                     return cached[1]
                 manifest = _MANIFEST_DECODER.decode(stream.read())
@@ -419,10 +419,10 @@ class TrustStore:
             return None
         if len(self._manifests) >= 256:
             self._manifests.clear()  # bounded: a server must not grow without end
-        self._manifests[fp] = (identity, manifest)
+        self._manifests[name] = (identity, manifest)
         return manifest
 
-    def _write_manifest(self, grant: TrustGrant, digest: str, now: str) -> None:
+    def _write_manifest(self, project: str, grant: TrustGrant, digest: str, now: str) -> None:
         assessed = grant.assessed
         manifest = TrustManifest(
             fingerprint=digest,
@@ -438,14 +438,19 @@ class TrustStore:
                 target = copies / assessed.files[name].sha256
                 if not target.exists():
                     _write_atomically(target, content)
-            _write_atomically(manifests / f"{digest}.json", _ENCODER.encode(manifest))
+            name = _manifest_name(project, digest)
+            _write_atomically(manifests / f"{name}.json", _ENCODER.encode(manifest))
         except OSError as exc:
             raise self._error("cannot write what trust fingerprinted", exc) from None
 
     def _forget_manifests(self, data: _TrustFile) -> None:
         """Delete the manifests of fingerprints the store no longer holds, then every copy
         that no manifest refers to."""
-        held = set(_all_fingerprints(data))
+        held = {
+            _manifest_name(project, fp)
+            for project, records in data.projects.items()
+            for fp in records
+        }
         referenced: set[str] = set()
         try:
             listed = list((self.files_dir / "manifests").iterdir())
@@ -527,10 +532,12 @@ class TrustStore:
         return TrustStoreError(f"{what}: {exc.strerror or exc}", file=str(self.path))
 
 
-def _all_fingerprints(data: _TrustFile) -> Iterator[str]:
-    """Every fingerprint the store holds, in any project."""
-    for project in data.projects.values():
-        yield from project
+def _manifest_name(project: str, fp: str) -> str:
+    """The file name of a project's manifest for one fingerprint: the same hooks in two
+    checkouts have one fingerprint but files of their own."""
+    import hashlib
+
+    return hashlib.sha256(f"{project}\0{fp}".encode()).hexdigest()
 
 
 def _now() -> str:
@@ -573,7 +580,7 @@ def _identity(event: str, matcher: str | None, entry: HookEntry) -> dict[str, ob
 
 
 def _file_state(
-    path: Path,
+    path: str,
     *,
     known: FileState | None,
     digests: DigestCache | None,
@@ -600,7 +607,7 @@ def _file_state(
         return known  # unchanged since it was trusted: a stat, no read
     if digests is not None and contents is None:
         try:
-            return FileState(sha256=digests.get(path), size=status.st_size)
+            return FileState(sha256=digests.get(Path(path)), size=status.st_size)
         except OSError as exc:
             return FileState(note=f"unreadable: {_reason(exc)}")
     return _read_state(path, name, contents)
@@ -619,7 +626,7 @@ class _Contents:
             self.size += len(data)
 
 
-def _read_state(path: Path, name: str, contents: _Contents | None) -> FileState:
+def _read_state(path: str, name: str, contents: _Contents | None) -> FileState:
     """Hash a file by reading it; keep a small text file's content in `contents`."""
     import hashlib
 
@@ -667,7 +674,7 @@ def _is_text(data: bytes) -> bool:
     return True
 
 
-def _link_target(path: Path) -> str:
+def _link_target(path: str) -> str:
     try:
         return os.readlink(path)
     except OSError as exc:
