@@ -28,7 +28,7 @@ from relay.config.filecache import identity_of
 from relay.config.model import HookEntry
 from relay.config.reach import reach
 from relay.config.review import visible
-from relay.config.trust import TrustStore, assess
+from relay.config.trust import TrustStore, assess, hook_key
 
 PY = shlex.quote(sys.executable)
 
@@ -401,6 +401,30 @@ def test_what_commands_reach(
     found = reach(HookEntry(command=command), project)
     assert [name for name in found.files if name.startswith("hooks/")] == files
     assert list(found.tree) == tree
+
+
+def test_a_glob_outside_the_project_is_not_listed(project: Path) -> None:
+    plan = reach_module.plan_reach(HookEntry(command="ls /usr/lib/*/* hooks/*.sh"), project)
+    assert plan.globs == [("hooks/*.sh", str(project))]
+
+
+def test_two_checkouts_keep_their_own_manifests(tmp_path: Path, relay_home: Path) -> None:
+    """The same hooks in two checkouts share a fingerprint, not their files' stat identities."""
+    checkouts = [tmp_path / "one", tmp_path / "two"]
+    for root in checkouts:
+        (root / ".git").mkdir(parents=True)
+        write(root / "hooks" / "x.sh", "echo same\n")
+        settings(root, {"name": "x", "command": "sh hooks/x.sh"})
+        trust(root)
+    store = TrustStore()
+    assert store.trusted(checkouts[0]).keys() == store.trusted(checkouts[1]).keys()
+    manifests = relay_home / "state" / "trust-files" / "manifests"
+    assert len(list(manifests.iterdir())) == 2
+    invoke(["trust", "--revoke", "--cwd", str(checkouts[0])])
+    assert len(list(manifests.iterdir())) == 1
+    assert store.known_files(
+        checkouts[1], hook_key("SessionStart", None, HookEntry(command="sh hooks/x.sh"))
+    )
 
 
 def test_known_env_values_resolve(project: Path) -> None:

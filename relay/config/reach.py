@@ -200,10 +200,17 @@ class _CommandReader:
         bases = [Path("/")] if os.path.isabs(word) else self.bases
         for base in bases:
             candidate = Path(base, word)
-            if magic:
+            if magic and self._may_match_inside(Path(base), word):
                 self.plan.globs.append((word, str(base)))
             if _exists(candidate):
                 _add_match(self.plan, self.plan.files, self.root, candidate, word)
+
+    def _may_match_inside(self, base: Path, pattern: str) -> bool:
+        """Whether a glob can match inside the project: its fixed leading folders lie
+        inside the root or hold it (`/usr/lib/*/*` cannot, and is not listed)."""
+        fixed = _GLOB_MAGIC.split(pattern, maxsplit=1)[0].rpartition("/")[0]
+        folder = Path(os.path.normpath(base / fixed)) if fixed else base
+        return folder.is_relative_to(self.root) or self.root.is_relative_to(folder)
 
     def module(self, module: str) -> None:
         """`-m a.b`: a/__init__.*, a/b.* and the package a/b/, from the hook's cwd and root."""
