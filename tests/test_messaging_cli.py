@@ -18,6 +18,8 @@ RELAY = str(Path(sys.executable).parent / "relay")
 
 @pytest.fixture
 def mailbox(relay_home: Path) -> SqliteMailbox:
+    # These tests address the team `default` (a project has a team of its own otherwise).
+    (relay_home / "settings.json").write_text(json.dumps({"messaging": {"team": "default"}}))
     box = SqliteMailbox(relay_home / "state" / "messages.db")
     box.register_agent("Bob", team="default", session_id="b")
     box.register_agent("Carol", team="ops", session_id="c")
@@ -70,8 +72,17 @@ def test_agents_lists_presence(mailbox: SqliteMailbox) -> None:
     [bob] = json.loads(out)
     assert (bob["name"], bob["state"], bob["team"]) == ("Bob", "live", "default")
     code, out = invoke("agents")
-    assert out.splitlines()[0].split() == ["NAME", "STATE", "HOST", "PID", "LAST", "SEEN", "CWD"]
-    assert out.splitlines()[1].split()[:2] == ["Bob", "live"]
+    assert out.splitlines()[0].split() == [
+        "NAME",
+        "KIND",
+        "STATE",
+        "HOST",
+        "PID",
+        "LAST",
+        "SEEN",
+        "CWD",
+    ]
+    assert out.splitlines()[1].split()[:3] == ["Bob", "agent", "live"]
     code, out = invoke("agents", "--team", "nobody")
     assert "no agents yet" in out
 

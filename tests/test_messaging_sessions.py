@@ -29,7 +29,11 @@ from scripted_sessions import (
 from relay.services.messaging.mailbox import SqliteMailbox
 from relay.session.wrapper import Relay
 
-FAST = {"session": {"injectQuietMs": 100}, "messaging": {"ackTimeoutSeconds": 0.3}}
+# These tests address the team `default` (a project has a team of its own otherwise).
+FAST = {
+    "session": {"injectQuietMs": 100},
+    "messaging": {"ackTimeoutSeconds": 0.3, "team": "default"},
+}
 
 
 @pytest.fixture
@@ -182,7 +186,8 @@ def run_named(
 ) -> tuple[int, str]:
     """An in-process headless session of agent `name`, with FAST and `settings`."""
     file = project.parent / f"{name}-settings.json"
-    file.write_text(json.dumps({**FAST, **settings}))
+    messaging = {**FAST["messaging"], **settings.get("messaging", {})}
+    file.write_text(json.dumps({**FAST, **settings, "messaging": messaging}))
     return run_session(agent(steps, record), project, settings_files=(file,), name=name)
 
 
@@ -277,7 +282,9 @@ def test_python_handlers_send_with_ctx(
 ) -> None:
     mailbox.register_agent("Carol", team="default", session_id="c", pid=999_999_997)
     record = tmp_path / "reads.jsonl"
-    relay = Relay(name="Dave", cwd=project, headless=True)
+    settings = project.parent / "team.json"
+    settings.write_text(json.dumps({"messaging": {"team": "default"}}))
+    relay = Relay(name="Dave", cwd=project, headless=True, settings=[settings])
     sent: list[str] = []
 
     @relay.pattern("tell")
@@ -484,3 +491,102 @@ def test_send_refuses_reserved_names_and_the_name_of_a_live_agent(
     # Offline, the name may be used again (the agent's own relay is gone).
     assert send("--as", "Alice").returncode == 0
     assert [d.message.sender for d in mailbox.inbox("Bob", team="default")] == ["Alice"]
+
+
+def test_projects_have_their_own_teams_and_humans_are_not_agents(
+    tmp_path: Path, mailbox: SqliteMailbox
+) -> None:
+    """Without messaging.team and --name: each project is a team of its own, default names
+    differ between projects, a human who sends is a human (no broadcast reaches them), an
+    agent long offline needs --queue, and agents can be forgotten and pruned."""
+    from relay.services.messaging.model import default_agent_name, project_team
+
+    fast = tmp_path / "fast-no-team.json"
+    fast.write_text(
+        json.dumps({"session": {"injectQuietMs": 100}, **{"messaging": {"ackTimeoutSeconds": 0.3}}})
+    )
+    shop, blog = tmp_path / "shop", tmp_path / "blog"
+    for root in (shop, blog):
+        (root / ".git").mkdir(parents=True)
+    env = {**os.environ, "USER": "pat"}
+
+    def relay(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [RELAY, *args],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    def start(root: Path, steps: list[dict[str, Any]]) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [
+                RELAY,
+                "run",
+                "--headless",
+                "--settings",
+                str(fast),
+                "--",
+                *agent(steps, root / "r.jsonl"),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=root,
+            env=env,
+        )
+
+    name = default_agent_name(sys.executable, shop)
+    other = default_agent_name(sys.executable, blog)
+    assert name != other
+    teams = {shop: project_team(shop), blog: project_team(blog)}
+    assert teams[shop] != teams[blog] and teams[shop].startswith("shop-")
+    a = start(
+        shop, [{"print": "ready"}, {"read": "one"}, {"print": "ok"}, {"sleep": 0.6}, {"exit": 0}]
+    )
+    b = start(blog, [{"print": "ready"}, {"sleep": 30}])
+    try:
+        for root, who in ((shop, name), (blog, other)):
+            wait_for(
+                lambda root=root, who=who: any(
+                    x.name == who and x.state != "offline" for x in mailbox.agents(teams[root])
+                ),
+                f"{who} to be live",
+            )
+        assert relay(shop, "send", name, "from sam", "--as", "sam").returncode == 0
+        sent = relay(shop, "send", "*", "hello", "--json")
+        assert sent.returncode == 0, sent.stderr
+        assert json.loads(sent.stdout)["queued_for"] == [name]  # not sam, not blog's agent
+        assert finish(a)[0] == 0
+    finally:
+        b.terminate()
+        finish(b)
+        if a.poll() is None:
+            a.kill()
+            a.communicate()
+    assert reads(shop / "r.jsonl")[0][1].startswith("Relay message from sam [")
+    assert mailbox.inbox(other, team=teams[blog]) == []
+    listed = relay(shop, "agents", "--json")
+    assert {x["name"]: x["kind"] for x in json.loads(listed.stdout)} == {
+        name: "agent",
+        "pat": "human",
+        "sam": "human",
+    }
+    # Long offline: a message needs --queue.
+    with sqlite3.connect(mailbox.path) as db:
+        db.execute(
+            "UPDATE agents SET last_seen = '2000-01-01T00:00:00.000Z' WHERE name = ?", (name,)
+        )
+    refused = relay(shop, "send", name, "are you there?")
+    assert refused.returncode == 1 and "`relay send --queue` queues it anyway" in refused.stderr
+    assert relay(shop, "send", name, "are you there?", "--queue").returncode == 0
+    # forget and prune.
+    assert relay(blog, "agents", "forget", other).returncode == 0
+    assert mailbox.agents(teams[blog]) == []
+    pruned = relay(shop, "agents", "--prune", "--older-than", "1d", "--json")
+    assert json.loads(pruned.stdout) == [name]
+    dead = [d for d in mailbox.inbox(name, team=teams[shop]) if d.state == "dead"]
+    assert dead and all("was pruned from team" in (d.reason or "") for d in dead)

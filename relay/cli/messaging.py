@@ -38,10 +38,12 @@ def _with_messenger(
     from relay.config.discovery import load_settings
     from relay.services.messaging.messenger import Messenger, messaging_config
 
-    config = messaging_config(load_settings(cwd or Path.cwd(), settings_files))
+    start = (cwd or Path.cwd()).resolve()
+    settings = load_settings(start, settings_files)
+    config = messaging_config(settings)
     if team:
         config = msgspec.structs.replace(config, team=team)
-    messenger = Messenger(config)
+    messenger = Messenger(config, project=settings.root or start)
 
     async def run() -> Result:
         if not (network and messenger.uses_nats):
@@ -76,6 +78,9 @@ def _human() -> str:
 @click.argument("message", nargs=-1)
 @click.option("--thread", help="The thread the message belongs to.")
 @click.option("--as", "sender", help="Send as this name (default: $USER).")
+@click.option(
+    "--queue", is_flag=True, help="Queue it even for an agent offline for more than 24 h."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the message sent as JSON.")
 @team_option
 @cwd_option
@@ -86,6 +91,7 @@ def send(
     message: tuple[str, ...],
     thread: str | None,
     sender: str | None,
+    queue: bool,
     as_json: bool,
     team: str | None,
     cwd: Path | None,
@@ -101,7 +107,7 @@ def send(
     check_name(name)  # before any connection: `relay` and `*` are relay's own names
 
     async def work(messenger: Any) -> Any:
-        return await messenger.send(name, recipient, body, thread, human=True)
+        return await messenger.send(name, recipient, body, thread, human=True, queue=queue)
 
     sent, recipients = _with_messenger(cwd, settings_files, team, work, who=name)
     if as_json:
@@ -110,15 +116,65 @@ def send(
     click.echo(f"queued [{sent.short_id}] for {', '.join(recipients)} (id {sent.id})")
 
 
-@click.command("agents")
+def _duration(text: str) -> float:
+    """Seconds of a duration such as 90m, 12h or 7d (a bare number is days)."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    unit = text[-1:].lower() if text[-1:].isalpha() else "d"
+    number = text[:-1] if text[-1:].isalpha() else text
+    try:
+        value = float(number)
+    except ValueError:
+        value = -1.0
+    if unit not in units or value < 0:
+        raise click.BadParameter(f"{text!r} is not a duration such as 90m, 12h or 7d")
+    return value * units[unit]
+
+
+@click.group("agents", invoke_without_command=True)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@click.option(
+    "--prune",
+    is_flag=True,
+    help="Remove agents and humans offline for longer than --older-than (default 7d).",
+)
+@click.option("--older-than", default="7d", show_default=True, help="For --prune: 90m, 12h, 7d…")
 @team_option
 @cwd_option
 @settings_option
+@click.pass_context
 def agents(
-    *, as_json: bool, team: str | None, cwd: Path | None, settings_files: tuple[Path, ...]
+    context: click.Context,
+    *,
+    as_json: bool,
+    prune: bool,
+    older_than: str,
+    team: str | None,
+    cwd: Path | None,
+    settings_files: tuple[Path, ...],
 ) -> None:
-    """List the team's agents: name, state, host, pid, cwd, last seen."""
+    """List the team's agents and humans (or --prune those long offline; `forget NAME`)."""
+    if context.invoked_subcommand is not None:
+        return
+    if prune:
+        seconds = _duration(older_than)
+
+        async def prune_work(messenger: Any) -> Any:
+            import anyio.to_thread
+
+            return await anyio.to_thread.run_sync(
+                lambda: messenger.mailbox.prune(team=messenger.team, older_than=seconds)
+            )
+
+        removed = _with_messenger(cwd, settings_files, team, prune_work, network=False)
+        if as_json:
+            _print_json(removed)
+        elif removed:
+            click.echo(
+                f"removed {len(removed)} offline for over {older_than}: {', '.join(removed)}"
+            )
+        else:
+            click.echo(f"no agent has been offline for over {older_than}")
+        return
 
     async def work(messenger: Any) -> Any:
         return await messenger.agents()
@@ -130,14 +186,36 @@ def agents(
     if not found:
         click.echo("no agents yet (an agent joins with `relay run --name NAME -- …`)")
         return
-    click.echo(f"{'NAME':16} {'STATE':8} {'HOST':16} {'PID':>7}  {'LAST SEEN':24}  CWD")
+    click.echo(f"{'NAME':16} {'KIND':6} {'STATE':8} {'HOST':16} {'PID':>7}  {'LAST SEEN':24}  CWD")
     for agent in found:
         click.echo(
             visible(
-                f"{agent.name:16} {agent.state:8} {agent.host:16} {agent.pid or '-':>7}  "
-                f"{agent.last_seen:24}  {agent.cwd or '-'}"
+                f"{agent.name:16} {agent.kind:6} {agent.state:8} {agent.host:16} "
+                f"{agent.pid or '-':>7}  {agent.last_seen:24}  {agent.cwd or '-'}"
             )
         )
+
+
+@agents.command("forget")
+@click.argument("name")
+@team_option
+@cwd_option
+@settings_option
+def forget(
+    *, name: str, team: str | None, cwd: Path | None, settings_files: tuple[Path, ...]
+) -> None:
+    """Remove NAME (not live) from the team; mail waiting for it becomes dead."""
+
+    async def work(messenger: Any) -> Any:
+        import anyio.to_thread
+
+        return await anyio.to_thread.run_sync(
+            lambda: messenger.mailbox.forget(name, team=messenger.team)
+        )
+
+    dropped = _with_messenger(cwd, settings_files, team, work, network=False)
+    waiting = f"; {dropped} waiting message(s) for it are now dead" if dropped else ""
+    click.echo(visible(f"forgot {name}{waiting}"))
 
 
 @click.command("inbox")

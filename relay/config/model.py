@@ -153,8 +153,9 @@ class MessagingConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
     transport: Literal["sqlite", "nats"] = "sqlite"
     """sqlite: one machine, the embedded mailbox. nats: NATS JetStream between machines.
     Read from the system, user and --settings files only."""
-    team: str = "default"
-    """Agents of one team can message each other; other teams are invisible."""
+    team: str | None = None
+    """Agents of one team can message each other; other teams are invisible. Unset: the
+    project's own team, `<root's name>-<8 hex of its path>` (spec/messaging.md)."""
     maxAttempts: Annotated[int, Meta(ge=1)] = 5
     """A delivery handed out this many times without an acknowledgement is dead."""
     maxPerMinute: Annotated[int, Meta(ge=1)] = 30

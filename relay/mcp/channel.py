@@ -62,7 +62,8 @@ class Channel:
         """Started by an agent under `relay run`, which keeps the agent's presence."""
         self.session_id = session_id or env.get("RELAY_SESSION_ID") or uuid.uuid4().hex
         self._identity_problem: str | None = None
-        self.messenger = Messenger(messaging_config(hooks.settings))
+        # The project's team unless messaging.team is set: the same as `relay run`'s there.
+        self.messenger = Messenger(messaging_config(hooks.settings), project=hooks.project_dir)
         self.memory: MemoryService | None = None
         self._register_builtins()
 

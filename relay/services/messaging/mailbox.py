@@ -50,7 +50,9 @@ from relay.services.messaging.model import (
     MessagingError,
     NameTakenError,
     RateLimitedError,
+    RecipientAwayError,
     SenderIsLiveError,
+    UnknownRecipientError,
     check_name,
     new_message,
     recipients_for,
@@ -59,13 +61,25 @@ from relay.services.messaging.model import (
 )
 from relay.services.messaging.ulid import new_ulid
 
-__all__ = ["DATABASE_NAME", "SCHEMA_VERSION", "SqliteMailbox", "default_store"]
+__all__ = [
+    "AWAY_SECONDS",
+    "DATABASE_NAME",
+    "PRUNE_SECONDS",
+    "SCHEMA_VERSION",
+    "SqliteMailbox",
+    "default_store",
+]
 
 DATABASE_NAME = "messages.db"
 SCHEMA_VERSION = 2
 BUSY_TIMEOUT = 10.0
 """Seconds a write waits for another process's lock before failing."""
 RATE_WINDOW = 60.0
+AWAY_SECONDS = 24 * 3600.0
+"""An agent offline for longer than this is away: mail for it needs `queue=True` (`relay
+send --queue`), and broadcasts skip it."""
+PRUNE_SECONDS = 7 * 24 * 3600.0
+"""`relay agents --prune` removes agents offline for longer than this by default."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS agents (
@@ -348,6 +362,58 @@ class SqliteMailbox:
             for row in db.execute("SELECT name FROM agents WHERE team = ? ORDER BY name", (team,))
         ]
 
+    def _away(self, db: sqlite3.Connection, team: str, seconds: float = AWAY_SECONDS) -> list[str]:
+        """The team's agents offline for longer than `seconds` (not humans)."""
+        rows = db.execute(
+            f"SELECT {_AGENT_COLUMNS} FROM agents WHERE team = ? AND kind = 'agent'"
+            " AND last_seen < ?",
+            (team, utc_now(-seconds)),
+        ).fetchall()
+        return [agent.name for agent in map(_agent, rows) if self._presence(agent) == "offline"]
+
+    def forget(self, name: str, *, team: str) -> int:
+        """Remove `name` (an agent or human that is not live) from the team; its waiting mail
+        becomes dead, its messages stay in the history. Returns how many deliveries died."""
+
+        def work(db: sqlite3.Connection) -> int:
+            current = self._agent_row(db, team, name)
+            if current is None:
+                raise UnknownRecipientError(name, team=team, known=self._names(db, team))
+            if self._presence(current) != "offline":
+                raise MessagingError(
+                    f"{name} is live in team {team} (pid {current.pid} on {current.host}): "
+                    "stop its session first"
+                )
+            return self._remove(db, team, name, f"{name} was removed from team {team}")
+
+        return self._write(work)
+
+    def prune(self, *, team: str, older_than: float = PRUNE_SECONDS) -> list[str]:
+        """Remove the team's agents and humans offline (not seen) for longer than
+        `older_than` seconds; their waiting mail becomes dead. Returns their names."""
+
+        def work(db: sqlite3.Connection) -> list[str]:
+            rows = db.execute(
+                f"SELECT {_AGENT_COLUMNS} FROM agents WHERE team = ? AND last_seen < ?",
+                (team, utc_now(-older_than)),
+            ).fetchall()
+            names = [a.name for a in map(_agent, rows) if self._presence(a) == "offline"]
+            for name in names:
+                self._remove(db, team, name, f"{name} was pruned from team {team}")
+            return names
+
+        return self._write(work)
+
+    @staticmethod
+    def _remove(db: sqlite3.Connection, team: str, name: str, reason: str) -> int:
+        cursor = db.execute(
+            "UPDATE deliveries SET state = 'dead', reason = ? WHERE team = ? AND recipient = ?"
+            " AND state IN ('queued', 'handed')",
+            (reason, team, name),
+        )
+        db.execute("DELETE FROM agents WHERE team = ? AND name = ?", (team, name))
+        return cursor.rowcount
+
     @staticmethod
     def _agent_names(db: sqlite3.Connection, team: str) -> list[str]:
         """The team's agents, not its humans: who a broadcast is for."""
@@ -369,12 +435,14 @@ class SqliteMailbox:
         body: str,
         thread: str | None = None,
         human: bool = False,
+        queue: bool = False,
     ) -> tuple[Message, list[str]]:
         """Queue a message for `recipient` (a name or `*`); return it and who it was queued for.
 
         `human`: sent by a person from a terminal (`relay send`), who may not use the name
         of a live agent, becomes known to the team as a human (to get replies) and is
-        not a recipient of broadcasts.
+        not a recipient of broadcasts. An agent offline for longer than AWAY_SECONDS is
+        away: a message for it is refused unless `queue`, and broadcasts skip it.
 
         Errors (nothing is queued): an unknown recipient, a broadcast with nobody to
         hear it, a bad body, a human using a live agent's name, a sender over
@@ -392,7 +460,14 @@ class SqliteMailbox:
                 raise SenderIsLiveError(current)
             broadcast = recipient == BROADCAST  # for agents only, never humans
             known = self._agent_names(db, team) if broadcast else self._names(db, team)
+            if broadcast and not queue:
+                away = set(self._away(db, team))
+                known = [name for name in known if name not in away]
             recipients = recipients_for(message, known)
+            if not broadcast and not queue:
+                target = self._agent_row(db, team, recipient)
+                if target is not None and recipient in self._away(db, team):
+                    raise RecipientAwayError(target, away_hours=AWAY_SECONDS / 3600)
             if current is None:  # a human sending from a terminal gets a mailbox for replies
                 self._ensure_known(
                     db, team, sender, message.created_at, kind="human" if human else "agent"

@@ -3,6 +3,7 @@ of it when `messaging.transport` is "nats" (imported only then)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio.to_thread
@@ -16,6 +17,7 @@ from relay.services.messaging.model import (
     MessagingError,
     SenderIsLiveError,
     check_name,
+    project_team,
 )
 
 if TYPE_CHECKING:
@@ -41,9 +43,17 @@ class Messenger:
     what arrives for local agents in the local mailbox before acknowledging it to NATS.
     """
 
-    def __init__(self, config: MessagingConfig, *, mailbox: SqliteMailbox | None = None) -> None:
+    def __init__(
+        self,
+        config: MessagingConfig,
+        *,
+        mailbox: SqliteMailbox | None = None,
+        project: Path | None = None,
+    ) -> None:
         self.config = config
-        self.team = check_name(config.team, what="team name")
+        # Unset: the project's own team (a `@relay:*` never reaches another project).
+        team = config.team if config.team is not None else project_team(project or Path.cwd())
+        self.team = check_name(team, what="team name")
         self.mailbox = mailbox or SqliteMailbox(
             max_attempts=config.maxAttempts,
             max_per_minute=config.maxPerMinute,
@@ -67,9 +77,11 @@ class Messenger:
         thread: str | None = None,
         *,
         human: bool = False,
+        queue: bool = False,
     ) -> tuple[Message, list[str]]:
         """Send a message; return it and who it was queued for (MessagingError when it cannot be).
-        `human`: a person sending from a terminal (never as a live agent; see `SqliteMailbox.send`)."""
+        `human`: a person sending from a terminal (never as a live agent); `queue`: even for an
+        agent away for long (see `SqliteMailbox.send`)."""
         if self.unavailable is not None:
             raise MessagingError(f"messaging is unavailable in this session ({self.unavailable})")
         if self.nats is None:
@@ -81,6 +93,7 @@ class Messenger:
                     body=body,
                     thread=thread,
                     human=human,
+                    queue=queue,
                 )
             )
         if human:

@@ -9,9 +9,12 @@ everywhere: in the mailbox, in the injector and as NATS's `Nats-Msg-Id`.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Literal
 
 import msgspec
@@ -35,6 +38,27 @@ _THREAD = re.compile(r"[^\s\]]{1,200}\Z")
 DeliveryState = Literal["queued", "handed", "acked", "dead", "denied"]
 AgentState = Literal["live", "idle", "busy", "offline"]
 AgentKind = Literal["agent", "human"]
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(os.fsencode(os.path.abspath(path))).hexdigest()
+
+
+def project_team(project: Path) -> str:
+    """The team of a project when `messaging.team` is unset: the root folder's name (made
+    safe, at most 40 characters) and 8 hex digits of its absolute path, so two projects
+    never share a team by accident (`/src/shop` -> `shop-1f3a9c2e`)."""
+    base = re.sub(r"[^A-Za-z0-9_-]", "-", Path(os.path.abspath(project)).name)
+    base = base.strip("-_")[:40].strip("-_")
+    return f"{base}-{_digest(project)[:8]}" if base else f"p-{_digest(project)[:8]}"
+
+
+def default_agent_name(command: str, project: Path) -> str:
+    """The name of a session started without `--name`: the command's name made safe and
+    6 hex digits of the project's path (`python3.11` in /src/shop -> `python3-11-1f3a9c`),
+    so a default name in one project is never taken for another project's agent."""
+    base = re.sub(r"[^A-Za-z0-9_-]", "-", Path(command).name).strip("-_")[:50].strip("-_")
+    return f"{base or 'agent'}-{_digest(project)[:6]}"
 
 
 class Message(msgspec.Struct, kw_only=True, frozen=True):
@@ -207,6 +231,19 @@ class SenderIsLiveError(MessagingError):
         super().__init__(
             f"{agent.name} is a live agent in team {agent.team}{where}: a message sent as "
             f"{agent.name} would pass for its own; send under your own name"
+        )
+
+
+class RecipientAwayError(MessagingError):
+    """Mail for an agent offline for so long it may never come back (`relay send --queue`
+    queues it anyway)."""
+
+    def __init__(self, agent: Agent, *, away_hours: float) -> None:
+        self.agent = agent
+        super().__init__(
+            f"{agent.name} has been offline since {agent.last_seen} (more than "
+            f"{away_hours:g} h), so the message was not queued; `relay send --queue` queues "
+            f"it anyway, `relay agents forget {agent.name}` removes the agent"
         )
 
 
