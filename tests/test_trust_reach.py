@@ -329,7 +329,7 @@ def test_the_diff_makes_terminal_controls_visible(project: Path) -> None:
     write(project / "hooks" / "a.sh", "echo a\x1b[2K\x1b[1A\n# \u202eevil\n")
     shown = trust(project).stdout
     assert "\x1b" not in shown and "\u202e" not in shown
-    assert "+echo a\\x1b[2K\\x1b[1A" in shown and "\\u202eevil" in shown
+    assert "+echo a^[[2K^[[1A" in shown and "<U+202E>evil" in shown
     assert visible("tab\tok") == "tab\tok"
 
 

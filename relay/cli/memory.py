@@ -8,9 +8,9 @@ from typing import IO, Any
 
 import click
 
-from relay.cli.display import visible
 from relay.cli.lazy import LazyGroup
 from relay.cli.options import cwd_option, settings_option
+from relay.protocol.display import visible
 
 
 @click.group(cls=LazyGroup, lazy={})

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from relay.cli.display import visible
 from relay.cli.options import cwd_option, settings_option
+from relay.protocol.display import visible
 
 
 @click.command(

@@ -188,8 +188,6 @@ def _read_bytes(path: Path) -> bytes:
         raise SettingsError(f"cannot read settings file: {reason}", file=str(path)) from None
 
 
-
-
 def _check_hook_count(document: Any, file: str) -> None:
     """Refuse a file with more than MAX_HOOKS hook entries and patterns (counted on the raw
     document, before any validation work is spent on them)."""

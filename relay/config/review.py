@@ -10,10 +10,10 @@ the reviewer with terminal escapes or bidirectional overrides.
 from __future__ import annotations
 
 import difflib
-import unicodedata
 from collections.abc import Callable
 
 from relay.config.trust import FileState, HookFingerprint, TrustManifest
+from relay.protocol.display import visible as shown
 
 MAX_DIFF_LINES_PER_FILE = 120
 """Lines of unified diff shown for one changed file; the rest is counted, not shown."""
@@ -91,18 +91,6 @@ def _why_no_diff(old: FileState, new: FileState, kept: bytes | None) -> str:
 
 
 def visible(text: str) -> str:
-    """`text` with control and format characters (escapes, bidi overrides) written as
-    `\\x1b`, `\\u202e`: safe to print to a terminal. Tabs stay."""
-    if text.isprintable():
-        return text
-    return "".join(
-        char
-        if char == "\t" or unicodedata.category(char) not in {"Cc", "Cf", "Zl", "Zp"}
-        else _escape(char)
-        for char in text
-    )
-
-
-def _escape(char: str) -> str:
-    code = ord(char)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    """`text` safe to print as one line of a review: control and format characters
+    shown (see relay.protocol.display), line breaks too."""
+    return shown(text, keep_newlines=False)

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 import click
 import msgspec
 
-from relay.cli.display import visible
 from relay.cli.options import cwd_option, settings_option
+from relay.protocol.display import visible
 
 if TYPE_CHECKING:
     from relay.engine.hooklog import LoggedCall, LoggedEvent

@@ -12,9 +12,9 @@ from typing import IO, Any
 
 import click
 
-from relay.cli.display import visible
 from relay.cli.options import cwd_option, settings_option
 from relay.engine.trial import EXPECTATIONS
+from relay.protocol.display import visible
 
 SHOWN_LINES = 12
 SHOWN_CHARS = 1200
