@@ -12,8 +12,8 @@ from typing import Any, TypeVar
 
 import click
 
-from relay.cli.display import visible
 from relay.cli.options import cwd_option, settings_option
+from relay.protocol.display import visible
 
 Result = TypeVar("Result")
 
