@@ -89,7 +89,7 @@ def _can_mount(tmp_path: Path) -> bool:
 
 
 def test_a_full_disk_never_ends_the_session(project: Path, tmp_path: Path) -> None:
-    """RELAY_HOME on a 256 KiB tmpfs; the agent prints more than fits. The session runs to
+    """RELAY_HOME on a 512 KiB tmpfs; the agent prints more than fits. The session runs to
     the agent's end with its exit code, says once that the transcript stopped (and the
     hook log, once, if it fills too), and every line the transcript holds is whole."""
     if not _can_mount(tmp_path):
@@ -100,10 +100,11 @@ def test_a_full_disk_never_ends_the_session(project: Path, tmp_path: Path) -> No
     argv = [RELAY, "run", "--headless", "--name", "Full", "--cwd", str(project), "--"]
     # The tmpfs goes with its namespace: the agent shows the transcript as it ends.
     transcript = home / "state" / "sessions" / "Full.transcript.jsonl"
-    argv += ["sh", "-c", f"{script}; echo TRANSCRIPT; cat {transcript}; exit 5"]
+    # (after a pause: the transcript is written a few times a second)
+    argv += ["sh", "-c", f"{script}; sleep 1; echo TRANSCRIPT; cat {transcript}; exit 5"]
     env = {**os.environ, "RELAY_HOME": str(home)}
     done = subprocess.run(
-        _on_small_disk(argv, home, "256k"),
+        _on_small_disk(argv, home, "512k"),
         stdin=subprocess.DEVNULL,
         capture_output=True,
         env=env,
@@ -127,7 +128,7 @@ def test_a_full_disk_never_ends_the_session(project: Path, tmp_path: Path) -> No
 def test_a_transcript_write_that_fails_stops_once_and_leaves_whole_lines(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The same, with the failure injected: the third write finds the disk full after
+    """The same, with the failure injected: the third batch finds the disk full after
     writing half of its line; the half is cut off again, and the user is told once."""
     told: list[str] = []
     transcript = Transcript(tmp_path / "t.jsonl", on_problem=told.append)
@@ -147,6 +148,7 @@ def test_a_transcript_write_that_fails_stops_once_and_leaves_whole_lines(
         patched.setattr(os, "write", filling)
         for index in range(6):
             transcript.record("output", f"line {index}")
+            transcript.flush()  # one batch per line
         transcript.close()
     lines = (tmp_path / "t.jsonl").read_text().splitlines()
     assert [json.loads(line)["text"] for line in lines] == ["line 0", "line 1"]

@@ -98,6 +98,8 @@ class SessionConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
     inject: bool = True
     """False: relay never types into the agent (for a shell or a REPL): no start context,
     no memory recap, no answers; messages wait in the mailbox (`relay inbox`)."""
+    transcript: bool = True
+    """False: no transcript file (`state/sessions/NAME.transcript.jsonl`) is written."""
 
 
 Source = Literal["assistant", "terminal", "tool"]

@@ -129,13 +129,15 @@ class Injector:
         self._last_activity = time.monotonic()
         self._output_seen = True
         self._scan_modes(data)
-        self._notify()
+        if self._queue:  # with nothing to type, no one needs to re-check readiness
+            self._notify()
 
     def observe_input(self, data: bytes) -> None:
         """The human's keys, as relay passes them to the agent: track whether a partial line is pending."""
         if data:
             self._line.feed(data)
-            self._notify()
+            if self._queue:
+                self._notify()
 
     @property
     def bracketed_paste(self) -> bool:

@@ -85,18 +85,36 @@ def _finish(text: str) -> str:
 
 
 _NEEDS_FINISH = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-"""Characters that _finish acts on, bar the \n that joins a batch."""
+"""A character that _finish acts on (bar the \n that joins a batch)."""
+
+
+def clean_block(raws: list[bytes]) -> str:
+    """clean_line of each line of a batch, joined by newlines: escapes stripped and text
+    decoded once for all, and per-line work only for the rare lines with redraws or
+    controls (per-line work is what limits passthrough throughput)."""
+    # A terminal line ends in \r\n (\r\r\n from a program that wrote \r\n itself): those
+    # \r are no redraw (_finish strips them), and left in, every line would need _finish.
+    joined = b"\n".join(raws).replace(b"\r\r\n", b"\n").replace(b"\r\n", b"\n").rstrip(b"\r")
+    text = _strip_escapes(joined).decode("utf-8", "replace")
+    found = _NEEDS_FINISH.search(text)
+    if found is None:
+        return text
+    parts: list[str] = []
+    done = 0
+    while found is not None:
+        start = text.rfind("\n", 0, found.start()) + 1
+        end = text.find("\n", found.start())
+        end = len(text) if end < 0 else end
+        parts += (text[done:start], _finish(text[start:end]))
+        done = end
+        found = _NEEDS_FINISH.search(text, end)
+    parts.append(text[done:])
+    return "".join(parts)
 
 
 def clean_lines(raws: list[bytes]) -> list[str]:
-    """clean_line for a batch of lines: escapes stripped and text decoded once for all, per
-    line work only for the rare lines with redraws or controls (per-line work is what
-    limits passthrough throughput)."""
-    text = _strip_escapes(b"\n".join(raws)).decode("utf-8", "replace")
-    lines = text.split("\n")
-    if _NEEDS_FINISH.search(text) is None:
-        return lines
-    return [_finish(line) for line in lines]
+    """clean_line for a batch of lines (see clean_block)."""
+    return clean_block(raws).split("\n")
 
 
 def _apply_backspaces(text: str) -> str:

@@ -119,18 +119,38 @@ class AgentPty:
     # ---- I/O on the master
 
     async def read(self, max_bytes: int = 65536) -> bytes:
-        """The agent's next output bytes; b"" at EOF (the agent closed its terminal or exited)."""
+        """The agent's next output bytes; b"" at EOF (the agent closed its terminal or exited).
+
+        A PTY hands out at most about 4 KiB per read: what is already there is taken in
+        the same call, up to `max_bytes`, so a fast writer costs one loop turn (and one
+        pass of the output's consumers) per 64 KiB rather than per 4 KiB."""
         while not self._closed:
             try:
-                return os.read(self.master_fd, max_bytes)
+                data = os.read(self.master_fd, max_bytes)
             except BlockingIOError:
-                pass
+                await anyio.wait_readable(self.master_fd)
+                continue
             except OSError as exc:
                 if exc.errno == errno.EIO:  # Linux: every slave fd is closed
                     return b""
                 raise
-            await anyio.wait_readable(self.master_fd)
+            return self._read_more(data, max_bytes) if data else data
         return b""
+
+    def _read_more(self, data: bytes, max_bytes: int) -> bytes:
+        """`data` and whatever more the agent has written meanwhile, up to `max_bytes`."""
+        parts = [data]
+        size = len(data)
+        while size < max_bytes:
+            try:
+                more = os.read(self.master_fd, max_bytes - size)
+            except OSError:  # nothing more yet, or EIO: the next read reports it
+                break
+            if not more:
+                break
+            parts.append(more)
+            size += len(more)
+        return data if len(parts) == 1 else b"".join(parts)
 
     async def write(self, data: bytes) -> None:
         """Write all of `data` to the agent's input; raise AgentExitedError if the agent is gone."""

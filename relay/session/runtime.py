@@ -67,7 +67,7 @@ from relay.session.directives import (
 from relay.session.echo import EchoFilter
 from relay.session.inbox import SessionInbox
 from relay.session.injector import PASTE_END, PASTE_START, Injector
-from relay.session.lines import clean_lines
+from relay.session.lines import clean_block
 from relay.session.pty import AgentExitedError, AgentPty
 from relay.session.screen import SETTLE_SECONDS, ScreenReader, draws_screen
 from relay.session.terminal import passthrough, raw_terminal, terminal_size
@@ -75,6 +75,11 @@ from relay.session.transcript import Transcript
 from relay.session.voices import voice_for
 
 RECENT_LINES = 200
+TRANSCRIPT_RATE = 2_000_000
+"""Bytes of output a second the transcript records on average (see _transcript_admits)."""
+TRANSCRIPT_BURST = 8_000_000
+"""Bytes of output the transcript records at once after a quiet spell."""
+TRANSCRIPT_FLUSH_SECONDS = 0.2
 OUTPUT_BATCH_SECONDS = 0.05
 INJECTED_LINES_KEPT = 2000
 INJECTED_LINES_SECONDS = 600.0
@@ -153,6 +158,11 @@ class Session:
         self.end_grace = config.endGraceSeconds
         self.voice = voice_for(self.command, style or config.style)
         self.inject_enabled = inject if inject is not None else config.inject
+        self.transcript_enabled = config.transcript
+        # The transcript's share of the output: a token bucket (see _transcript_admits).
+        self._transcript_budget = float(TRANSCRIPT_BURST)
+        self._transcript_refilled = time.monotonic()
+        self._unrecorded = (0, 0)  # bytes and lines of output left out of the transcript
         self.env = {
             **(env if env is not None else os.environ),
             "RELAY_SESSION_ID": self.session_id,
@@ -256,17 +266,20 @@ class Session:
                 f"the session record cannot be written ({exc.strerror or exc}): "
                 "`relay sessions` and `relay stop` will not see this session"
             )
-        self._transcript = Transcript(
-            sessions.sessions_dir() / f"{self.name}.transcript.jsonl",
-            on_problem=self._tell_user,
-        )
+        if self.transcript_enabled:
+            self._transcript = Transcript(
+                sessions.sessions_dir() / f"{self.name}.transcript.jsonl",
+                on_problem=self._tell_user,
+            )
         try:
             return await self._run()
         finally:
             if self.inbox is not None:
                 with anyio.CancelScope(shield=True):
                     await self.inbox.close()
-            self._transcript.close()
+            if self._transcript is not None:
+                self._note_unrecorded()
+                self._transcript.close()
             if record_path is not None:
                 sessions.unregister(record_path)
             with contextlib.suppress(OSError):
@@ -326,6 +339,7 @@ class Session:
             group.start_soon(self._run_injector, injector, injecting)
             group.start_soon(self._dispatch_directives, receive, dispatched)
             group.start_soon(self._watch_idle)
+            group.start_soon(self._flush_transcript)
             group.start_soon(self._watch_screen)
             group.start_soon(self._watch_stop)
             group.start_soon(self._watch_signals)
@@ -416,19 +430,65 @@ class Session:
         passthrough throughput): recent lines, then Output hooks or straight on."""
         if not raws:
             return
-        texts = [unescape(text) for text in clean_lines(raws)]
+        if not (self.headless or self._output_hooked) and not self._transcript_admits(raws):
+            # Only `recent` wants these lines: the last of them are all it keeps.
+            self.recent.extend(unescape(clean_block(raws[-RECENT_LINES:])).split("\n"))
+            return
+        block = unescape(clean_block(raws))  # unescape works on lines, and so on a block
+        texts = block.split("\n")
         self.recent.extend(texts[-RECENT_LINES:])
         if self._output_hooked:
             self._output_lines.extend(texts)  # shown (headless) once Output hooks have seen them
+        elif self.headless:
+            self._show(texts, block)
         else:
-            self._show(texts)
+            self._record("output", block)  # admitted above
 
-    def _show(self, texts: list[str]) -> None:
-        """Finished output lines: to the transcript and, headless, to stdout."""
-        block = "\n".join(texts)
-        self._record("output", block)
+    def _show(self, texts: list[str], block: str | None = None) -> None:
+        """Finished output lines (`block`: the same, joined by newlines): to the transcript
+        and, headless, to stdout."""
+        if block is None:
+            block = "\n".join(texts)
+        if self._transcript_admits(texts):
+            self._record("output", block)
         if self.headless:
             os.write(self.stdout_fd, (block + "\n").encode())
+
+    def _transcript_admits(self, lines: list[bytes] | list[str]) -> bool:
+        """Whether the transcript records these output lines: on average at most
+        TRANSCRIPT_RATE bytes a second, in bursts of up to TRANSCRIPT_BURST. An agent that
+        dumps a huge log costs the session the cleaning and writing of a share of it, not
+        all of it; what is left out is noted in the transcript where recording resumes."""
+        if self._transcript is None:
+            return False
+        size = sum(map(len, lines)) + len(lines)
+        now = time.monotonic()
+        budget = self._transcript_budget + (now - self._transcript_refilled) * TRANSCRIPT_RATE
+        self._transcript_budget = min(float(TRANSCRIPT_BURST), budget)
+        self._transcript_refilled = now
+        if size > self._transcript_budget:
+            skipped_bytes, skipped_lines = self._unrecorded
+            self._unrecorded = (skipped_bytes + size, skipped_lines + len(lines))
+            return False
+        self._transcript_budget -= size
+        self._note_unrecorded()
+        return True
+
+    def _note_unrecorded(self) -> None:
+        skipped_bytes, skipped_lines = self._unrecorded
+        if skipped_lines:
+            self._unrecorded = (0, 0)
+            self._record(
+                "unrecorded",
+                f"{skipped_lines} lines ({skipped_bytes / 1e6:.1f} MB) of output came faster "
+                f"than the transcript records ({TRANSCRIPT_RATE / 1e6:g} MB/s) and are not in it",
+            )
+
+    async def _flush_transcript(self) -> None:
+        """Write the transcript's pending entries a few times a second, off the output path."""
+        while self._transcript is not None:
+            await anyio.sleep(TRANSCRIPT_FLUSH_SECONDS)
+            self._transcript.flush()
 
     def _lines_done(self) -> None:
         self._keep_lines(self._lines.close())

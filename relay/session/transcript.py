@@ -14,15 +14,18 @@ from relay.protocol.codec import utc_timestamp
 
 MAX_BYTES = 64 * 1024 * 1024
 """When the transcript passes this size it is rotated: the old one is kept as `.1`."""
+FLUSH_BYTES = 1 << 20
+"""Pending entries past this size are written at once, whatever the flush timer."""
 
 
 class Transcript:
     """Appends `{"time", "kind", "text"}` lines; never more than about twice MAX_BYTES on disk.
 
-    Each entry is written as it comes (a `tail -f` sees it, a crash loses none), to a 0600
-    file. When a write fails (a full disk, a removed folder), `on_problem` is told once
-    and the transcript stops there: the session goes on, and the lines already written
-    stay whole (a line written in part is cut off again).
+    Entries are kept in memory and written in batches by `flush` (the session flushes a
+    few times a second, off the output path, and at its end; a batch past FLUSH_BYTES is
+    written at once), to a 0600 file. When a write fails (a full disk, a removed folder),
+    `on_problem` is told once and the transcript stops there: the session goes on, and
+    the lines already written stay whole (a batch written in part is cut off again).
     """
 
     def __init__(
@@ -38,19 +41,40 @@ class Transcript:
         self._fd: int | None = None
         self._size = 0
         self._failed = False
+        self._pending: list[bytes] = []
+        self._pending_size = 0
 
     def record(self, kind: str, text: str) -> None:
         """One entry (a batch of output lines is one entry, its lines joined by newlines)."""
         if self._failed:
             return
         line = msgspec.json.encode({"time": utc_timestamp(), "kind": kind, "text": text}) + b"\n"
+        self._pending.append(line)
+        self._pending_size += len(line)
+        if self._pending_size >= FLUSH_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the entries recorded since the last flush."""
+        if not self._pending or self._failed:
+            return
+        entries = self._pending
+        batch = b"".join(entries)
+        self._pending = []
+        self._pending_size = 0
         try:
-            if self._fd is None or self._size + len(line) > self.max_bytes:
+            if self._fd is None or self._size + len(batch) > self.max_bytes:
                 self._open(
-                    rotate=self._fd is not None or self._current_size() + len(line) > self.max_bytes
+                    rotate=self._fd is not None
+                    or self._current_size() + len(batch) > self.max_bytes
                 )
             assert self._fd is not None
-            self._append(self._fd, line)
+            try:
+                self._append(self._fd, batch)
+            except OSError:
+                # The disk may hold part of the batch: as many whole entries as fit.
+                for entry in entries:
+                    self._append(self._fd, entry)
         except OSError as exc:
             self._failed = True
             self.close()
@@ -59,14 +83,16 @@ class Transcript:
                 self.on_problem(f"the transcript {self.path} cannot be written ({reason}); stopped")
 
     def close(self) -> None:
-        """Close the file (every entry is already written)."""
+        """Write what is pending and close the file."""
+        self.flush()
         if self._fd is not None:
             with contextlib.suppress(OSError):
                 os.close(self._fd)
             self._fd = None
 
     def _append(self, fd: int, line: bytes) -> None:
-        """Write the whole line, or cut the file back to where it was and raise OSError."""
+        """Write all of `line` (whole lines), or cut the file back to where it was and
+        raise OSError."""
         written = 0
         try:
             while written < len(line):
