@@ -46,7 +46,18 @@ class Pane:
         # The server's global environment is the one it starts with: the pane's sh and
         # everything typed there see RELAY_HOME, the UTF-8 locale.
         subprocess.run(
-            [*self.base, "new-session", "-d", "-s", "tty", "-x", self.size[0], "-y", self.size[1], "sh"],
+            [
+                *self.base,
+                "new-session",
+                "-d",
+                "-s",
+                "tty",
+                "-x",
+                self.size[0],
+                "-y",
+                self.size[1],
+                "sh",
+            ],
             env=env,
             check=True,
             timeout=10,
