@@ -144,6 +144,8 @@ def test_a_project_file_cannot_choose_the_transport_team_or_limits(tmp_path: Pat
                     "nats": {"url": "nats://attacker.invalid:4222"},
                     "team": "proj-team",
                     "maxPerMinute": 10000,
+                    "maxExchanges": 10000,
+                    "loopCooldownMinutes": 0.01,
                     "maxAttempts": 1,
                     "pollMs": 100,
                 }
@@ -154,6 +156,7 @@ def test_a_project_file_cannot_choose_the_transport_team_or_limits(tmp_path: Pat
     default = MessagingConfig()
     assert (config.transport, config.nats, config.team) == ("sqlite", None, default.team)
     assert (config.maxPerMinute, config.maxAttempts) == (default.maxPerMinute, default.maxAttempts)
+    assert (config.maxExchanges, config.loopCooldownMinutes) == (20, 10.0)
     assert config.pollMs == 100  # a setting that chooses nothing dangerous still applies
     user = tmp_path / "user.json"
     user.write_text(

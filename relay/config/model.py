@@ -161,7 +161,13 @@ class MessagingConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
     maxAttempts: Annotated[int, Meta(ge=1)] = 5
     """A delivery handed out this many times without an acknowledgement is dead."""
     maxPerMinute: Annotated[int, Meta(ge=1)] = 30
-    """Messages one agent may send in a minute (stops two agents replying forever)."""
+    """Messages one agent may send in a minute (slows a flood down)."""
+    maxExchanges: Annotated[int, Meta(ge=1)] = 20
+    """Messages two agents may exchange (either way) with no human message to either of
+    them in between; past it, messages between the two are refused (stops a reply loop)."""
+    loopCooldownMinutes: Annotated[float, Meta(gt=0)] = 10.0
+    """A pair stopped by maxExchanges may write again this long after its last message
+    (or at once after a human's message); a quiet gap this long also ends the count."""
     doorbell: bool = True
     """Wake a waiting recipient with a datagram after a send; false: poll only."""
     pollMs: Annotated[int, Meta(ge=1)] = 250

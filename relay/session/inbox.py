@@ -26,10 +26,12 @@ import anyio
 import anyio.to_thread
 
 from relay.engine.telemetry import debug, debug_enabled
+from relay.protocol.display import visible
 from relay.protocol.output import AggregatedResult
 from relay.services.messaging.doorbell import Doorbell, ring
 from relay.services.messaging.messenger import Messenger
 from relay.services.messaging.model import (
+    SYSTEM_SENDER,
     Agent,
     AgentState,
     Delivery,
@@ -281,6 +283,10 @@ class SessionInbox:
                 lambda: self.mailbox.deny(message.id, self.name, team=self.team, reason=reason)
             )
             return
+        if message.sender == SYSTEM_SENDER:
+            # relay's own notices (a reply loop stopped, a message refused or dead) concern
+            # the human as much as the agent: shown on the session's terminal too.
+            self._tell(f"notice to {self.name}: {visible(message.body)}")
         specific = result.hookSpecificOutput or {}
         body = specific.get("body") if isinstance(specific.get("body"), str) else None
         text = delivery_text(message, body)

@@ -1,6 +1,6 @@
 """The embedded mailbox: one SQLite file, the source of truth for messages on one machine.
 
-Layout (schema version 2, in `PRAGMA user_version`; version 1 is upgraded in place):
+Layout (schema version 3, in `PRAGMA user_version`; versions 1 and 2 are upgraded in place):
 
 - `agents`: every agent and human sender the team has known (`kind`: agent or human),
   with presence: state, host, relay's pid and its start time (a reused pid is not
@@ -8,6 +8,7 @@ Layout (schema version 2, in `PRAGMA user_version`; version 1 is upgraded in pla
   doorbell address (`bell`, random per session: see doorbell.py).
 - `messages`: one row per message; `seq` (INTEGER PRIMARY KEY) is the commit order,
   which is the delivery order, so one sender's messages arrive in the order it sent them.
+  Indexed by sender (the rate limit) and by sender and recipient (the loop guard, version 3).
 - `deliveries`: one row per message and recipient, keyed (team, recipient, seq), with
   the state queued -> handed -> acked, or dead / denied, the attempts, the session it
   was handed to, and why it was acked (evidence) or refused (reason).
@@ -31,7 +32,7 @@ import socket
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -46,6 +47,7 @@ from relay.services.messaging.model import (
     AgentState,
     Delivery,
     DeliveryState,
+    LoopStoppedError,
     Message,
     MessagingError,
     NameTakenError,
@@ -71,7 +73,7 @@ __all__ = [
 ]
 
 DATABASE_NAME = "messages.db"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 BUSY_TIMEOUT = 10.0
 """Seconds a write waits for another process's lock before failing."""
 RATE_WINDOW = 60.0
@@ -108,6 +110,7 @@ CREATE TABLE IF NOT EXISTS messages (
 );
 CREATE INDEX IF NOT EXISTS messages_by_sender ON messages(team, sender, created_at);
 CREATE INDEX IF NOT EXISTS messages_by_thread ON messages(team, thread, seq);
+CREATE INDEX IF NOT EXISTS messages_by_pair ON messages(team, sender, recipient, seq);
 CREATE TABLE IF NOT EXISTS deliveries (
     team TEXT NOT NULL,
     recipient TEXT NOT NULL,
@@ -160,11 +163,17 @@ class SqliteMailbox:
         *,
         max_attempts: int = 5,
         max_per_minute: int = 30,
+        max_exchanges: int = 20,
+        loop_cooldown: float = 600.0,
         doorbell: bool = True,
     ) -> None:
         self.path = Path(path) if path is not None else default_store()
         self.max_attempts = max_attempts
         self.max_per_minute = max_per_minute
+        self.max_exchanges = max_exchanges
+        self.loop_cooldown = loop_cooldown
+        """Seconds: how long a pair stopped by the loop guard waits, and the quiet gap that
+        ends a run of exchanges."""
         self.doorbell = doorbell
         self.host = socket.gethostname()
         self._lock = threading.RLock()
@@ -445,15 +454,16 @@ class SqliteMailbox:
         away: a message for it is refused unless `queue`, and broadcasts skip it.
 
         Errors (nothing is queued): an unknown recipient, a broadcast with nobody to
-        hear it, a bad body, a human using a live agent's name, a sender over
-        `max_per_minute` (the recipients are told once a minute that the sender is
+        hear it, a bad body, a human using a live agent's name, two agents in a reply
+        loop (LoopStoppedError, see `_loop_stop`: the other agent is told once), a sender
+        over `max_per_minute` (the recipients are told once a minute that the sender is
         being held back).
         """
         message = new_message(
             team=team, sender=sender, recipient=recipient, body=body, thread=thread
         )
 
-        def work(db: sqlite3.Connection) -> tuple[list[str], list[str], float | None]:
+        def work(db: sqlite3.Connection) -> tuple[list[str], list[str], MessagingError | None]:
             current = self._agent_row(db, team, sender)
             is_agent = current is not None and current.kind == "agent"
             if human and current is not None and is_agent and self._presence(current) != "offline":
@@ -472,6 +482,10 @@ class SqliteMailbox:
                 self._ensure_known(
                     db, team, sender, message.created_at, kind="human" if human else "agent"
                 )
+            if not (human or (current is not None and current.kind == "human")):
+                stopped = self._loop_stop(db, team, sender, recipients)
+                if stopped is not None:
+                    return [], [stopped.other] if stopped.new_stop else [], stopped
             retry = self._over_rate(db, team, sender)
             if retry is not None:
                 notified = [
@@ -485,14 +499,15 @@ class SqliteMailbox:
                         f"relay holds its messages back for now. No need to answer each one.",
                     )
                 ]
-                return [], notified, retry
+                return [], notified, self._rate_error(sender, retry)
             self._insert(db, message, recipients)
             return recipients, recipients, None
 
-        recipients, to_ring, retry = self._write(work)
+        # A refusal is returned, not raised, so that the notices it queued are committed.
+        recipients, to_ring, refused = self._write(work)
         self._ring_all(team, to_ring)
-        if retry is not None:
-            raise RateLimitedError(sender, limit=self.max_per_minute, retry_after=retry)
+        if refused is not None:
+            raise refused
         return message, recipients
 
     def store_incoming(self, message: Message, recipients: Sequence[str]) -> bool:
@@ -590,11 +605,118 @@ class SqliteMailbox:
         )
         return int(cursor.lastrowid or 0)
 
-    def check_rate(self, team: str, sender: str) -> None:
-        """RateLimitedError when `sender` has used up its messages for the minute."""
+    def check_limits(self, team: str, sender: str, recipient: str, *, human: bool = False) -> None:
+        """For a message sent through another transport: LoopStoppedError when `sender` and
+        `recipient` (or anyone a broadcast reaches) are stopped in a reply loop (the other
+        agent is told once, if it is known here), RateLimitedError when `sender` has used
+        up its messages for the minute. Counts what this mailbox holds."""
+
+        def work(db: sqlite3.Connection) -> LoopStoppedError | None:
+            current = self._agent_row(db, team, sender)
+            if human or (current is not None and current.kind == "human"):
+                return None
+            if recipient == BROADCAST:
+                recipients = [name for name in self._agent_names(db, team) if name != sender]
+            else:
+                recipients = [recipient]
+            return self._loop_stop(db, team, sender, recipients)
+
+        stopped = self._write(work)
+        if stopped is not None:
+            if stopped.new_stop:
+                self._ring_all(team, [stopped.other])
+            raise stopped
         retry = self._read(lambda db: self._over_rate(db, team, sender))
         if retry is not None:
-            raise RateLimitedError(sender, limit=self.max_per_minute, retry_after=retry)
+            raise self._rate_error(sender, retry)
+
+    def _rate_error(self, sender: str, retry: float) -> RateLimitedError:
+        return RateLimitedError(sender, limit=self.max_per_minute, retry_after=retry)
+
+    def _loop_stop(
+        self, db: sqlite3.Connection, team: str, sender: str, recipients: Sequence[str]
+    ) -> LoopStoppedError | None:
+        """The refusal for a message from `sender` to `recipients` when `sender` and one of
+        them (an agent) have exchanged `max_exchanges` messages with no human message in
+        between; None when it may go.
+
+        A pair is unordered: its run is the messages either of the two sent to the other or
+        to `*`, newer than the last message a human sent to either of them (or to `*`),
+        back to the first quiet gap of `loop_cooldown` seconds; a run from one of them
+        only is no loop. A stopped pair may write
+        again `loop_cooldown` after its last message, or at once after a human's message.
+        The other agent is told once per stop; only the newest `max_exchanges` messages of
+        the pair are read, whatever the history.
+        """
+        now = datetime.now(UTC)
+        for other in recipients:
+            if other == sender:
+                continue
+            row = self._agent_row(db, team, other)
+            if row is None or row.kind != "agent":
+                continue  # a message to a human puts a human in the loop
+            run_end = self._run_end(db, team, sender, other, now)
+            if run_end is None:
+                continue
+            newest, newest_at = run_end
+            resume = newest_at + timedelta(seconds=self.loop_cooldown)
+            first, second = sorted((sender, other))
+            notice = (
+                f"{first} and {second} have exchanged {self.max_exchanges} messages with no "
+                f"human message in between, so relay holds messages between them until a "
+                f"human sends either of them a message (relay send) or until "
+                f"{resume:%H:%M:%S} UTC. No need to answer."
+            )
+            # Told once per stop: the notice names the stop's end, so it is the same text
+            # for every refusal of this stop and a new one for the next.
+            told = db.execute(
+                "SELECT 1 FROM messages WHERE team = ? AND sender = ? AND recipient IN (?, ?)"
+                " AND seq > ? AND body = ?",
+                (team, SYSTEM_SENDER, first, second, newest, notice),
+            ).fetchone()
+            if told is None:
+                self._notice(db, team, other, notice)
+            return LoopStoppedError(
+                sender,
+                other,
+                limit=self.max_exchanges,
+                retry_after=max(0.0, (resume - now).total_seconds()),
+                notice=notice,
+                new_stop=told is None,
+            )
+        return None
+
+    def _run_end(
+        self, db: sqlite3.Connection, team: str, one: str, other: str, now: datetime
+    ) -> tuple[int, datetime] | None:
+        """The seq and time of the pair's newest message when its current run (see
+        `_loop_stop`) holds `max_exchanges` messages; None when it holds fewer. "Newer"
+        is the commit order (seq): two messages may share a millisecond."""
+        human = db.execute(
+            "SELECT MAX(m.seq) FROM agents h JOIN messages m"
+            " ON m.team = h.team AND m.sender = h.name AND m.recipient IN (?, ?, ?)"
+            " WHERE h.team = ? AND h.kind = 'human'",
+            (one, other, BROADCAST, team),
+        ).fetchone()[0]
+        run: list[tuple[int, str, str]] = []
+        for sender, recipient in ((one, other), (one, BROADCAST), (other, one), (other, BROADCAST)):
+            run += db.execute(
+                "SELECT seq, created_at, sender FROM messages WHERE team = ? AND sender = ?"
+                " AND recipient = ? AND seq > ? ORDER BY seq DESC LIMIT ?",
+                (team, sender, recipient, human or 0, self.max_exchanges),
+            ).fetchall()
+        if len(run) < self.max_exchanges:
+            return None
+        run = sorted(run, reverse=True)[: self.max_exchanges]
+        if len({sender for _, _, sender in run}) < 2:
+            return None  # one way only: no reply loop (maxPerMinute paces a stream)
+        later = now
+        for _, created_at, _ in run:
+            moment = _moment(created_at)
+            if (later - moment).total_seconds() >= self.loop_cooldown:
+                return None  # a quiet gap (or the cool-down since the last one) ends the run
+            later = moment
+        return run[0][0], _moment(run[0][1])
 
     def _over_rate(self, db: sqlite3.Connection, team: str, sender: str) -> float | None:
         """None when `sender` may send now; else seconds until it may."""
@@ -608,7 +730,7 @@ class SqliteMailbox:
         ).fetchone()
         if row is None or row[0] < utc_now(-RATE_WINDOW):
             return None
-        oldest = datetime.strptime(row[0], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+        oldest = _moment(row[0])
         return max(0.0, RATE_WINDOW - (datetime.now(UTC) - oldest).total_seconds())
 
     def _notice_once(self, db: sqlite3.Connection, team: str, to: str, body: str) -> bool:
@@ -874,6 +996,11 @@ class SqliteMailbox:
             return [_message(row) for row in reversed(rows)]
 
         return self._read(work)
+
+
+def _moment(created_at: str) -> datetime:
+    """A stored timestamp (`utc_now`'s form) as an aware datetime."""
+    return datetime.strptime(created_at, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
 
 
 def _message(row: Sequence[Any]) -> Message:

@@ -24,10 +24,18 @@ if TYPE_CHECKING:
     from relay.services.messaging.nats import NatsMessaging
 
 
-USER_ONLY_MESSAGING = ("transport", "nats", "team", "maxAttempts", "maxPerMinute")
+USER_ONLY_MESSAGING = (
+    "transport",
+    "nats",
+    "team",
+    "maxAttempts",
+    "maxPerMinute",
+    "maxExchanges",
+    "loopCooldownMinutes",
+)
 """`messaging` settings read only from files the user controls: a project file cannot send
 the team's messages to a server of its choosing, join another team, or loosen the limits
-that stop agents flooding each other."""
+that stop agents flooding each other or replying to each other forever."""
 
 
 def messaging_config(settings: SettingsSet) -> MessagingConfig:
@@ -57,6 +65,8 @@ class Messenger:
         self.mailbox = mailbox or SqliteMailbox(
             max_attempts=config.maxAttempts,
             max_per_minute=config.maxPerMinute,
+            max_exchanges=config.maxExchanges,
+            loop_cooldown=config.loopCooldownMinutes * 60,
             doorbell=config.doorbell,
         )
         self.nats: NatsMessaging | None = None
@@ -100,8 +110,10 @@ class Messenger:
             for agent in await self.nats.agents():
                 if agent.name == sender and agent.state != "offline":
                     raise SenderIsLiveError(agent)
-        # The per-sender rate limit counts this machine's copies of what it sent.
-        await anyio.to_thread.run_sync(lambda: self.mailbox.check_rate(self.team, sender))
+        # The limits count this machine's copies of what was sent and received.
+        await anyio.to_thread.run_sync(
+            lambda: self.mailbox.check_limits(self.team, sender, recipient, human=human)
+        )
         return await self.nats.send(
             self.mailbox, sender=sender, recipient=recipient, body=body, thread=thread
         )

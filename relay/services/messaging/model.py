@@ -10,6 +10,7 @@ everywhere: in the mailbox, in the injector and as NATS's `Nats-Msg-Id`.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import re
 from collections.abc import Sequence
@@ -27,7 +28,7 @@ MAX_BODY_BYTES = 64 * 1024
 BROADCAST = "*"
 """The recipient that means everyone in the team but the sender."""
 SYSTEM_SENDER = "relay"
-"""The sender of relay's own notices (a refused or dead message, a rate limit)."""
+"""The sender of relay's own notices (a refused or dead message, a rate limit, a loop stopped)."""
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
 """Agent and team names: safe in file names, NATS subjects and consumer names."""
 RESERVED_NAMES = frozenset({SYSTEM_SENDER, BROADCAST})
@@ -258,6 +259,45 @@ class RateLimitedError(MessagingError):
             f"{sender} has sent {limit} messages in the last minute (messaging.maxPerMinute); "
             f"not sent: try again in {max(1, round(retry_after))} s"
         )
+
+
+class LoopStoppedError(MessagingError):
+    """A message between two agents that have exchanged `messaging.maxExchanges` messages
+    with no human message to either of them in between (a reply loop): refused until a
+    human writes to one of them or the cool-down is over."""
+
+    def __init__(
+        self,
+        sender: str,
+        other: str,
+        *,
+        limit: int,
+        retry_after: float,
+        notice: str,
+        new_stop: bool,
+    ) -> None:
+        self.sender = sender
+        self.other = other
+        self.limit = limit
+        self.retry_after = retry_after
+        self.notice = notice
+        """What the other agent is told, once per stop (and what the humans are shown)."""
+        self.new_stop = new_stop
+        """This refusal is the stop's first: the other agent was told just now."""
+        first, second = sorted((sender, other))
+        super().__init__(
+            f"{first} and {second} have exchanged {limit} messages with no human message in "
+            f"between (messaging.maxExchanges); not sent: messages between them resume once "
+            f"a human sends either of them a message (relay send), or in "
+            f"{_duration(retry_after)} (messaging.loopCooldownMinutes)"
+        )
+
+
+def _duration(seconds: float) -> str:
+    """`12 s` under a minute and a half, else whole minutes rounded up (`10 min`)."""
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    return f"{math.ceil(seconds / 60)} min"
 
 
 def check_name(name: str, *, what: str = "agent name") -> str:

@@ -14,7 +14,7 @@ import re
 from typing import TYPE_CHECKING
 
 from relay.protocol.events import PatternMatch
-from relay.services.messaging.model import BROADCAST, Message, MessagingError
+from relay.services.messaging.model import BROADCAST, LoopStoppedError, Message, MessagingError
 
 if TYPE_CHECKING:
     from relay.services.messaging.messenger import Messenger
@@ -32,21 +32,29 @@ def parse(target: str, message: str) -> tuple[str, str, str | None]:
     return target, message, thread
 
 
-async def handle(messenger: Messenger, sender: str, target: str, message: str) -> str:
-    """Run one `@relay:` directive; return what to type back to the sender."""
+async def answer(messenger: Messenger, sender: str, target: str, message: str) -> dict[str, str]:
+    """Run one `@relay:` directive; return the hook answer: `inject`, what to type back to
+    the sender, and `systemMessage` for the human when it stopped a reply loop."""
     recipient, body, thread = parse(target, message)
     if not recipient:
-        return "Send to whom? Write @relay:NAME message (or @relay:* message for everyone)."
+        return {
+            "inject": "Send to whom? Write @relay:NAME message (or @relay:* message for everyone)."
+        }
     if not body.strip():
-        return f"Nothing to send: write @relay:{recipient} <message>"
+        return {"inject": f"Nothing to send: write @relay:{recipient} <message>"}
     try:
         sent, recipients = await messenger.send(sender, recipient, body, thread)
+    except LoopStoppedError as exc:
+        refused = {"inject": f"✗ Not sent: {exc.message}"}
+        # The human sees it once per stop, on the sender's terminal; the other agent's
+        # session shows the notice relay sent it.
+        return {**refused, "systemMessage": exc.notice} if exc.new_stop else refused
     except MessagingError as exc:
-        return f"✗ Not sent: {exc.message}"
+        return {"inject": f"✗ Not sent: {exc.message}"}
     where = f" in thread {sent.thread}" if sent.thread else ""
     if recipient == BROADCAST:
-        return f"✓ Queued for {', '.join(recipients)} [{sent.short_id}]{where}"
-    return f"✓ Queued for {recipient} [{sent.short_id}]{where}"
+        return {"inject": f"✓ Queued for {', '.join(recipients)} [{sent.short_id}]{where}"}
+    return {"inject": f"✓ Queued for {recipient} [{sent.short_id}]{where}"}
 
 
 class MessagingDirectives:
@@ -61,7 +69,7 @@ class MessagingDirectives:
 
     async def __call__(self, event: PatternMatch) -> dict[str, str]:
         sender = event.agent_name or "unknown"
-        return {"inject": await handle(self.messenger, sender, event.target, event.message)}
+        return await answer(self.messenger, sender, event.target, event.message)
 
 
 def delivery_text(message: Message, body: str | None = None) -> str:
