@@ -134,11 +134,12 @@ class AgentPty:
                 if exc.errno == errno.EIO:  # Linux: every slave fd is closed
                     return b""
                 raise
-            return self._read_more(data, max_bytes) if data else data
+            return self.read_more(data, max_bytes) if data else data
         return b""
 
-    def _read_more(self, data: bytes, max_bytes: int) -> bytes:
-        """`data` and whatever more the agent has written meanwhile, up to `max_bytes`."""
+    def read_more(self, data: bytes, max_bytes: int) -> bytes:
+        """`data` (just read) and whatever more the agent has written meanwhile, up to
+        `max_bytes`, without waiting."""
         parts = [data]
         size = len(data)
         while size < max_bytes:

@@ -171,7 +171,8 @@ class Session:
         extra = [*settings_from_environment(), *hooks.extra_settings]
         if extra:  # hooks the agent runs itself (`relay hooks run`) see the same settings
             self.env[SETTINGS_VARIABLE] = os.pathsep.join(str(path.resolve()) for path in extra)
-        self.recent: collections.deque[str] = collections.deque(maxlen=RECENT_LINES)
+        # The last output lines as the agent printed them: cleaned only when asked for.
+        self._recent_raw: collections.deque[bytes] = collections.deque(maxlen=RECENT_LINES)
         self.memory: MemoryService | None = None
         self.memory_config = memory_config(hooks.settings)
         self.messaging_config = messaging_config(hooks.settings)
@@ -425,18 +426,23 @@ class Session:
                 debug(f"not a directive (not where {self.voice.name} speaks): {line!r}")
         refused.clear()
 
+    @property
+    def recent(self) -> list[str]:
+        """The agent's last output lines (at most RECENT_LINES), cleaned, oldest first."""
+        if not self._recent_raw:
+            return []
+        return unescape(clean_block(list(self._recent_raw))).split("\n")
+
     def _keep_lines(self, raws: list[bytes]) -> None:
         """Complete output lines, a chunk's worth at a time (per-line work would cap
         passthrough throughput): recent lines, then Output hooks or straight on."""
         if not raws:
             return
+        self._recent_raw.extend(raws[-RECENT_LINES:])
         if not (self.headless or self._output_hooked) and not self._transcript_admits(raws):
-            # Only `recent` wants these lines: the last of them are all it keeps.
-            self.recent.extend(unescape(clean_block(raws[-RECENT_LINES:])).split("\n"))
-            return
+            return  # nothing wants these lines now
         block = unescape(clean_block(raws))  # unescape works on lines, and so on a block
         texts = block.split("\n")
-        self.recent.extend(texts[-RECENT_LINES:])
         if self._output_hooked:
             self._output_lines.extend(texts)  # shown (headless) once Output hooks have seen them
         elif self.headless:

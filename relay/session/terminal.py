@@ -25,6 +25,7 @@ from typing import Any
 import anyio
 
 from relay.session.pty import AgentExitedError, AgentPty
+from relay.session.pump import OutputPump
 
 _DEFAULT_SIZE = (24, 80)
 _READ_SIZE = 1 << 16
@@ -146,15 +147,9 @@ async def passthrough(
     """
     output_done = anyio.Event()
 
-    async def pump_output(user_out: int) -> None:
-        terminal_open = True
+    async def pump_output(pump: OutputPump) -> None:
         try:
-            while data := await agent.read():
-                if terminal_open:
-                    try:
-                        await _write_all(user_out, data)
-                    except OSError:  # EIO / EPIPE: the terminal is gone; keep scanning
-                        terminal_open = False
+            async for data in pump.chunks():
                 on_output(data)
         finally:
             output_done.set()
@@ -175,15 +170,20 @@ async def passthrough(
         _own_description(stdin_fd, os.O_RDONLY) as user_in,
         _own_description(stdout_fd, os.O_WRONLY) as user_out,
     ):
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(pump_output, user_out)
-            tasks.start_soon(pump_input, user_in)
-            if size_fd is not None:
-                tasks.start_soon(forward_window_size, agent, size_fd)
-            exit_code = await agent.wait()
-            with anyio.move_on_after(_EXIT_DRAIN):
-                await output_done.wait()
-            tasks.cancel_scope.cancel()
+        pump = OutputPump(agent, user_out)
+        pump.start()
+        try:
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(pump_output, pump)
+                tasks.start_soon(pump_input, user_in)
+                if size_fd is not None:
+                    tasks.start_soon(forward_window_size, agent, size_fd)
+                exit_code = await agent.wait()
+                with anyio.move_on_after(_EXIT_DRAIN):
+                    await output_done.wait()
+                tasks.cancel_scope.cancel()
+        finally:
+            pump.stop()
     return exit_code
 
 
@@ -261,12 +261,3 @@ async def _read(fd: int) -> bytes:
             if exc.errno == errno.EIO:  # terminal hung up
                 return b""
             raise
-
-
-async def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        try:
-            view = view[os.write(fd, view) :]
-        except BlockingIOError:
-            await anyio.wait_writable(fd)
