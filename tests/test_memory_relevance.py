@@ -1,8 +1,8 @@
 """Memory search answers well (tests/memory_relevance.py): the memory that answers a
 question is in the first three for at least 90% of the 41 questions, among 300 memories
-on the same subjects with the same words. Before FTS5 ranked the matches itself
-(issue 13) this set gave recall@3 0.902 and MRR 0.906; a change that makes search
-faster must not make it worse."""
+on the same subjects with the same words. Today's search gives recall@3 0.902 and MRR
+0.906 here (tests/perf/bench_memory.py prints them); a change that makes search faster
+must not make it worse."""
 
 from __future__ import annotations
 
