@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,3 +26,13 @@ def relay_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
     path = client.socket_path()
     if os.path.exists(path):
         client.control(path, "stop")
+
+
+@pytest.fixture
+def team_default(relay_home: Path) -> None:
+    """For tests that address the team `default` (use with `pytest.mark.usefixtures`): set
+    it, as an administrator would (the system settings file), since a project has a team
+    of its own otherwise."""
+    pinned = json.dumps({"messaging": {"team": "default"}})
+    for path in {Path(os.environ["RELAY_SYSTEM_SETTINGS"]), relay_home / "no-system-settings.json"}:
+        path.write_text(pinned)

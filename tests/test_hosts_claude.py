@@ -21,13 +21,7 @@ if host_binary("claude") is None:
     pytest.skip(f"Claude Code unavailable: {unavailable('claude')}", allow_module_level=True)
 
 
-@pytest.fixture(autouse=True)
-def team_default(relay_home: Path) -> None:
-    """These tests address the team `default`: set it, as an administrator would (the system
-    settings file), since a project has a team of its own otherwise."""
-    pinned = json.dumps({"messaging": {"team": "default"}})
-    for path in {Path(os.environ["RELAY_SYSTEM_SETTINGS"]), relay_home / "no-system-settings.json"}:
-        path.write_text(pinned)
+pytestmark = pytest.mark.usefixtures("team_default")
 
 
 class Claude:

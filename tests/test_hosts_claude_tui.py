@@ -8,7 +8,6 @@ reason, only when npm cannot install Claude Code or tmux is missing."""
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import shutil
 import subprocess
@@ -27,17 +26,8 @@ if host_binary("claude") is None:
 if shutil.which("tmux") is None:
     pytest.skip("tmux is not installed", allow_module_level=True)
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("team_default")]
 RELAY = Path(sys.executable).parent / "relay"
-
-
-@pytest.fixture(autouse=True)
-def team_default(relay_home: Path) -> None:
-    """These tests address the team `default`: set it, as an administrator would (the system
-    settings file), since a project has a team of its own otherwise."""
-    pinned = json.dumps({"messaging": {"team": "default"}})
-    for path in {Path(os.environ["RELAY_SYSTEM_SETTINGS"]), relay_home / "no-system-settings.json"}:
-        path.write_text(pinned)
 
 
 def _env(home: Path, url: str, relay_home: Path, **extra: str) -> dict[str, str]:
