@@ -7,6 +7,7 @@ One reader walks the document and collects every error: `check_settings` reports
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 import re
 import signal
@@ -283,7 +284,7 @@ class _SettingsReader:
             return _SKIP
         if kind is Settings:
             self._check_patterns(value.get("patterns"))
-        fields = {field.encode_name: field for field in msgspec.structs.fields(kind)}
+        fields = _fields_of(kind)
         members: dict[str, Any] = {}
         invalid = False
         for key, item in value.items():
@@ -543,6 +544,14 @@ def _line_column(data: bytes, offset: int) -> tuple[int, int]:
     before = data[:offset]
     line_start = before.rfind(b"\n") + 1
     return before.count(b"\n") + 1, len(before[line_start:].decode("utf-8", "replace")) + 1
+
+
+@functools.cache
+def _fields_of(kind: type[msgspec.Struct]) -> dict[str, msgspec.structs.FieldInfo]:
+    """A Struct's fields by their JSON name, looked up once per class: msgspec evaluates
+    the (postponed) annotations on every call, which made validation cost grow with
+    every hook in a file, run or not."""
+    return {field.encode_name: field for field in msgspec.structs.fields(kind)}
 
 
 def _is_struct(kind: Any) -> bool:
