@@ -28,6 +28,7 @@ from relay.engine.system import HookSystem
 HERE = Path(__file__).resolve().parent
 BUILD = HERE / ".build"
 TARGET_RATIO = 1.6
+TARGET_REGISTERED_RATIO = 1.3
 TARGET_NO_MATCH_US = 5.0
 TARGET_SIXTEEN_MS = 120.0
 TARGET_STARTUP_RATIO = 1.5
@@ -193,6 +194,50 @@ def bench_no_match(scratch: Path, calls: int = 200_000) -> float:
     return worst
 
 
+def bench_registered_hooks(scratch: Path, rounds: int = 15) -> float:
+    """What a `relay hooks run` process pays beyond its start-up: a fresh HookSystem (read
+    and validate the settings, check trust) firing one matching project hook, with 0, 100
+    and 1,000 other trusted project hooks registered for another event. Median ms per
+    call; returns the ratio of 1,000 others to none (target <= 1.3x)."""
+    from relay.config.trust import TrustStore
+
+    project = scratch / "hooked"
+    (project / ".git").mkdir(parents=True)
+    (project / ".relay").mkdir()
+    payload = {"tool_name": "Bash", "tool_input": {"command": "ls"}}
+    medians: dict[int, float] = {}
+    for others in (0, 100, 999):  # 1,000 hook entries in all: the settings file's cap
+        hooks = {
+            "BeforeTool": [{"matcher": "Bash", "hooks": [{"command": "true", "name": "one"}]}],
+            "AfterTool": [
+                {"hooks": [{"command": f"true {i}", "name": f"other-{i}"} for i in range(others)]}
+            ],
+        }
+        (project / ".relay" / "settings.json").write_text(json.dumps({"hooks": hooks}))
+        system = HookSystem(cwd=project, telemetry=False)
+        system.initialize()
+        untrusted = system.registry.untrusted
+        TrustStore().trust(project, [(h.fingerprint, h.name) for h in untrusted if h.fingerprint])
+        system.close()
+        times = []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            system = HookSystem(cwd=project, telemetry=False)
+            result = system.run("BeforeTool", payload)
+            system.close()
+            times.append((time.perf_counter() - start) * 1000)
+            if len(result.hooks) != 1:
+                raise SystemExit(f"expected the one matching hook to run: {result}")
+        medians[others] = statistics.median(times)
+    ratio = medians[999] / medians[0]
+    print(
+        "registered hooks, one runs: "
+        + ", ".join(f"{n + 1} hooks {ms:.1f} ms" for n, ms in medians.items())
+        + f"  (1,000 vs 1: {ratio:.2f}x, target <= {TARGET_REGISTERED_RATIO}x)"
+    )
+    return ratio
+
+
 def bench_sixteen_sleepers(scratch: Path, rounds: int = 10) -> float:
     """16 hooks that each sleep 100 ms, one event: median wall time in ms."""
     sleeper = {"command": "sleep 0.1"}
@@ -268,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         no_match_us = bench_no_match(scratch / "settings")
         sixteen_ms = bench_sixteen_sleepers(scratch / "settings")
         startup_ratio = bench_cli_startup(scratch)
+        registered_ratio = bench_registered_hooks(scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     missed = [
@@ -277,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
             "no match": no_match_us < TARGET_NO_MATCH_US,
             "16 sleepers": sixteen_ms < TARGET_SIXTEEN_MS,
             "start-up": startup_ratio <= TARGET_STARTUP_RATIO,
+            "registered hooks": registered_ratio <= TARGET_REGISTERED_RATIO,
         }.items()
         if not ok
     ]
