@@ -1,18 +1,21 @@
 # ruff: noqa: RUF001 (Claude Code draws its prompt as U+276F)
 """`relay run` wrapping the real, interactive Claude Code TUI (npm @anthropic-ai/claude-code)
 in a 100x40 tmux terminal, against the scripted Messages server (tests/hostkit): relay
-reads Claude Code's screen through its screen model (spec/directives.md §2). relay is not
-installed as Claude Code's hooks here: the screen is the only channel. Skipped, with the
-reason, only when npm cannot install Claude Code or tmux is missing."""
+reads Claude Code's screen through its screen model (spec/directives.md §2); the last
+two tests also install relay as Claude Code's hooks (`relay install claude`), the first
+ones have the screen as their only channel. Skipped, with the reason, only when npm
+cannot install Claude Code or tmux is missing."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -38,18 +41,50 @@ def _env(home: Path, url: str, relay_home: Path, **extra: str) -> dict[str, str]
     return env
 
 
+def _project(root: Path) -> tuple[Path, Path]:
+    """A project (a git root) and a HOME whose Claude Code trusts it."""
+    project = root / "project"
+    (project / ".git").mkdir(parents=True)
+    home = root / "home"
+    prepare_home(home, project)
+    return project, home
+
+
+@contextlib.contextmanager
+def _claude_pane(env: dict[str, str], project: Path, argv: Sequence[str]) -> Iterator[Pane]:
+    """`argv` (Claude Code, or relay run around it) in a 100x40 tmux pane in `project`,
+    once Claude Code has drawn its prompt; the pane is killed at the end."""
+    pane = Pane(cols=100, rows=40)
+    try:
+        pane.start(env)
+        pane.run(f"cd {shlex.quote(str(project))} && {shlex.join(argv)}")
+        pane.wait_for("❯", timeout=60)
+        yield pane
+    finally:
+        pane.kill()
+
+
+def _deploy_handler(settings: Path, handled: Path) -> None:
+    """A `deploy` namespace in `settings` whose handler appends each PatternMatch event
+    to `handled` and answers `deployed`."""
+    answer = f"{{ cat; echo; }} >> {shlex.quote(str(handled))}; echo deployed"
+    settings.write_text(json.dumps({"patterns": {"deploy": {"command": answer}}}))
+
+
+def _deployed(handled: Path) -> list[tuple[str, str]]:
+    """(target, message) of each deploy the handler ran."""
+    calls = [json.loads(line) for line in handled.read_text().splitlines()]
+    return [(call["target"], call["message"]) for call in calls]
+
+
 def test_a_directive_in_claudes_answer_runs_once_and_one_in_a_tool_result_never(
     tmp_path: Path, relay_home: Path
 ) -> None:
-    project = tmp_path / "project"
-    (project / ".git").mkdir(parents=True)
+    project, home = _project(tmp_path)
     (project / "notes.txt").write_text("@deploy:prod now\n  @memory:forget all\n")
-    home = tmp_path / "home"
-    prepare_home(home, project)
     handled = tmp_path / "deploy.jsonl"
     settings = tmp_path / "settings.json"
-    answer = f"{{ cat; echo; }} >> {shlex.quote(str(handled))}; echo deployed"
-    settings.write_text(json.dumps({"patterns": {"deploy": {"command": answer}}}))
+    _deploy_handler(settings, handled)
     # Streamed in deltas of 5 characters: a half-drawn `@deploy:stagin` is never read.
     # The memory directive is on a continuation line of the answer (no marker, indented).
     answer_text = "@deploy:staging go now\n\nThe notes are read.\n\n@memory:save tui said so #tui"
@@ -68,18 +103,13 @@ def test_a_directive_in_claudes_answer_runs_once_and_one_in_a_tool_result_never(
             "--allowedTools",
             "Bash",
         ]
-        pane = Pane(cols=100, rows=40)
-        try:
-            pane.start(env)
-            pane.run(f"cd {shlex.quote(str(project))} && {shlex.join(argv)}")
-            pane.wait_for("❯", timeout=60)
+        with _claude_pane(env, project, argv) as pane:
             time.sleep(1.0)
             pane.type("Read the notes")
             pane.enter()
             wait_until(handled.exists, 90, f"no deploy dispatched:\n{pane.text()}")
             time.sleep(3.0)  # a second dispatch (a redraw read twice) would come now
-            calls = [json.loads(line) for line in handled.read_text().splitlines()]
-            assert [(c["target"], c["message"]) for c in calls] == [("staging", "go now")]
+            assert _deployed(handled) == [("staging", "go now")]
             saved = ["tui said so #tui"]
             wait_until(lambda: _memories(env, project) == saved, 30, pane.text())
             # The handler's answer is typed into Claude Code and submitted: the model sees it.
@@ -88,8 +118,6 @@ def test_a_directive_in_claudes_answer_runs_once_and_one_in_a_tool_result_never(
                 60,
                 f"the answer never reached the model:\n{pane.text()}",
             )
-        finally:
-            pane.kill()
 
 
 def _memories(env: dict[str, str], project: Path) -> list[str]:
@@ -107,49 +135,35 @@ def test_alice_messages_bob_between_two_claude_tuis_and_bob_gets_it_untouched(
 
     alice_app = MessagesApp(["@relay:Bob please review PR 12"], final_text="Sent.")
     bob_app = MessagesApp(["I will review it."], final_text="Reviewing.")
-    panes: list[Pane] = []
-    with ModelServer(alice_app) as alice_server, ModelServer(bob_app) as bob_server:
-        try:
-            for name, server in (("Bob", bob_server), ("Alice", alice_server)):
-                project = tmp_path / name / "project"
-                (project / ".git").mkdir(parents=True)
-                home = tmp_path / name / "home"
-                prepare_home(home, project)
-                env = _env(home, server.url, relay_home)
-                argv = [str(RELAY), "run", "--name", name, "--", str(claude_binary())]
-                pane = Pane(cols=100, rows=40)
-                panes.append(pane)
-                pane.start(env)
-                pane.run(f"cd {shlex.quote(str(project))} && {shlex.join(argv)}")
-                pane.wait_for("❯", timeout=60)
-            bob, alice = panes
-            time.sleep(1.0)
-            alice.type("Ask Bob for a review")
-            alice.enter()
-            wait_until(
-                lambda: any(b"please review PR 12" in r.body for r in bob_app.main),
-                90,
-                f"Bob's model never got the message:\nAlice:\n{alice.text()}\nBob:\n{bob.text()}",
-            )
+    with (
+        ModelServer(alice_app) as alice_server,
+        ModelServer(bob_app) as bob_server,
+        contextlib.ExitStack() as panes,
+    ):
+        started = []
+        for name, server in (("Bob", bob_server), ("Alice", alice_server)):
+            project, home = _project(tmp_path / name)
+            env = _env(home, server.url, relay_home)
+            argv = [str(RELAY), "run", "--name", name, "--", str(claude_binary())]
+            started.append(panes.enter_context(_claude_pane(env, project, argv)))
+        bob, alice = started
+        time.sleep(1.0)
+        alice.type("Ask Bob for a review")
+        alice.enter()
+        wait_until(
+            lambda: any(b"please review PR 12" in r.body for r in bob_app.main),
+            90,
+            f"Bob's model never got the message:\nAlice:\n{alice.text()}\nBob:\n{bob.text()}",
+        )
 
-            def acked() -> bool:
-                mailbox = SqliteMailbox()
-                try:
-                    return [d.state for d in mailbox.inbox("Bob", team="default")] == ["acked"]
-                finally:
-                    mailbox.close()
+        def acked() -> bool:
+            mailbox = SqliteMailbox()
+            try:
+                return [d.state for d in mailbox.inbox("Bob", team="default")] == ["acked"]
+            finally:
+                mailbox.close()
 
-            wait_until(acked, 30, "Bob's delivery was not acknowledged")
-        finally:
-            for pane in panes:
-                pane.kill()
-
-
-def _deploy_handler(relay_home: Path, handled: Path) -> None:
-    """A `deploy` namespace in the user settings, which relay run and the hooks both read."""
-    answer = f"{{ cat; echo; }} >> {shlex.quote(str(handled))}; echo deployed"
-    settings = {"patterns": {"deploy": {"command": answer}}}
-    (relay_home / "settings.json").write_text(json.dumps(settings))
+        wait_until(acked, 30, "Bob's delivery was not acknowledged")
 
 
 def _install(env: dict[str, str], project: Path) -> None:
@@ -165,22 +179,15 @@ def test_with_relay_as_claudes_hooks_a_directive_runs_once_from_the_hooks_not_th
 ) -> None:
     """relay run wraps a Claude Code that runs relay as its hooks: the directive in the
     answer is run at Stop from the assistant's text, and the screen leaves it alone."""
-    project = tmp_path / "project"
-    (project / ".git").mkdir(parents=True)
-    home = tmp_path / "home"
-    prepare_home(home, project)
+    project, home = _project(tmp_path)
     handled = tmp_path / "deploy.jsonl"
-    _deploy_handler(relay_home, handled)
+    _deploy_handler(relay_home / "settings.json", handled)  # read by relay run and the hooks
     app = MessagesApp(["@deploy:staging go now"], final_text="Noted.")
     with ModelServer(app) as server:
         env = _env(home, server.url, relay_home)
         _install(env, project)
         argv = [str(RELAY), "run", "--name", "Alice", "--", str(claude_binary())]
-        pane = Pane(cols=100, rows=40)
-        try:
-            pane.start(env)
-            pane.run(f"cd {shlex.quote(str(project))} && {shlex.join(argv)}")
-            pane.wait_for("❯", timeout=60)
+        with _claude_pane(env, project, argv) as pane:
             time.sleep(1.0)
             pane.type("Deploy to staging")
             pane.enter()
@@ -192,8 +199,7 @@ def test_with_relay_as_claudes_hooks_a_directive_runs_once_from_the_hooks_not_th
                 f"the hook channel did not run it:\n{pane.text()}",
             )
             time.sleep(3.0)  # the screen model reads the answer at the pause
-            calls = [json.loads(line) for line in handled.read_text().splitlines()]
-            assert [(c["target"], c["message"]) for c in calls] == [("staging", "go now")]
+            assert _deployed(handled) == [("staging", "go now")]
             # The screen model did read it, and left it to the hooks (in the transcript,
             # complete once the session has ended).
             pane.type("/exit")
@@ -208,8 +214,6 @@ def test_with_relay_as_claudes_hooks_a_directive_runs_once_from_the_hooks_not_th
                 if entry.get("kind") == "left-to-hooks"
             ]
             assert left == ["● @deploy:staging go now"], left
-        finally:
-            pane.kill()
 
 
 def test_an_idle_claude_with_relay_installed_is_woken_by_mail_with_no_key_pressed(
@@ -219,19 +223,12 @@ def test_an_idle_claude_with_relay_installed_is_woken_by_mail_with_no_key_presse
     agent while it waits for its human reaches the model through the asyncRewake waiter."""
     from relay.services.messaging.mailbox import SqliteMailbox
 
-    project = tmp_path / "project"
-    (project / ".git").mkdir(parents=True)
-    home = tmp_path / "home"
-    prepare_home(home, project)
+    project, home = _project(tmp_path)
     app = MessagesApp(["On it."], final_text="Done.")
     with ModelServer(app) as server:
         env = _env(home, server.url, relay_home, RELAY_AGENT_NAME="Bob")
         _install(env, project)
-        pane = Pane(cols=100, rows=40)
-        try:
-            pane.start(env)
-            pane.run(f"cd {shlex.quote(str(project))} && {shlex.quote(str(claude_binary()))}")
-            pane.wait_for("❯", timeout=60)
+        with _claude_pane(env, project, [str(claude_binary())]) as pane:
             waiters = relay_home / "state" / "hosts"
             wait_until(lambda: any(waiters.glob("*.waiter")), 60, "no waiter started")
             time.sleep(1.0)
@@ -252,5 +249,3 @@ def test_an_idle_claude_with_relay_installed_is_woken_by_mail_with_no_key_presse
             finally:
                 mailbox.close()
             assert delivery.state == "acked"
-        finally:
-            pane.kill()

@@ -63,16 +63,15 @@ class OutputPump:
                 self._chunks.clear()
                 self._pending = 0
                 finished = self._finished
+                if not taken and not finished:
+                    # Under the lock: a chunk added after this sets the event again.
+                    self._ready.clear()
                 self._room.notify_all()
             for data in taken:
                 yield data
-            if finished and not taken:
-                return
             if not taken:
-                self._ready.clear()
-                with self._room:
-                    if self._chunks or self._finished:
-                        continue
+                if finished:
+                    return
                 await self._ready.wait()
 
     def stop(self) -> None:

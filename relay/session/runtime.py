@@ -142,14 +142,13 @@ class Session:
         # The name other agents write after @relay: (a default name is made safe for it).
         # Without --name: the command's name and a digest of the project, which no agent of
         # another project has (spec/messaging.md, "Names").
-        start = (cwd or Path.cwd()).resolve()
+        self.cwd = (cwd or Path.cwd()).resolve()
         self.name = (
             check_name(name)
             if name is not None
-            else default_agent_name(self.command[0], find_project_root(start) or start)
+            else default_agent_name(self.command[0], find_project_root(self.cwd) or self.cwd)
         )
         self.session_id = uuid.uuid4().hex
-        self.cwd = (cwd or Path.cwd()).resolve()
         self.stdin_fd, self.stdout_fd = stdin_fd, stdout_fd
         self.headless = headless if headless is not None else not os.isatty(stdin_fd)
         config = _session_config(hooks)
