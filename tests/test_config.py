@@ -725,3 +725,66 @@ def test_a_bad_directive_source_is_an_error_that_says_where(tmp_path: Path) -> N
         load_settings_file(file, "user")
     assert f"{file}:2:" in str(error.value)
     assert "directives.deploy.from[0]: invalid enum value 'screen'" in str(error.value)
+
+
+# --- verdicts remembered by content (validated.py) ------------------------------------------
+
+
+def test_a_file_validated_before_is_decoded_in_one_pass_with_its_warnings(
+    project: Path, relay_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from relay.config import validated
+
+    document = one_hook({"command": "guard", "timeout": 5, "statusMessage": "x"})
+    write(project / ".relay" / "settings.json", document)
+    first = load_settings(project)
+    assert [w.message for w in first.warnings] == ["unknown key 'statusMessage' ignored"]
+    assert len(list((state_dir() / "settings-verdicts").iterdir())) == 1
+
+    def walk_again(*args: object, **kwargs: object) -> LoadedSettings:
+        raise AssertionError("validated in full again")
+
+    monkeypatch.setattr(validated, "parse_settings", walk_again)
+    second = load_settings(project)
+    assert second.files[0].settings == first.files[0].settings
+    assert second.warnings == first.warnings  # with file and line, as first found
+    # An edit is new content: validated in full (here: the walk is refused).
+    write(project / ".relay" / "settings.json", one_hook({"command": "guard", "timeout": 6}))
+    with pytest.raises(AssertionError, match="validated in full again"):
+        load_settings(project)
+
+
+def test_what_the_reader_reshapes_is_never_remembered(project: Path, relay_home: Path) -> None:
+    # A "prompt" hook is dropped by the reader; one typed decode would refuse the file.
+    hooks = [{"type": "prompt", "prompt": "check"}, {"command": "guard"}]
+    write(project / ".relay" / "settings.json", {"hooks": {"Stop": [{"hooks": hooks}]}})
+    for _ in range(2):
+        loaded = load_settings(project)
+        assert [e.command for e in loaded.files[0].settings.hooks["Stop"][0].hooks] == ["guard"]
+        assert "hook type 'prompt' is not supported" in loaded.warnings[0].message
+    assert not (state_dir() / "settings-verdicts").exists()
+
+
+def test_a_bad_file_stays_an_error_and_a_damaged_verdict_is_ignored(
+    project: Path, relay_home: Path
+) -> None:
+    path = write(project / ".relay" / "settings.json", one_hook({"command": "guard"}))
+    load_settings(project)
+    (verdict,) = (state_dir() / "settings-verdicts").iterdir()
+    verdict.write_bytes(b"{not json")
+    assert load_settings(project).files[0].settings.hooks["BeforeTool"][0].hooks[0].command == (
+        "guard"
+    )
+    path.write_text('{"hooks": {"BeforeTool": [{"hooks": [{"command": ""}]}]}}')
+    for _ in range(2):
+        assert load_settings(project).broken[0].error.message == "command is empty"
+
+
+def test_an_unwritable_state_folder_only_costs_the_full_validation(
+    project: Path, relay_home: Path
+) -> None:
+    write(project / ".relay" / "settings.json", one_hook({"command": "guard"}))
+    relay_home.mkdir(exist_ok=True)
+    (relay_home / "state").write_text("not a folder")
+    for _ in range(2):
+        assert load_settings(project).files[0].settings.hooks["BeforeTool"][0].hooks[0].command

@@ -15,10 +15,16 @@ from relay.config.loader import (
     MAX_SETTINGS_BYTES,
     SettingsReport,
     check_settings,
-    load_settings_file,
 )
 from relay.config.model import TRUST_REQUIRED, ConfigWarning, LoadedSettings, Scope
-from relay.config.paths import PROJECT_DIR_NAME, find_project_root, relay_home, system_settings_path
+from relay.config.paths import (
+    PROJECT_DIR_NAME,
+    find_project_root,
+    relay_home,
+    state_dir,
+    system_settings_path,
+)
+from relay.config.validated import load_remembered
 from relay.errors import SettingsError
 
 
@@ -108,11 +114,12 @@ def load_settings(
     files: list[LoadedSettings] = []
     broken: list[BrokenSettings] = []
     root, candidates = _candidates(start, extra, env)
+    verdicts = state_dir(env) / "settings-verdicts"
     for path, scope, error in candidates:
         try:
             if error is not None:
                 raise error
-            files.append(_load(path, scope, cache))
+            files.append(_load(path, scope, cache, verdicts))
         except SettingsError as exc:
             if scope not in isolate:
                 raise
@@ -120,9 +127,10 @@ def load_settings(
     return SettingsSet(root=root, files=files, broken=broken)
 
 
-def _load(path: Path, scope: Scope, cache: SettingsCache | None) -> LoadedSettings:
+def _load(path: Path, scope: Scope, cache: SettingsCache | None, verdicts: Path) -> LoadedSettings:
     if cache is None:
-        return load_settings_file(path, scope)
+        # A one-shot process: a file validated before decodes in one pass (validated.py).
+        return load_remembered(path, scope, verdicts)
     try:
         report = cache.get(path)
     except OSError as exc:

@@ -121,13 +121,13 @@ def check_settings(data: bytes, *, file: str, scope: Scope) -> SettingsReport:
 
 def load_settings_file(path: Path, scope: Scope) -> LoadedSettings:
     """Read and validate one settings file; raise SettingsError if it cannot be read or used."""
-    return parse_settings(_read_bytes(path), file=str(path), scope=scope)
+    return parse_settings(read_settings_bytes(path), file=str(path), scope=scope)
 
 
 def check_settings_file(path: Path, scope: Scope) -> SettingsReport:
     """Read and validate one settings file, collecting every error and warning."""
     try:
-        data = _read_bytes(path)
+        data = read_settings_bytes(path)
     except SettingsError as exc:
         return SettingsReport(file=str(path), scope=scope, errors=[exc])
     return check_settings(data, file=str(path), scope=scope)
@@ -137,8 +137,7 @@ def decode_document(data: bytes, *, file: str) -> tuple[str, Any]:
     """The text (byte-order mark removed) and decoded JSON value of a file's bytes; raise
     SettingsError with line and column if they are not UTF-8 JSON. An empty or blank file
     decodes to the EMPTY marker."""
-    if data.startswith(_UTF8_BOM):
-        data = data[len(_UTF8_BOM) :]
+    data = strip_bom(data)
     # msgspec does not check the UTF-8 inside strings; the position scanner needs text too.
     text = decode_text(data, file=file)
     if not text.strip():
@@ -152,6 +151,11 @@ def decode_document(data: bytes, *, file: str) -> tuple[str, Any]:
         raise _malformed(exc, data, file) from None
     except RecursionError:
         raise SettingsError("invalid JSON: nested too deeply", file=file) from None
+
+
+def strip_bom(data: bytes) -> bytes:
+    """The bytes without a UTF-8 byte-order mark at the start."""
+    return data[len(_UTF8_BOM) :] if data.startswith(_UTF8_BOM) else data
 
 
 def decode_text(data: bytes, *, file: str) -> str:
@@ -179,7 +183,7 @@ def is_empty_document(document: Any) -> bool:
     return document is _EMPTY
 
 
-def _read_bytes(path: Path) -> bytes:
+def read_settings_bytes(path: Path) -> bytes:
     """The file's bytes, at most one past the cap (the check refuses that many)."""
     try:
         with path.open("rb") as stream:

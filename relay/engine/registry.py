@@ -110,22 +110,21 @@ class Registry:
         self.project_enabled = all(loaded.settings.hooksConfig.enabled for loaded in project)
         self.disabled_names = frozenset(_disabled(own))
         self.project_disabled_names = frozenset(_disabled(project))
+        self._files = list(settings.files)
         # Copies: marking must not leak into the caller's runtime hooks between rebuilds.
-        hooks: list[RegisteredHook] = [msgspec.structs.replace(hook) for hook in runtime]
-        for file_index, loaded in enumerate(settings.files):
-            hooks.extend(_hooks_of_file(loaded.settings, loaded.file, loaded.scope, file_index))
-        self._mark(hooks)
-        hooks.sort(key=lambda hook: hook.order)
-        self._hooks = hooks
+        self._runtime = [msgspec.structs.replace(hook) for hook in runtime]
+        self._lock = threading.Lock()
+        self._built: dict[str, list[RegisteredHook]] = {}
+        """Every hook of an event (enabled or not) by canonical name, built when the event
+        is first asked for: an event pays for its own hooks, not for every hook registered."""
+        self._index: dict[str, list[RegisteredHook]] = {}
+        """The enabled hooks of an event, in plan order."""
+        self._everything: list[RegisteredHook] | None = None
         self._all_checked = False
         self._checked: dict[int, RegisteredHook] | None = None
         """A view's own trust answers, by the shared hook's id (None: answers are kept on
         the hooks themselves)."""
-        self._index: dict[str, list[RegisteredHook]] = {}
-        if self.enabled:
-            for hook in hooks:
-                if hook.enabled:
-                    self._index.setdefault(hook.canonical, []).append(hook)
+        self._warn_about_settings()
 
     def view(self) -> Registry:
         """This registry for one call: the same hooks, shared and never changed, and trust
@@ -144,17 +143,22 @@ class Registry:
     @property
     def hooks(self) -> list[RegisteredHook]:
         """Every registered hook in plan order, with its trust checked."""
+        everything = self._all()
         if not self._all_checked:
-            for hook in self._hooks:
+            for hook in everything:
                 self.is_trusted(hook)
             self._all_checked = True
         if self._checked is None:
-            return self._hooks
-        return [self._checked.get(id(hook), hook) for hook in self._hooks]
+            return everything
+        return [self._checked.get(id(hook), hook) for hook in everything]
 
     def candidates(self, canonical: str) -> list[RegisteredHook]:
         """The enabled hooks registered for an event, in plan order, trust not yet checked."""
-        return self._index.get(canonical, [])
+        enabled = self._index.get(canonical)
+        if enabled is None:
+            self._event(canonical)
+            enabled = self._index[canonical]
+        return enabled
 
     def for_event(self, canonical: str) -> list[RegisteredHook]:
         """The runnable (enabled and trusted) hooks registered for an event, in plan order."""
@@ -203,30 +207,77 @@ class Registry:
         """Project hooks skipped because they are not trusted (yet, or any more)."""
         return [hook for hook in self.hooks if hook.enabled and not hook.trusted]
 
-    def _mark(self, hooks: list[RegisteredHook]) -> None:
-        kept: set[str] = set()
-        for hook in hooks:
-            from_project = hook.scope in TRUST_REQUIRED
-            if (
-                hook.name in self.disabled_names
-                or (hook.entry is not None and not hook.entry.enabled)
-                or (
-                    from_project
-                    and (not self.project_enabled or hook.name in self.project_disabled_names)
-                )
-            ):
-                hook.enabled = False
-            elif hook.name in self.project_disabled_names:
-                kept.add(hook.name)
-            if from_project and hook.entry is not None and self.root is not None:
-                hook.needs_trust = True
-                hook.trusted = False  # until checked
-        for name in sorted(kept):
-            self.warnings.append(
-                f"project settings cannot disable the user, system or runtime hook {name!r}; "
-                f"it still runs (to turn it off: relay hooks disable {name} --scope user)"
+    def _event(self, canonical: str) -> list[RegisteredHook]:
+        """Every hook of one event (enabled or not), in plan order; built once, shared by views."""
+        built = self._built.get(canonical)
+        if built is not None:
+            return built
+        with self._lock:
+            built = self._built.get(canonical)
+            if built is None:
+                built = [hook for hook in self._runtime if hook.canonical == canonical]
+                for file_index, loaded in enumerate(self._files):
+                    built.extend(
+                        _hooks_of_file(
+                            loaded.settings, loaded.file, loaded.scope, file_index, only=canonical
+                        )
+                    )
+                for hook in built:
+                    self._mark(hook)
+                built.sort(key=lambda hook: hook.order)
+                enabled = [hook for hook in built if hook.enabled] if self.enabled else []
+                self._index[canonical] = enabled
+                self._built[canonical] = built
+        return built
+
+    def _all(self) -> list[RegisteredHook]:
+        """Every registered hook, in plan order (each event built as `_event` builds it)."""
+        if self._everything is None:
+            names = {hook.canonical for hook in self._runtime}
+            for loaded in self._files:
+                names.update(_canonical_events(loaded.settings))
+            everything = [hook for name in names for hook in self._event(name)]
+            everything.sort(key=lambda hook: hook.order)
+            self._everything = everything
+        return self._everything
+
+    def _mark(self, hook: RegisteredHook) -> None:
+        """Whether the hook is enabled, and whether it needs trust (a project hook)."""
+        from_project = hook.scope in TRUST_REQUIRED
+        if (
+            hook.name in self.disabled_names
+            or (hook.entry is not None and not hook.entry.enabled)
+            or (
+                from_project
+                and (not self.project_enabled or hook.name in self.project_disabled_names)
             )
-        if not self.project_enabled and any(hook.scope not in TRUST_REQUIRED for hook in hooks):
+        ):
+            hook.enabled = False
+        if from_project and hook.entry is not None and self.root is not None:
+            hook.needs_trust = True
+            hook.trusted = False  # until checked
+
+    def _warn_about_settings(self) -> None:
+        """What the project's hooksConfig asks for and cannot have (it governs only the
+        project's own hooks)."""
+        if self.project_disabled_names:
+            kept = {
+                hook.name
+                for hook in self._all()
+                if hook.scope not in TRUST_REQUIRED and hook.name in self.project_disabled_names
+            }
+            for name in sorted(kept):
+                self.warnings.append(
+                    f"project settings cannot disable the user, system or runtime hook "
+                    f"{name!r}; it still runs (to turn it off: relay hooks disable {name} "
+                    f"--scope user)"
+                )
+        others = bool(self._runtime) or any(
+            _has_hooks(loaded.settings)
+            for loaded in self._files
+            if loaded.scope not in TRUST_REQUIRED
+        )
+        if not self.project_enabled and others:
             self.warnings.append(
                 "project settings set hooksConfig.enabled to false: that turns off the "
                 "project's hooks only; user, system and runtime hooks still run"
@@ -268,20 +319,51 @@ def runtime_hook(
     )
 
 
-def _hooks_of_file(
-    settings: Settings, file: str, scope: Scope, file_index: int
-) -> list[RegisteredHook]:
-    hooks: list[RegisteredHook] = []
-    group_index = -1  # counts across event names, so plan order is file order
+def _canonical_events(settings: Settings) -> set[str]:
+    """The canonical names of the events a file has hooks for."""
+    names = {canonical for _, canonical, _ in _events_of(settings)}
+    if any(isinstance(handler, HookEntry) for handler in settings.patterns.values()):
+        names.add("PatternMatch")
+    return names
+
+
+def _has_hooks(settings: Settings) -> bool:
+    """Whether a file registers any hook or pattern handler."""
+    return any(group.hooks for groups in settings.hooks.values() for group in groups) or any(
+        isinstance(handler, HookEntry) for handler in settings.patterns.values()
+    )
+
+
+def _events_of(settings: Settings) -> list[tuple[str, str, int]]:
+    """(event as written, canonical name, index of its first group in the file) for each
+    event key a file hooks; group indexes count across event names, so plan order is
+    file order."""
+    events: list[tuple[str, str, int]] = []
+    first_group = 0
     for event, groups in settings.hooks.items():
         try:
             # A name relay does not know is a host's newer event: its hooks run when a host
             # fires exactly that name (the settings loader warns, in case it is a typo).
             canonical = canonical_name(event, unknown_passes=True)
         except UnknownEventError:
-            continue  # not even shaped like an event name; the settings loader said so
-        for group in groups:
-            group_index += 1
+            canonical = ""  # not even shaped like an event name; the settings loader said so
+        if canonical:
+            events.append((event, canonical, first_group))
+        first_group += len(groups)
+    return events
+
+
+def _hooks_of_file(
+    settings: Settings, file: str, scope: Scope, file_index: int, *, only: str
+) -> list[RegisteredHook]:
+    """The hooks one file registers for the event with canonical name `only`."""
+    hooks: list[RegisteredHook] = []
+    file = str(Path(file))
+    for event, canonical, first_group in _events_of(settings):
+        if canonical != only:
+            continue
+        dialect = registered_dialect(event)
+        for group_index, group in enumerate(settings.hooks[event], start=first_group):
             matcher = Matcher(group.matcher)
             for hook_index, entry in enumerate(group.hooks):
                 hooks.append(
@@ -289,6 +371,7 @@ def _hooks_of_file(
                         entry,
                         event=event,
                         canonical=canonical,
+                        dialect=dialect,
                         matcher=matcher,
                         sequential=group.sequential,
                         scope=scope,
@@ -296,6 +379,8 @@ def _hooks_of_file(
                         order=(SCOPE_ORDER[scope], file_index, group_index, hook_index),
                     )
                 )
+    if only != "PatternMatch":
+        return hooks
     # `patterns.NAME` is a PatternMatch hook with matcher NAME; "builtin" is the session's.
     for pattern_index, (namespace, handler) in enumerate(settings.patterns.items()):
         if isinstance(handler, HookEntry):
@@ -307,6 +392,7 @@ def _hooks_of_file(
                     named,
                     event="PatternMatch",
                     canonical="PatternMatch",
+                    dialect=registered_dialect("PatternMatch"),
                     matcher=Matcher(namespace),
                     # A namespace's handlers run in order and `stop` ends the chain (§8).
                     sequential=True,
@@ -323,6 +409,7 @@ def _from_entry(
     *,
     event: str,
     canonical: str,
+    dialect: Dialect,
     matcher: Matcher,
     sequential: bool,
     scope: Scope,
@@ -333,11 +420,11 @@ def _from_entry(
         name=entry.display_name,
         event=event,
         canonical=canonical,
-        dialect=registered_dialect(event),
+        dialect=dialect,
         matcher=matcher,
         sequential=sequential,
         scope=scope,
-        file=str(Path(file)),
+        file=file,
         order=order,
         timeout=entry.timeout,
         fail_closed=entry.failClosed,
