@@ -14,11 +14,18 @@ import pytest
 
 from relay.config.loader import parse_settings
 from relay.config.model import HookEntry
+from relay.config import trust as trust_module
 from relay.config.trust import (
+    TrustGrant,
+    TrustManifest,
     TrustStore,
     TrustStoreError,
+    assess,
+    check_trust,
     describe_hook,
     fingerprint,
+    hook_key,
+    hook_slot,
     project_hooks,
     project_scripts,
 )
@@ -214,23 +221,25 @@ def test_projects_are_kept_apart(tmp_path: Path) -> None:
 def test_the_store_persists_and_is_shared(root: Path, relay_home: Path) -> None:
     first, second = TrustStore(), TrustStore()
     assert first.path == relay_home / "state" / "trust.json"
+    assert first.folder == relay_home / "state" / "trust"
     assert not first.is_trusted(root, "f")  # caches the empty state
     second.trust(root, [("f", "hook")])
     assert first.is_trusted(root, "f")  # sees the other store's write
     second.revoke(root, ["f"])
     assert not first.is_trusted(root, "f")
-    saved = json.loads(first.path.read_text())
-    assert saved["version"] == 1
+    assert list(first.folder.iterdir()) == []  # a project with no trust left has no folder
 
 
 def test_no_temporary_files_are_left_behind(tmp_path: Path, root: Path) -> None:
     store = TrustStore(tmp_path / "state" / "trust.json")
     for number in range(5):
         store.trust(root, [(f"f{number}", "hook")])
-    assert {path.name for path in (tmp_path / "state").iterdir()} == {
-        "trust.json",
-        "trust.json.lock",
-    }
+    assert {path.name for path in (tmp_path / "state").iterdir()} == {"trust", "trust.json.lock"}
+    (project,) = store.folder.iterdir()
+    names = {str(path.relative_to(project)) for path in project.rglob("*")}
+    assert names == {"root", "keys", "keys/_.json"}
+    assert (project / "root").read_text() == f"{root.resolve()}\n"
+    assert all(path.stat().st_mode & 0o777 in (0o600, 0o700) for path in project.rglob("*"))
 
 
 def test_a_relative_root_and_its_absolute_form_are_the_same_project(
@@ -326,8 +335,79 @@ def test_concurrent_writers_lose_nothing(root: Path, tmp_path: Path) -> None:
     assert trusted["b7"] == "hook b7"
 
 
-def test_the_store_file_is_plain_sorted_json(root: Path, tmp_path: Path) -> None:
+def test_the_store_files_are_plain_sorted_json(root: Path, tmp_path: Path) -> None:
     store = TrustStore(tmp_path / "trust.json")
     store.trust(root, [("f", "hook")])
-    saved = msgspec.json.decode((tmp_path / "trust.json").read_bytes())
-    assert saved["projects"][str(root.resolve())]["f"]["description"] == "hook"
+    (project,) = store.folder.iterdir()
+    saved = msgspec.json.decode((project / "keys" / "_.json").read_bytes())
+    assert saved["f"]["description"] == "hook"
+
+
+def test_a_check_reads_only_the_hooks_key_file(root: Path, tmp_path: Path) -> None:
+    """However many hooks and projects are trusted, a check reads one small file."""
+    store = TrustStore(tmp_path / "trust.json")
+    entries = [HookEntry(command=f"guard {n}") for n in range(3)]
+    grants = [
+        TrustGrant(
+            assessed=assess("Stop", None, entry, root),
+            description=f"Stop: {entry.command}",
+            command=entry.command,
+            slot=hook_slot("s.json", "Stop", None, entry.command, 0),
+        )
+        for entry in entries
+    ]
+    store.grant(root, grants)
+    for other in range(20):
+        store.trust(tmp_path / f"other-{other}", [("f", "hook")])
+    (project,) = [
+        p for p in store.folder.iterdir() if (p / "root").read_text().strip() == str(root.resolve())
+    ]
+    assert len(list((project / "keys").iterdir())) == 3
+    key = hook_key("Stop", None, entries[1])
+    digest = grants[1].assessed.digest
+    assert digest is not None
+    # Another key's file, corrupt: the check of this hook does not even open it.
+    (project / "keys" / f"{hook_key('Stop', None, entries[0])}.json").write_bytes(b"{not json")
+    fresh = TrustStore(tmp_path / "trust.json")
+    assert fresh.is_trusted(root, digest, key)
+    assert fresh.may_have_trusted(root, key)
+    with pytest.raises(TrustStoreError) as caught:
+        fresh.trusted(root)
+    assert caught.value.file.endswith(".json") and "corrupt trust store" in caught.value.message
+    verdict = check_trust("Stop", None, entries[1], root, store=fresh)
+    assert verdict.trusted and verdict.fingerprint == digest
+
+
+def test_an_older_relays_trust_json_is_moved_into_the_folders(root: Path, relay_home: Path) -> None:
+    guard = script(root / ".relay" / "hooks" / "guard.sh")
+    entry = HookEntry(command="sh .relay/hooks/guard.sh")
+    assessed = assess("Stop", None, entry, root, keep_contents=True)
+    assert assessed.digest is not None
+    state = relay_home / "state"
+    (state / "trust-files" / "manifests").mkdir(parents=True)
+    (state / "trust-files" / "copies").mkdir()
+    project = str(root.resolve())
+    manifest = TrustManifest(
+        fingerprint=assessed.digest, command=entry.command, trusted_at="t", files=assessed.files
+    )
+    name = trust_module._manifest_name(project, assessed.digest)
+    (state / "trust-files" / "manifests" / f"{name}.json").write_bytes(
+        msgspec.json.encode(manifest)
+    )
+    sha = assessed.files[".relay/hooks/guard.sh"].sha256
+    (state / "trust-files" / "copies" / sha).write_bytes(guard.read_bytes())
+    record = {"description": "Stop: guard", "key": assessed.key, "slots": ["s"]}
+    legacy = {
+        "version": 1,
+        "projects": {project: {assessed.digest: record, "old": {"description": "x"}}},
+    }
+    (state / "trust.json").write_bytes(msgspec.json.encode(legacy))
+
+    store = TrustStore()
+    assert store.is_trusted(root, assessed.digest, assessed.key)
+    assert store.trusted(root) == {assessed.digest: "Stop: guard", "old": "x"}
+    assert store.known_files(root, assessed.key) == assessed.files
+    assert store.copy_of(root, sha) == guard.read_bytes()
+    assert not (state / "trust.json").exists() and (state / "trust.json.migrated").exists()
+    assert not (state / "trust-files").exists()
+    assert check_trust("Stop", None, entry, root, store=TrustStore()).trusted

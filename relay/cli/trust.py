@@ -69,7 +69,7 @@ def trust(yes: bool, revoke: bool, all_files: bool, cwd: Path | None) -> None:
             known=store.known_files(root, key),
             keep_contents=True,
         )
-        trusted = assessed.digest is not None and store.is_trusted(root, assessed.digest)
+        trusted = assessed.digest is not None and store.is_trusted(root, assessed.digest, key)
         state = "trusted" if trusted else "NOT TRUSTED" if assessed.digest else "CANNOT TRUST"
         matcher = f" [{visible(hook.matcher.text)}]" if hook.matcher.text else ""
         click.echo(f"{state:12} {hook.event}{matcher}  {visible(hook.name)}")
@@ -85,7 +85,9 @@ def trust(yes: bool, revoke: bool, all_files: bool, cwd: Path | None) -> None:
         slot = hook_slot(*place, ranks[place])
         previous = store.last_trust(root, slot, key)
         if previous is not None:
-            changed = changes(previous, hook.command, assessed, store.copy_of)
+            changed = changes(
+                previous, hook.command, assessed, lambda sha: store.copy_of(root, sha)
+            )
             when = f"since trusted at {previous.trusted_at}"
             if not changed:
                 changed = ["its event, matcher, args, env or cwd"]

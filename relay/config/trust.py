@@ -6,9 +6,10 @@ import fcntl
 import os
 import stat
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import msgspec
 
@@ -19,6 +20,7 @@ from relay.config.reach import Plan, plan_reach
 from relay.errors import RelayError
 
 PATTERN_EVENT = "PatternMatch"
+T = TypeVar("T")
 
 
 class TrustStoreError(RelayError):
@@ -205,7 +207,7 @@ def check_trust(
     assessed = assess(event, matcher, entry, root, digests=digests, known=known, plan=plan)
     if assessed.digest is None:
         return TrustVerdict(fingerprint=None, trusted=False, refusal=assessed.refusal)
-    trusted = store is not None and candidate and store.is_trusted(root, assessed.digest)
+    trusted = store is not None and candidate and store.is_trusted(root, assessed.digest, key)
     return TrustVerdict(fingerprint=assessed.digest, trusted=trusted)
 
 
@@ -249,7 +251,9 @@ class _TrustRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     hook's previous trust, and to drop it when the hook is trusted again."""
 
 
-class _TrustFile(msgspec.Struct, kw_only=True):
+class _LegacyStore(msgspec.Struct, kw_only=True):
+    """trust.json, the single file an older relay kept every project's trust in."""
+
     version: int = 1
     projects: dict[str, dict[str, _TrustRecord]] = msgspec.field(default_factory=dict)
     """Project root -> fingerprint -> record."""
@@ -276,60 +280,87 @@ class TrustGrant(msgspec.Struct, kw_only=True):
     namesakes): the same slot after an edit, so the previous trust can be shown."""
 
 
-_DECODER = msgspec.json.Decoder(_TrustFile)
+Records = dict[str, _TrustRecord]
+"""Fingerprint -> record: the content of one key file."""
+
+_LEGACY_DECODER = msgspec.json.Decoder(_LegacyStore)
+_RECORDS_DECODER = msgspec.json.Decoder(Records)
 _MANIFEST_DECODER = msgspec.json.Decoder(TrustManifest)
 _ENCODER = msgspec.json.Encoder(order="sorted")
+KEYLESS = "_"
+"""The key file of fingerprints trusted without a hook key (TrustStore.trust)."""
+_CACHED_FILES = 1024
 
 
 class TrustStore:
-    """The trusted fingerprints of every project, in one JSON file shared by all processes.
+    """The trusted fingerprints of every project: a folder per project and a small file
+    per hook key, so that checking a hook reads what that hook needs and nothing else,
+    however many projects and hooks are trusted (DESIGN §10). Shared by all processes;
+    private, like all of relay's state.
 
-    Beside it, in the folder `trust-files/` (private, like all of relay's state): for the
-    latest trust of each hook, a manifest of the files it reached (`manifests/<fp>.json`)
-    and a copy of each of those that is text of at most COPY_LIMIT bytes
-    (`copies/<sha256>`), from which `relay trust` shows what changed since.
+        trust/<project id>/            project id: sha256 of the project's resolved root
+            root                       the project's root, for people reading the folder
+            keys/<hook key>.json       fingerprint -> record, for hooks with that key
+            keys/_.json                fingerprints trusted without a key (`trust`)
+            manifests/<fp>.json        what the latest trust of a fingerprint reached
+            copies/<sha256>            copies of the text files those manifests name,
+                                       from which `relay trust` shows what changed
+
+    `path` names the single trust.json of older relays (its folder is `trust/` beside
+    it): one found there is moved into this layout on first use.
     """
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path if path is not None else state_dir() / "trust.json"
-        self.files_dir = self.path.with_name(self.path.stem + "-files")
-        self._cached: tuple[tuple[int, int, int], _TrustFile] | None = None
+        name = self.path.stem if self.path.suffix else self.path.name + ".d"
+        self.folder = self.path.with_name(name)
+        self._files: dict[str, tuple[tuple[int, int, int], Records]] = {}
         self._manifests: dict[str, tuple[tuple[int, int, int, int, int], TrustManifest]] = {}
 
-    def is_trusted(self, root: Path, fp: str) -> bool:
-        """Whether this fingerprint is trusted in this project."""
-        return fp in self._read_cached().projects.get(_project_key(root), {})
+    # -- reading: what a check needs --------------------------------------------------
+
+    def is_trusted(self, root: Path, fp: str, key: str | None = None) -> bool:
+        """Whether this fingerprint is trusted in this project; with the hook's `key`
+        (hook_key), only that key's records are read."""
+        if key is None:
+            return fp in self._all_records(root)
+        project = self._project(root)
+        return fp in self._records(project, key) or fp in self._records(project, KEYLESS)
 
     def trusted(self, root: Path) -> dict[str, str]:
         """The trusted fingerprints of this project, with their descriptions."""
-        project = self._read_cached().projects.get(_project_key(root), {})
-        return {fp: record.description for fp, record in project.items()}
+        return {fp: record.description for fp, record in self._all_records(root).items()}
 
     def may_have_trusted(self, root: Path, key: str) -> bool:
         """Whether some trusted fingerprint of this project may be of a hook with this key
         (one was recorded with it, or without any key)."""
-        project = self._read_cached().projects.get(_project_key(root), {})
-        return any(record.key in (key, "") for record in project.values())
+        project = self._project(root)
+        return bool(self._records(project, key) or self._records(project, KEYLESS))
 
     def known_files(self, root: Path, key: str) -> dict[str, FileState]:
         """The files as the latest trust of a hook with this key found them ({}: none kept)."""
-        manifest = self._latest(root, lambda record: record.key == key)
+        project = self._project(root)
+        manifest = self._latest(project, self._records(project, key))
         return manifest.files if manifest is not None else {}
 
     def last_trust(self, root: Path, slot: str, key: str) -> TrustManifest | None:
         """The manifest of the latest trust of the hook in this slot (else of this key)."""
-        return self._latest(root, lambda record: slot in record.slots) or self._latest(
-            root, lambda record: record.key == key
-        )
+        project = self._project(root)
+        everything = self._all_records(root)
+        in_slot = {fp: record for fp, record in everything.items() if slot in record.slots}
+        return self._latest(project, in_slot) or self._latest(project, self._records(project, key))
 
-    def copy_of(self, sha256: str) -> bytes | None:
-        """The kept copy of a trusted text file, by its hash; None when none was kept."""
+    def copy_of(self, root: Path, sha256: str) -> bytes | None:
+        """The kept copy of a trusted text file of this project, by its hash; None when
+        none was kept."""
         if not sha256.isalnum():
             return None  # a hash is hex: never a path
         try:
-            return (self.files_dir / "copies" / sha256).read_bytes()
+            return (self._project(root) / "copies" / sha256).read_bytes()
         except OSError:
             return None
+
+    # -- writing: `relay trust` -------------------------------------------------------
 
     def trust(self, root: Path, entries: Iterable[tuple[str, str]]) -> None:
         """Record (fingerprint, description) pairs as trusted in this project."""
@@ -337,12 +368,13 @@ class TrustStore:
         if not pairs:
             return
         now = _now()
+        self._migrate()
         with self._locked():
-            data = self._read()
-            project = data.projects.setdefault(_project_key(root), {})
+            project = self._project(root, migrate=False)
+            records = dict(self._records(project, KEYLESS, fresh=True))
             for fp, description in pairs:
-                project[fp] = _TrustRecord(description=description, trusted_at=now)
-            self._write(data)
+                records[fp] = _TrustRecord(description=description, trusted_at=now)
+            self._write_records(root, project, {KEYLESS: records})
 
     def grant(self, root: Path, grants: Iterable[TrustGrant]) -> None:
         """Record hooks as trusted, with the manifest of what each reached and copies of
@@ -353,65 +385,148 @@ class TrustStore:
         if not granted:
             return
         now = _now()
+        self._migrate()
         with self._locked():
-            data = self._read()
-            project = data.projects.setdefault(_project_key(root), {})
+            project = self._project(root, migrate=False)
+            by_key = self._by_key(project, fresh=True)
             for grant in granted:
                 digest = grant.assessed.digest
                 assert digest is not None
-                self._write_manifest(_project_key(root), grant, digest, now)
-                for fp, record in list(project.items()):
-                    if grant.slot in record.slots and fp != digest:
-                        record.slots.remove(grant.slot)
-                        if not record.slots:
-                            del project[fp]
-                slots = project[digest].slots if digest in project else []
-                project[digest] = _TrustRecord(
+                self._write_manifest(project, grant, digest, now)
+                slots: set[str] = {grant.slot}
+                for records in by_key.values():
+                    for fp, record in list(records.items()):
+                        if fp == digest:
+                            slots.update(record.slots)
+                            del records[fp]
+                        elif grant.slot in record.slots:
+                            record.slots.remove(grant.slot)
+                            if not record.slots:
+                                del records[fp]
+                by_key.setdefault(_key_name(grant.assessed.key), {})[digest] = _TrustRecord(
                     description=grant.description,
                     trusted_at=now,
                     key=grant.assessed.key,
-                    slots=sorted({*slots, grant.slot}),
+                    slots=sorted(slots),
                 )
-            self._write(data)
-            self._forget_manifests(data)
+            self._write_records(root, project, by_key)
+            self._forget_manifests(project, by_key)
 
     def revoke(self, root: Path, fingerprints: Iterable[str] | None = None) -> int:
         """Forget the given fingerprints (None: all) of this project; return how many were."""
-        key = _project_key(root)
+        self._migrate()
         with self._locked():
-            data = self._read()
-            project = data.projects.get(key, {})
-            chosen = set(project) if fingerprints is None else set(fingerprints) & set(project)
-            for fp in chosen:
-                del project[fp]
-            if not project:
-                data.projects.pop(key, None)
-            if chosen:
-                self._write(data)
-                self._forget_manifests(data)
-        return len(chosen)
+            project = self._project(root, migrate=False)
+            by_key = self._by_key(project, fresh=True)
+            wanted = None if fingerprints is None else set(fingerprints)
+            removed = 0
+            for records in by_key.values():
+                for fp in list(records):
+                    if wanted is None or fp in wanted:
+                        del records[fp]
+                        removed += 1
+            if removed:
+                self._write_records(root, project, by_key)
+                self._forget_manifests(project, by_key)
+        return removed
 
-    def _latest(self, root: Path, wanted: Callable[[_TrustRecord], bool]) -> TrustManifest | None:
-        project = self._read_cached().projects.get(_project_key(root), {})
-        chosen = sorted(
-            ((record.trusted_at, fp) for fp, record in project.items() if wanted(record)),
-            reverse=True,
-        )
+    # -- the files ------------------------------------------------------------------------
+
+    def _project(self, root: Path, *, migrate: bool = True) -> Path:
+        """The folder of a project's trust (moving an older relay's trust.json first,
+        unless the caller did before taking the lock)."""
+        if migrate:
+            self._migrate()
+        return self.folder / _project_id(_project_key(root))
+
+    def _records(self, project: Path, key: str, *, fresh: bool = False) -> Records:
+        """The records of one key file ({} when there is none); kept while the file stays
+        the same (`fresh`: read again, for a change made under the lock)."""
+        if key != KEYLESS and not key.isalnum():
+            return {}  # a key is hex: never a path
+        path = project / "keys" / f"{key}.json"
+        name = str(path)
+        try:
+            with open(name, "rb") as stream:
+                status = os.fstat(stream.fileno())
+                signature = (status.st_ino, status.st_size, status.st_mtime_ns)
+                cached = self._files.get(name)
+                if cached is not None and cached[0] == signature and not fresh:
+                    return cached[1]
+                raw = stream.read()
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:
+            raise self._error("cannot read the trust store", exc, path) from None
+        records = self._decode(raw, path, _RECORDS_DECODER)
+        if fresh:
+            return records  # to be changed: not kept
+        if len(self._files) >= _CACHED_FILES:
+            self._files.clear()  # bounded: a server must not grow without end
+        self._files[name] = (signature, records)
+        return records
+
+    def _by_key(self, project: Path, *, fresh: bool = False) -> dict[str, Records]:
+        """Every key file of a project: key -> records (copies when `fresh`)."""
+        try:
+            names = sorted(os.listdir(project / "keys"))
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:
+            raise self._error("cannot read the trust store", exc, project / "keys") from None
+        by_key: dict[str, Records] = {}
+        for name in names:
+            key, suffix = os.path.splitext(name)
+            if suffix == ".json" and (key == KEYLESS or key.isalnum()):
+                records = self._records(project, key, fresh=fresh)
+                by_key[key] = dict(records) if fresh else records
+        return by_key
+
+    def _all_records(self, root: Path) -> Records:
+        return {
+            fp: record
+            for records in self._by_key(self._project(root)).values()
+            for fp, record in records.items()
+        }
+
+    def _write_records(self, root: Path, project: Path, by_key: Mapping[str, Records]) -> None:
+        """Write a project's key files (an empty one is deleted; an empty project's
+        folder goes)."""
+        try:
+            keys = private_dir(project / "keys", top=self.path.parent)
+            root_file = project / "root"
+            if not root_file.exists():
+                _write_atomically(root_file, _project_key(root).encode() + b"\n")
+            for key, records in by_key.items():
+                path = keys / f"{key}.json"
+                if records:
+                    _write_atomically(path, _ENCODER.encode(records) + b"\n")
+                else:
+                    path.unlink(missing_ok=True)
+            if not os.listdir(keys):
+                import shutil
+
+                shutil.rmtree(project)
+        except OSError as exc:
+            raise self._error("cannot write the trust store", exc, project) from None
+
+    def _latest(self, project: Path, records: Records) -> TrustManifest | None:
+        chosen = sorted(((record.trusted_at, fp) for fp, record in records.items()), reverse=True)
         for _, fp in chosen:
-            manifest = self._read_manifest(_manifest_name(_project_key(root), fp))
+            manifest = self._read_manifest(project / "manifests" / f"{fp}.json")
             if manifest is not None:
                 return manifest
         return None
 
-    def _read_manifest(self, name: str) -> TrustManifest | None:
-        """A manifest by its name (_manifest_name), kept while its file stays the same; None
-        when missing or unreadable (it only saves reads and shows diffs: trust itself is
-        in the store)."""
-        path = self.files_dir / "manifests" / f"{name}.json"
+    def _read_manifest(self, path: Path) -> TrustManifest | None:
+        """A manifest, kept while its file stays the same; None when missing or unreadable
+        (it only saves reads and shows diffs: trust itself is in the key files)."""
+        if not path.stem.isalnum():
+            return None
         try:
             with path.open("rb") as stream:
                 identity = identity_of(os.fstat(stream.fileno()))
-                cached = self._manifests.get(name)
+                cached = self._manifests.get(str(path))
                 if cached is not None and cached[0] == identity:
                     return cached[1]
                 manifest = _MANIFEST_DECODER.decode(stream.read())
@@ -419,10 +534,10 @@ class TrustStore:
             return None
         if len(self._manifests) >= 256:
             self._manifests.clear()  # bounded: a server must not grow without end
-        self._manifests[name] = (identity, manifest)
+        self._manifests[str(path)] = (identity, manifest)
         return manifest
 
-    def _write_manifest(self, project: str, grant: TrustGrant, digest: str, now: str) -> None:
+    def _write_manifest(self, project: Path, grant: TrustGrant, digest: str, now: str) -> None:
         assessed = grant.assessed
         manifest = TrustManifest(
             fingerprint=digest,
@@ -432,109 +547,132 @@ class TrustStore:
             files=assessed.files,
         )
         try:
-            copies = private_dir(self.files_dir / "copies")
-            manifests = private_dir(self.files_dir / "manifests")
+            copies = private_dir(project / "copies", top=self.path.parent)
+            manifests = private_dir(project / "manifests", top=self.path.parent)
             for name, content in assessed.contents.items():
                 target = copies / assessed.files[name].sha256
                 if not target.exists():
                     _write_atomically(target, content)
-            name = _manifest_name(project, digest)
-            _write_atomically(manifests / f"{name}.json", _ENCODER.encode(manifest))
+            _write_atomically(manifests / f"{digest}.json", _ENCODER.encode(manifest))
         except OSError as exc:
-            raise self._error("cannot write what trust fingerprinted", exc) from None
+            raise self._error("cannot write what trust fingerprinted", exc, project) from None
 
-    def _forget_manifests(self, data: _TrustFile) -> None:
-        """Delete the manifests of fingerprints the store no longer holds, then every copy
-        that no manifest refers to."""
-        held = {
-            _manifest_name(project, fp)
-            for project, records in data.projects.items()
-            for fp in records
-        }
+    def _forget_manifests(self, project: Path, by_key: Mapping[str, Records]) -> None:
+        """Delete the project's manifests of fingerprints it no longer trusts, then every
+        copy that no manifest refers to."""
+        held = {fp for records in by_key.values() for fp in records}
         referenced: set[str] = set()
         try:
-            listed = list((self.files_dir / "manifests").iterdir())
+            listed = list((project / "manifests").iterdir())
         except FileNotFoundError:
-            return
+            listed = []
         except OSError:
             return  # an unreadable folder is no proof that the copies are unused
         for path in listed:
             if path.stem not in held:
                 path.unlink(missing_ok=True)
                 continue
-            manifest = self._read_manifest(path.stem)
+            manifest = self._read_manifest(path)
             if manifest is None:
                 return  # as above
             referenced.update(state.sha256 for state in manifest.files.values() if state.text)
         try:
-            for copy in (self.files_dir / "copies").iterdir():
+            for copy in (project / "copies").iterdir():
                 if copy.name not in referenced:
                     copy.unlink(missing_ok=True)
         except OSError:
             pass  # a copy left behind costs disk space, not trust
 
-    def _read_cached(self) -> _TrustFile:
-        # Hooks are checked on every event: reread only when the file was replaced.
-        try:
-            with self.path.open("rb") as stream:
-                status = os.fstat(stream.fileno())
-                signature = (status.st_ino, status.st_size, status.st_mtime_ns)
-                if self._cached is not None and self._cached[0] == signature:
-                    return self._cached[1]
-                data = self._decode(stream.read())
-        except FileNotFoundError:
-            return _TrustFile()
-        except OSError as exc:
-            raise self._error("cannot read the trust store", exc) from None
-        self._cached = (signature, data)
-        return data
+    def _migrate(self) -> None:
+        """Move an older relay's trust.json (and its trust-files/) into the folder layout,
+        once; a corrupt one is an error naming it, and is never overwritten."""
+        if not os.path.lexists(self.path):
+            return
+        with self._locked():
+            try:
+                raw = self.path.read_bytes()
+            except FileNotFoundError:
+                return  # another process moved it first
+            except OSError as exc:
+                raise self._error("cannot read the trust store", exc, self.path) from None
+            legacy = (
+                self._decode(raw, self.path, _LEGACY_DECODER) if raw.strip() else _LegacyStore()
+            )
+            old_files = self.path.with_name(self.path.stem + "-files")
+            for root, records in legacy.projects.items():
+                project = self.folder / _project_id(root)
+                by_key = self._by_key(project, fresh=True)
+                for fp, record in records.items():
+                    by_key.setdefault(_key_name(record.key), {})[fp] = record
+                    self._move_manifest(old_files, project, root, fp)
+                if by_key:
+                    self._write_records(Path(root), project, by_key)
+            try:
+                os.replace(self.path, self.path.with_name(self.path.name + ".migrated"))
+            except OSError as exc:
+                raise self._error("cannot move the old trust store", exc, self.path) from None
+            import shutil
 
-    def _read(self) -> _TrustFile:
-        try:
-            return self._decode(self.path.read_bytes())
-        except FileNotFoundError:
-            return _TrustFile()
-        except OSError as exc:
-            raise self._error("cannot read the trust store", exc) from None
+            shutil.rmtree(old_files, ignore_errors=True)
 
-    def _decode(self, raw: bytes) -> _TrustFile:
-        if not raw.strip():
-            return _TrustFile()
+    def _move_manifest(self, old_files: Path, project: Path, root: str, fp: str) -> None:
+        """Carry an older relay's manifest of `fp` (and the copies it names) over; what
+        cannot be carried only costs a diff on the next `relay trust`."""
+        manifest = self._read_manifest(old_files / "manifests" / f"{_manifest_name(root, fp)}.json")
+        if manifest is None:
+            return
         try:
-            return _DECODER.decode(raw)
+            copies = private_dir(project / "copies", top=self.path.parent)
+            manifests = private_dir(project / "manifests", top=self.path.parent)
+            for state in manifest.files.values():
+                old = old_files / "copies" / state.sha256
+                if state.text and state.sha256.isalnum() and old.is_file():
+                    _write_atomically(copies / state.sha256, old.read_bytes())
+            _write_atomically(manifests / f"{fp}.json", _ENCODER.encode(manifest))
+        except OSError:
+            pass
+
+    def _decode(self, raw: bytes, path: Path, decoder: msgspec.json.Decoder[T]) -> T:
+        try:
+            return decoder.decode(raw)
         except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
-            message = f"corrupt trust store ({exc}); delete it to forget every trust decision"
-            raise TrustStoreError(message, file=str(self.path)) from None
-
-    def _write(self, data: _TrustFile) -> None:
-        try:
-            _write_atomically(self.path, _ENCODER.encode(data) + b"\n")
-        except OSError as exc:
-            raise self._error("cannot write the trust store", exc) from None
+            message = f"corrupt trust store ({exc}); delete it to forget the trust it holds"
+            raise TrustStoreError(message, file=str(path)) from None
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
         """Hold an exclusive lock for a read-modify-write, so concurrent writers lose nothing."""
-        # The lock lives in its own file: the store itself is replaced on every write.
         lock_path = self.path.with_name(self.path.name + ".lock")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(self.path.parent, top=self.path.parent)
             descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
-            raise self._error("cannot lock the trust store", exc) from None
+            raise self._error("cannot lock the trust store", exc, lock_path) from None
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX)
             yield
         finally:
             os.close(descriptor)
 
-    def _error(self, what: str, exc: OSError) -> TrustStoreError:
-        return TrustStoreError(f"{what}: {exc.strerror or exc}", file=str(self.path))
+    def _error(self, what: str, exc: OSError, path: Path) -> TrustStoreError:
+        return TrustStoreError(f"{what}: {exc.strerror or exc}", file=str(path))
+
+
+def _key_name(key: str) -> str:
+    """The key file a record with this hook key goes in."""
+    return key if key and key.isalnum() else KEYLESS
+
+
+def _project_id(project: str) -> str:
+    """The folder name of a project's trust: the same hooks in two checkouts are trusted
+    apart."""
+    import hashlib
+
+    return hashlib.sha256(project.encode("utf-8", "surrogateescape")).hexdigest()[:32]
 
 
 def _manifest_name(project: str, fp: str) -> str:
-    """The file name of a project's manifest for one fingerprint: the same hooks in two
-    checkouts have one fingerprint but files of their own."""
+    """The file name an older relay gave a project's manifest of one fingerprint."""
     import hashlib
 
     return hashlib.sha256(f"{project}\0{fp}".encode()).hexdigest()
