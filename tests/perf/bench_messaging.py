@@ -8,6 +8,10 @@ Not a pytest module. In one run:
   as the injector is handed it; the sender, another process, sends one message at a
   time with its CLOCK_MONOTONIC send time in the body (the clock is system-wide).
   With the doorbell, and polling only (pollMs 250, the default, and 10).
+- the tail under load: the same with 8 receiver processes running at once, each its
+  own agent and SessionInbox, the sender writing to them in turn (p99 against the
+  single receiver's p99 of the same run); and broadcasts (`*`) to those 8, timed per
+  receiver and to the last of the 8 being handed the message.
 - messages per second through the embedded mailbox: one sender, one transaction per
   send (synchronous=FULL), and the recipient claiming and acknowledging them all.
 - send -> handed across NATS on loopback (a real nats-server), when the server binary
@@ -32,6 +36,11 @@ from pathlib import Path
 TARGET_DOORBELL_P50_MS = 2.0
 TARGET_PER_SECOND = 1_000
 TARGET_NATS_P50_MS = 20.0
+TARGET_TAIL_RATIO = 2.0
+"""Doorbell p99 with 8 receivers at most this many times the single receiver's p99."""
+TARGET_BROADCAST_P50_MS = 3.0
+"""A broadcast to 8 receivers: send -> the last of them handed it, p50."""
+RECEIVERS = 8
 
 RECEIVER = r"""
 import json, os, sys, time
@@ -43,7 +52,7 @@ from relay.session.inbox import SessionInbox
 
 import msgspec
 config = msgspec.convert(json.loads(sys.argv[1]), MessagingConfig)
-count, out, cwd = int(sys.argv[2]), sys.argv[3], sys.argv[4]
+count, out, cwd, name = int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 latencies = []
 
 async def main():
@@ -55,13 +64,14 @@ async def main():
         return await hooks.fire(event, {"session_id": "bench", "cwd": cwd, **payload})
 
     def submit(text, key):
-        sent_ns = int(text.rsplit(": ", 1)[1])
-        latencies.append((time.monotonic_ns() - sent_ns) / 1e6)
+        handed_ns = time.monotonic_ns()
+        index, sent_ns = text.rsplit(": ", 1)[1].split()
+        latencies.append((int(index), (handed_ns - int(sent_ns)) / 1e6))
         if len(latencies) >= count:
             done.set()
         return True
 
-    inbox = SessionInbox(messenger, name="Receiver", session_id="bench", fire=fire,
+    inbox = SessionInbox(messenger, name=name, session_id="bench-" + name, fire=fire,
                          submit=submit, tell=lambda text: None)
     await inbox.register(cwd=cwd)  # with the nats transport: connects, and run() bridges
     async with anyio.create_task_group() as group:
@@ -82,25 +92,52 @@ def _environment(home: Path) -> dict[str, str]:
     return {**os.environ, "RELAY_HOME": str(home), "RELAY_SYSTEM_SETTINGS": str(home / "none.json")}
 
 
-def bench_latency(folder: Path, config: dict[str, object], count: int, gap: float) -> list[float]:
-    """send -> handed latencies (ms) of `count` messages sent one at a time, `gap` s apart."""
+def bench_latency(
+    folder: Path,
+    config: dict[str, object],
+    count: int,
+    gap: float,
+    *,
+    receivers: int = 1,
+    broadcast: bool = False,
+) -> list[list[float]]:
+    """send -> handed latencies (ms) of `count` messages sent one at a time, `gap` s apart,
+    to `receivers` receiver processes running at once: in turn, or to all (`broadcast`).
+    One list per message: its latency at each receiver it was for."""
     from relay.config.model import MessagingConfig
     from relay.services.messaging.mailbox import SqliteMailbox
 
+    config = {"team": "default", **config}  # the sender's team (unset: the project's)
     home = folder / f"home-{time.monotonic_ns()}"
     home.mkdir()
-    out = home / "latencies.json"
     environment = _environment(home)
-    receiver = subprocess.Popen(
-        [sys.executable, "-c", RECEIVER, json.dumps(config), str(count), str(out), str(folder)],
-        env=environment,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert receiver.stdout is not None
-    if receiver.stdout.readline().strip() != "ready":
-        raise SystemExit("the receiver did not start")
+    names = ["Receiver"] if receivers == 1 else [f"Receiver{i}" for i in range(receivers)]
+    targets = ["*"] * count if broadcast else [names[i % receivers] for i in range(count)]
+    processes = []
     try:
+        for name in names:
+            expected = count if broadcast else targets.count(name)
+            process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    RECEIVER,
+                    json.dumps(config),
+                    str(expected),
+                    str(home / f"{name}.json"),
+                    str(folder),
+                    name,
+                ],
+                env=environment,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            processes.append(process)
+        for process in processes:
+            assert process.stdout is not None
+            if process.stdout.readline().strip() != "ready":
+                raise SystemExit("a receiver did not start")
+        time.sleep(0.3)  # let the receivers' start-up writes settle
         os.environ["RELAY_HOME"] = str(home)
         import msgspec
 
@@ -117,29 +154,35 @@ def bench_latency(folder: Path, config: dict[str, object], count: int, gap: floa
                 assert settings.nats is not None
                 async with NatsMessaging(settings.nats, team=messenger.team) as nats:
                     messenger.nats = nats
-                    for _ in range(count):
-                        await messenger.send("Sender", "Receiver", str(time.monotonic_ns()))
+                    for index, target in enumerate(targets):
+                        await messenger.send("Sender", target, f"{index} {time.monotonic_ns()}")
                         await anyio.sleep(gap)
 
             anyio.run(send_all)
             messenger.mailbox.close()
         else:
             box = SqliteMailbox(max_per_minute=10**9)
-            for _ in range(count):
+            for index, target in enumerate(targets):
                 box.send(
                     team="default",
                     sender="Sender",
-                    recipient="Receiver",
-                    body=str(time.monotonic_ns()),
+                    recipient=target,
+                    body=f"{index} {time.monotonic_ns()}",
                 )
                 time.sleep(gap)
             box.close()
-        receiver.wait(timeout=120)
+        for process in processes:
+            process.wait(timeout=120)
     finally:
-        if receiver.poll() is None:  # the run failed: leave no receiver behind
-            receiver.kill()
-            receiver.wait()
-    return list(json.loads(out.read_text()))
+        for process in processes:
+            if process.poll() is None:  # the run failed: leave no receiver behind
+                process.kill()
+                process.wait()
+    per_message: list[list[float]] = [[] for _ in range(count)]
+    for name in names:
+        for index, latency in json.loads((home / f"{name}.json").read_text()):
+            per_message[index].append(latency)
+    return per_message
 
 
 def bench_throughput(folder: Path, count: int) -> tuple[float, float]:
@@ -201,11 +244,20 @@ def _nats_config(folder: Path) -> dict[str, object] | None:
 _SERVERS: list[object] = []
 
 
+SECTIONS = ("latency", "tail", "throughput", "nats")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--messages", type=int, default=500, help="per latency series")
+    parser.add_argument("--tail-messages", type=int, default=800, help="per tail series")
+    parser.add_argument("--broadcasts", type=int, default=200)
     parser.add_argument("--throughput", type=int, default=5_000)
+    parser.add_argument(
+        "--only", choices=SECTIONS, action="append", help="run only these sections (repeatable)"
+    )
     arguments = parser.parse_args()
+    sections = set(arguments.only or SECTIONS)
     missed = []
     with tempfile.TemporaryDirectory(prefix="relay-bench-messaging-") as name:
         folder = Path(name)
@@ -219,25 +271,28 @@ def main() -> int:
             ),
             ("polling, pollMs 10", {"doorbell": False, "pollMs": 10}, arguments.messages, 0.005),
         ]
-        for label, config, count, gap in series:
-            p50, p99 = _percentiles(bench_latency(folder, config, count, gap))
+        for label, config, count, gap in series if "latency" in sections else []:
+            p50, p99 = _percentiles(_flat(bench_latency(folder, config, count, gap)))
             print(
                 f"send -> handed, one machine, {label}: p50 {p50:.2f} ms, p99 {p99:.2f} ms ({count} messages)"
             )
             if label == "doorbell" and p50 >= TARGET_DOORBELL_P50_MS:
                 missed.append(f"doorbell p50 {p50:.2f} ms >= {TARGET_DOORBELL_P50_MS} ms")
-        sends, handled = bench_throughput(folder, arguments.throughput)
-        print(
-            f"embedded mailbox: {sends:,.0f} sends/s; {handled:,.0f} messages/s sent, claimed and acked"
-            f" ({arguments.throughput:,} messages, one transaction per send, synchronous=FULL)"
-        )
-        if handled < TARGET_PER_SECOND:
-            missed.append(f"{handled:,.0f} messages/s < {TARGET_PER_SECOND:,}")
-        nats_config = _nats_config(folder)
+        if "tail" in sections:
+            missed += bench_tail(folder, arguments.tail_messages, arguments.broadcasts)
+        if "throughput" in sections:
+            sends, handled = bench_throughput(folder, arguments.throughput)
+            print(
+                f"embedded mailbox: {sends:,.0f} sends/s; {handled:,.0f} messages/s sent, claimed and acked"
+                f" ({arguments.throughput:,} messages, one transaction per send, synchronous=FULL)"
+            )
+            if handled < TARGET_PER_SECOND:
+                missed.append(f"{handled:,.0f} messages/s < {TARGET_PER_SECOND:,}")
+        nats_config = _nats_config(folder) if "nats" in sections else None
         if nats_config is not None:
             try:
                 p50, p99 = _percentiles(
-                    bench_latency(folder, nats_config, arguments.messages // 2, 0.005)
+                    _flat(bench_latency(folder, nats_config, arguments.messages // 2, 0.005))
                 )
             finally:
                 for server in _SERVERS:
@@ -250,6 +305,48 @@ def main() -> int:
     if not missed:
         print("all targets met")
     return 1 if missed else 0
+
+
+def bench_tail(folder: Path, count: int, broadcasts: int) -> list[str]:
+    """The doorbell's tail with 1 and RECEIVERS receivers, and broadcasts to RECEIVERS;
+    prints the figures, returns the targets missed."""
+    missed = []
+    config: dict[str, object] = {"doorbell": True}
+    tails = []
+    for receivers in (1, RECEIVERS):
+        p50, p99 = _percentiles(
+            _flat(bench_latency(folder, config, count, 0.005, receivers=receivers))
+        )
+        tails.append(p99)
+        print(
+            f"send -> handed, doorbell, {receivers} receiver{'s' if receivers > 1 else ''}"
+            f" (sent to in turn): p50 {p50:.2f} ms, p99 {p99:.2f} ms ({count} messages)"
+        )
+    ratio = tails[1] / tails[0]
+    print(f"doorbell p99, {RECEIVERS} receivers / 1 receiver: {ratio:.2f}x")
+    if ratio > TARGET_TAIL_RATIO:
+        missed.append(
+            f"doorbell p99 {RECEIVERS} receivers / 1: {ratio:.2f}x > {TARGET_TAIL_RATIO}x"
+        )
+    per_message = bench_latency(
+        folder, config, broadcasts, 0.02, receivers=RECEIVERS, broadcast=True
+    )
+    each_p50, each_p99 = _percentiles(_flat(per_message))
+    last_p50, last_p99 = _percentiles([max(latencies) for latencies in per_message])
+    print(
+        f"broadcast to {RECEIVERS} receivers, send -> handed: each receiver p50 {each_p50:.2f} ms,"
+        f" p99 {each_p99:.2f} ms; the last of the {RECEIVERS} p50 {last_p50:.2f} ms,"
+        f" p99 {last_p99:.2f} ms ({broadcasts} broadcasts)"
+    )
+    if last_p50 > TARGET_BROADCAST_P50_MS:
+        missed.append(
+            f"broadcast to {RECEIVERS}, last handed p50 {last_p50:.2f} ms > {TARGET_BROADCAST_P50_MS} ms"
+        )
+    return missed
+
+
+def _flat(per_message: list[list[float]]) -> list[float]:
+    return [latency for latencies in per_message for latency in latencies]
 
 
 if __name__ == "__main__":
