@@ -18,7 +18,13 @@ import pytest
 from relay.config.paths import state_dir
 from relay.services.memory.jsonl import MemoryFileError, read_jsonl, write_jsonl
 from relay.services.memory.model import Memory, MemoryService, MemoryStoreError
-from relay.services.memory.sqlite import SqliteMemory, build_match, default_store, now_iso
+from relay.services.memory.sqlite import (
+    SEARCH_CANDIDATES,
+    SqliteMemory,
+    build_match,
+    default_store,
+    now_iso,
+)
 
 FTS_SYNTAX = ['"unbalanced', "AND", "NEAR(a b)", "foo*", "col:val", "(a", "a)", "-x", "***", ""]
 
@@ -128,7 +134,11 @@ def test_only_the_newest_candidates_are_ranked(
 def test_all_words_first_then_any_word(store: SqliteMemory) -> None:
     both = store.add("redis cache eviction policy")
     one = store.add("redis connection pool")
-    assert [hit.memory for hit in store.search("redis eviction")] == [both]
+    store.add("memcached eviction")
+    # Those with every word first; then, up to the limit, those with any.
+    assert [hit.memory for hit in store.search("redis eviction")][:1] == [both]
+    assert len(store.search("redis eviction")) == 3
+    assert [hit.memory for hit in store.search("redis eviction", limit=1)] == [both]
     assert {hit.memory.id for hit in store.search("redis nonexistentword")} == {both.id, one.id}
 
 
@@ -145,7 +155,32 @@ def test_fts_syntax_is_taken_literally(store: SqliteMemory) -> None:
     assert [hit.memory for hit in store.search("NEAR")] == [literal]
     assert store.search("") == []
     assert store.search("*** ( ) : -") == []
-    assert build_match('say "hi" AND (x') == '"say" AND "hi" AND "and" AND "x"'
+    assert build_match('say "hi" AND (x') == '"say" AND "hi" AND "x"'  # "and": a stop word
+    assert build_match("the AND NEAR") == '"near"'
+    assert build_match("the and") == '"the" AND "and"'  # nothing else to look for
+
+
+def test_stop_words_do_not_decide_a_search(store: SqliteMemory) -> None:
+    wanted = store.add("run the test suite with make test")
+    for number in range(5):
+        store.add(f"how do we do what is the thing number {number} for you")
+    assert [hit.memory for hit in store.search("how do I run the tests")][:1] == [wanted]
+
+
+def test_any_word_finds_an_old_memory_with_a_rare_word(store: SqliteMemory) -> None:
+    """No memory has every word: the one with the rare word comes first, however many
+    newer memories have the common one (each word brings its own newest candidates)."""
+    rare = store.add("the zanzibar cluster needs a manual failover")
+    store.import_memories(
+        Memory(
+            id=f"{number:08x}",
+            content=f"deploy note {number}",
+            created_at=now_iso(),
+        )
+        for number in range(SEARCH_CANDIDATES + 200)
+    )
+    hits = store.search("zanzibar deploy")
+    assert hits[0].memory.id == rare.id
 
 
 def test_content_is_stored_exactly(store: SqliteMemory) -> None:
@@ -338,3 +373,21 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
     connection.close()
     with SqliteMemory(path) as store, pytest.raises(MemoryStoreError, match="newer relay"):
         store.list()
+
+
+def test_a_small_project_finds_its_memories_under_many_newer_ones_elsewhere(
+    store: SqliteMemory,
+) -> None:
+    mine = store.add("deploy with the blue-green script", project="/small")
+    store.import_memories(
+        Memory(
+            id=f"{number:08x}",
+            content=f"deploy note {number}",
+            project="/big",
+            created_at=now_iso(),
+        )
+        for number in range(SEARCH_CANDIDATES + 200)
+    )
+    assert [hit.memory.id for hit in store.search("deploy", project="/small")] == [mine.id]
+    assert [hit.memory.id for hit in store.search("deploy script", project="/small")] == [mine.id]
+    assert len(store.search("deploy", project="/big")) == 10

@@ -7,9 +7,8 @@ Layout (schema version 1, kept in `PRAGMA user_version`):
 - `memories_fts`: an external-content FTS5 index over `content` and `tags`, tokenized
   with `porter unicode61` ("deploying" finds "deploy"), kept in step by triggers.
   It also indexes `scope`, a generated column holding one token for the memory's
-  project ("global", or "p" and the project's UTF-8 in hex): a search names its scopes
-  in the MATCH, so FTS5 drops other projects' memories before any row is read or ranked
-  (filtering them in SQL after the join cost 3x more at 100,000 memories).
+  project ("global", or "p" and the project's UTF-8 in hex), for a search that must
+  narrow by scope inside the MATCH (see SqliteMemory._ranked).
 
 The database runs in WAL mode so readers never wait for a writer, with a busy timeout
 and a few retries for writes that still meet SQLITE_BUSY. `synchronous=NORMAL`: in WAL
@@ -52,6 +51,15 @@ MAX_QUERY_TERMS = 32
 """More words than this add little relevance and cost time on every search."""
 SEARCH_CANDIDATES = 1000
 """A search ranks at most this many matches, the most recently stored (see search)."""
+RANKED = 50
+"""Of those, the best this many by bm25 get the recency lift (at most +20%)."""
+_STOP_WORDS_TEXT = """
+a an and are as at be by can do does for from how i in is it me my of on or our should so
+that the their there these this to was we what when where which who why will with you your
+"""
+STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
+"""Left out of a query that has other words: they match nearly every memory, so they
+rank nothing and cost the most (FTS5 reads the whole list of a word's matches)."""
 RECENCY_WEIGHT = 0.2
 RECENCY_DAYS = 30.0
 EXPORT_BATCH = 1000
@@ -93,28 +101,37 @@ END;
 
 _COLUMNS = "m.id, m.content, m.tags, m.agent, m.project, m.created_at"
 # Visible in a project: its own memories and global ones; with no project: global only.
-# Searches narrow by `scope` in the MATCH first; this exact test also guards them against
-# two projects whose scope tokens the porter stemmer might fold together.
+# The exact test, also behind a search that narrows by `scope` in the MATCH (two projects'
+# scope tokens might fold together under the porter stemmer).
 _VISIBLE = "(m.project = :project OR m.project IS NULL)"
 # FTS5's bm25() is lower for better matches, hence the minus. julianday() reads the
 # ISO 8601 `...Z` form of created_at.
-_SCORE = (
-    "-bm25(memories_fts, 1.0, 2.0, 0.0) * (1.0 + :weight / (1.0 + "
-    "max(julianday('now') - julianday(m.created_at), 0.0) / :days))"
+_RECENCY = "(1.0 + :weight / (1.0 + max(julianday('now') - julianday(m.created_at), 0.0) / :days))"
+# A query's candidates: the matches FTS5 walks newest-stored first (rowid order, no
+# sort), with their bm25, without touching the memories table. See SqliteMemory._ranked.
+_CANDIDATES = """
+SELECT rowid, bm25(memories_fts, 1.0, 2.0, 0.0) FROM memories_fts
+WHERE memories_fts MATCH :match ORDER BY rowid DESC LIMIT :candidates
+"""
+# Which of a batch of candidates (:seqs, a JSON array) the search may show.
+_IN_SCOPE = f"""
+SELECT m.seq FROM json_each(:seqs) AS j JOIN memories AS m ON m.seq = j.value
+WHERE {_VISIBLE}
+"""
+_SCOPE_BATCH = 200
+# The best candidates (:best, [[seq, bm25], ...] as JSON) with their rows, the recency
+# lift applied, best first.
+_RANK = f"""
+WITH best(seq, bm25) AS (
+    SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:best)
 )
-# The inner query walks the matches newest-stored first (FTS5 yields rowid order without a
-# sort) and stops after :candidates; the outer one ranks those. See SqliteMemory.search.
-_SEARCH = f"""
-SELECT * FROM (
-    SELECT {_COLUMNS}, {_SCORE} AS score
-    FROM memories_fts JOIN memories AS m ON m.seq = memories_fts.rowid
-    WHERE memories_fts MATCH :match AND {_VISIBLE}
-    ORDER BY memories_fts.rowid DESC
-    LIMIT :candidates
-)
-ORDER BY score DESC, created_at DESC
+SELECT {_COLUMNS}, -best.bm25 * {_RECENCY} AS score
+FROM best JOIN memories AS m ON m.seq = best.seq
+WHERE {_VISIBLE}
+ORDER BY score DESC, m.created_at DESC
 LIMIT :limit
 """
+
 _UPSERT = """
 INSERT INTO memories (id, content, tags, agent, project, created_at)
 VALUES (?, ?, ?, ?, ?, ?)
@@ -139,13 +156,24 @@ def default_store() -> SqliteMemory:
 def build_match(query: str, *, operator: str = "AND") -> str | None:
     """An FTS5 MATCH expression for the words of `query` (each quoted, so any FTS syntax in
     it is taken literally), joined with `operator`; None when the query has no words."""
-    words = list(dict.fromkeys(word.lower() for word in _WORD.findall(query)))
+    words = query_words(query)
     if not words:
         return None
     # Every word is an FTS5 string: `AND`, `NEAR`, `*`, `:` and parentheses inside quotes
     # are plain text. \w+ holds no quote, but doubling keeps this safe if the pattern changes.
-    quoted = ['"' + word.replace('"', '""') + '"' for word in words[:MAX_QUERY_TERMS]]
-    return f" {operator} ".join(quoted)
+    return f" {operator} ".join(_quoted(word) for word in words)
+
+
+def _quoted(word: str) -> str:
+    return '"' + word.replace('"', '""') + '"'
+
+
+def query_words(query: str) -> list[str]:
+    """The words a search looks for: lower-cased, each once, without stop words (unless
+    the query has nothing else), at most MAX_QUERY_TERMS."""
+    words = list(dict.fromkeys(word.lower() for word in _WORD.findall(query)))
+    meaningful = [word for word in words if word not in STOP_WORDS]
+    return (meaningful or words)[:MAX_QUERY_TERMS]
 
 
 def now_iso() -> str:
@@ -224,8 +252,10 @@ class SqliteMemory:
     def search(self, query: str, *, project: str | None = None, limit: int = 10) -> list[MemoryHit]:
         """Memories of `project` and global ones matching `query`, best first; [] when none.
 
-        Project None searches global memories only. All words must match; when no memory
-        has them all, any word may. The score (higher is better) is
+        Project None searches global memories only. The words are the query's, less stop
+        words ("how", "the", …) when it has others. Memories with every word come first;
+        when there are fewer than `limit`, memories with any of the words follow. The
+        score (higher is better) is
 
             -bm25 * (1 + 0.2 / (1 + age_days / 30))
 
@@ -234,30 +264,84 @@ class SqliteMemory:
         fading towards none; so recency decides between equally relevant memories but
         seldom overturns a clearly better match.
 
-        When more than SEARCH_CANDIDATES (1,000) memories in scope match, only the 1,000
-        most recently stored are ranked: ranking costs about a microsecond per match, and
-        a query that broad ranks poorly anyway. This keeps search p50 near 3.5 ms at 100,000
-        memories (tests/perf/bench_memory.py).
+        FTS5 ranks the candidates: the newest SEARCH_CANDIDATES (1,000) matches of the
+        query, and for "any word" of each word (see _ranked); a memory older than that
+        is ranked only when fewer than 1,000 memories match. This keeps search p50 near
+        3 ms at 100,000 memories and 10 ms at 1,000,000 (tests/perf/bench_memory.py).
         """
         if limit <= 0:
             return []
-        rows: builtins.list[Any] = []
-        for operator in ("AND", "OR"):
-            match = build_match(query, operator=operator)
-            if match is None:
-                return []
-            parameters = {
-                "match": f"{{content tags}} : ({match}) AND scope : ({_scopes(project)})",
-                "project": project,
-                "limit": limit,
-                "candidates": max(SEARCH_CANDIDATES, limit),
-                "weight": RECENCY_WEIGHT,
-                "days": RECENCY_DAYS,
-            }
-            rows = self._fetch(_SEARCH, parameters)
-            if rows or " OR " in match or " AND " not in match:
-                break
+        words = query_words(query)
+        if not words:
+            return []
+        parameters: dict[str, object] = {
+            "project": project,
+            "limit": limit,
+            "weight": RECENCY_WEIGHT,
+            "days": RECENCY_DAYS,
+        }
+        every = " AND ".join(_quoted(word) for word in words)
+        rows = self._ranked([every], project, parameters)
+        if len(rows) < limit and len(words) > 1:
+            # Fewer than asked have every word: those first, then those with any. Each
+            # word brings its own candidates, so the few (and best) memories with a rare
+            # word are not crowded out by the many with a common one.
+            found = {row[0] for row in rows}
+            more = self._ranked([_quoted(word) for word in words], project, parameters)
+            rows += [row for row in more if row[0] not in found][: limit - len(rows)]
         return [MemoryHit(memory=_memory(row[:6]), score=row[6]) for row in rows]
+
+    def _ranked(
+        self,
+        matches: builtins.list[str],
+        project: str | None,
+        parameters: dict[str, object],
+        *,
+        scoped: bool = False,
+    ) -> builtins.list[Any]:
+        """The best memories in scope for the sum of several FTS5 queries' bm25.
+
+        Each query brings its newest SEARCH_CANDIDATES matches (FTS5 walks rowids newest
+        first, no sort) with their bm25. bm25 is a sum over the query's words, so for
+        one word per query the sum is the bm25 of "any of them" (a word's part is left
+        out only for memories older than that word's candidates: a common word, worth
+        little). The best RANKED by bm25 that are in scope get the recency lift.
+
+        The scope is not in the MATCH: FTS5 would read the whole list of the scope's
+        memories for every query (bm25 counts each phrase's matches), the larger part
+        of the cost at 1,000,000 memories. The best candidates are checked against the
+        scope afterwards instead, a batch at a time. When that leaves fewer than RANKED
+        and some query had more matches than it brought (the scope's memories may be
+        older than other projects'), the queries run again `scoped`, the scope in the
+        MATCH: every match in scope is then within reach."""
+        scores: dict[int, float] = {}
+        truncated = False
+        within = f" AND scope : ({_scopes(project)})" if scoped else ""
+        for match in matches:
+            query = {
+                "match": f"{{content tags}} : ({match}){within}",
+                "candidates": SEARCH_CANDIDATES,
+            }
+            rows = self._fetch(_CANDIDATES, query)
+            truncated = truncated or len(rows) == SEARCH_CANDIDATES
+            for seq, bm25 in rows:
+                scores[seq] = scores.get(seq, 0.0) + bm25
+        ranked = max(RANKED, int(str(parameters["limit"])))
+        ordered = sorted(scores.items(), key=lambda item: item[1])
+        best: builtins.list[tuple[int, float]] = []
+        for start in range(0, len(ordered), _SCOPE_BATCH):
+            batch = dict(ordered[start : start + _SCOPE_BATCH])
+            seqs = _tags_encoder.encode(list(batch)).decode()
+            visible = {row[0] for row in self._fetch(_IN_SCOPE, {**parameters, "seqs": seqs})}
+            best += [(seq, bm25) for seq, bm25 in batch.items() if seq in visible]
+            if len(best) >= ranked:
+                break
+        if len(best) < ranked and truncated and not scoped:
+            return self._ranked(matches, project, parameters, scoped=True)
+        if not best:
+            return []
+        encoded = _tags_encoder.encode(best[:ranked]).decode()
+        return self._fetch(_RANK, {**parameters, "best": encoded})
 
     def get(self, memory_id: str) -> Memory | None:
         """The memory with this id, or None."""
