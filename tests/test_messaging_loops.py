@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from scripted_sessions import RELAY, finish, wait_for
 
-from relay.services.messaging.mailbox import SqliteMailbox
+from relay.services.messaging.mailbox import SCHEMA_VERSION, SqliteMailbox
 from relay.services.messaging.model import LoopStoppedError, RateLimitedError
 
 TEAM = "default"
@@ -201,7 +201,7 @@ def test_a_version_2_mailbox_gets_the_pair_index(tmp_path: Path) -> None:
     box.close()
     indexes = {row[1] for row in connection.execute("PRAGMA index_list(messages)")}
     assert "messages_by_pair" in indexes
-    assert connection.execute("PRAGMA user_version").fetchone()[0] == 3
+    assert connection.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     connection.close()
 
 

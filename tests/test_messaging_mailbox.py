@@ -8,7 +8,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import anyio
@@ -17,8 +18,9 @@ import pytest
 from relay.engine.aggregator import HookOutcome, aggregate
 from relay.protocol.answers import parse_answer
 from relay.protocol.output import HookReport
-from relay.services.messaging.doorbell import Doorbell
-from relay.services.messaging.mailbox import SqliteMailbox
+from relay.services.messaging import mailbox as mailbox_module
+from relay.services.messaging.doorbell import Doorbell, ring_all
+from relay.services.messaging.mailbox import SCHEMA_VERSION, SqliteMailbox
 from relay.services.messaging.model import (
     MAX_BODY_BYTES,
     MessagingError,
@@ -217,6 +219,165 @@ def test_doorbell_wakes_a_waiting_recipient(box: SqliteMailbox) -> None:
     anyio.run(main)
     # Nobody listening: a send still succeeds.
     box.send(team=TEAM, sender="Alice", recipient="Bob", body="nobody home")
+
+
+def test_a_broadcast_rings_every_live_recipient_once_committed(box: SqliteMailbox) -> None:
+    async def main() -> None:
+        with Doorbell() as bob, Doorbell() as carol, Doorbell() as gone:
+            box.register_agent("Bob", team=TEAM, session_id="b2", bell=bob.address)
+            box.register_agent("Carol", team=TEAM, session_id="c", bell=carol.address)
+            gone.close()  # a bell nobody listens on any more
+            assert ring_all([gone.address, bob.address]) == 1 and await bob.wait(0)
+            box.send(team=TEAM, sender="Alice", recipient="*", body="all hands")
+            assert await bob.wait(0) and await carol.wait(0)  # rung before send returned
+            # What woke them is committed: another connection sees it.
+            reader = SqliteMailbox(box.path)
+            assert len(reader.claim("Carol", team=TEAM, session_id="c")) == 1
+            reader.close()
+
+    anyio.run(main)
+
+
+def test_a_new_session_takes_over_what_a_dead_one_held_oldest_first(box: SqliteMailbox) -> None:
+    for n in range(5):
+        box.send(team=TEAM, sender="Alice", recipient="Bob", body=str(n))
+
+    def claim(session: str, limit: int) -> list[str]:
+        return [
+            d.message.body for d in box.claim("Bob", team=TEAM, session_id=session, limit=limit)
+        ]
+
+    assert claim("s1", 2) == ["0", "1"]
+    box.send(team=TEAM, sender="Alice", recipient="Bob", body="5")
+    # s1 is gone: s2 gets its hand-outs first, then the queued mail, `limit` at a time.
+    assert claim("s2", 3) == ["0", "1", "2"]
+    assert claim("s2", 3) == ["3", "4", "5"]
+    assert claim("s2", 3) == []
+    assert claim("s3", 10) == ["0", "1", "2", "3", "4", "5"]
+
+
+def _steps(box: SqliteMailbox, action: Callable[[], object]) -> int:
+    """SQLite virtual-machine steps (in hundreds) that `action` costs on `box`'s connection."""
+    steps = 0
+
+    def tick() -> int:
+        nonlocal steps
+        steps += 1
+        return 0
+
+    connection = box._connect()
+    connection.set_progress_handler(tick, 100)
+    try:
+        action()
+    finally:
+        connection.set_progress_handler(None, 0)
+    return steps
+
+
+def _costs_with_history(path: Path, history: int) -> tuple[int, int, int]:
+    """The steps of a claim, a send and a broadcast in a team whose Alice and Bob
+    exchanged `history` messages an hour ago (all acknowledged), with a human in it."""
+    box = SqliteMailbox(path, max_per_minute=1000)
+    for name in ("Alice", "Bob", "Carol"):
+        box.register_agent(name, team=TEAM, session_id=name)
+    box.send(team=TEAM, sender="pat", recipient="Bob", body="a human in the team")
+    an_hour_ago = (datetime.now(UTC) - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+
+    def old_mail(db: sqlite3.Connection) -> None:
+        for n in range(history):
+            sender, recipient = ("Alice", "Bob") if n % 2 else ("Bob", "Alice")
+            seq = db.execute(
+                "INSERT INTO messages (id, team, sender, recipient, body, created_at)"
+                " VALUES (?, ?, ?, ?, 'old', ?)",
+                (new_ulid(), TEAM, sender, recipient, an_hour_ago),
+            ).lastrowid
+            db.execute(
+                "INSERT INTO deliveries (team, recipient, seq, state, attempts, session_id)"
+                " VALUES (?, ?, ?, 'acked', 1, 'old')",
+                (TEAM, recipient, seq),
+            )
+
+    box._write(old_mail)
+    box.send(team=TEAM, sender="Carol", recipient="Bob", body="new")
+    costs = (
+        _steps(box, lambda: box.claim("Bob", team=TEAM, session_id="Bob")),
+        _steps(box, lambda: box.send(team=TEAM, sender="Alice", recipient="Bob", body="x")),
+        _steps(box, lambda: box.send(team=TEAM, sender="Alice", recipient="*", body="y")),
+    )
+    box.close()
+    return costs
+
+
+def test_claims_and_sends_cost_the_same_whatever_the_history(tmp_path: Path) -> None:
+    small = _costs_with_history(tmp_path / "small.db", 20)
+    large = _costs_with_history(tmp_path / "large.db", 2000)
+    # A claim reads what waits; the loop guard and the rate limit read index ranges
+    # bounded by their limits: 100 times the history costs next to nothing more.
+    assert all(big <= 1.5 * little + 2 for little, big in zip(small, large, strict=True)), (
+        small,
+        large,
+    )
+
+
+def test_writers_wait_for_the_lock_in_fine_steps_then_give_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    box = SqliteMailbox(tmp_path / "m.db")
+    box.register_agent("Bob", team=TEAM, session_id="b")
+    locker = sqlite3.connect(tmp_path / "m.db", isolation_level=None, check_same_thread=False)
+    statements: list[str] = []
+    box._connect().set_trace_callback(statements.append)
+    locker.execute("BEGIN IMMEDIATE")
+    threading.Timer(0.1, lambda: locker.execute("COMMIT")).start()
+    box.send(team=TEAM, sender="pat", recipient="Bob", body="after the lock")
+    # Tried again and again (SQLite's own busy handler would have slept inside one try).
+    assert statements.count("BEGIN IMMEDIATE") > 5
+    monkeypatch.setattr(mailbox_module, "BUSY_TIMEOUT", 0.2)
+    locker.execute("BEGIN IMMEDIATE")
+    with pytest.raises(MessagingError, match="cannot write to the mailbox: database is locked"):
+        box.claim("Bob", team=TEAM, session_id="b")
+    locker.execute("COMMIT")
+    # The claim that gave up was not to be synced; the send after it is.
+    statements.clear()
+    box.send(team=TEAM, sender="pat", recipient="Bob", body="synced")
+    assert statements.index("PRAGMA synchronous = FULL") < statements.index("BEGIN IMMEDIATE")
+    assert [d.message.body for d in box.inbox("Bob", team=TEAM)] == ["after the lock", "synced"]
+    locker.close()
+    box.close()
+
+
+def test_hand_outs_are_not_synced_and_the_next_message_is(box: SqliteMailbox) -> None:
+    statements: list[str] = []
+    box._connect().set_trace_callback(statements.append)
+    box.send(team=TEAM, sender="Alice", recipient="Bob", body="one")
+    box.claim("Bob", team=TEAM, session_id="b")
+    box.claim("Bob", team=TEAM, session_id="b")
+    box.send(team=TEAM, sender="Alice", recipient="Bob", body="two")
+    levels = [s for s in statements if s.startswith(("PRAGMA synchronous", "BEGIN"))]
+    assert levels == [
+        "BEGIN IMMEDIATE",  # a send: the connection is FULL from the start
+        "PRAGMA synchronous = NORMAL",
+        "BEGIN IMMEDIATE",
+        "BEGIN IMMEDIATE",  # still NORMAL: no statement spent on it
+        "PRAGMA synchronous = FULL",
+        "BEGIN IMMEDIATE",
+    ]
+
+
+def test_a_version_3_mailbox_gets_the_handed_index(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    SqliteMailbox(path).register_agent("Alice", team=TEAM, session_id="a")
+    connection = sqlite3.connect(path)
+    connection.execute("DROP INDEX deliveries_handed")
+    connection.execute("PRAGMA user_version = 3")
+    connection.commit()
+    box = SqliteMailbox(path)
+    assert [a.name for a in box.agents(TEAM)] == ["Alice"]
+    box.close()
+    indexes = {row[1] for row in connection.execute("PRAGMA index_list(deliveries)")}
+    assert "deliveries_handed" in indexes
+    assert connection.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    connection.close()
 
 
 def test_data_version_changes_on_another_connections_commit(box: SqliteMailbox) -> None:

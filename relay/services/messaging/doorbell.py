@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 import socket
+from collections.abc import Iterable
 
 import anyio
 
@@ -28,17 +29,26 @@ def new_bell_address() -> bytes:
 
 def ring(address: bytes) -> bool:
     """Poke a doorbell; False when nobody is listening (the recipient polls or is away)."""
+    return ring_all([address]) == 1
+
+
+def ring_all(addresses: Iterable[bytes]) -> int:
+    """Poke each doorbell, through one socket; how many had a listener."""
+    addresses = list(addresses)
+    if not addresses:
+        return 0
+    rung = 0
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         sock.setblocking(False)
-        try:
-            sock.sendto(b"!", address)
-        except (ConnectionRefusedError, FileNotFoundError):
-            return False
-        except BlockingIOError:
-            return True  # its queue is full of pokes already: it will look
-        except OSError:
-            return False
-    return True
+        for address in addresses:
+            try:
+                sock.sendto(b"!", address)
+            except BlockingIOError:
+                pass  # its queue is full of pokes already: it will look
+            except OSError:  # refused, not found: nobody listening
+                continue
+            rung += 1
+    return rung
 
 
 class Doorbell:

@@ -1,6 +1,6 @@
 """The embedded mailbox: one SQLite file, the source of truth for messages on one machine.
 
-Layout (schema version 3, in `PRAGMA user_version`; versions 1 and 2 are upgraded in place):
+Layout (schema version 4, in `PRAGMA user_version`; versions 1 to 3 are upgraded in place):
 
 - `agents`: every agent and human sender the team has known (`kind`: agent or human),
   with presence: state, host, relay's pid and its start time (a reused pid is not
@@ -11,15 +11,18 @@ Layout (schema version 3, in `PRAGMA user_version`; versions 1 and 2 are upgrade
   Indexed by sender (the rate limit) and by sender and recipient (the loop guard, version 3).
 - `deliveries`: one row per message and recipient, keyed (team, recipient, seq), with
   the state queued -> handed -> acked, or dead / denied, the attempts, the session it
-  was handed to, and why it was acked (evidence) or refused (reason).
+  was handed to, and why it was acked (evidence) or refused (reason). Indexed by state
+  (a claim reads what waits, not the recipient's history) and, for the handed ones, by
+  session (a claim skips what is handed to its own session: version 4).
 
 Privacy: the folder is made 0700 and the file 0600 (whatever the umask) before SQLite
 opens it; SQLite gives its -wal and -shm files the database's mode.
 
 Durability: WAL with `synchronous=FULL`, so a message whose send returned survives a
-power cut; writes take the lock up front (BEGIN IMMEDIATE) and wait `busy_timeout` for
-other writers. After a commit that queued mail, the sender rings each recipient's
-doorbell (doorbell.py). Every sqlite3 or file-system failure leaves this module as
+power cut; writes take the lock up front (BEGIN IMMEDIATE) and wait for other writers
+in fine steps, up to BUSY_TIMEOUT (`_when_free`). A transaction that queues mail reads
+the recipients' doorbell addresses and, once it has committed, rings them all through
+one socket (doorbell.py). Every sqlite3 or file-system failure leaves this module as
 MessagingError naming the file.
 """
 
@@ -28,9 +31,11 @@ from __future__ import annotations
 import builtins
 import contextlib
 import os
+import random
 import socket
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -38,7 +43,7 @@ from typing import Any, TypeVar
 
 from relay.config.paths import private_dir, private_file, state_dir
 from relay.engine.processes import process_alive, process_start_ticks
-from relay.services.messaging.doorbell import ring
+from relay.services.messaging.doorbell import ring_all
 from relay.services.messaging.model import (
     BROADCAST,
     SYSTEM_SENDER,
@@ -73,9 +78,16 @@ __all__ = [
 ]
 
 DATABASE_NAME = "messages.db"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 BUSY_TIMEOUT = 10.0
 """Seconds a write waits for another process's lock before failing."""
+_BUSY_FIRST_WAIT = 50e-6
+_BUSY_SHORT_WAIT = 200e-6
+_BUSY_LONG_WAIT = 5e-3
+_BUSY_QUEUE_SECONDS = 0.2
+"""Waiting for the write lock (see `_when_free`): tries 50 µs apart, doubling to 200 µs,
+for this long (writers queueing behind each other hold it for 0.1 ms or so), then 5 ms
+apart (a writer stalled on a slow disk or stopped)."""
 RATE_WINDOW = 60.0
 AWAY_SECONDS = 24 * 3600.0
 """An agent offline for longer than this is away: mail for it needs `queue=True` (`relay
@@ -125,6 +137,8 @@ CREATE TABLE IF NOT EXISTS deliveries (
     PRIMARY KEY (team, recipient, seq)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS deliveries_by_state ON deliveries(team, recipient, state, seq);
+CREATE INDEX IF NOT EXISTS deliveries_handed ON deliveries(team, recipient, state, session_id)
+    WHERE state = 'handed';
 """
 
 _MESSAGE_FIELDS = ("id", "team", "sender", "recipient", "thread", "body", "created_at")
@@ -144,6 +158,23 @@ _DELIVERY_COLUMNS = ", ".join(
     [*(f"m.{name}" for name in _MESSAGE_FIELDS), *(f"d.{name}" for name in _DELIVERY_FIELDS)]
 )
 _AGENT_COLUMNS = ", ".join(_AGENT_FIELDS)
+# What a session may claim: its queued mail, oldest first, through the index of what
+# waits (without statistics SQLite walks the primary key instead, for the order: the
+# recipient's whole history), and what is handed to other sessions (normally nothing),
+# its seeks skipping the session's own hand-outs (`session_id IS NOT ?` reads them all).
+_CLAIMABLE_QUEUED = f"""
+SELECT {_DELIVERY_COLUMNS}, d.seq FROM deliveries d INDEXED BY deliveries_by_state
+JOIN messages m ON m.seq = d.seq
+WHERE d.team = ? AND d.recipient = ? AND d.state = 'queued' ORDER BY d.seq LIMIT ?
+"""
+_CLAIMABLE_ELSEWHERE = """
+SELECT seq FROM deliveries
+    WHERE team = ?1 AND recipient = ?2 AND state = 'handed' AND session_id < ?3
+UNION ALL SELECT seq FROM deliveries
+    WHERE team = ?1 AND recipient = ?2 AND state = 'handed' AND session_id > ?3
+UNION ALL SELECT seq FROM deliveries
+    WHERE team = ?1 AND recipient = ?2 AND state = 'handed' AND session_id IS NULL
+"""
 
 Result = TypeVar("Result")
 
@@ -178,6 +209,10 @@ class SqliteMailbox:
         self.host = socket.gethostname()
         self._lock = threading.RLock()
         self._connection: sqlite3.Connection | None = None
+        self._rings: list[bytes] = []
+        """Doorbells to poke when the write transaction under way commits."""
+        self._durable = True
+        """The connection's `synchronous` level: FULL (True) or NORMAL."""
 
     # -- connection --------------------------------------------------------------------
 
@@ -212,10 +247,13 @@ class SqliteMailbox:
                 )
                 if connection.in_transaction:
                     connection.execute("COMMIT")
+            # From now on SQLITE_BUSY comes back at once and the waiting is ours (`_when_free`).
+            connection.execute("PRAGMA busy_timeout = 0")
         except sqlite3.Error as exc:
             connection.close()
             raise self._error(f"cannot use the mailbox: {exc}") from None
         self._connection = connection
+        self._durable = True
         return connection
 
     def close(self) -> None:
@@ -230,8 +268,11 @@ class SqliteMailbox:
 
     def _read(self, work: Callable[[sqlite3.Connection], Result]) -> Result:
         with self._lock:
+            connection = self._connect()
             try:
-                return work(self._connect())
+                # In WAL mode a read is rarely refused (another connection recovering the
+                # WAL after a crash, or checkpointing as it closes), and can be tried again.
+                return _when_free(lambda: work(connection))
             except sqlite3.Error as exc:
                 raise self._error(str(exc)) from None
 
@@ -247,12 +288,14 @@ class SqliteMailbox:
         with self._lock:
             connection = self._connect()
             try:
-                if not durable:
-                    connection.execute("PRAGMA synchronous = NORMAL")
-                connection.execute("BEGIN IMMEDIATE")
+                if durable != self._durable:  # set per write; left as is for the next one
+                    connection.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
+                    self._durable = durable
+                _when_free(lambda: connection.execute("BEGIN IMMEDIATE"))
             except sqlite3.Error as exc:
                 raise self._error(f"cannot write to the mailbox: {exc}") from None
             try:
+                self._rings = []
                 result = work(connection)
                 connection.execute("COMMIT")
             except BaseException as exc:
@@ -262,9 +305,9 @@ class SqliteMailbox:
                     raise self._error(str(exc)) from None
                 raise
             finally:
-                if not durable:
-                    with contextlib.suppress(sqlite3.Error):
-                        connection.execute("PRAGMA synchronous = FULL")
+                rings, self._rings = self._rings, []
+            with contextlib.suppress(OSError):  # committed: a poke is only a hint
+                ring_all(rings)
             return result
 
     def data_version(self) -> int:
@@ -503,9 +546,15 @@ class SqliteMailbox:
             self._insert(db, message, recipients)
             return recipients, recipients, None
 
+        def work_and_ring(
+            db: sqlite3.Connection,
+        ) -> tuple[list[str], list[str], MessagingError | None]:
+            recipients, to_ring, refused = work(db)
+            self._ring_on_commit(db, team, to_ring)
+            return recipients, to_ring, refused
+
         # A refusal is returned, not raised, so that the notices it queued are committed.
-        recipients, to_ring, refused = self._write(work)
-        self._ring_all(team, to_ring)
+        recipients, _, refused = self._write(work_and_ring)
         if refused is not None:
             raise refused
         return message, recipients
@@ -526,12 +575,11 @@ class SqliteMailbox:
                     (message.team, name, seq),
                 )
                 new = new or cursor.rowcount > 0
+            if new:
+                self._ring_on_commit(db, message.team, recipients)
             return new
 
-        new = self._write(work)
-        if new:
-            self._ring_all(message.team, recipients)
-        return new
+        return self._write(work)
 
     def store_rejected(self, message: Message, recipient: str, reason: str) -> None:
         """Keep a message from elsewhere that failed the checks, dead for `recipient` with
@@ -619,12 +667,13 @@ class SqliteMailbox:
                 recipients = [name for name in self._agent_names(db, team) if name != sender]
             else:
                 recipients = [recipient]
-            return self._loop_stop(db, team, sender, recipients)
+            stopped = self._loop_stop(db, team, sender, recipients)
+            if stopped is not None and stopped.new_stop:
+                self._ring_on_commit(db, team, [stopped.other])
+            return stopped
 
         stopped = self._write(work)
         if stopped is not None:
-            if stopped.new_stop:
-                self._ring_all(team, [stopped.other])
             raise stopped
         retry = self._read(lambda db: self._over_rate(db, team, sender))
         if retry is not None:
@@ -649,13 +698,14 @@ class SqliteMailbox:
         the pair are read, whatever the history.
         """
         now = datetime.now(UTC)
+        history = _PairHistory(db, team, self.max_exchanges)
         for other in recipients:
             if other == sender:
                 continue
             row = self._agent_row(db, team, other)
             if row is None or row.kind != "agent":
                 continue  # a message to a human puts a human in the loop
-            run_end = self._run_end(db, team, sender, other, now)
+            run_end = self._run_end(history, sender, other, now)
             if run_end is None:
                 continue
             newest, newest_at = run_end
@@ -687,24 +737,18 @@ class SqliteMailbox:
         return None
 
     def _run_end(
-        self, db: sqlite3.Connection, team: str, one: str, other: str, now: datetime
+        self, history: _PairHistory, one: str, other: str, now: datetime
     ) -> tuple[int, datetime] | None:
         """The seq and time of the pair's newest message when its current run (see
         `_loop_stop`) holds `max_exchanges` messages; None when it holds fewer. "Newer"
         is the commit order (seq): two messages may share a millisecond."""
-        human = db.execute(
-            "SELECT MAX(m.seq) FROM agents h JOIN messages m"
-            " ON m.team = h.team AND m.sender = h.name AND m.recipient IN (?, ?, ?)"
-            " WHERE h.team = ? AND h.kind = 'human'",
-            (one, other, BROADCAST, team),
-        ).fetchone()[0]
-        run: list[tuple[int, str, str]] = []
-        for sender, recipient in ((one, other), (one, BROADCAST), (other, one), (other, BROADCAST)):
-            run += db.execute(
-                "SELECT seq, created_at, sender FROM messages WHERE team = ? AND sender = ?"
-                " AND recipient = ? AND seq > ? ORDER BY seq DESC LIMIT ?",
-                (team, sender, recipient, human or 0, self.max_exchanges),
-            ).fetchall()
+        human = max(history.last_from_human(name) for name in (one, other, BROADCAST))
+        run = [
+            row
+            for pair in ((one, other), (one, BROADCAST), (other, one), (other, BROADCAST))
+            for row in history.newest(*pair)
+            if row[0] > human
+        ]
         if len(run) < self.max_exchanges:
             return None
         run = sorted(run, reverse=True)[: self.max_exchanges]
@@ -722,13 +766,14 @@ class SqliteMailbox:
         """None when `sender` may send now; else seconds until it may."""
         if sender == SYSTEM_SENDER:
             return None
-        # The sender's max_per_minute-th newest message: one index seek, whatever the history.
+        # The sender's max_per_minute-th newest message within the window: an index range
+        # of at most max_per_minute messages, whatever the history.
         row = db.execute(
-            "SELECT created_at FROM messages WHERE team = ? AND sender = ?"
+            "SELECT created_at FROM messages WHERE team = ? AND sender = ? AND created_at >= ?"
             " ORDER BY created_at DESC LIMIT 1 OFFSET ?",
-            (team, sender, self.max_per_minute - 1),
+            (team, sender, utc_now(-RATE_WINDOW), self.max_per_minute - 1),
         ).fetchone()
-        if row is None or row[0] < utc_now(-RATE_WINDOW):
+        if row is None:
             return None
         oldest = _moment(row[0])
         return max(0.0, RATE_WINDOW - (datetime.now(UTC) - oldest).total_seconds())
@@ -750,36 +795,28 @@ class SqliteMailbox:
         self._insert(db, notice, [to])
         return True
 
-    def ring(self, team: str, name: str) -> None:
-        """Wake `name` if it is waiting for mail (no-op with the doorbell off)."""
-        self._ring_all(team, [name])
+    def _ring_on_commit(self, db: sqlite3.Connection, team: str, names: Sequence[str]) -> None:
+        """Poke the doorbells of `names`' live sessions once this write transaction commits
+        (their addresses read in it: no second transaction)."""
+        if self.doorbell and names:
+            self._rings += self._bells(db, team, names)
 
-    def _ring_all(self, team: str, names: Sequence[str]) -> None:
-        """Poke the doorbells the live sessions of `names` recorded (addresses are per session)."""
-        if not self.doorbell or not names:
-            return
+    @staticmethod
+    def _bells(db: sqlite3.Connection, team: str, names: Sequence[str]) -> list[bytes]:
+        """The doorbell addresses the live sessions of `names` recorded (one per session)."""
         wanted = list(dict.fromkeys(names))
-
-        def bells(db: sqlite3.Connection) -> list[bytes]:
-            found: list[bytes] = []
-            for start in range(0, len(wanted), 500):  # SQLite's bound-parameter limit
-                chunk = wanted[start : start + 500]
-                found += [
-                    bytes(row[0])
-                    for row in db.execute(
-                        "SELECT bell FROM agents WHERE team = ? AND bell IS NOT NULL AND name IN"
-                        f" ({', '.join('?' * len(chunk))})",
-                        (team, *chunk),
-                    )
-                ]
-            return found
-
-        try:
-            addresses = self._read(bells)
-        except MessagingError:
-            return  # a poke is only a hint: the recipient looks anyway, a second later
-        for address in addresses:
-            ring(address)
+        found: list[bytes] = []
+        for start in range(0, len(wanted), 500):  # SQLite's bound-parameter limit
+            chunk = wanted[start : start + 500]
+            found += [
+                bytes(row[0])
+                for row in db.execute(
+                    "SELECT bell FROM agents WHERE team = ? AND bell IS NOT NULL AND name IN"
+                    f" ({', '.join('?' * len(chunk))})",
+                    (team, *chunk),
+                )
+            ]
+        return found
 
     # -- receiving ---------------------------------------------------------------------
 
@@ -797,12 +834,18 @@ class SqliteMailbox:
         now = utc_now()
 
         def work(db: sqlite3.Connection) -> tuple[list[Delivery], set[str]]:
-            rows = db.execute(
-                f"SELECT {_DELIVERY_COLUMNS}, d.seq FROM deliveries d JOIN messages m ON m.seq = d.seq"
-                " WHERE d.team = ? AND d.recipient = ? AND (d.state = 'queued'"
-                " OR (d.state = 'handed' AND d.session_id IS NOT ?)) ORDER BY d.seq LIMIT ?",
-                (team, name, session_id, limit),
-            ).fetchall()
+            rows = db.execute(_CLAIMABLE_QUEUED, (team, name, limit)).fetchall()
+            elsewhere = sorted(
+                row[0] for row in db.execute(_CLAIMABLE_ELSEWHERE, (team, name, session_id))
+            )[:limit]
+            if elsewhere:  # a session of this agent died with mail handed to it
+                rows += db.execute(
+                    f"SELECT {_DELIVERY_COLUMNS}, d.seq FROM deliveries d JOIN messages m"
+                    " ON m.seq = d.seq WHERE d.team = ? AND d.recipient = ?"
+                    f" AND d.seq IN ({', '.join('?' * len(elsewhere))})",
+                    (team, name, *elsewhere),
+                ).fetchall()
+                rows = sorted(rows, key=lambda row: int(row[-1]))[:limit]
             handed: list[Delivery] = []
             told: set[str] = set()
             for row in rows:
@@ -831,12 +874,12 @@ class SqliteMailbox:
                 )
                 delivery.state, delivery.handed_at = "handed", now
                 handed.append(delivery)
+            self._ring_on_commit(db, team, sorted(told))
             return handed, told
 
         # Not synced: a hand-out undone by a power cut is handed out again (the dead
         # notices it may queue go with it, consistently).
-        handed, told = self._write(work, durable=False)
-        self._ring_all(team, sorted(told))
+        handed, _ = self._write(work, durable=False)
         return handed
 
     def typed(self, message_id: str, recipient: str, *, team: str, session_id: str) -> bool:
@@ -931,12 +974,11 @@ class SqliteMailbox:
                     f"Your message to {recipient} [{short_id(message_id)}] was refused: "
                     f"{reason or 'a MessageReceived hook denied it'}.",
                 )
+                self._ring_on_commit(db, team, [row[1]])
                 return str(row[1])
             return ""
 
         told = self._write(work, durable=state != "acked")  # a lost ack means redelivery
-        if told:
-            self.ring(team, told)
         return told is not None
 
     # -- reading -----------------------------------------------------------------------
@@ -996,6 +1038,68 @@ class SqliteMailbox:
             return [_message(row) for row in reversed(rows)]
 
         return self._read(work)
+
+
+class _PairHistory:
+    """What the loop guard reads for one send, each read once (a broadcast checks a pair
+    per recipient, and every pair includes the sender): index seeks only, whatever the
+    history."""
+
+    def __init__(self, db: sqlite3.Connection, team: str, limit: int) -> None:
+        self._db, self._team, self._limit = db, team, limit
+        self._newest: dict[tuple[str, str], list[tuple[int, str, str]]] = {}
+        self._from_human: dict[str, int] = {}
+
+    def newest(self, sender: str, recipient: str) -> list[tuple[int, str, str]]:
+        """(seq, created_at, sender) of the newest `limit` messages `sender` sent `recipient`."""
+        key = (sender, recipient)
+        if key not in self._newest:
+            self._newest[key] = self._db.execute(
+                "SELECT seq, created_at, sender FROM messages WHERE team = ? AND sender = ?"
+                " AND recipient = ? ORDER BY seq DESC LIMIT ?",
+                (self._team, sender, recipient, self._limit),
+            ).fetchall()
+        return self._newest[key]
+
+    def last_from_human(self, recipient: str) -> int:
+        """The seq of the last message a human sent `recipient`; 0 if none."""
+        if recipient not in self._from_human:
+            # Per human an index seek (sender, recipient): humans are few, their messages too.
+            self._from_human[recipient] = (
+                self._db.execute(
+                    "SELECT MAX(seq) FROM messages WHERE team = ?1 AND recipient = ?2 AND sender IN"
+                    " (SELECT name FROM agents WHERE team = ?1 AND kind = 'human')",
+                    (self._team, recipient),
+                ).fetchone()[0]
+                or 0
+            )
+        return self._from_human[recipient]
+
+
+def _when_free(attempt: Callable[[], Result]) -> Result:
+    """`attempt()`, tried again while the database is locked (SQLITE_BUSY), for up to
+    BUSY_TIMEOUT.
+
+    SQLite's own busy handler sleeps 1, 2, 5, 10, 15 ms... between tries: eight
+    sessions claiming one broadcast, each holding the write lock for 0.1 ms, waited 1 to
+    8 ms for it. Here the lock is tried again within 50 to 200 µs (with jitter, so that
+    the waiters do not retry in step), and 5 ms apart once it has been held for long.
+    """
+    started: float | None = None
+    wait = _BUSY_FIRST_WAIT
+    while True:
+        try:
+            return attempt()
+        except sqlite3.OperationalError as exc:
+            if getattr(exc, "sqlite_errorcode", 0) & 0xFF != sqlite3.SQLITE_BUSY:
+                raise
+            now = time.monotonic()
+            started = now if started is None else started
+            waited = now - started
+            if waited >= BUSY_TIMEOUT:
+                raise
+        time.sleep(min(wait * random.uniform(0.5, 1.0), BUSY_TIMEOUT - waited))
+        wait = min(2 * wait, _BUSY_SHORT_WAIT if waited < _BUSY_QUEUE_SECONDS else _BUSY_LONG_WAIT)
 
 
 def _moment(created_at: str) -> datetime:
