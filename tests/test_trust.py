@@ -12,9 +12,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from relay.config import trust as trust_module
 from relay.config.loader import parse_settings
 from relay.config.model import HookEntry
-from relay.config import trust as trust_module
 from relay.config.trust import (
     TrustGrant,
     TrustManifest,
