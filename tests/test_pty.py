@@ -18,7 +18,9 @@ import anyio
 import pytest
 
 from relay.errors import RelayError
+from relay.session import pump as pump_module
 from relay.session.pty import AgentExitedError, AgentPty, AgentSpawnError
+from relay.session.pump import OutputPump
 from relay.session.terminal import passthrough, terminal_size
 
 RESOURCES = Path(__file__).parent / "resources" / "session"
@@ -470,6 +472,106 @@ async def test_passthrough_copies_both_ways_and_returns_the_exit_code(
     assert shown == bytes(seen)  # the terminal got exactly what was scanned
     assert b"\x1b[1;32mGREEN\x1b[0m h\xc3\xa9llo \xe2\x9c\x93\ttab\r\n" in shown
     assert b"GOT 'hi there'" in shown
+
+
+def copier_pids() -> list[int]:
+    """The output copiers (pump.COPIER processes) that are children of this test."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().split(b"\0")
+            parent = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if (
+            parent == os.getpid()
+            and b"-c" in command
+            and any(b"lifeline" in part for part in command)
+        ):
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.anyio
+async def test_the_output_reaches_the_loop_whole_in_order_and_in_blocks(
+    spawn: Callable[..., AgentPty], tmp_path: Path
+) -> None:
+    """A burst of 3 MB: the terminal and the loop get the same bytes, the loop in a few
+    hundred blocks (not one per 4 KiB read)."""
+    agent = AgentPty.spawn(
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.stdout.write(''.join(f'{n:07d} line\\n' for n in range(240_000)))",
+        ]
+    )
+    seen: list[bytes] = []
+    screen_file = tmp_path / "screen"
+    with open(screen_file, "wb") as screen, open(os.devnull, "rb") as keys:
+        with anyio.fail_after(30):
+            code = await passthrough(
+                agent, stdin_fd=keys.fileno(), stdout_fd=screen.fileno(), on_output=seen.append
+            )
+    agent.close()
+    assert code == 0
+    shown = screen_file.read_bytes()
+    assert shown == b"".join(seen)
+    assert shown.count(b"\n") == 240_000 and shown.startswith(b"0000000 line\r\n")
+    assert len(seen) < 3_000_000 // 4096  # blocks, not reads
+    assert wait_gone(copier_pids()) == []
+
+
+@pytest.mark.anyio
+async def test_stop_ends_a_copier_stuck_on_a_terminal_that_takes_nothing(
+    spawn: Callable[..., AgentPty],
+) -> None:
+    """A terminal paused with Ctrl-S (here: a pipe nobody reads) blocks the copier's
+    write; stop() still returns within its bound and leaves no copier behind."""
+    agent = AgentPty.spawn([sys.executable, "-c", "import sys; sys.stdout.write('x' * 2_000_000)"])
+    stuck_read, stuck_write = os.pipe()
+    pump = OutputPump(agent, stuck_write)
+    try:
+        pump.start()
+        await anyio.sleep(0.5)  # the pipe (64 KiB) is full long before
+        assert copier_pids()
+        started = time.monotonic()
+        pump.stop()
+        assert time.monotonic() - started < pump_module.STOP_WAIT + SLACK
+        assert wait_gone(copier_pids()) == []
+    finally:
+        agent.close()
+        os.close(stuck_read)
+        os.close(stuck_write)
+
+
+def test_the_copier_ends_when_relay_dies(tmp_path: Path) -> None:
+    """The copier holds the agent's PTY: if relay is killed it must not copy on for ever."""
+    script = (
+        "import anyio, os, sys\n"
+        "from relay.session.pty import AgentPty\n"
+        "from relay.session.pump import OutputPump\n"
+        "agent = AgentPty.spawn(['sleep', '60'])\n"
+        "pump = OutputPump(agent, os.open(os.devnull, os.O_WRONLY))\n"
+        "async def main():\n"
+        "    pump.start()\n"
+        "    print(pump._process.pid, flush=True)\n"
+        "    await anyio.sleep(60)\n"
+        "anyio.run(main)\n"
+    )
+    relay = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    try:
+        assert relay.stdout is not None
+        copier = int(relay.stdout.readline())
+        assert not process_gone(copier)
+        relay.kill()
+        relay.wait()
+        assert wait_gone([copier], timeout=5) == []
+    finally:
+        relay.kill()
+        relay.wait()
+        relay.stdout.close()
 
 
 # ---- TTY passthrough in a real terminal: tmux

@@ -162,6 +162,18 @@ class AgentPty:
         async with self._input():
             await self._write_all(data)
 
+    def write_nowait(self, data: bytes) -> int:
+        """Write what the agent's input takes now, when nobody holds or waits for it (see
+        `exclusive_input`): how many bytes were written (0 when it is held, full, or the
+        agent is gone; `write` then does the rest, or says what went wrong)."""
+        lock = self._input_lock
+        if self._closed or (lock is not None and lock.locked()):
+            return 0
+        try:
+            return os.write(self.master_fd, data)
+        except OSError:
+            return 0
+
     @contextlib.asynccontextmanager
     async def exclusive_input(self) -> AsyncIterator[None]:
         """Hold the agent's input: writes from other tasks wait until the block ends.

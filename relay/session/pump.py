@@ -1,145 +1,195 @@
-"""The agent's output copied to the human's terminal on a thread of its own.
+"""The agent's output copied to the human's terminal by a process of its own.
 
-The copy is what the human waits on, so it runs like `script` does: a blocking read of
-the PTY master, then a blocking write to the terminal, with no event loop turn between
-them and no Python work but the two calls (both release the GIL). Each chunk, once
-written, is handed to the event loop, where the scanner, the injector and the transcript
-see it (DESIGN §8: the terminal bytes are never altered or delayed by that work).
+The copy is what the human waits on, so it runs like `script` does: a read of the PTY
+master, then a blocking write to the terminal, with no Python work but the two calls.
+It runs in a small child process (COPIER, a few lines on `python -I -S`), not on a
+thread: a thread would need relay's GIL back after every 4 KiB read, and would wait for
+it whenever the event loop is scanning, which capped passthrough at half of `script`'s
+throughput. The child also writes each chunk, once shown, to a pipe that the event loop
+reads in large blocks; there the scanner, the injector and the transcript see it (DESIGN
+§8: the terminal bytes are never altered or delayed by that work).
 
-The loop may fall behind a fast writer: at most `max_pending` bytes wait for it, then
-the copy waits too, so memory stays bounded and no chunk is skipped by the scanner.
+The loop may fall behind a fast writer: the pipe holds up to PIPE_BYTES, then the copy
+waits too, so memory stays bounded and no chunk is skipped by the scanner. The child
+lives no longer than the session: it ends when the agent's side of the PTY closes, when
+relay closes its end of a lifeline pipe (`stop`, or relay's own death), or when `stop`
+kills it (a terminal paused with Ctrl-S blocks its write).
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import errno
+import fcntl
 import os
-import select
-import threading
-from collections.abc import AsyncIterator
+import subprocess
+import sys
+from collections.abc import Callable
 
 from relay.session.pty import AgentPty
 
-MAX_PENDING = 8 << 20
-"""Bytes written to the terminal but not yet seen by the loop, before the copy waits."""
-READ_SIZE = 1 << 16
+PIPE_BYTES = 1 << 20
+"""How far the loop may fall behind the terminal before the copy waits (the pipe's size)."""
+READ_BYTES = 1 << 20
+BATCH_BYTES = 64 << 10
+BATCH_QUIET_MS = 1
+BATCH_MAX_SECONDS = 0.01
+"""The copier hands output to the loop in blocks: when BATCH_BYTES have gathered, when
+the output pauses for BATCH_QUIET_MS, and at the latest BATCH_MAX_SECONDS after the
+block's first byte reached the terminal. The loop then wakes once per block, not per
+read, and not in the middle of a keystroke's echo."""
+STOP_WAIT = 1.0
+"""Seconds stop() waits for the copier to end before killing it."""
+
+COPIER = r"""
+import errno, os, select, signal, sys, time
+master, terminal, sink, lifeline = map(int, sys.argv[1:5])
+batch, quiet_ms, most = int(sys.argv[5]), int(sys.argv[6]), float(sys.argv[7])
+for number in ("SIGHUP", "SIGINT", "SIGQUIT", "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGPIPE"):
+    signal.signal(getattr(signal, number), signal.SIG_IGN)
+poller = select.poll()
+poller.register(master, select.POLLIN)
+poller.register(lifeline, select.POLLIN)
+read, write, clock = os.read, os.write, time.monotonic
+held, size, since = [], 0, 0.0
+
+def write_all(fd, data):
+    while data:
+        data = data[write(fd, data):]
+
+def hand_over():
+    global held, size
+    write_all(sink, b"".join(held))
+    held, size = [], 0
+
+try:
+    while True:
+        try:
+            data = read(master, 65536)
+        except BlockingIOError:
+            if held:
+                wait = max(0, min(quiet_ms, int((since + most - clock()) * 1000)))
+                ready = poller.poll(wait)
+                if not ready:
+                    hand_over()  # the output paused: the loop sees it now
+                    continue
+            else:
+                ready = poller.poll()
+            if any(fd == lifeline for fd, _ in ready):
+                break  # relay is gone, or stopped the copy
+            continue
+        except OSError as exc:
+            if exc.errno in (errno.EIO, errno.EBADF):
+                break  # every slave fd is closed: the agent's output has ended
+            raise
+        if not data:
+            break
+        if terminal >= 0:
+            try:
+                write_all(terminal, data)
+            except OSError:  # EIO / EPIPE: the terminal is gone; the loop still sees output
+                terminal = -1
+        if not held:
+            since = clock()
+        held.append(data)
+        size += len(data)
+        if size >= batch or clock() - since >= most:
+            hand_over()
+    if held:
+        hand_over()
+except OSError:
+    pass  # relay stopped reading
+"""
 
 
 class OutputPump:
     """Copies `agent`'s output to `terminal_fd` until the agent's side of the PTY closes
-    or `stop` is called; `chunks()` yields each chunk to the loop, in order."""
+    or `stop` is called; `deliver()` hands the output to the loop, in order."""
 
-    def __init__(self, agent: AgentPty, terminal_fd: int, *, max_pending: int = MAX_PENDING):
+    def __init__(self, agent: AgentPty, terminal_fd: int):
         self._master = agent.master_fd
-        self._agent = agent
         self._terminal = terminal_fd
-        self._terminal_open = True
-        self._max_pending = max_pending
-        self._chunks: collections.deque[bytes] = collections.deque()
-        self._pending = 0
-        self._room = threading.Condition()
-        self._finished = False
-        self._stopped = False
-        self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._ready: asyncio.Event | None = None
-        self._thread = threading.Thread(target=self._run, name="relay-output", daemon=True)
+        self._process: subprocess.Popen[bytes] | None = None
+        self._sink = -1
+        self._lifeline = -1
 
     def start(self) -> None:
-        """Start copying (call from the event loop that consumes `chunks`)."""
-        self._loop = asyncio.get_running_loop()
-        self._ready = asyncio.Event()
-        self._thread.start()
+        """Start the copier."""
+        sink_read, sink_write = os.pipe2(os.O_CLOEXEC)
+        lifeline_read, lifeline_write = os.pipe2(os.O_CLOEXEC)
+        with contextlib.suppress(OSError):  # a smaller pipe only means an earlier wait
+            fcntl.fcntl(sink_write, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        fds = (self._master, self._terminal, sink_write, lifeline_read)
+        try:
+            self._process = subprocess.Popen(
+                [
+                    *(sys.executable, "-I", "-S", "-c", COPIER),
+                    *map(str, fds),
+                    *map(str, (BATCH_BYTES, BATCH_QUIET_MS, BATCH_MAX_SECONDS)),
+                ],
+                pass_fds=fds,
+                stdin=subprocess.DEVNULL,
+                close_fds=True,
+            )
+        finally:
+            os.close(sink_write)
+            os.close(lifeline_read)
+        os.set_blocking(sink_read, False)
+        self._sink, self._lifeline = sink_read, lifeline_write
 
-    async def chunks(self) -> AsyncIterator[bytes]:
-        """Each chunk after it reached the terminal, until the agent's output ends."""
-        assert self._ready is not None
-        while True:
-            with self._room:
-                taken = list(self._chunks)
-                self._chunks.clear()
-                self._pending = 0
-                finished = self._finished
-                if not taken and not finished:
-                    # Under the lock: a chunk added after this sets the event again.
-                    self._ready.clear()
-                self._room.notify_all()
-            for data in taken:
-                yield data
-            if not taken:
-                if finished:
-                    return
-                await self._ready.wait()
+    async def deliver(self, on_output: Callable[[bytes], None]) -> None:
+        """Call `on_output` with the output once it reached the terminal, in order (each
+        time all that the pipe holds, up to READ_BYTES), until the output ends. Called
+        straight from the loop's poll, not by a task woken for each read: a keystroke's
+        echo is handled before the next keystroke comes. An error in `on_output` ends the
+        delivery and is raised here."""
+        loop = asyncio.get_running_loop()
+        ended: asyncio.Future[None] = loop.create_future()
+
+        def end(error: BaseException | None) -> None:
+            loop.remove_reader(self._sink)
+            if not ended.done():
+                if error is None:
+                    ended.set_result(None)
+                else:
+                    ended.set_exception(error)
+
+        def readable() -> None:
+            try:
+                data = os.read(self._sink, READ_BYTES)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                end(None if exc.errno == errno.EBADF else exc)
+                return
+            if not data:
+                end(None)
+                return
+            try:
+                on_output(data)
+            except Exception as exc:  # raised in the session's task, not lost in the loop
+                end(exc)
+
+        loop.add_reader(self._sink, readable)
+        try:
+            await ended
+        finally:
+            loop.remove_reader(self._sink)
 
     def stop(self) -> None:
-        """End the copy now (the agent is gone, or the session ends) and wait for the
-        thread: the master fd is not read after this returns."""
-        with self._room:
-            self._stopped = True
-            self._room.notify_all()
-        with contextlib.suppress(OSError):
-            os.write(self._wake_write, b"x")
-        if self._thread.is_alive():
-            self._thread.join()
-        for fd in (self._wake_read, self._wake_write):
-            with contextlib.suppress(OSError):
-                os.close(fd)
-
-    # ---- the thread
-
-    def _run(self) -> None:
-        try:
-            while (data := self._read()) and not self._stopped:
-                if self._terminal_open:
-                    try:
-                        self._write_all(data)
-                    except OSError:  # EIO / EPIPE: the terminal is gone; keep scanning
-                        self._terminal_open = False
-                with self._room:
-                    while self._pending >= self._max_pending and not self._stopped:
-                        self._room.wait()
-                    self._pending += len(data)
-                    self._chunks.append(data)
-                self._wake_loop()
-        finally:
-            with self._room:
-                self._finished = True
-            self._wake_loop()
-
-    def _read(self) -> bytes:
-        """The agent's next output (all it has written, up to READ_SIZE); b"" at its end."""
-        while not self._stopped:
+        """End the copy now (the agent is gone, or the session ends): the copier does not
+        read the master once this returns."""
+        process = self._process
+        if self._lifeline >= 0:
+            os.close(self._lifeline)
+            self._lifeline = -1
+        if process is not None:
             try:
-                data = os.read(self._master, READ_SIZE)
-            except BlockingIOError:
-                self._wait(self._master, select.POLLIN)
-                continue
-            except OSError as exc:
-                if exc.errno in (errno.EIO, errno.EBADF):  # every slave fd is closed
-                    return b""
-                raise
-            return self._agent.read_more(data, READ_SIZE) if data else b""
-        return b""
-
-    def _write_all(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view and not self._stopped:
-            try:
-                view = view[os.write(self._terminal, view) :]
-            except BlockingIOError:
-                self._wait(self._terminal, select.POLLOUT)
-
-    def _wait(self, fd: int, events: int) -> None:
-        """Until `fd` is ready or `stop` is called (the GIL is released meanwhile)."""
-        poller = select.poll()
-        poller.register(fd, events)
-        poller.register(self._wake_read, select.POLLIN)
-        poller.poll()
-
-    def _wake_loop(self) -> None:
-        assert self._loop is not None and self._ready is not None
-        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is waiting
-            self._loop.call_soon_threadsafe(self._ready.set)
+                process.wait(STOP_WAIT)
+            except subprocess.TimeoutExpired:
+                process.kill()  # blocked writing to a terminal that takes nothing
+                process.wait()
+        if self._sink >= 0:
+            os.close(self._sink)
+            self._sink = -1

@@ -3,15 +3,18 @@
 `passthrough` copies keystrokes to the agent and the agent's output to the terminal
 byte for byte, writing each chunk before anyone else sees it (DESIGN §8: TTY
 passthrough never alters or delays the terminal bytes); scanning happens after, on a
-copy. It reads and writes the terminal through file descriptions of its own, opened
-non-blocking, so the loop never blocks on a slow terminal and O_NONBLOCK never leaks
-into the shell that shares the terminal's original description.
+copy. It reads and writes the terminal through file descriptions of its own (the loop
+reads keys from a non-blocking one; the output pump's thread writes to a blocking one),
+so the loop never blocks on a slow terminal and O_NONBLOCK never leaks into the shell
+that shares the terminal's original description.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
+import math
 import os
 import signal
 import termios
@@ -149,26 +152,83 @@ async def passthrough(
 
     async def pump_output(pump: OutputPump) -> None:
         try:
-            async for data in pump.chunks():
-                on_output(data)
+            await pump.deliver(on_output)
         finally:
             output_done.set()
 
+    def take_keys(data: bytes) -> bytes:
+        """What of the human's keys goes to the agent, once relay has seen them."""
+        if intercept is not None and not (data := intercept(data)):
+            return b""
+        if on_input is not None:
+            on_input(data)
+        return data
+
     async def pump_input(user_in: int) -> None:
-        while data := await _read(user_in):
-            if intercept is not None and not (data := intercept(data)):
-                continue
-            if on_input is not None:
-                on_input(data)
+        loop = asyncio.get_running_loop()
+        send, receive = anyio.create_memory_object_stream[bytes](math.inf)
+        waiting = 0  # keys sent to `receive` and not yet written: later keys queue behind
+        failure: list[BaseException] = []
+
+        def readable() -> None:
+            # Straight from the loop's poll: a key reaches the agent without a task switch.
+            nonlocal waiting
             try:
-                await agent.write(data)
-            except AgentExitedError:
+                data = os.read(user_in, _READ_SIZE)
+            except BlockingIOError:
                 return
+            except OSError as exc:
+                data = b""
+                if exc.errno != errno.EIO:  # EIO: the terminal hung up
+                    failure.append(exc)
+            try:
+                keys = take_keys(data) if data else b""
+            except Exception as exc:
+                failure.append(exc)
+                data = b""
+            if not data:
+                loop.remove_reader(user_in)
+                send.close()
+                return
+            if keys and not waiting:
+                keys = keys[agent.write_nowait(keys) :]
+            if keys:
+                waiting += 1
+                send.send_nowait(keys)
+
+        try:
+            loop.add_reader(user_in, readable)
+        except PermissionError:  # a regular file or /dev/null: never waits, cannot be polled
+            send.close()
+            receive.close()
+            while data := await _read(user_in):
+                if keys := take_keys(data):
+                    try:
+                        await agent.write(keys)
+                    except AgentExitedError:
+                        return
+            return
+        try:
+            async with receive:
+                async for keys in receive:
+                    try:
+                        await agent.write(keys)
+                    except AgentExitedError:
+                        return
+                    finally:
+                        waiting -= 1
+        finally:
+            loop.remove_reader(user_in)
+            send.close()
+        if failure:
+            raise failure[0]
 
     size_fd = next((fd for fd in (stdout_fd, stdin_fd) if os.isatty(fd)), None)
     with (
         _own_description(stdin_fd, os.O_RDONLY) as user_in,
-        _own_description(stdout_fd, os.O_WRONLY) as user_out,
+        # Written by the pump's thread alone, so blocking: one write(2) per chunk, as
+        # `script` does, not a partial write and a poll per terminal buffer's worth.
+        _own_description(stdout_fd, os.O_WRONLY, blocking=True) as user_out,
     ):
         pump = OutputPump(agent, user_out)
         pump.start()
@@ -228,16 +288,18 @@ def _restore_then_exit(signum: int, frame: FrameType | None) -> None:
 
 
 @contextlib.contextmanager
-def _own_description(fd: int, mode: int) -> Iterator[int]:
-    """A non-blocking fd on a new open file description of the terminal on `fd`, else `fd`."""
+def _own_description(fd: int, mode: int, *, blocking: bool = False) -> Iterator[int]:
+    """An fd on a new open file description of the terminal on `fd` (non-blocking unless
+    `blocking`), else `fd`."""
     if not os.isatty(fd):
         yield fd  # a pipe or file: blocking reads and writes there do not stall for long
         return
+    flags = mode | os.O_NOCTTY | os.O_CLOEXEC | (0 if blocking else os.O_NONBLOCK)
     try:
-        own = os.open(f"/proc/self/fd/{fd}", mode | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        own = os.open(f"/proc/self/fd/{fd}", flags)
     except OSError:
         try:
-            own = os.open(os.ttyname(fd), mode | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+            own = os.open(os.ttyname(fd), flags)
         except OSError:
             yield fd
             return

@@ -344,30 +344,32 @@ def bench_passthrough(data: bytes) -> float:
     return relay / direct
 
 
-def _round_trips(master: int, section: _Section) -> list[float]:
-    """Milliseconds from typing `N` + Enter to reading `pong N`, for each of the round trips."""
+def _wait_ready(master: int, section: _Section) -> None:
     buffer = b""
     while b"ready" not in buffer:
         buffer += _read(master, section) or b"EOF"
         if buffer.endswith(b"EOF"):
             raise SystemExit(f"ended before it was ready: {buffer!r}")
-    times: list[float] = []
-    for trip in range(WARM_UP_TRIPS + ROUND_TRIPS):
-        answer = b"pong %d\r\n" % trip
-        buffer = b""
-        start = time.perf_counter()
-        os.write(master, b"%d\r" % trip)
-        while answer not in buffer:
-            data = _read(master, section)
-            if not data:
-                raise SystemExit(f"EOF waiting for {answer!r}")
-            buffer += data
-        if trip >= WARM_UP_TRIPS:
-            times.append((time.perf_counter() - start) * 1000)
+
+
+def _round_trip(master: int, trip: int, section: _Section) -> float:
+    """Milliseconds from typing `trip` + Enter to reading `pong trip`."""
+    answer = b"pong %d\r\n" % trip
+    buffer = b""
+    start = time.perf_counter()
+    os.write(master, b"%d\r" % trip)
+    while answer not in buffer:
+        data = _read(master, section)
+        if not data:
+            raise SystemExit(f"EOF waiting for {answer!r}")
+        buffer += data
+    return (time.perf_counter() - start) * 1000
+
+
+def _finish(master: int, section: _Section) -> None:
     os.write(master, b"\x04")  # Ctrl-D: end of input, the program exits (and relay with it)
     while _read(master, section):
         pass
-    return times
 
 
 def _p99(times: list[float]) -> float:
@@ -375,8 +377,9 @@ def _p99(times: list[float]) -> float:
 
 
 def bench_round_trip() -> float:
-    """Keystroke to answer through `relay run`, directly and under `script`: median and
-    p99 ms; returns relay's p50 against script's (against direct without `script`)."""
+    """Keystroke to answer through `relay run`, directly and under `script` (the three
+    running at once, one trip each in turn): median and p99 ms; returns relay's p50
+    against script's (against direct without `script`)."""
     with tempfile.TemporaryDirectory() as home:
         program = [sys.executable, "-c", _PING_PONG]
         env = _relay_env(home)
@@ -384,11 +387,23 @@ def bench_round_trip() -> float:
         runs = {"direct": program, "relay": _relay_argv(program, home)}
         if (script := _script_argv(program)) is not None:
             runs["script"] = script
-        times: dict[str, list[float]] = {}
+        times: dict[str, list[float]] = {name: [] for name in runs}
         try:
-            for name, argv in runs.items():
-                with _on_pty(argv, env, home) as master:
-                    times[name] = _round_trips(master, section)
+            with contextlib.ExitStack() as stack:
+                # All three at once, trips taking turns: noise on the machine hits each alike.
+                masters = {
+                    name: stack.enter_context(_on_pty(argv, env, home))
+                    for name, argv in runs.items()
+                }
+                for master in masters.values():
+                    _wait_ready(master, section)
+                for trip in range(WARM_UP_TRIPS + ROUND_TRIPS):
+                    for name, master in masters.items():
+                        took = _round_trip(master, trip, section)
+                        if trip >= WARM_UP_TRIPS:
+                            times[name].append(took)
+                for master in masters.values():
+                    _finish(master, section)
         except TimeoutError:
             print(f"round trip              gave up after {SECTION_SECONDS:.0f} s")
             return math.inf
