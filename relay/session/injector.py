@@ -270,7 +270,10 @@ class Injector:
     def _scan_modes(self, data: bytes) -> None:
         """Follow ESC[?2004h / ESC[?2004l, even when a sequence is split across chunks."""
         buffer = self._output_tail + data if self._output_tail else data
-        matches = list(_PRIVATE_MODE.finditer(buffer))
+        # Only ESC[?…2004…h/l and ESC c change anything here: two substring tests first,
+        # as most output has none (and the regex would stop at every other ESC[?).
+        maybe = b"2004" in buffer or b"\x1bc" in buffer
+        matches = list(_PRIVATE_MODE.finditer(buffer)) if maybe else []
         # Printed while the agent reads lines: displayed text, not the agent's own mode.
         for match in matches if matches and not self._reads_lines() else ():
             if match.group(2) is None:

@@ -197,9 +197,61 @@ class LineSplitter:
             ]
         return lines
 
+    def skip(self, chunk: bytes) -> None:
+        """Go past a chunk whose lines nobody wants: only the line it leaves open is kept."""
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            self._pending.add(chunk)
+            return
+        self._pending.take()
+        self._pending.add(chunk[end + 1 :])
+
     def close(self) -> list[bytes]:
         """The final line, when the stream did not end with a newline."""
         line, cut = self._pending.take()
         if not line:
             return []
         return [bound_line(line, self._limit) if cut or len(line) > self._limit else line]
+
+
+class RecentOutput:
+    """The last complete lines of a byte stream (at most `count`), kept as the raw tail of
+    the stream and split only when asked: output that nobody reads line by line costs a
+    copy of its tail, not a split. A line longer than TAIL_BYTES is not among them."""
+
+    TAIL_BYTES = 256 * 1024
+
+    def __init__(self, count: int) -> None:
+        self._count = count
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._cut = False
+        """Whether bytes before the tail were dropped (its first line may be partial)."""
+        self._ended = False
+
+    def add(self, chunk: bytes) -> None:
+        """More of the stream."""
+        self._parts.append(chunk)
+        self._size += len(chunk)
+        if self._size > 2 * self.TAIL_BYTES:
+            tail = b"".join(self._parts)[-self.TAIL_BYTES :]
+            self._parts, self._size, self._cut = [tail], len(tail), True
+
+    def end(self) -> None:
+        """The stream ended: a last line without a newline counts as complete."""
+        self._ended = True
+
+    def lines(self) -> list[bytes]:
+        """The last complete lines, oldest first (without their `\\n`)."""
+        data = b"".join(self._parts)
+        cut = self._cut or len(data) > self.TAIL_BYTES
+        data = data[-self.TAIL_BYTES :]
+        if self._ended and data and not data.endswith(b"\n"):
+            data += b"\n"
+        end = data.rfind(b"\n")
+        if end < 0:
+            return []
+        lines = data[:end].split(b"\n")
+        if cut:
+            lines = lines[1:]  # began before the tail
+        return lines[-self._count :]

@@ -67,7 +67,7 @@ from relay.session.directives import (
 from relay.session.echo import EchoFilter
 from relay.session.inbox import SessionInbox
 from relay.session.injector import PASTE_END, PASTE_START, Injector
-from relay.session.lines import clean_block
+from relay.session.lines import RecentOutput, clean_block
 from relay.session.pty import AgentExitedError, AgentPty
 from relay.session.screen import SETTLE_SECONDS, ScreenReader, draws_screen
 from relay.session.terminal import passthrough, raw_terminal, terminal_size
@@ -75,9 +75,9 @@ from relay.session.transcript import Transcript
 from relay.session.voices import voice_for
 
 RECENT_LINES = 200
-TRANSCRIPT_RATE = 2_000_000
+TRANSCRIPT_RATE = 1_000_000
 """Bytes of output a second the transcript records on average (see _transcript_admits)."""
-TRANSCRIPT_BURST = 8_000_000
+TRANSCRIPT_BURST = 4_000_000
 """Bytes of output the transcript records at once after a quiet spell."""
 TRANSCRIPT_FLUSH_SECONDS = 0.2
 OUTPUT_BATCH_SECONDS = 0.05
@@ -171,7 +171,7 @@ class Session:
         if extra:  # hooks the agent runs itself (`relay hooks run`) see the same settings
             self.env[SETTINGS_VARIABLE] = os.pathsep.join(str(path.resolve()) for path in extra)
         # The last output lines as the agent printed them: cleaned only when asked for.
-        self._recent_raw: collections.deque[bytes] = collections.deque(maxlen=RECENT_LINES)
+        self._recent_raw = RecentOutput(RECENT_LINES)
         self.memory: MemoryService | None = None
         self.memory_config = memory_config(hooks.settings)
         self.messaging_config = messaging_config(hooks.settings)
@@ -404,7 +404,12 @@ class Session:
             for directive in self._scanner.feed(self._echo.filter(data)):
                 self._directives.send_nowait(directive)
             self._note_refused()
-        self._keep_lines(self._lines.feed(data))
+        self._recent_raw.add(data)
+        if self.headless or self._output_hooked or self._transcript_has_room(len(data)):
+            self._keep_lines(self._lines.feed(data))
+        else:  # nothing wants these lines (the transcript's share is spent): not split
+            self._lines.skip(data)
+            self._count_unrecorded(len(data), data.count(b"\n"))
 
     async def _type(self, agent: AgentPty, data: bytes) -> None:
         """The injector's writes: remembered, so that their echo is not scanned."""
@@ -428,16 +433,16 @@ class Session:
     @property
     def recent(self) -> list[str]:
         """The agent's last output lines (at most RECENT_LINES), cleaned, oldest first."""
-        if not self._recent_raw:
+        lines = self._recent_raw.lines()
+        if not lines:
             return []
-        return unescape(clean_block(list(self._recent_raw))).split("\n")
+        return unescape(clean_block(lines)).split("\n")
 
     def _keep_lines(self, raws: list[bytes]) -> None:
         """Complete output lines, a chunk's worth at a time (per-line work would cap
         passthrough throughput): recent lines, then Output hooks or straight on."""
         if not raws:
             return
-        self._recent_raw.extend(raws[-RECENT_LINES:])
         if not (self.headless or self._output_hooked) and not self._transcript_admits(raws):
             return  # nothing wants these lines now
         block = unescape(clean_block(raws))  # unescape works on lines, and so on a block
@@ -467,17 +472,28 @@ class Session:
         if self._transcript is None:
             return False
         size = sum(map(len, lines)) + len(lines)
-        now = time.monotonic()
-        budget = self._transcript_budget + (now - self._transcript_refilled) * TRANSCRIPT_RATE
-        self._transcript_budget = min(float(TRANSCRIPT_BURST), budget)
-        self._transcript_refilled = now
-        if size > self._transcript_budget:
-            skipped_bytes, skipped_lines = self._unrecorded
-            self._unrecorded = (skipped_bytes + size, skipped_lines + len(lines))
+        if not self._transcript_has_room(size):
+            self._count_unrecorded(size, len(lines))
             return False
         self._transcript_budget -= size
         self._note_unrecorded()
         return True
+
+    def _transcript_has_room(self, size: int) -> bool:
+        """Whether the transcript's budget, refilled for the time since, holds `size` bytes."""
+        if self._transcript is None:
+            return False
+        now = time.monotonic()
+        budget = self._transcript_budget + (now - self._transcript_refilled) * TRANSCRIPT_RATE
+        self._transcript_budget = min(float(TRANSCRIPT_BURST), budget)
+        self._transcript_refilled = now
+        return size <= self._transcript_budget
+
+    def _count_unrecorded(self, size: int, lines: int) -> None:
+        """Output the transcript leaves out, said where recording resumes."""
+        if self._transcript is not None:
+            skipped_bytes, skipped_lines = self._unrecorded
+            self._unrecorded = (skipped_bytes + size, skipped_lines + lines)
 
     def _note_unrecorded(self) -> None:
         skipped_bytes, skipped_lines = self._unrecorded
@@ -496,6 +512,7 @@ class Session:
             self._transcript.flush()
 
     def _lines_done(self) -> None:
+        self._recent_raw.end()
         self._keep_lines(self._lines.close())
 
     async def _pump_headless(self, agent: AgentPty, injector: Injector) -> int:
