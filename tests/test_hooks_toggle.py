@@ -205,7 +205,7 @@ def test_json_text_edits_nested_members_and_values() -> None:
 
 
 def test_disable_in_a_project_creates_relay_folder_and_file(project: Path) -> None:
-    result = invoke(["hooks", "disable", "guard", "--cwd", str(project)])
+    result = invoke(["hooks", "disable", "guard", "--force", "--cwd", str(project)])
     assert result.exit_code == 0, result.output
     settings = project / ".relay" / "settings.json"
     assert result.stdout == f"disabled guard in {settings}\n"
@@ -218,7 +218,7 @@ def test_disable_in_a_project_creates_relay_folder_and_file(project: Path) -> No
 def test_outside_a_project_the_user_file_is_the_default(tmp_path: Path, relay_home: Path) -> None:
     lonely = tmp_path / "lonely"
     lonely.mkdir()
-    result = invoke(["hooks", "disable", "guard", "--cwd", str(lonely)])
+    result = invoke(["hooks", "disable", "guard", "--force", "--cwd", str(lonely)])
     if (relay_home / "settings.json").exists():
         assert result.stdout == f"disabled guard in {relay_home / 'settings.json'}\n"
     else:  # the temporary folder sits inside a project
@@ -230,7 +230,8 @@ def test_outside_a_project_the_user_file_is_the_default(tmp_path: Path, relay_ho
     [("project", ".relay/settings.json"), ("local", ".relay/settings.local.json")],
 )
 def test_scopes_pick_the_file(project: Path, scope: str, relative: str) -> None:
-    result = invoke(["hooks", "disable", "guard", "--scope", scope, "--cwd", str(project)])
+    command = ["hooks", "disable", "guard", "--force", "--scope", scope, "--cwd", str(project)]
+    result = invoke(command)
     assert result.exit_code == 0
     assert (project / relative).is_file()
     assert str(project / relative) in result.stdout
@@ -256,14 +257,37 @@ def test_user_scope_edits_relay_home_in_place(project: Path, relay_home: Path) -
     assert nothing.stdout == f"guard is not disabled in {settings}; nothing changed\n"
 
 
-def test_an_unknown_name_warns_with_a_suggestion(project: Path, relay_home: Path) -> None:
-    (relay_home / "settings.json").write_text(json.dumps(GUARD_HOOK))
+def test_an_unknown_name_is_refused_with_a_suggestion(project: Path, relay_home: Path) -> None:
+    user = relay_home / "settings.json"
+    user.write_text(json.dumps(GUARD_HOOK))
+    before = user.read_text()
     result = invoke(["hooks", "disable", "gaurd", "--cwd", str(project)])
-    assert result.exit_code == 0
+    assert result.exit_code == 1
+    assert result.stdout == ""
     assert result.stderr == (
-        "relay: warning: no hook named 'gaurd' in the settings that apply here "
-        "(did you mean 'guard'?)\n"
+        "relay: error: no hook named 'gaurd' in the settings that apply here "
+        "(did you mean 'guard'?); nothing changed (relay hooks list shows the names; "
+        "--force disables it anyway)\n"
     )
+    assert not (project / ".relay").exists() and user.read_text() == before
+    as_json = invoke(["hooks", "disable", "gaurd", "--json", "--cwd", str(project)])
+    assert as_json.exit_code == 1
+    answer = json.loads(as_json.stdout)
+    assert answer["action"] == "unknown" and answer["suggestion"] == "guard"
+    forced = invoke(["hooks", "disable", "gaurd", "--force", "--cwd", str(project)])
+    assert forced.exit_code == 0
+    assert "warning: no hook named 'gaurd'" in forced.stderr
+
+
+def test_enable_and_disable_answer_in_json(project: Path, relay_home: Path) -> None:
+    (relay_home / "settings.json").write_text(json.dumps(GUARD_HOOK))
+    done = invoke(["hooks", "disable", "guard", "--json", "--scope", "user", "--cwd", str(project)])
+    assert done.exit_code == 0
+    answer = json.loads(done.stdout)
+    assert answer["action"] == "disabled" and answer["known"] is True
+    assert answer["file"] == str(relay_home / "settings.json")
+    again = invoke(["hooks", "enable", "guard", "--json", "--scope", "user", "--cwd", str(project)])
+    assert json.loads(again.stdout)["action"] == "enabled"
 
 
 def test_enabling_tells_which_other_file_still_disables(project: Path, relay_home: Path) -> None:
@@ -305,7 +329,7 @@ def test_a_symlinked_settings_file_stays_a_link(project: Path, tmp_path: Path) -
     link = project / ".relay" / "settings.json"
     link.parent.mkdir()
     link.symlink_to(real)
-    result = set_hook_disabled("guard", True, cwd=project)
+    result = set_hook_disabled("guard", True, cwd=project, force=True)
     assert result.action == "disabled" and result.file == link and not result.created
     assert link.is_symlink()
     assert json.loads(real.read_text()) == {"hooksConfig": {"disabled": ["guard"]}}
@@ -328,7 +352,7 @@ def test_installed_command_toggles(project: Path, relay_home: Path) -> None:
     env = {**os.environ, "RELAY_HOME": str(relay_home)}
     settings = project / ".relay" / "settings.local.json"
     done = subprocess.run(
-        [relay, "hooks", "disable", "guard", "--scope", "local", "--cwd", str(project)],
+        [relay, "hooks", "disable", "guard", "--force", "--scope", "local", "--cwd", str(project)],
         capture_output=True,
         check=False,
         env=env,
@@ -349,13 +373,13 @@ def test_installed_command_toggles(project: Path, relay_home: Path) -> None:
 
 
 def test_file_modes_are_kept_and_new_files_follow_the_umask(project: Path) -> None:
-    created = set_hook_disabled("guard", True, scope="local", cwd=project)
+    created = set_hook_disabled("guard", True, scope="local", cwd=project, force=True)
     assert created.created
     umask = os.umask(0)
     os.umask(umask)
     assert created.file.stat().st_mode & 0o777 == 0o666 & ~umask
     created.file.chmod(0o600)
-    set_hook_disabled("other", True, scope="local", cwd=project)
+    set_hook_disabled("other", True, scope="local", cwd=project, force=True)
     assert created.file.stat().st_mode & 0o777 == 0o600
 
 

@@ -31,7 +31,7 @@ from relay.errors import RelayError, SettingsError
 from relay.protocol.decoding import json_type_name
 
 ToggleScope = Literal["user", "project", "local"]
-ToggleAction = Literal["disabled", "enabled", "already-disabled", "not-disabled"]
+ToggleAction = Literal["disabled", "enabled", "already-disabled", "not-disabled", "unknown"]
 
 NEW_FILE_INDENT = 2
 _DEFAULT_UNIT = "  "
@@ -421,11 +421,22 @@ class ToggleResult(msgspec.Struct, kw_only=True):
 
 
 def set_hook_disabled(
-    name: str, disabled: bool, *, scope: ToggleScope | None = None, cwd: Path | None = None
+    name: str,
+    disabled: bool,
+    *,
+    scope: ToggleScope | None = None,
+    cwd: Path | None = None,
+    force: bool = False,
 ) -> ToggleResult:
-    """Add NAME to (or remove it from) hooksConfig.disabled of one settings file, in place."""
+    """Add NAME to (or remove it from) hooksConfig.disabled of one settings file, in place.
+
+    A NAME no hook in the settings that apply has is not added (action "unknown") unless
+    `force`: a hook that will be added later, or one from a --settings file."""
     start = Path.cwd() if cwd is None else cwd
     path, edited_scope = settings_path(scope, start)
+    names, project_names, others = _hook_names_and_disabling_files(start, name, path)
+    known = name in names
+    suggestion = None if known else suggest_name(name, sorted(names))
     before = read_settings_text(path)
     text = before or ""
     if disabled:
@@ -434,17 +445,20 @@ def set_hook_disabled(
     else:
         after = enable_in_text(text, name, file=str(path))
         action = "enabled" if after != text else "not-disabled"
+    if disabled and not known and not force:
+        # A typo would otherwise be written and silently match nothing.
+        return ToggleResult(
+            name=name, file=path, action="unknown", known=False, suggestion=suggestion
+        )
     if after != text:
         write_settings_text(path, after)
-    names, project_names, others = _hook_names_and_disabling_files(start, name, path)
-    known = name in names
     return ToggleResult(
         name=name,
         file=path,
         action=action,
         created=before is None and after != text,
         known=known,
-        suggestion=None if known else suggest_name(name, sorted(names)),
+        suggestion=suggestion,
         still_disabled_by=[] if disabled else others,
         outside_project=disabled
         and edited_scope in TRUST_REQUIRED
