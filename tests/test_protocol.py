@@ -169,6 +169,25 @@ def test_unknown_fields_are_warnings() -> None:
     assert answer.extra_specific == {"foo": 2}
 
 
+def test_unknown_fields_say_what_was_probably_meant() -> None:
+    answer = parse(
+        '{"tool_input": {"command": "ls"}, "systemMesage": "hi", "zzz": 1,'
+        ' "hookSpecificOutput": {"systemMessage": "x", "permisionDecision": "deny"}}',
+        "BeforeTool",
+    )
+    assert answer.warnings == [
+        "unknown field $.tool_input ignored (it belongs in hookSpecificOutput:"
+        " $.hookSpecificOutput.tool_input)",
+        "unknown field $.systemMesage ignored (did you mean 'systemMessage'?)",
+        "unknown field $.zzz ignored",
+        "unknown field $.hookSpecificOutput.systemMessage passed through (it belongs at the"
+        " top level: $.systemMessage)",
+        "unknown field $.hookSpecificOutput.permisionDecision passed through (did you mean"
+        " 'permissionDecision'?)",
+    ]
+    assert answer.tool_input is None  # said, not guessed
+
+
 def test_claude_pass_through_specific_fields_are_quiet() -> None:
     answer = parse(
         '{"hookSpecificOutput": {"hookEventName": "PermissionRequest", "decision": {"behavior": "allow"}}}',

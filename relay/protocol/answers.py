@@ -105,7 +105,11 @@ def read_output(
     obj: dict[str, Any], *, dialect: Dialect, pass_through: bool
 ) -> tuple[HookOutput, dict[str, Any], list[str]]:
     """Validate a decoded JSON object as a HookOutput; unknown fields become warnings."""
-    warnings = [f"unknown field $.{key} ignored" for key in obj if key not in HOOK_OUTPUT_FIELDS]
+    warnings = [
+        f"unknown field $.{key} ignored{_meant(key, HOOK_OUTPUT_FIELDS, HOOK_SPECIFIC_FIELDS)}"
+        for key in obj
+        if key not in HOOK_OUTPUT_FIELDS
+    ]
     extra: dict[str, Any] = {}
     specific = obj.get("hookSpecificOutput")
     if isinstance(specific, dict):
@@ -114,12 +118,35 @@ def read_output(
                 extra[key] = specific[key]
                 # Claude's other events define their own fields: pass them on quietly.
                 if not (dialect == "claude" and pass_through):
-                    warnings.append(f"unknown field $.hookSpecificOutput.{key} passed through")
+                    meant = _meant(key, HOOK_SPECIFIC_FIELDS, HOOK_OUTPUT_FIELDS, inside=True)
+                    warnings.append(
+                        f"unknown field $.hookSpecificOutput.{key} passed through{meant}"
+                    )
     try:
         output = msgspec.convert(obj, HookOutput)
     except msgspec.ValidationError as exc:
         raise ProtocolError(*split_validation_error(exc)) from None
     return output, extra, warnings
+
+
+def _meant(key: str, here: frozenset[str], there: frozenset[str], *, inside: bool = False) -> str:
+    """What an unknown field probably meant: the same name one level up or down, or a
+    close spelling here; "" when nothing is close."""
+    if key in there and key != "hookSpecificOutput":
+        if inside:
+            return f" (it belongs at the top level: $.{key})"
+        return f" (it belongs in hookSpecificOutput: $.hookSpecificOutput.{key})"
+    import difflib
+
+    close = difflib.get_close_matches(key, sorted(here), n=1, cutoff=0.75)
+    if close:
+        return f" (did you mean {close[0]!r}?)"
+    close = difflib.get_close_matches(key, sorted(there), n=1, cutoff=0.75)
+    if close and not inside:
+        return f" (did you mean $.hookSpecificOutput.{close[0]}?)"
+    if close:
+        return f" (did you mean $.{close[0]}, at the top level?)"
+    return ""
 
 
 def normalize(output: HookOutput, extra: dict[str, Any], warnings: list[str]) -> Answer:
