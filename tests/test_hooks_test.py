@@ -161,6 +161,17 @@ def test_expect(
     )
     assert result.exit_code == (0 if holds else 1), result.output
     assert ("holds" if holds else "does NOT hold") in result.stdout
+    code, out = run_json(
+        ["SessionStart", "--settings", str(file), "--cwd", str(project), "--expect", expect]
+    )
+    assert code == (0 if holds else 1)
+    assert out["expect"] == {"expected": expect, "held": holds}
+    assert out["ok"] is holds
+
+
+def test_json_without_expect_says_whether_any_hook_errored(project: Path) -> None:
+    code, out = run_json(["Notification", "--cwd", str(project), "--command", "exit 3"])
+    assert (code, out["ok"], out["expect"]) == (1, False, None)
 
 
 def test_without_expect_exit_1_when_a_hook_errored(project: Path) -> None:

@@ -120,7 +120,12 @@ def test(
         system.close()
     ok = holds(trial.result, expect) if expect else not trial.errored  # type: ignore[arg-type]
     if as_json:
-        click.echo(json.dumps(_as_json(trial), ensure_ascii=False))
+        answer = _as_json(trial)
+        # The verdict, for a script that checks a hook: what was expected and whether it held.
+        answer["expect"] = {"expected": expect, "held": ok} if expect else None
+        answer["ok"] = ok
+        answer["warnings"] = list(system.warnings())
+        click.echo(json.dumps(answer, ensure_ascii=False))
     else:
         for warning in system.warnings():
             click.secho(f"relay: warning: {warning}", fg="yellow", err=True)
