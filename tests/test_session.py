@@ -15,6 +15,7 @@ import anyio
 import pytest
 from scripted_sessions import RELAY, agent, reads, run_session
 
+from relay.engine.processes import process_alive
 from relay.session.sessions import list_sessions
 from relay.session.wrapper import Relay
 
@@ -266,6 +267,17 @@ def test_relay_stop_from_another_process_delivers_the_end_inject(
             [RELAY, "sessions"], capture_output=True, text=True, env=env, timeout=30, check=False
         )
         assert "Stoppable" in listed.stdout
+        deadline = time.monotonic() + 15  # the agent's pid is written once it is spawned
+        while time.monotonic() < deadline:
+            as_json = subprocess.run(
+                [RELAY, "sessions", "--json"], capture_output=True, env=env, timeout=30, check=True
+            )
+            (running,) = [s for s in json.loads(as_json.stdout) if s["name"] == "Stoppable"]
+            if running["agent_pid"] is not None:
+                break
+            time.sleep(0.05)
+        assert running["agent_pid"] != running["pid"]
+        assert process_alive(running["agent_pid"], None)
         duplicate = subprocess.run(
             [RELAY, "run", "--headless", "--name", "Stoppable", "--", "true"],
             capture_output=True,

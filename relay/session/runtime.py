@@ -201,6 +201,8 @@ class Session:
         self._stop_reason = "stop"
         self._stopping = False
         self._transcript: Transcript | None = None
+        self._session_record: sessions.SessionRecord | None = None
+        self._session_record_path: Path | None = None
 
     # -- public -----------------------------------------------------------------------
 
@@ -257,6 +259,7 @@ class Session:
             cwd=str(self.cwd),
             started=utc_timestamp(),
         )
+        self._session_record = record
         try:
             record_path: Path | None = sessions.register(record)
         except OSError as exc:
@@ -271,6 +274,7 @@ class Session:
                 sessions.sessions_dir() / f"{self.name}.transcript.jsonl",
                 on_problem=self._tell_user,
             )
+        self._session_record_path = record_path
         try:
             return await self._run()
         finally:
@@ -284,6 +288,16 @@ class Session:
                 sessions.unregister(record_path)
             with contextlib.suppress(OSError):
                 sessions.hooked_marker(self.session_id).unlink(missing_ok=True)
+
+    def _record_agent(self, pid: int) -> None:
+        """The agent's pid in the session record (`relay sessions --json`)."""
+        record, path = self._session_record, self._session_record_path
+        if record is None or path is None:
+            return
+        record.agent_pid = pid
+        # Said when the record could not be written at all; a pid is not worth more.
+        with contextlib.suppress(OSError):
+            sessions.rewrite(path, record)
 
     # -- the session --------------------------------------------------------------------
 
@@ -313,6 +327,7 @@ class Session:
         agent = self._agent = AgentPty.spawn(
             self.command, env=self.env, cwd=str(self.cwd), rows=rows, cols=cols
         )
+        self._record_agent(agent.pid)
         injector = self._injector = Injector(
             partial(self._type, agent),
             quiet_ms=self.quiet_ms,

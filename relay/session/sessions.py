@@ -84,6 +84,13 @@ def register(record: SessionRecord) -> Path:
             )
     folder = private_dir(sessions_dir())
     path = folder / f"{record.name}.json"
+    rewrite(path, record)
+    return path
+
+
+def rewrite(path: Path, record: SessionRecord) -> None:
+    """Write a session's record (atomically: a reader sees the old one or the new); raise
+    OSError, leaving nothing half-written behind."""
     temporary = path.with_suffix(f".{os.getpid()}.tmp")
     try:
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
@@ -94,7 +101,6 @@ def register(record: SessionRecord) -> Path:
         with contextlib.suppress(OSError):
             temporary.unlink()  # a full disk leaves no half-written record behind
         raise
-    return path
 
 
 def unregister(path: Path) -> None:
