@@ -290,3 +290,54 @@ def test_installed_command_validates(project: Path, relay_home: Path) -> None:
         timeout=30,
     )
     assert done.returncode == 0, done.stdout
+
+
+def test_a_script_that_is_not_executable_is_reported_and_its_run_says_how_to_fix_it(
+    project: Path,
+) -> None:
+    script = project / ".relay" / "hooks" / "guard.sh"
+    script.parent.mkdir(parents=True)
+    script.write_text("#!/bin/sh\necho ok\n")
+    script.chmod(0o644)
+    runnable = project / ".relay" / "hooks" / "fine.sh"
+    runnable.write_text("#!/bin/sh\necho ok\n")
+    runnable.chmod(0o755)
+    hooks = [
+        {"command": "$CLAUDE_PROJECT_DIR/.relay/hooks/guard.sh", "name": "guard"},
+        {"command": ".relay/hooks/fine.sh"},
+        {"command": "sh .relay/hooks/guard.sh"},  # run by sh: no execute bit needed
+    ]
+    settings = write(project / ".relay" / "settings.json", {"hooks": {"Stop": [{"hooks": hooks}]}})
+    result = invoke(["hooks", "validate", "--cwd", str(project)])
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.stdout.splitlines() if ": warning: " in line]
+    assert warnings == [
+        f"{settings}:7: warning: hooks.Stop[0].hooks[0].command: {script} is not executable;"
+        f" every run would fail with permission denied (to fix: chmod +x {script})"
+    ]
+    as_json = json.loads(invoke(["hooks", "validate", "--json", "--cwd", str(project)]).stdout)
+    assert "chmod +x" in as_json["files"][0]["warnings"][0]["message"]
+    # And the run itself says so.
+    from relay.engine.system import HookSystem
+
+    system = HookSystem(cwd=project, telemetry=False, isolate=())
+    system.registry  # noqa: B018 - built, so the hooks can be trusted below
+    from relay.config.trust import TrustStore
+
+    TrustStore().trust(
+        project, [(h.fingerprint, h.name) for h in system.registry.untrusted if h.fingerprint]
+    )
+    system.close()
+    ran = HookSystem(cwd=project, telemetry=False).run("Stop", {})
+    (error,) = [e for e in ran.errors if e.hook == "guard"]
+    assert error.message == (
+        f"could not start: permission denied: {script} is not executable"
+        f" (to fix: chmod +x {script})"
+    )
+
+
+def test_validate_takes_settings_files(project: Path, tmp_path: Path) -> None:
+    extra = write(tmp_path / "extra.json", {"hooks": {"Stop": [{"hooks": [{"command": ""}]}]}})
+    result = invoke(["hooks", "validate", "--settings", str(extra), "--cwd", str(project)])
+    assert result.exit_code == 1
+    assert f"{extra}:1:" in result.stdout or f"{extra}:" in result.stdout

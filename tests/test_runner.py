@@ -222,7 +222,9 @@ async def test_non_executable_file(env: dict[str, str], tmp_path: Path) -> None:
     script.write_text("#!/bin/sh\necho never\n")
     script.chmod(0o644)
     result = await run(prepare_launch("./script.sh", None, {}), env, cwd=str(tmp_path))
-    assert result.spawn_error == "permission denied: ./script.sh"
+    assert result.spawn_error == (
+        "permission denied: ./script.sh is not executable (to fix: chmod +x ./script.sh)"
+    )
     assert result.exit_code is None
 
 

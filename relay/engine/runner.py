@@ -34,6 +34,7 @@ import os
 import select
 import shlex
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -635,7 +636,21 @@ def describe_spawn_error(exc: BaseException, program: str, cwd: str | None) -> s
     reason = reasons.get(exc.errno or 0)
     if reason is None:
         return f"cannot run {program}: {exc.strerror or exc}"
+    if exc.errno == errno.EACCES and _is_unexecutable_file(program, cwd):
+        return f"{reason}: {program} is not executable (to fix: chmod +x {shlex.quote(program)})"
     return f"{reason}: {program}"
+
+
+def _is_unexecutable_file(program: str, cwd: str | None) -> bool:
+    """Whether `program` names a regular file that lacks the execute bit."""
+    path = os.path.join(cwd or "", program) if "/" in program else None
+    if path is None:
+        return False
+    try:
+        status = os.stat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(status.st_mode) and not status.st_mode & 0o111
 
 
 def _signal_name(number: int) -> str:

@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING
 import click
 import msgspec
 
-from relay.cli.options import cwd_option
+from relay.cli.options import cwd_option, settings_option
+from relay.config.loader import render_path
 
 if TYPE_CHECKING:
     from relay.config.loader import SettingsReport
+    from relay.config.model import ConfigWarning
     from relay.errors import SettingsError
 
 
@@ -37,17 +39,26 @@ class _Output(msgspec.Struct):
 @click.command("validate")
 @click.argument("files", nargs=-1, type=click.Path(path_type=Path))
 @cwd_option
+@settings_option
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
 @click.pass_context
-def validate(ctx: click.Context, files: tuple[Path, ...], cwd: Path | None, as_json: bool) -> None:
+def validate(
+    ctx: click.Context,
+    files: tuple[Path, ...],
+    cwd: Path | None,
+    settings_files: tuple[Path, ...],
+    as_json: bool,
+) -> None:
     """Check settings files and print every error and warning.
 
     Without FILE, checks the settings files that apply here (system, user, project,
-    project-local). Exits 1 if any file has an error; warnings alone exit 0.
+    project-local), and the --settings files. Also warns about a hook whose script is not
+    executable. Exits 1 if any file has an error; warnings alone exit 0.
     """
     from relay.config.discovery import discover
     from relay.config.loader import check_settings_file
     from relay.config.model import Scope
+    from relay.config.paths import find_project_root
 
     start = cwd or Path.cwd()
     discovered = discover(start)
@@ -57,7 +68,11 @@ def validate(ctx: click.Context, files: tuple[Path, ...], cwd: Path | None, as_j
         targets = [(path, scopes.get(path.resolve(), "settings")) for path in files]
     else:
         targets = discovered
+    targets = [*targets, *((path, "settings") for path in settings_files)]
+    root = find_project_root(start) or start
     reports: list[SettingsReport] = [check_settings_file(path, scope) for path, scope in targets]
+    for report in reports:
+        report.warnings.extend(_unrunnable_programs(report, root))
     errors = sum(len(report.errors) for report in reports)
     if as_json:
         output = _Output(files=[_file_result(report) for report in reports], ok=errors == 0)
@@ -73,6 +88,58 @@ def validate(ctx: click.Context, files: tuple[Path, ...], cwd: Path | None, as_j
             f"{_count(warnings, 'warning')}"
         )
     ctx.exit(1 if errors else 0)
+
+
+def _unrunnable_programs(report: SettingsReport, root: Path) -> list[ConfigWarning]:
+    """A warning for each hook whose program is a file without the execute bit (it would
+    fail with "permission denied" on every event)."""
+    import os
+    import stat
+
+    from relay.config.loader import locate
+    from relay.config.model import ConfigWarning, HookEntry
+    from relay.engine.command import PROJECT_VARS, prepare_launch
+
+    if report.settings is None:
+        return []
+    project_vars = dict.fromkeys(PROJECT_VARS, str(root))
+    found: list[ConfigWarning] = []
+    entries: list[tuple[tuple[str | int, ...], HookEntry]] = [
+        (("hooks", event, group_index, "hooks", hook_index, "command"), entry)
+        for event, groups in report.settings.hooks.items()
+        for group_index, group in enumerate(groups)
+        for hook_index, entry in enumerate(group.hooks)
+    ]
+    entries += [
+        (("patterns", name, "command"), handler)
+        for name, handler in report.settings.patterns.items()
+        if isinstance(handler, HookEntry)
+    ]
+    text = None
+    for path, entry in entries:
+        launch = prepare_launch(entry.command, entry.args, project_vars)
+        program = launch.argv[0] if launch.mode != "shell" else ""
+        if "/" not in program:
+            continue  # found on PATH, or run by sh: nothing to check here
+        where = Path(root, os.path.expanduser(entry.cwd or ""), program)
+        try:
+            status = os.stat(where)
+        except OSError:
+            continue
+        if stat.S_ISREG(status.st_mode) and not status.st_mode & 0o111:
+            if text is None:
+                text = Path(report.file).read_text(encoding="utf-8", errors="replace")
+            line, _ = locate(text, path)
+            found.append(
+                ConfigWarning(
+                    file=report.file,
+                    path=render_path(path),
+                    message=f"{program} is not executable; every run would fail with "
+                    f"permission denied (to fix: chmod +x {where})",
+                    line=line,
+                )
+            )
+    return found
 
 
 def _print_report(report: SettingsReport) -> None:
