@@ -74,6 +74,12 @@ def project(tmp_path: Path) -> Path:
     return root
 
 
+@pytest.fixture(autouse=True)
+def _in_the_project(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`relay hooks log` shows the project it is run in (the events below are its own)."""
+    monkeypatch.chdir(project)
+
+
 @pytest.fixture
 def logged(project: Path, relay_home: Path) -> HookSystem:
     """Five events: 1 SessionStart, 2 BeforeTool (deny, error, ok), 3 Idle (timeout),
@@ -207,6 +213,28 @@ def test_log_text_groups_calls_under_their_event(logged: HookSystem) -> None:
     assert failed.count("#") == 3 and "\n\n#3" in failed
 
 
+def test_the_log_shows_this_project_unless_all(
+    logged: HookSystem, project: Path, tmp_path: Path, relay_home: Path
+) -> None:
+    other = tmp_path / "other"
+    (other / ".git").mkdir(parents=True)
+    (other / "src").mkdir()
+    elsewhere = HookSystem(cwd=other / "src")
+    elsewhere.run("SessionStart", {"source": "startup", "cwd": str(other / "src")})
+    elsewhere.close()
+    here = [event["input"]["cwd"] for event in log_json("--limit", "50")]
+    assert here and set(here) == {str(project)}
+    there = log_json("--cwd", str(other), "--limit", "50")
+    assert [event["input"]["cwd"] for event in there] == [str(other / "src")]
+    everywhere = log_json("--all", "--limit", "50")
+    assert len(everywhere) == len(here) + 1
+    (tmp_path / "third" / ".git").mkdir(parents=True)
+    empty = invoke(["hooks", "log", "--cwd", str(tmp_path / "third")])
+    assert empty.stdout == (
+        f"no logged hook calls match in {tmp_path / 'third'} (--all: every project)\n"
+    )
+
+
 def test_no_log_yet_and_nothing_created(relay_home: Path) -> None:
     result = invoke(["hooks", "log"])
     assert (result.exit_code, result.stdout) == (0, "no hook calls logged yet\n")
@@ -215,7 +243,7 @@ def test_no_log_yet_and_nothing_created(relay_home: Path) -> None:
 
 
 def test_no_match(logged: HookSystem) -> None:
-    result = invoke(["hooks", "log", "--hook", "nobody"])
+    result = invoke(["hooks", "log", "--all", "--hook", "nobody"])
     assert (result.exit_code, result.stdout) == (0, "no logged hook calls match\n")
 
 
@@ -328,7 +356,7 @@ def test_reading_while_another_process_writes(tmp_path: Path, relay_home: Path) 
         writer.kill()
         writer.wait()
     assert reads > 0
-    result = invoke(["hooks", "log", "--limit", "3"])
+    result = invoke(["hooks", "log", "--all", "--limit", "3"])  # the writer's own cwd
     assert result.exit_code == 0 and result.stdout.count("#") == 3
 
 

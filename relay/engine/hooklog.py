@@ -111,11 +111,13 @@ class HookLog:
         event: str | None = None,
         hook: str | None = None,
         failed: bool = False,
+        project: str | None = None,
     ) -> list[LoggedEvent]:
         """The newest events first, each with the hook calls that pass the filters.
 
         `event` is a canonical name; `hook` and `failed` select hook calls, and an event
-        is listed only when at least one of its calls is selected.
+        is listed only when at least one of its calls is selected; `project` keeps the
+        events whose cwd is that folder or inside it.
         """
         call_filters: list[str] = []
         call_values: list[object] = []
@@ -129,6 +131,13 @@ class HookLog:
         if event is not None:
             event_filters.append("e.event = ?")
             event_values.append(event)
+        if project is not None:
+            inside = project.rstrip("/") + "/"
+            event_filters.append(
+                "(json_extract(e.input, '$.cwd') = ?"
+                " OR substr(json_extract(e.input, '$.cwd'), 1, ?) = ?)"
+            )
+            event_values.extend([project, len(inside), inside])
         if call_filters:
             event_filters.append(
                 "EXISTS (SELECT 1 FROM hook_calls c WHERE c.event_id = e.id AND "

@@ -32,21 +32,44 @@ VALUE_WIDTH = 100
 @click.option(
     "--failed", is_flag=True, help="Only failed calls: error, timeout, signal, exit other than 0/2."
 )
+@click.option(
+    "--all", "every_project", is_flag=True, help="Events of every project, not only this one."
+)
+@cwd_option
 @click.option("--json", "as_json", is_flag=True, help="Print events with input, result and calls.")
-def log(limit: int, event: str | None, hook: str | None, failed: bool, as_json: bool) -> None:
-    """Show recent hook calls from the hook log, newest event first."""
+def log(  # noqa: PLR0917 (click passes options positionally)
+    limit: int,
+    event: str | None,
+    hook: str | None,
+    failed: bool,
+    every_project: bool,
+    cwd: Path | None,
+    as_json: bool,
+) -> None:
+    """Show recent hook calls from the hook log, newest event first.
+
+    The log is the user's, shared by every project: shown are the events of the project
+    here (or of --cwd), by the cwd each event had; --all shows them all.
+    """
+    from relay.config.paths import find_project_root
     from relay.engine.hooklog import HookLog
     from relay.engine.telemetry import log_path
 
     canonical = _canonical(event) if event is not None else None
+    start = (cwd or Path.cwd()).absolute()
+    project = None if every_project else str(find_project_root(start) or start)
     hook_log = HookLog(log_path())
-    events = hook_log.events(limit=limit, event=canonical, hook=hook, failed=failed)
+    events = hook_log.events(
+        limit=limit, event=canonical, hook=hook, failed=failed, project=project
+    )
     if as_json:
         click.echo(_json(events))
         return
     if not events:
         if hook_log.id_range() is None:
             click.echo("no hook calls logged yet")
+        elif project is not None:
+            click.echo(f"no logged hook calls match in {visible(project)} (--all: every project)")
         else:
             click.echo("no logged hook calls match")
         return
