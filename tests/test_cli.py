@@ -212,7 +212,7 @@ def test_gemini_dialect(project: Path, tmp_path: Path) -> None:
         (
             ["hooks", "run", "BeforeTol"],
             "{}",
-            "unknown event 'BeforeTol'; valid events: SessionStart",
+            "unknown event 'BeforeTol' (did you mean 'BeforeTool'?); valid events: SessionStart",
         ),
         (["hooks", "run", "BeforeTool"], "{not json", "stdin: malformed JSON"),
         (["hooks", "run", "BeforeTool"], "[1]", "stdin: an event must be a JSON object"),

@@ -79,17 +79,21 @@ def test_dir_writes_what_spec_holds(tmp_path: Path) -> None:
 def test_unknown_event_exits_1_with_the_valid_names() -> None:
     result = invoke(["BeforeTol"])
     assert result.exit_code == 1
-    assert "EVENT: unknown event 'BeforeTol'; valid events: SessionStart" in result.stderr
+    assert "EVENT: unknown event 'BeforeTol' (did you mean 'BeforeTool'?); valid events:" in result.stderr
     assert "PreToolUse" in result.stderr and "Traceback" not in result.stderr
     assert result.stdout == ""
     # --output still checks the event.
     assert invoke(["BeforeTol", "--output"]).exit_code == 1
 
 
-def test_pass_through_event_has_no_schema() -> None:
-    result = invoke(["PermissionRequest"])
-    assert result.exit_code == 1
-    assert "passes through unchanged" in result.stderr and "BeforeTool" in result.stderr
+def test_a_pass_through_event_has_the_fields_every_event_carries() -> None:
+    result = invoke(["SubagentStop"])
+    assert result.exit_code == 0, result.output
+    schema = json.loads(result.stdout)
+    assert schema["title"] == "SubagentStop event (Claude Code, passed through)"
+    assert "Claude Code" in schema["description"]
+    assert {"session_id", "cwd", "hook_event_name"} <= set(schema["properties"])
+    assert schema["additionalProperties"] is True
 
 
 @pytest.mark.parametrize("args", [["BeforeTool", "--dir", "x"], ["--output", "--result"]])

@@ -27,3 +27,15 @@ settings_option = click.option(
 def json_option(help_text: str) -> Callable[[F], F]:
     """`--json` (as `as_json`), with a help text that says what it prints."""
     return click.option("--json", "as_json", is_flag=True, help=help_text)
+
+
+class UsageError(click.UsageError):
+    """A mistake in how a command was called: exit 2, in relay's own format
+    (`relay: error: WHERE: what`, then where the help is), as every command reports."""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(f"{hint}: {message}" if hint else message)
+
+    def show(self, file: Any = None) -> None:
+        command = self.ctx.command_path if self.ctx is not None else "relay"
+        click.echo(f"relay: error: {self.format_message()} ({command} --help)", err=True, file=file)

@@ -54,8 +54,16 @@ class UnknownEventError(ValueError):
     """An event name that no dialect knows."""
 
     def __init__(self, name: str) -> None:
+        import difflib
+
         self.name = name
-        super().__init__(f"unknown event {name!r}; valid events: {', '.join(known_event_names())}")
+        known = known_event_names()
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.7)
+        if not close:  # a wrong case: sessionstart, PRETOOLUSE
+            close = [event for event in known if event.lower() == name.lower()][:1]
+        self.suggestion = close[0] if close else None
+        hint = f" (did you mean {self.suggestion!r}?)" if self.suggestion else ""
+        super().__init__(f"unknown event {name!r}{hint}; valid events: {', '.join(known)}")
 
 
 def known_event_names() -> list[str]:

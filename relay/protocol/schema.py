@@ -18,6 +18,7 @@ def _schema(cls: type[msgspec.Struct], title: str, description: str) -> dict[str
     name = ref["$ref"].rsplit("/", 1)[1]
     root = dict(components.pop(name))
     root.pop("title", None)
+    root.pop("description", None)  # the class's docstring: `description` says it here
     schema: dict[str, Any] = {
         "$schema": SCHEMA_DIALECT,
         "title": title,
@@ -34,6 +35,20 @@ def event_schema(name: str) -> dict[str, Any]:
     cls: type[Event] = EVENT_TYPES[name]
     schema = _schema(cls, f"{name} event", (cls.__doc__ or "").strip())
     # Hooks may receive fields relay does not know yet (forward compatibility).
+    schema["additionalProperties"] = True
+    return schema
+
+
+def pass_through_schema(name: str) -> dict[str, Any]:
+    """The schema of a Claude Code event that relay passes through unchanged: the fields
+    every event carries, and whatever Claude Code sends with it (it documents those)."""
+    schema = _schema(
+        Event,
+        f"{name} event (Claude Code, passed through)",
+        f"Claude Code's {name} event, passed to hooks as Claude Code sends it: the fields "
+        "every event carries are listed; the others are Claude Code's (see its hooks "
+        "reference).",
+    )
     schema["additionalProperties"] = True
     return schema
 

@@ -27,7 +27,14 @@ def schema(event: str | None, output: bool, result: bool, directory: Path | None
     Code name (PreToolUse). The hook output schema is the same for every event, so
     `EVENT --output` prints it too (after checking EVENT).
     """
-    from relay.protocol.schema import all_schemas, event_schema, render, write_schemas
+    from relay.protocol.dialects import CLAUDE_PASS_THROUGH_MATCHERS
+    from relay.protocol.schema import (
+        all_schemas,
+        event_schema,
+        pass_through_schema,
+        render,
+        write_schemas,
+    )
 
     if output and result:
         raise click.UsageError("--output and --result name different schemas: give one")
@@ -39,6 +46,9 @@ def schema(event: str | None, output: bool, result: bool, directory: Path | None
         return
     canonical = _schema_event(event) if event is not None else None
     schemas = all_schemas()
+    if canonical is not None and canonical in CLAUDE_PASS_THROUGH_MATCHERS and not output:
+        click.echo(render(pass_through_schema(canonical)), nl=False)
+        return
     if output:
         click.echo(render(schemas[OUTPUT_FILE]), nl=False)
     elif result:
@@ -53,25 +63,12 @@ def schema(event: str | None, output: bool, result: bool, directory: Path | None
 def _schema_event(name: str) -> str:
     """The canonical event whose input schema `name` asks for; InputError if there is none."""
     from relay.errors import InputError
-    from relay.protocol.dialects import (
-        CLAUDE_ALIASES,
-        CLAUDE_PASS_THROUGH_MATCHERS,
-        UnknownEventError,
-        canonical_name,
-    )
-    from relay.protocol.events import EVENT_TYPES
+    from relay.protocol.dialects import UnknownEventError, canonical_name
 
-    valid = ", ".join([*EVENT_TYPES, *CLAUDE_ALIASES.values()])
-    if name in CLAUDE_PASS_THROUGH_MATCHERS:
-        raise InputError(
-            f"{name} is a Claude Code event that relay passes through unchanged: it has no "
-            f"schema in relay (Claude Code documents its fields); events with a schema: {valid}",
-            source="EVENT",
-        )
     try:
         return canonical_name(name)
-    except UnknownEventError:
-        raise InputError(f"unknown event {name!r}; valid events: {valid}", source="EVENT") from None
+    except UnknownEventError as exc:
+        raise InputError(str(exc), source="EVENT") from None
 
 
 def _index(files: list[str]) -> list[str]:

@@ -12,7 +12,7 @@ from typing import IO, Any
 
 import click
 
-from relay.cli.options import cwd_option, settings_option
+from relay.cli.options import UsageError, cwd_option, settings_option
 from relay.engine.trial import EXPECTATIONS
 from relay.protocol.display import visible
 
@@ -71,34 +71,34 @@ def test(
     from relay.protocol.fixtures import PathError, example_event, set_path
 
     if hook_name and command:
-        raise click.UsageError("--hook and --command are alternatives: give one")
+        raise UsageError("--hook and --command are alternatives: give one")
     try:
         canonical = canonical_name(event)
     except UnknownEventError as exc:
-        raise click.BadParameter(str(exc), param_hint="EVENT") from None
+        raise UsageError(str(exc), hint="EVENT") from None
     project = (cwd or Path.cwd()).resolve()
     payload = example_event(event, tool=tool, cwd=str(project))
     if input_file is not None:
         try:
             given = msgspec.json.decode(input_file.read())
         except msgspec.DecodeError as exc:
-            raise click.BadParameter(f"not JSON: {exc}", param_hint="--input") from None
+            raise UsageError(f"not JSON: {exc}", hint="--input") from None
         if not isinstance(given, dict):
-            raise click.BadParameter("must be a JSON object", param_hint="--input")
+            raise UsageError("must be a JSON object", hint="--input")
         payload.update(given)
     for assignment in assignments:
         path, sep, text = assignment.partition("=")
         if not sep or not path:
-            raise click.BadParameter(f"{assignment!r} is not PATH=JSON", param_hint="--set")
+            raise UsageError(f"{assignment!r} is not PATH=JSON", hint="--set")
         try:
             set_path(payload, path, _json_or_text(text))
         except PathError as exc:
-            raise click.BadParameter(str(exc), param_hint="--set") from None
+            raise UsageError(str(exc), hint="--set") from None
     payload.setdefault("cwd", str(project))
     try:
         envelope = make_event(canonical, payload)
     except EventError as exc:
-        raise click.BadParameter(str(exc), param_hint="--input/--set") from None
+        raise UsageError(str(exc), hint="--input/--set") from None
 
     system = HookSystem(cwd=project, settings=settings_files)
     if command is not None:
@@ -110,9 +110,9 @@ def test(
         hook.name == hook_name and hook.canonical == canonical for hook in system.registry.hooks
     ):
         known = sorted({hook.name for hook in system.registry.hooks if hook.canonical == canonical})
-        raise click.BadParameter(
+        raise UsageError(
             f"no hook named {hook_name!r} for {canonical}; known: {', '.join(known) or 'none'}",
-            param_hint="--hook",
+            hint="--hook",
         )
     try:
         trial = try_hooks(system, envelope, only=hook_name)
