@@ -234,10 +234,10 @@ def test_project_import_sends_the_local_file_to_relays_local_file(
     assert "relay trust" in done.stdout
     relay_shared = json.loads((project / ".relay" / "settings.json").read_text())
     relay_local = json.loads((project / ".relay" / "settings.local.json").read_text())
-    assert relay_shared["hooks"]["Stop"][0]["hooks"][0]["name"] == "stop-echo"
+    assert relay_shared["hooks"]["Stop"][0]["hooks"][0]["name"] == "echo"
     assert relay_local["hooks"]["PreToolUse"][0]["hooks"][0] == {
         "command": "./mine.sh",
-        "name": "pre-tool-use-mine",
+        "name": "mine",
     }
     assert "hooks" not in json.loads(local.read_text())
     assert relay(env, "uninstall", "claude", "--project", cwd=project).returncode == 0

@@ -9,7 +9,8 @@ carried over is left out and named in the report, never silently dropped.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+import shlex
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,6 +19,7 @@ import msgspec
 from relay.config.editing import (
     JsonText,
     disable_in_text,
+    hook_names,
     new_settings_text,
     read_settings_text,
     write_settings_text,
@@ -36,15 +38,15 @@ from relay.config.model import (
     HooksConfig,
     Settings,
 )
-from relay.config.paths import PROJECT_DIR_NAME, find_project_root
+from relay.config.paths import PROJECT_DIR_NAME, find_project_root, relay_home
 from relay.errors import RelayError, SettingsError
 from relay.protocol.dialects import known_event_names
 
 Agent = Literal["claude", "gemini"]
 AGENT_NAMES: dict[Agent, str] = {"claude": "Claude Code", "gemini": "Gemini CLI"}
 
-CLAUDE_FILES = (".claude/settings.json", ".claude/settings.local.json")
-GEMINI_FILES = (".gemini/settings.json",)
+PROJECT_FILES = ("settings.json", "settings.local.json")
+"""A project's relay files: the shared one and the personal, git-ignored one."""
 
 GEMINI_EVENTS: frozenset[str] = frozenset(
     {
@@ -84,6 +86,35 @@ class ImportSourceError(RelayError):
         )
 
 
+ImportScope = Literal["project", "user"]
+
+
+class ImportSource(msgspec.Struct, frozen=True, kw_only=True):
+    """A host settings file to read, and the relay settings file its hooks are meant for."""
+
+    path: Path
+    target: Path | None = None
+    """None: no file in mind (the hooks are only converted)."""
+
+
+class ImportPart(msgspec.Struct, kw_only=True):
+    """The converted hooks bound for one relay settings file."""
+
+    target: str | None
+    files: list[str]
+    """The host files they came from."""
+    settings: Settings
+
+    @property
+    def hook_names(self) -> list[str]:
+        """The names of its hooks, in file order."""
+        return [entry.display_name for entry in _entries(self.settings)]
+
+    def settings_text(self) -> str:
+        """Its settings as a relay settings file: 2-space indent, trailing newline."""
+        return new_settings_text(settings_document(self.settings))
+
+
 class ImportResult(msgspec.Struct, kw_only=True):
     """Hooks converted from another agent's settings files, and what could not be carried."""
 
@@ -91,13 +122,18 @@ class ImportResult(msgspec.Struct, kw_only=True):
     files: list[str]
     """The files read, in merge order."""
     settings: Settings
+    """Everything converted, as one settings file."""
     report: list[str]
     """One line per thing left out, changed or worth knowing, in file order."""
+    parts: list[ImportPart] = msgspec.field(default_factory=list)
+    """The converted hooks per relay file they are meant for; parts with nothing left out."""
+    generated: list[str] = msgspec.field(default_factory=list)
+    """The names the import made up (the host's own names are not among them)."""
 
     @property
     def hook_count(self) -> int:
         """How many hooks were converted."""
-        return sum(len(group.hooks) for groups in self.settings.hooks.values() for group in groups)
+        return len(_entries(self.settings))
 
     def settings_text(self) -> str:
         """The converted settings as a relay settings file: 2-space indent, trailing newline."""
@@ -114,7 +150,13 @@ class MergeResult(msgspec.Struct, kw_only=True):
     added: int = 0
     """Groups appended."""
     skipped: int = 0
-    """Groups already present identically."""
+    """Groups already present (identically, or but for the names the import made up)."""
+    names: list[str] = msgspec.field(default_factory=list)
+    """The names of the hooks added, as written."""
+    present: int = 0
+    """Hooks that were already there."""
+    renamed: dict[str, str] = msgspec.field(default_factory=dict)
+    """Made-up names taken in the file already, and the names written instead."""
     report: list[str] = msgspec.field(default_factory=list)
 
 
@@ -125,30 +167,29 @@ def settings_document(settings: Settings) -> dict[str, Any]:
     return {key: value for key, value in document.items() if value not in ({}, [])}
 
 
-def source_files(agent: Agent, root: Path) -> list[Path]:
-    """The settings files an agent reads in a project, in merge order (existing or not)."""
-    names = CLAUDE_FILES if agent == "claude" else GEMINI_FILES
-    return [root / name for name in names]
+def relay_target(scope: ImportScope, cwd: Path, *, personal: bool = False) -> Path:
+    """The relay settings file imported hooks go to: the user's, the project's shared one, or
+    (`personal`, for a host's personal project file) the project's git-ignored local one."""
+    if scope == "user":
+        return relay_home() / "settings.json"
+    root = find_project_root(cwd) or cwd
+    return root / PROJECT_DIR_NAME / ("settings.local.json" if personal else "settings.json")
 
 
-def import_from(
-    agent: Agent, *, cwd: Path | None = None, paths: Sequence[Path] = ()
+def import_sources(
+    agent: Agent, sources: Sequence[ImportSource], *, required: bool = False
 ) -> ImportResult:
-    """Read an agent's settings files (the given ones, else the project's) and convert them."""
-    start = Path.cwd() if cwd is None else cwd
-    if paths:
-        missing = [path for path in paths if not path.is_file()]
-        if missing:
-            raise ImportSourceError(agent, missing)
-        found = list(paths)
-    else:
-        root = find_project_root(start) or start
-        candidates = source_files(agent, root)
-        found = [path for path in candidates if path.is_file()]
-        if not found:
-            raise ImportSourceError(agent, candidates)
-    documents = [(str(path), _read_source(path)) for path in found]
-    return convert(agent, documents)
+    """Read and convert an agent's settings files, merged in the order given: those that exist
+    (`required`: every one must), at least one."""
+    missing = [source.path for source in sources if not source.path.is_file()]
+    found = [source for source in sources if source.path.is_file()]
+    if (required and missing) or not found:
+        raise ImportSourceError(agent, missing if required else [s.path for s in sources])
+    converter = _Converter(agent)
+    for source in found:
+        target = None if source.target is None else str(source.target)
+        converter.read(str(source.path), _read_source(source.path), target)
+    return converter.result([str(source.path) for source in found])
 
 
 def convert(agent: Agent, documents: Sequence[tuple[str, Any]]) -> ImportResult:
@@ -159,49 +200,105 @@ def convert(agent: Agent, documents: Sequence[tuple[str, Any]]) -> ImportResult:
     return converter.result([file for file, _ in documents])
 
 
-def import_target(cwd: Path) -> Path:
-    """The relay settings file that imported hooks are written to: the project file."""
-    root = find_project_root(cwd) or cwd
-    return root / PROJECT_DIR_NAME / "settings.json"
+def write_import(imported: ImportResult) -> list[MergeResult]:
+    """Merge each part into its relay file, in place; made-up names are kept unique across
+    the files of a scope (a project's shared and local files run together)."""
+    results: list[MergeResult] = []
+    for part in imported.parts:
+        if part.target is None:
+            raise RelayError("internal error: an imported part has no target file")
+        target = Path(part.target)
+        reserved: set[str] = set()
+        for other in imported.parts:
+            if other is not part:
+                reserved.update(other.hook_names)
+        for sibling in _scope_files(target):
+            if sibling != target:
+                reserved.update(_names_in(sibling))
+        results.append(
+            merge_into_file(part.settings, target, generated=imported.generated, reserved=reserved)
+        )
+    return results
 
 
-def merge_into_file(imported: Settings, path: Path) -> MergeResult:
+def merge_into_file(
+    imported: Settings,
+    path: Path,
+    *,
+    generated: Collection[str] = (),
+    reserved: Collection[str] = (),
+) -> MergeResult:
     """Add the imported hooks to a relay settings file, in place, keeping what it has."""
     before = read_settings_text(path)
-    merged = merge_into_text(before or "", imported, file=str(path))
+    merged = merge_into_text(
+        before or "", imported, file=str(path), generated=generated, reserved=reserved
+    )
     if merged.text != (before or ""):
         write_settings_text(path, merged.text)
         merged.created = before is None
     return merged
 
 
-def merge_into_text(text: str, imported: Settings, *, file: str) -> MergeResult:
-    """The settings text with the imported groups appended per event (a group already present
-    identically is skipped), disabled names added and `enabled: false` carried over."""
-    if not text.strip():
-        fresh = settings_document(imported)
-        added = sum(len(groups) for groups in imported.hooks.values())
-        return MergeResult(file=file, text=new_settings_text(fresh) if fresh else text, added=added)
-    checked = check_settings(text.encode(), file=file, scope="project")
-    if checked.settings is None:
-        # Refuse to touch a file relay cannot read: its own error says where to look.
-        raise checked.errors[0]
-    existing = checked.settings
-    document = JsonText(text, file=file)
-    if not isinstance(document.value, dict):
-        raise SettingsError("cannot edit: expected a JSON object", file=file, line=1, column=1)
+def merge_into_text(
+    text: str,
+    imported: Settings,
+    *,
+    file: str,
+    generated: Collection[str] = (),
+    reserved: Collection[str] = (),
+) -> MergeResult:
+    """The settings text with the imported groups appended per event, disabled names added and
+    `enabled: false` carried over.
+
+    A group already present is skipped: identically, or but for the `generated` names (so
+    re-importing adds nothing, even where a name was changed). The `generated` names are
+    numbered again so that none is a name of the file's hooks or a `reserved` one (`guard`
+    taken: `guard-2`); the host's own names are kept as they are.
+    """
+    blank = not text.strip()
+    existing = Settings()
+    if not blank:
+        checked = check_settings(text.encode(), file=file, scope="project")
+        if checked.settings is None:
+            # Refuse to touch a file relay cannot read: its own error says where to look.
+            raise checked.errors[0]
+        existing = checked.settings
     result = MergeResult(file=file, text=text)
+    made_up = set(generated)
+    # The host's own names are kept as they are: made-up ones must not take them.
+    given = {entry.name for entry in _entries(imported) if entry.name and entry.name not in made_up}
+    taken = set(hook_names(existing)) | set(reserved) | given
+    added: dict[str, list[HookGroup]] = {}
     for event, groups in imported.hooks.items():
         present = list(existing.hooks.get(event, []))
         for group in groups:
-            if group in present:
+            if any(_same_group(group, other, made_up) for other in present):
                 result.skipped += 1
+                result.present += len(group.hooks)
                 where = _describe_group(event, group.matcher)
                 result.report.append(f"{where}: the same group is already in {file}; skipped")
                 continue
-            _append_group(document, event, group)
-            present.append(group)
+            written = _rename(group, made_up, taken, result.renamed)
+            taken.update(entry.display_name for entry in written.hooks)
+            added.setdefault(event, []).append(written)
+            present.append(written)
             result.added += 1
+            result.names.extend(entry.display_name for entry in written.hooks)
+    if result.renamed:
+        changes = ", ".join(f"{old} -> {new}" for old, new in result.renamed.items())
+        result.report.append(
+            f"names numbered on, since {file} or a file beside it has them: {changes}"
+        )
+    if blank:
+        fresh = settings_document(Settings(hooks=added, hooksConfig=imported.hooksConfig))
+        result.text = new_settings_text(fresh) if fresh else text
+        return result
+    document = JsonText(text, file=file)
+    if not isinstance(document.value, dict):
+        raise SettingsError("cannot edit: expected a JSON object", file=file, line=1, column=1)
+    for event, groups in added.items():
+        for group in groups:
+            _append_group(document, event, group)
     text = document.text
     for name in imported.hooksConfig.disabled:
         text = disable_in_text(text, name, file=file)
@@ -219,6 +316,73 @@ def merge_into_text(text: str, imported: Settings, *, file: str) -> MergeResult:
         raise RelayError(f"internal error: the merge would break {file}: {after.errors[0]}")
     result.text = text
     return result
+
+
+def _entries(settings: Settings) -> list[HookEntry]:
+    return [
+        entry for groups in settings.hooks.values() for group in groups for entry in group.hooks
+    ]
+
+
+def _same_group(imported: HookGroup, present: HookGroup, made_up: set[str]) -> bool:
+    """Whether `present` is `imported`, but for the names the import made up."""
+    if imported == present:
+        return True
+    if (imported.matcher, imported.sequential) != (present.matcher, present.sequential):
+        return False
+    if len(imported.hooks) != len(present.hooks):
+        return False
+    return all(
+        mine == theirs
+        or (
+            mine.name in made_up
+            and msgspec.structs.replace(mine, name=None)
+            == msgspec.structs.replace(theirs, name=None)
+        )
+        for mine, theirs in zip(imported.hooks, present.hooks, strict=True)
+    )
+
+
+def _rename(
+    group: HookGroup, made_up: set[str], taken: set[str], renamed: dict[str, str]
+) -> HookGroup:
+    """The group with its made-up names given again, each the first of `guard`, `guard-2`…
+    not `taken` (the import's own numbering, with the file's names counted as well)."""
+    hooks: list[HookEntry] = []
+    for entry in group.hooks:
+        if entry.name is None or entry.name not in made_up:
+            hooks.append(entry)
+            continue
+        base = generated_name(entry.command)
+        name, number = base, 1
+        while name in taken:
+            number += 1
+            name = f"{base}-{number}"
+        taken.add(name)
+        if name != entry.name:
+            renamed[entry.name] = name
+        hooks.append(msgspec.structs.replace(entry, name=name))
+    return msgspec.structs.replace(group, hooks=hooks)
+
+
+def _scope_files(target: Path) -> list[Path]:
+    """The relay files that run together with `target`: a project's shared and local ones."""
+    if target.parent.name == PROJECT_DIR_NAME and target.name in PROJECT_FILES:
+        return [target.parent / name for name in PROJECT_FILES]
+    return [target]
+
+
+def _names_in(path: Path) -> list[str]:
+    """The hook names of a relay settings file; none when it is missing or unreadable (the
+    merge into it, or `relay hooks validate`, says what is wrong)."""
+    try:
+        text = read_settings_text(path)
+    except SettingsError:
+        return []
+    if text is None or not text.strip():
+        return []
+    checked = check_settings(text.encode(), file=str(path), scope="project")
+    return [] if checked.settings is None else hook_names(checked.settings)
 
 
 def _append_group(document: JsonText, event: str, group: HookGroup) -> None:
@@ -244,23 +408,88 @@ def _describe_group(event: str, matcher: object) -> str:
     return f"{event}[{matcher}]" if matcher not in (None, "", "*") else event
 
 
-_RUNNERS = re.compile(
-    r"(ba|z|da)?sh|python[0-9.]*|node|deno|bun|npx|uv|uvx|perl|ruby|env|exec|-\S*|\$\{?\w+\}?"
+# Words before the program that do not name it: `env`, `exec`, `A=1`.
+_PREFIXES = frozenset({"env", "exec", "command", "nohup", "time", "nice"})
+# Segments that only set the stage for the program that follows: `cd "$DIR" && ./x.sh`.
+_STAGE = frozenset({"cd", "pushd", "export", "source", ".", "set", "unset", "umask"})
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+_INTERPRETER = re.compile(
+    r"(ba|z|da|k|fi)?sh|python[0-9.]*|pypy[0-9.]*|node(js)?|deno|bun|tsx|ts-node|ruby|perl"
+    r"|php|lua|pwsh|uv|poetry|pipenv|pipx"
 )
+# Runners that fetch a package and run it: the package names the hook (`npx-prettier`).
+_PACKAGE_RUNNERS = frozenset({"npx", "pnpx", "bunx", "uvx"})
+_SCRIPT = re.compile(r".*/.*|.+\.[A-Za-z0-9]{1,5}")
+_NAME_LIMIT = 40
 
 
-def _readable_name(label: str, command: str) -> str:
-    """A name for a hook that has none: its event and its program, `pre-tool-use-guard`."""
-    event = label.split("[", 1)[0]
-    words = command.replace('"', " ").replace("'", " ").split()
-    program = next(
-        (w for w in words if "=" not in w and not _RUNNERS.fullmatch(w.rsplit("/", 1)[-1])),
-        words[0] if words else "hook",
-    )
-    stem = re.sub(r"\.[A-Za-z0-9]+$", "", program.rstrip("/").rsplit("/", 1)[-1])
-    slug = re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-") or "hook"
-    kebab = re.sub(r"(?<!^)(?=[A-Z])", "-", event).lower()
-    return f"{kebab}-{slug}"
+def generated_name(command: str) -> str:
+    """A readable name for a hook that has none, from its script's file name
+    (`python3 "$CLAUDE_PROJECT_DIR"/hooks/fmt.py` -> `fmt`), else from its program
+    (`jq -r .x` -> `jq`, `npx prettier --write` -> `npx-prettier`)."""
+    for segment in _segments(command):
+        words = segment
+        while words and (_ASSIGNMENT.match(words[0]) or words[0] in _PREFIXES):
+            words = words[1:]
+            while words and words[0].startswith("-"):  # env -i, nice -n…: their options
+                words = words[1:]
+        if not words or words[0] in _STAGE:
+            continue
+        return _slug(_program_name(words))
+    return "hook"
+
+
+def _segments(command: str) -> list[list[str]]:
+    """The words of each simple command in a shell line, split at `&&`, `||`, `;`, `|`."""
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    segments: list[list[str]] = [[]]
+    try:
+        for token in lexer:
+            if token and set(token) <= set("&|;()<>"):
+                segments.append([])
+            else:
+                segments[-1].append(token)
+    except ValueError:  # an unclosed quote: the words as they stand
+        return [command.replace('"', " ").replace("'", " ").split()]
+    return [segment for segment in segments if segment]
+
+
+def _program_name(words: list[str]) -> str:
+    program = _base(words[0])
+    arguments = [word for word in words[1:] if word != "run"]  # uv run, deno run, pipx run
+    if program in _PACKAGE_RUNNERS:
+        package = next((word for word in arguments if not word.startswith("-")), None)
+        if package is None:
+            return program
+        # @scope/name@1.2 -> name
+        return f"{program}-{package.rsplit('/', 1)[-1].split('@', 1)[0] or package}"
+    if not _INTERPRETER.fullmatch(program):
+        return _stem(program)
+    for index, word in enumerate(arguments):
+        following = arguments[index + 1] if index + 1 < len(arguments) else None
+        if word == "-c" and following is not None and program.endswith("sh"):
+            return generated_name(following)  # bash -c '…': the command inside
+        if word == "-m" and following is not None:
+            return following.rsplit(".", 1)[-1]  # python -m black
+    operands = [word for word in arguments if not word.startswith("-")]
+    script = next((word for word in operands if _SCRIPT.fullmatch(word)), None)
+    if script is None and operands and not any(word in ("-c", "-e") for word in arguments):
+        script = operands[0]
+    return _stem(_base(script)) if script else program
+
+
+def _base(word: str) -> str:
+    return word.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _stem(file_name: str) -> str:
+    return re.sub(r"(?<=.)\.[A-Za-z0-9]{1,5}$", "", file_name)
+
+
+def _slug(text: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:_NAME_LIMIT].strip("-")
+    return slug or "hook"
 
 
 def _number(value: object) -> float | None:
@@ -274,23 +503,33 @@ def _whole(value: float) -> float:
     return int(value) if float(value).is_integer() else value
 
 
+class _Part:
+    """What is converted for one relay file: hooks per event and the switches."""
+
+    def __init__(self) -> None:
+        self.files: list[str] = []
+        self.hooks: dict[str, list[HookGroup]] = {}
+        self.enabled = True
+        self.disabled: list[str] = []
+
+
 class _Converter:
     """Collects converted hooks and report lines across the files of one agent."""
 
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
-        self.hooks: dict[str, list[HookGroup]] = {}
-        self.enabled = True
-        self.disabled: list[str] = []
+        self.parts: dict[str | None, _Part] = {}
         self.report: list[str] = []
+        self._part = _Part()
         self._untimed = 0
         self._plain_tool_matchers: list[str] = []
         self._converted_timeouts: list[str] = []
-        self._names: dict[str, tuple[str, str]] = {}
 
-    def read(self, file: str, document: Any) -> None:
+    def read(self, file: str, document: Any, target: str | None = None) -> None:
         if not isinstance(document, dict):
             raise SettingsError("expected a JSON object", file=file, line=1, column=1)
+        self._part = self.parts.setdefault(target, _Part())
+        self._part.files.append(file)
         if self.agent == "claude":
             self._read_claude(file, document)
         else:
@@ -314,19 +553,65 @@ class _Converter:
                 "expressions, relay reads a plain list of names as exact names; write a regular "
                 "expression (such as '.*read.*') where a part of a name was meant"
             )
-        settings = Settings(
-            hooks=self.hooks, hooksConfig=HooksConfig(enabled=self.enabled, disabled=self.disabled)
-        )
-        checked = check_settings(msgspec.json.encode(settings), file="<imported>", scope="project")
+        generated = self._name_hooks()
+        parts: list[ImportPart] = []
+        everything = Settings()
+        for target, part in self.parts.items():
+            settings = Settings(
+                hooks=part.hooks,
+                hooksConfig=HooksConfig(enabled=part.enabled, disabled=part.disabled),
+            )
+            if settings_document(settings):
+                parts.append(ImportPart(target=target, files=part.files, settings=settings))
+            for event, groups in part.hooks.items():
+                everything.hooks.setdefault(event, []).extend(groups)
+            everything.hooksConfig.enabled &= part.enabled
+            everything.hooksConfig.disabled.extend(
+                name for name in part.disabled if name not in everything.hooksConfig.disabled
+            )
+        encoded = msgspec.json.encode(everything)
+        checked = check_settings(encoded, file="<imported>", scope="project")
         if checked.errors:  # every value was checked on the way in: this is a bug
             raise RelayError(f"internal error: imported settings are invalid: {checked.errors[0]}")
-        return ImportResult(agent=self.agent, files=files, settings=settings, report=self.report)
+        return ImportResult(
+            agent=self.agent,
+            files=files,
+            settings=everything,
+            report=self.report,
+            parts=parts,
+            generated=generated,
+        )
+
+    def _name_hooks(self) -> list[str]:
+        """Give each hook without a name one from its script or program, unique in the import
+        and never one the host gave another hook (`guard`, `guard-2`…); the names made up."""
+        groups = [
+            group
+            for part in self.parts.values()
+            for event_groups in part.hooks.values()
+            for group in event_groups
+        ]
+        taken = {entry.name for group in groups for entry in group.hooks if entry.name}
+        generated: list[str] = []
+        for group in groups:
+            for index, entry in enumerate(group.hooks):
+                if entry.name is not None:
+                    continue
+                base = generated_name(entry.command)
+                name, number = base, 1
+                while name in taken:
+                    number += 1
+                    name = f"{base}-{number}"
+                taken.add(name)
+                generated.append(name)
+                group.hooks[index] = msgspec.structs.replace(entry, name=name)
+        return generated
 
     # --- Claude Code -----------------------------------------------------------------------
 
     def _read_claude(self, file: str, document: dict[str, Any]) -> None:
         if document.get("disableAllHooks") is True:
-            self.enabled = False
+            self._part.enabled = False
             self.report.append(
                 f"{file}: disableAllHooks: true became hooksConfig.enabled: false "
                 "(no hook runs while it is set)"
@@ -352,7 +637,7 @@ class _Converter:
             self.report.append(f"{file}: hooksConfig: expected an object; left out")
         tools = document.get("tools")
         if isinstance(tools, dict) and tools.get("enableHooks") is False:
-            self.enabled = False
+            self._part.enabled = False
             self.report.append(
                 f"{file}: tools.enableHooks: false became hooksConfig.enabled: false"
             )
@@ -363,7 +648,7 @@ class _Converter:
         where = f"{file}: {render_path(path)}"
         enabled = config.get("enabled")
         if enabled is False:
-            self.enabled = False
+            self._part.enabled = False
             self.report.append(f"{where}.enabled: false became hooksConfig.enabled: false")
         elif enabled is not None and enabled is not True:
             self.report.append(f"{where}.enabled: expected true or false; left out")
@@ -371,8 +656,8 @@ class _Converter:
         if isinstance(disabled, list):
             for name in disabled:
                 if isinstance(name, str):
-                    if name not in self.disabled:
-                        self.disabled.append(name)
+                    if name not in self._part.disabled:
+                        self._part.disabled.append(name)
                 else:
                     self.report.append(f"{where}.disabled: {name!r} is not a hook name; left out")
         elif disabled is not None:
@@ -409,8 +694,9 @@ class _Converter:
                 converted = self._group(file, event, group, (*path, event, index))
                 if converted is None:
                     continue
-                collected = self.hooks.setdefault(event, [])
-                if converted in collected:
+                collected = self._part.hooks.setdefault(event, [])
+                # The same group in two files (shared and personal) is kept once, in the first.
+                if any(converted in part.hooks.get(event, ()) for part in self.parts.values()):
                     label = _describe_group(event, converted.matcher)
                     self._note(file, (*path, event, index), label, "same group seen before; once")
                 else:
@@ -497,18 +783,7 @@ class _Converter:
             if key not in kept:
                 why = _CLAUDE_DROPPED_KEYS.get(key, "no relay equivalent")
                 self._note(file, (*path, key), label, f"{why}; left out")
-        if "name" not in fields:
-            fields["name"] = self._unique(_readable_name(label, command), (label, command))
-        return HookEntry(**fields)
-
-    def _unique(self, name: str, key: tuple[str, str]) -> str:
-        """`name`, or `name-2`, `name-3`… when another hook of this import has it (the same
-        hook in two files keeps one name, so the copies still merge as one)."""
-        candidate, number = name, 1
-        while self._names.setdefault(candidate, key) != key:
-            number += 1
-            candidate = f"{name}-{number}"
-        return candidate
+        return HookEntry(**fields)  # a hook without a name gets one once all are read
 
     def _timeout(
         self, file: str, label: str, hook: dict[str, Any], path: tuple[str | int, ...]
