@@ -37,12 +37,18 @@ from relay.protocol.display import visible
     is_flag=True,
     help="Never type into the agent (for a shell or a REPL); messages wait in the inbox.",
 )
+@click.option(
+    "--task",
+    help="What the session is for: given to hooks in SessionStart's `task` (a trajectory's "
+    "title, for one).",
+)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
 def run(
     ctx: click.Context,
     *,
     name: str | None,
+    task: str | None,
     settings_files: tuple[Path, ...],
     cwd: Path | None,
     headless: bool,
@@ -53,7 +59,7 @@ def run(
 ) -> None:
     """Run COMMAND (an agent CLI) in a PTY with relay's hooks and directives.
 
-    Example: relay run --name Alice -- claude
+    Example: relay run --name Alice --task "fix the login bug" -- claude
     """
     from relay.session.wrapper import Relay
 
@@ -65,6 +71,7 @@ def run(
         idle_seconds=idle_seconds,
         style=style,
         inject=False if no_inject else None,
+        task=task,
     )
     ctx.exit(relay.wrap(list(command)))
 

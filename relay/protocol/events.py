@@ -27,6 +27,9 @@ class SessionStart(Event, kw_only=True):
     """The agent session begins."""
 
     source: Annotated[str, Meta(description="startup | resume | clear | compact")] = "startup"
+    task: Annotated[
+        str | None, Meta(description="What the session is for (relay run --task), if given")
+    ] = None
 
 
 class SessionEnd(Event, kw_only=True):

@@ -95,6 +95,8 @@ class SessionContext:
         self.agent_name: str = session.name
         self.session_id: str = session.session_id
         self.working_dir: Path = session.cwd
+        self.task: str | None = session.task
+        """What the session is for (`relay run --task`), if it was given."""
         self.env: Mapping[str, str] = session.env
         self.memory: MemoryService | None = session.memory
         """The memory service (None when the user replaced `@memory:` with a handler of their own)."""
@@ -134,10 +136,13 @@ class Session:
         stdout_fd: int = 1,
         style: str | None = None,
         inject: bool | None = None,
+        task: str | None = None,
     ) -> None:
         if not command:
             raise ValueError("no agent command given")
         self.command = list(command)
+        self.task = task or None
+        """What the session is for (`relay run --task`): SessionStart's `task`."""
         self.hooks = hooks
         # The name other agents write after @relay: (a default name is made safe for it).
         # Without --name: the command's name and a digest of the project, which no agent of
@@ -309,7 +314,10 @@ class Session:
             self._tell_user(line)
         self._start_memory()
         await self._start_messaging()
-        start = await self._fire("SessionStart", {"source": "startup"})
+        started: dict[str, Any] = {"source": "startup"}
+        if self.task is not None:
+            started["task"] = self.task
+        start = await self._fire("SessionStart", started)
         if start.inject:
             self._early_injects.insert(0, start.inject)
         if self.memory is not None and self.memory_config.injectOnStart and self.inject_enabled:

@@ -41,8 +41,10 @@ class Relay:
         idle_seconds: float | None = None,
         style: str | None = None,
         inject: bool | None = None,
+        task: str | None = None,
     ) -> None:
         self.name = name
+        self.task = task
         self.style = style
         self.inject = inject
         self.cwd = Path(cwd) if cwd is not None else None
@@ -101,6 +103,7 @@ class Relay:
             cwd=self.cwd,
             style=self.style,
             inject=self.inject,
+            task=self.task,
         )
         try:
             return await session.run()

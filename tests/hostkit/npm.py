@@ -19,6 +19,8 @@ HOSTS: dict[str, tuple[str, str, str]] = {
     "claude": ("@anthropic-ai/claude-code", "2.1.331", "claude"),
     "gemini": ("@google/gemini-cli", "0.61.0", "gemini"),
     "codex": ("@openai/codex", "0.169.0", "codex"),
+    # Not a host: the `trail` CLI that the trajectory example hooks drive.
+    "trail": ("agent-trajectories", "0.6.1", "trail"),
 }
 INSTALL_TIMEOUT = 600.0
 _reasons: dict[str, str] = {}

@@ -11,6 +11,9 @@ argv[1]: the script, a JSON list of steps:
                          LINE right after that echo (before the Enter), then read to the
                          Enter and record the line: relay's typing and the agent's next
                          line on one screen line, every time
+  {"shell": COMMAND, "label": LABEL}
+                         run COMMAND with sh, printing "working…" until it ends; record
+                         its exit code and output
   {"hook": EVENT, "payload": {...}, "label": LABEL}
                          call relay as a host calls its hooks (`relay hooks run --dialect
                          claude EVENT`, the payload on stdin, this environment) and record
@@ -55,6 +58,22 @@ for step in steps:
             check=False,
         )
         record.write(json.dumps({"label": step["label"], "line": done.stdout.strip()}) + "\n")
+        record.flush()
+    elif "shell" in step:
+        # Run a command as an agent runs a tool, printing while it works (an agent that
+        # prints is busy: relay waits for it to go quiet), and record how it ended.
+        import subprocess
+
+        child = subprocess.Popen(
+            step["shell"], shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        while child.poll() is None:
+            print("working…", flush=True)
+            time.sleep(0.1)
+        output = child.stdout.read().decode(errors="replace") if child.stdout else ""
+        record.write(
+            json.dumps({"label": step["label"], "line": f"{child.returncode} {output}"}) + "\n"
+        )
         record.flush()
     elif "print" in step:
         print(step["print"], flush=True)
