@@ -884,3 +884,26 @@ def test_install_import_moves_the_originals_that_were_imported_already(
     ]
     assert GUARD_COMMAND not in commands and "npx prettier --write" not in commands
     assert "Is this command safe to run?" in commands
+
+
+def test_install_import_sees_a_numbered_name_as_already_there(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`hooks import` numbered a made-up name (guard was taken): `install --import` still
+    finds the hook there and adds no second copy."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    write(project / ".claude" / "settings.json", CLAUDE_SETTINGS)
+    target = write(
+        project / ".relay" / "settings.json",
+        {"hooks": {"Stop": [{"hooks": [{"command": "true", "name": "guard"}]}]}},
+    )
+    imported = invoke(["hooks", "import", "--from", "claude", "--write", "--cwd", str(project)])
+    assert imported.exit_code == 0, imported.output
+    assert "guard -> guard-2" in imported.output
+    text = target.read_text()
+    options = ["--project", "--import", "--python-client", "--no-mcp", "--cwd", str(project)]
+    installed = invoke(["install", "claude", *options])
+    assert installed.exit_code == 0, installed.output
+    assert "0 group(s) added" in installed.stdout
+    assert target.read_text() == text

@@ -72,7 +72,7 @@ def import_host_hooks(
         if dry_run:
             lines.append(f"would move {count} hook(s) from {host_file} into {target_file}")
             continue
-        merged = merge_into_file(converted.settings, target_file)
+        merged = merge_into_file(converted.settings, target_file, generated=converted.generated)
         record = record_path(host_file, env)
         previous = _read_record(record)
         for event, groups in moved.items():
