@@ -99,6 +99,6 @@ def test_a_hooks_error_is_shown_safely_by_hooks_log_and_hooks_test(
     assert "noisy" in ran.stdout, ran.stderr
     for args in (("hooks", "log"), ("hooks", "test", "BeforeTool")):
         # `hooks test` exits 1: the hook failed.
-        text = _relay(project, *args, cwd=args[1] != "log", check=args[1] == "log")
+        text = _relay(project, *args, check=args[1] == "log")
         assert "^[]52;c;" in text, args
         assert "\x1b]52" not in text and "\x9b" not in text, args

@@ -488,3 +488,44 @@ def test_a_check_reads_only_the_files_changed_since_trust(
     write(project / "lib" / "m1.sh", "false\n")
     assert assess("Stop", None, entry, project, known=known).digest != first.digest
     assert reads == [str(project / "lib" / "m1.sh")]
+
+
+def test_first_trust_shows_what_the_hook_would_run(project: Path) -> None:
+    write(project / "hooks" / "a.sh", "echo one\nprintf '\\033]52;c;x\\007'\n")
+    write(project / "hooks" / "long.sh", "".join(f"echo {n}\n" for n in range(50)))
+    settings(
+        project,
+        {"name": "a", "command": "sh hooks/a.sh"},
+        {"name": "long", "command": "sh hooks/long.sh"},
+    )
+    shown = trust(project).stdout
+    assert "--- hooks/a.sh (2 line(s)):" in shown
+    assert "  echo one" in shown and "\x1b" not in shown  # shown, controls made visible
+    assert "--- hooks/long.sh (50 line(s)):" in shown
+    assert "echo 39" in shown and "echo 40" not in shown
+    assert "… 10 more line(s) (--all-files shows them all)" in shown
+    again = trust(project).stdout  # trusted now: nothing to read again
+    assert "--- hooks/a.sh" not in again
+
+
+def test_revoke_counts_this_projects_current_hooks(project: Path) -> None:
+    write(project / "hooks" / "a.sh", "echo one\n")
+    settings(project, {"name": "a", "command": "sh hooks/a.sh"})
+    trust(project)
+    write(project / "hooks" / "a.sh", "echo two\n")
+    trust(project)  # the earlier trust is replaced, not kept
+    settings(project, {"name": "a", "command": "sh hooks/a.sh"}, {"name": "b", "command": "true"})
+    result = invoke(["trust", "--revoke", "--cwd", str(project)])
+    assert result.exit_code == 0
+    assert result.stdout == f"revoked trust in 1 hook(s) of {project}\n"
+
+
+def test_revoke_names_the_records_of_hooks_no_longer_there(project: Path) -> None:
+    settings(project, {"name": "a", "command": "true"}, {"name": "b", "command": "false"})
+    trust(project)
+    settings(project, {"name": "a", "command": "true"})
+    result = invoke(["trust", "--revoke", "--cwd", str(project)])
+    assert result.stdout == (
+        f"revoked trust in 1 hook(s) of {project}"
+        " (and 1 older record(s) of hooks since changed or removed)\n"
+    )

@@ -13,6 +13,8 @@ from relay.cli.options import cwd_option
 if TYPE_CHECKING:
     from relay.config.trust import HookFingerprint
 
+CONTENT_FILES = 3
+CONTENT_LINES = 40
 FILES_SHOWN = 20
 """Fingerprinted files listed per hook without --all-files."""
 INDENT = " " * 13
@@ -45,8 +47,13 @@ def trust(yes: bool, revoke: bool, all_files: bool, cwd: Path | None) -> None:
         raise RelayError(f"no project here: no .relay/ or .git above {cwd or Path.cwd()}")
     store = TrustStore()
     if revoke:
+        current = sum(1 for hook in system.registry.hooks if hook.needs_trust and hook.trusted)
         removed = store.revoke(root)
-        click.echo(f"revoked trust in {removed} hook(s) of {root}")
+        older = removed - current
+        more = (
+            f" (and {older} older record(s) of hooks since changed or removed)" if older > 0 else ""
+        )
+        click.echo(f"revoked trust in {current} hook(s) of {root}{more}")
         return
     project_hooks = [hook for hook in system.registry.hooks if hook.needs_trust]
     if not project_hooks:
@@ -84,7 +91,11 @@ def trust(yes: bool, revoke: bool, all_files: bool, cwd: Path | None) -> None:
             continue
         slot = hook_slot(*place, ranks[place])
         previous = store.last_trust(root, slot, key)
-        if previous is not None:
+        if previous is None:
+            # Never trusted here: what it would run, to read before saying yes.
+            for line in _contents(assessed, all_files):
+                click.echo(f"{INDENT}{line}")
+        else:
             changed = changes(
                 previous, hook.command, assessed, lambda sha: store.copy_of(root, sha)
             )
@@ -133,4 +144,26 @@ def _fingerprinted(assessed: HookFingerprint, all_files: bool) -> list[str]:
         lines.append(f"  {visible(name)}" + (f"  ({visible(note)})" if note else ""))
     if len(names) < count:
         lines.append(f"  … and {count - len(names)} more (--all-files lists them)")
+    return lines
+
+
+def _contents(assessed: HookFingerprint, all_files: bool) -> list[str]:
+    """The text of the files a hook runs (the first CONTENT_FILES, at most CONTENT_LINES
+    lines each, control characters made visible); binary files are named only."""
+    from relay.config.review import visible
+
+    if assessed.tree:
+        return []  # the whole project: listed above, too much to show
+    lines: list[str] = []
+    names = [name for name in assessed.files if name in assessed.contents]
+    shown = names if all_files else names[:CONTENT_FILES]
+    for name in shown:
+        text = assessed.contents[name].decode("utf-8", "replace").splitlines()
+        lines.append(f"--- {visible(name)} ({len(text)} line(s)):")
+        limit = len(text) if all_files else CONTENT_LINES
+        lines.extend(f"  {visible(line)}" for line in text[:limit])
+        if len(text) > limit:
+            lines.append(f"  … {len(text) - limit} more line(s) (--all-files shows them all)")
+    if len(shown) < len(names):
+        lines.append(f"… and {len(names) - len(shown)} more file(s) (--all-files shows them)")
     return lines
