@@ -590,3 +590,29 @@ def test_projects_have_their_own_teams_and_humans_are_not_agents(
     assert json.loads(pruned.stdout) == [name]
     dead = [d for d in mailbox.inbox(name, team=teams[shop]) if d.state == "dead"]
     assert dead and all("was pruned from team" in (d.reason or "") for d in dead)
+
+
+def test_an_agent_at_its_prompt_is_idle_within_seconds(
+    tmp_path: Path, fast_settings: Path, mailbox: SqliteMailbox
+) -> None:
+    """Busy while it prints, idle a couple of seconds after it stops (not after Idle's 30 s)."""
+    record = tmp_path / "carol.jsonl"
+    carol = start_relay_run(
+        "Carol",
+        [{"print": f"line {n}"} for n in range(3)] + [{"read": "never"}],
+        record,
+        settings=[fast_settings],
+    )
+    try:
+
+        def state() -> str | None:
+            return next((a.state for a in mailbox.agents("default") if a.name == "Carol"), None)
+
+        wait_for(lambda: state() in ("busy", "idle"), "Carol's presence")
+        started = time.monotonic()
+        wait_for(lambda: state() == "idle", "Carol idle", timeout=20)
+        # PRESENCE_QUIET_SECONDS (2 s) after its last output, and a presence write after.
+        assert time.monotonic() - started < 15
+    finally:
+        carol.send_signal(signal.SIGTERM)
+        finish(carol)

@@ -326,7 +326,7 @@ class SessionInbox:
                 awaiting.output_at = now
 
     def observe_idle(self) -> None:
-        """The agent went quiet (Idle fired)."""
+        """The agent went quiet (no output for a moment; a presence change only)."""
         self._set_state("idle")
 
     def _acknowledge(self, key: str, evidence: str) -> None:

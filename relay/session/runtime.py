@@ -74,6 +74,8 @@ from relay.session.terminal import passthrough, raw_terminal, terminal_size
 from relay.session.transcript import Transcript
 from relay.session.voices import voice_for
 
+PRESENCE_QUIET_SECONDS = 2.0
+"""Seconds without output after which the agent's presence is idle (`relay agents`)."""
 RECENT_LINES = 200
 TRANSCRIPT_RATE = 1_000_000
 """Bytes of output a second the transcript records on average (see _transcript_admits)."""
@@ -695,8 +697,12 @@ class Session:
 
     async def _watch_idle(self) -> None:
         while True:
-            await anyio.sleep(min(1.0, self.idle_seconds / 4))
+            await anyio.sleep(min(PRESENCE_QUIET_SECONDS / 2, self.idle_seconds / 4))
             quiet = time.monotonic() - self._last_output
+            if quiet >= PRESENCE_QUIET_SECONDS and self.inbox is not None:
+                # At its prompt, as far as anyone can tell: `relay agents` says idle now,
+                # not only once Idle fires (idleSeconds, 30 s by default).
+                self.inbox.observe_idle()
             if quiet >= self.idle_seconds and not self._idle_fired:
                 self._idle_fired = True  # once per quiet period
                 if self.inbox is not None:
