@@ -180,6 +180,23 @@ def test_check_inbox_returns_each_message_once_and_acknowledges_it(
     )
 
 
+def test_memory_save_of_the_same_fact_twice_gives_back_the_same_id(
+    project: Path, relay_home: Path
+) -> None:
+    async def save_twice() -> list[tuple[bool, str]]:
+        async with connect(project, relay_home, env={"RELAY_AGENT_NAME": "Alice"}) as session:
+            return [
+                await call(session, "memory_save", content="deploys need the VPN", tags=["ops"]),
+                await call(session, "memory_save", content="deploys need the VPN ", tags=["ops"]),
+            ]
+
+    (error, first), (again_error, again) = anyio.run(save_twice)
+    assert not error and not again_error, (first, again)
+    assert first.startswith("✓ Saved to memory [")
+    memory_id = first.removeprefix("✓ Saved to memory [").rstrip("]")
+    assert again == f"✓ Already saved as [{memory_id}]"
+
+
 def test_a_memory_saved_by_tool_is_found_by_a_directive(
     project: Path, relay_home: Path, tmp_path: Path
 ) -> None:

@@ -17,7 +17,7 @@ from scripted_sessions import RELAY, agent, reads
 from relay.cli.main import cli
 from relay.config.discovery import load_settings
 from relay.services.memory.backends import memory_config
-from relay.services.memory.model import Memory, MemoryHit
+from relay.services.memory.model import ImportCounts, Memory, MemoryHit, SavedMemory
 from relay.services.memory.namespace import END_PROMPT, handle, start_summary, tags_of
 from relay.session.wrapper import Relay
 
@@ -47,6 +47,16 @@ class ListMemory:
         self.items.append(memory)
         return memory
 
+    def save(
+        self,
+        content: str,
+        *,
+        tags: Sequence[str] = (),
+        agent: str | None = None,
+        project: str | None = None,
+    ) -> SavedMemory:
+        return SavedMemory(memory=self.add(content, tags=tags, agent=agent, project=project))
+
     def search(self, query: str, *, project: str | None = None, limit: int = 10) -> list[MemoryHit]:
         words = query.lower().split()
         found = [
@@ -70,10 +80,10 @@ class ListMemory:
     def export(self) -> Iterator[Memory]:
         return iter(self.items)
 
-    def import_memories(self, memories: Iterable[Memory]) -> int:
+    def import_memories(self, memories: Iterable[Memory]) -> ImportCounts:
         added = list(memories)
         self.items.extend(added)
-        return len(added)
+        return ImportCounts(added=len(added))
 
 
 def test_the_namespace_answers_in_words_an_agent_can_act_on() -> None:
@@ -341,3 +351,132 @@ def test_one_relay_running_two_sessions_saves_once_per_directive(
         assert anyio.run(relay.run, agent(steps, record)) == 0
     listed = CliRunner().invoke(cli, ["memory", "list", "--cwd", str(project), "--json"])
     assert sorted(item["content"] for item in json.loads(listed.stdout)) == ["fact 0", "fact 1"]
+
+
+# -- the same content twice, tags once, export's scope, import's counts ----------------------
+
+
+def _relay(*args: str) -> Any:
+    done = CliRunner().invoke(cli, ["memory", *args])
+    assert done.exit_code == 0, done.output
+    return done
+
+
+def test_saving_the_same_content_twice_answers_with_the_existing_id(
+    project: Path, tmp_path: Path, relay_home: Path
+) -> None:
+    from relay.services.memory.sqlite import SqliteMemory
+
+    where = ("--cwd", str(project))
+    first = json.loads(_relay("save", *where, "--json", "use uv, not pip #tooling").stdout)
+    assert first["existing"] is False
+    again = json.loads(_relay("save", *where, "--json", "use uv, not pip #tooling ").stdout)
+    assert again == {**first, "existing": True}
+    assert _relay("save", *where, "use", "uv,", "not", "pip", "#tooling").stdout == (
+        f"✓ Already saved as [{first['id']}]\n"
+    )
+    shared = json.loads(_relay("save", *where, "--global", "--json", "sign commits").stdout)
+    assert _relay("save", *where, "sign commits").stdout == (
+        f"✓ Already saved as [{shared['id']}], a global memory\n"
+    )
+    listed = json.loads(_relay("list", *where, "--json").stdout)
+    assert [memory["id"] for memory in listed] == [shared["id"], first["id"]]
+    # The @memory:save handler (and the MCP tool, which is that directive) too.
+    with SqliteMemory() as store:
+        answer = handle(store, "save", "use uv, not pip #tooling", project=str(project), agent="A")
+        assert answer == f"✓ Already saved as [{first['id']}]"
+        assert handle(store, "save", "a new fact", project=str(project), agent="A").startswith(
+            "✓ Saved to memory ["
+        )
+
+
+def test_the_recap_shows_copies_in_an_old_store_once() -> None:
+    store = ListMemory()  # saves everything, as a store from before deduplication did
+    store.add("use uv, not pip", project="/p")
+    store.add("run make check", project="/p")
+    store.add("use uv, not pip ", project="/p")
+    summary = start_summary(store, project="/p", budget=2000)
+    assert summary is not None
+    assert summary.splitlines()[1:] == [
+        "- [00000003] use uv, not pip",
+        "- [00000002] run make check",
+    ]
+
+
+def test_memory_list_and_search_show_each_tag_once(project: Path, relay_home: Path) -> None:
+    from relay.services.memory.sqlite import SqliteMemory
+
+    where = ("--cwd", str(project))
+    _relay("save", *where, "use uv #tooling #Python")
+    with SqliteMemory() as store:
+        store.add("deploy with make release #deploy", tags=["deploy", "ci"], project=str(project))
+    listed = _relay("list", *where).stdout
+    assert listed.count("#tooling") == 1 and listed.count("#Python") == 1
+    assert "#python" not in listed and listed.count("#deploy") == 1
+    assert "    #ci\n" in listed  # a tag the content does not show is shown under it
+    found = _relay("search", *where, "tooling").stdout
+    assert found.count("#tooling") == 1
+
+
+def test_export_follows_lists_scope_unless_all(
+    project: Path, tmp_path: Path, relay_home: Path
+) -> None:
+    other = tmp_path / "other"
+    (other / ".git").mkdir(parents=True)
+    mine = json.loads(_relay("save", "--cwd", str(project), "--json", "ours").stdout)
+    theirs = json.loads(_relay("save", "--cwd", str(other), "--json", "theirs").stdout)
+    shared = json.loads(_relay("save", "--cwd", str(project), "--global", "--json", "all").stdout)
+
+    def exported(*args: str) -> tuple[list[str], str]:
+        done = _relay("export", *args)
+        return [json.loads(line)["id"] for line in done.stdout.splitlines()], done.stderr
+
+    ids, said = exported("--cwd", str(project))
+    assert ids == [mine["id"], shared["id"]]
+    assert ids == [
+        m["id"]
+        for m in reversed(json.loads(_relay("list", "--cwd", str(project), "--json").stdout))
+    ]
+    assert said == "exported 2 memories (this project's and global ones; --all for every project)\n"
+    assert exported("--cwd", str(tmp_path))[0] == [shared["id"]]  # outside a project: global
+    ids, said = exported("--cwd", str(project), "--all")
+    assert ids == [mine["id"], theirs["id"], shared["id"]] and said == "exported 3 memories\n"
+
+
+def test_import_says_what_was_added_and_what_was_already_there(
+    project: Path, tmp_path: Path, relay_home: Path
+) -> None:
+    where = ("--cwd", str(project))
+    _relay("save", *where, "first fact")
+    _relay("save", *where, "second fact #x")
+    exported = tmp_path / "memories.jsonl"
+    _relay("export", *where, "-o", str(exported))
+    assert _relay("import", *where, str(exported)).stdout == (
+        "imported 2 memories: 0 added, 2 already present\n"
+    )
+    # Into another store: added the first time, already present the second, by subprocess.
+    env = {**os.environ, "RELAY_HOME": str(tmp_path / "other-home")}
+
+    def import_there(*args: str) -> str:
+        done = subprocess.run(
+            [RELAY, "memory", "import", *args, str(exported), *where],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=30,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert import_there() == "imported 2 memories: 2 added, 0 already present\n"
+    assert json.loads(import_there("--json")) == {"added": 0, "present": 2, "updated": 0}
+    # An edited export replaces the memory with its id; a copy under a new id is not added.
+    lines = [json.loads(line) for line in exported.read_text().splitlines()]
+    lines[0]["tags"] = ["edited"]
+    lines.append({**lines[1], "id": "0000abcd"})
+    exported.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert import_there() == (
+        "imported 3 memories: 0 added, 2 already present,"
+        " 1 updated (same id, other content, tags or dates)\n"
+    )

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from relay.services.memory.command import CommandMemory
-from relay.services.memory.model import Memory, MemoryService, MemoryStoreError
+from relay.services.memory.model import ImportCounts, Memory, MemoryService, MemoryStoreError
 
 ROOT = Path(__file__).resolve().parent.parent
 STORE_SCRIPT = ROOT / "hooks-examples" / "memory_store.py"
@@ -101,7 +101,7 @@ def test_export_import_round_trip_keeps_ids_tags_dates(
         [sys.executable, str(STORE_SCRIPT)],
         env={"MEMORY_STORE_FILE": str(tmp_path / "other.jsonl")},
     )
-    assert other.import_memories(iter(exported)) == 2
+    assert other.import_memories(iter(exported)) == ImportCounts(added=2)
     assert list(other.export()) == originals
     assert other.get(originals[0].id) == originals[0]
 
@@ -109,7 +109,7 @@ def test_export_import_round_trip_keeps_ids_tags_dates(
     changed = Memory(
         id=originals[0].id, content="one, revised", tags=[], created_at=originals[0].created_at
     )
-    assert other.import_memories([changed]) == 1
+    assert other.import_memories([changed]) == ImportCounts(updated=1)
     assert list(other.export()) == [changed, originals[1]]
 
 
@@ -227,3 +227,52 @@ def test_missing_executable_in_a_shell_command(tmp_path: Path) -> None:
 def test_empty_command(command: str | list[str]) -> None:
     with pytest.raises(MemoryStoreError, match="the command is empty"):
         CommandMemory(command)
+
+
+def test_a_backend_may_answer_that_a_save_was_already_there() -> None:
+    reply = {
+        "ok": True,
+        "existing": True,
+        "memory": {"id": "3f9a1c07", "content": "x", "created_at": "2025-06-01T12:34:56.789Z"},
+    }
+    saved = python_backend(f"import json; print(json.dumps({reply!r}))").save("x")
+    assert saved.existing is True and saved.memory.id == "3f9a1c07"
+
+
+def test_a_backend_that_does_not_say_makes_a_new_memory_each_save(memory: CommandMemory) -> None:
+    # The example backend does not deduplicate: relay does not do it behind its back.
+    first = memory.save("Use uv, not pip")
+    again = memory.save("Use uv, not pip")
+    assert (first.existing, again.existing) == (False, False)
+    assert first.memory.id != again.memory.id
+
+
+def test_import_counts_by_id_when_the_backend_says_only_count(
+    memory: CommandMemory, tmp_path: Path
+) -> None:
+    originals = [memory.add("one", tags=["a"]), memory.add("two", project="/p")]
+    other = CommandMemory(
+        [sys.executable, str(STORE_SCRIPT)],
+        env={"MEMORY_STORE_FILE": str(tmp_path / "other.jsonl")},
+    )
+    assert other.import_memories(originals) == ImportCounts(added=2)
+    assert other.import_memories(originals) == ImportCounts(present=2)
+    changed = Memory(id=originals[1].id, content="two, revised", created_at=now())
+    assert other.import_memories([changed, originals[0]]) == ImportCounts(present=1, updated=1)
+    assert other.import_memories([]) == ImportCounts()
+
+
+def test_import_counts_from_a_backend_that_gives_them() -> None:
+    reply = {"ok": True, "count": 3, "added": 1, "present": 2, "updated": 0}
+    code = (
+        "import json, sys\n"
+        "request = json.load(sys.stdin)\n"
+        "if request['op'] == 'export': print(json.dumps({'ok': True, 'memories': []}))\n"
+        f"else: print(json.dumps({reply!r}))\n"
+    )
+    given = [Memory(id=f"0000000{n}", content=str(n), created_at=now()) for n in range(3)]
+    assert python_backend(code).import_memories(given) == ImportCounts(added=1, present=2)
+
+
+def now() -> str:
+    return "2025-06-01T12:34:56.789Z"

@@ -13,11 +13,18 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from relay.config.paths import state_dir
 from relay.services.memory.jsonl import MemoryFileError, read_jsonl, write_jsonl
-from relay.services.memory.model import Memory, MemoryService, MemoryStoreError
+from relay.services.memory.model import (
+    ImportCounts,
+    Memory,
+    MemoryService,
+    MemoryStoreError,
+    SavedMemory,
+)
 from relay.services.memory.sqlite import (
     SEARCH_CANDIDATES,
     SqliteMemory,
@@ -214,7 +221,7 @@ def test_export_import_keeps_everything(store: SqliteMemory, tmp_path: Path) -> 
     assert write_jsonl(exported, stream) == 3
     stream.seek(0)
     with SqliteMemory(tmp_path / "fresh" / "memory.db") as fresh:
-        assert fresh.import_memories(read_jsonl(stream)) == 3
+        assert fresh.import_memories(read_jsonl(stream)) == ImportCounts(added=3)
         assert list(fresh.export()) == exported
         assert [hit.memory.id for hit in fresh.search("oldest")] == ["abcdef01"]
 
@@ -224,7 +231,7 @@ def test_import_replaces_an_existing_id_and_its_index_entry(store: SqliteMemory)
     replacement = Memory(
         id=original.id, content="mango fruit", tags=["new"], created_at="2022-02-02T02:02:02.000Z"
     )
-    assert store.import_memories([replacement]) == 1
+    assert store.import_memories([replacement]) == ImportCounts(updated=1)
     assert store.get(original.id) == replacement
     assert store.search("kiwi") == []
     assert [hit.memory for hit in store.search("mango")] == [replacement]
@@ -391,3 +398,190 @@ def test_a_small_project_finds_its_memories_under_many_newer_ones_elsewhere(
     assert [hit.memory.id for hit in store.search("deploy", project="/small")] == [mine.id]
     assert [hit.memory.id for hit in store.search("deploy script", project="/small")] == [mine.id]
     assert len(store.search("deploy", project="/big")) == 10
+
+
+# -- the same content saved twice -------------------------------------------------------------
+
+
+def test_the_same_content_saved_twice_is_one_memory(store: SqliteMemory) -> None:
+    first = store.save("use uv, not pip", tags=["tooling"], project="/p")
+    assert first.existing is False
+    again = store.save("use uv, not pip", tags=["tooling"], agent="other", project="/p")
+    assert again == SavedMemory(memory=first.memory, existing=True)  # agent and date kept
+    assert store.add("  use uv, not pip\n", project="/p").id == first.memory.id
+    assert store.list(project="/p") == [first.memory]
+    # Case and inner whitespace count; another project's memory is never found.
+    assert store.save("Use uv, not pip", project="/p").existing is False
+    assert store.save("use uv,  not pip", project="/p").existing is False
+    other = store.save("use uv, not pip", project="/q")
+    assert other.existing is False and other.memory.project == "/q"
+    assert len(store.list(project="/p")) == 3
+
+
+def test_a_project_save_finds_a_global_memory_but_not_the_other_way(store: SqliteMemory) -> None:
+    shared = store.save("always sign commits")
+    found = store.save("always sign commits", project="/p")
+    assert found == SavedMemory(memory=shared.memory, existing=True)
+    mine = store.save("run make check", project="/p")
+    wider = store.save("run make check")  # a global save is wider than the project's
+    assert wider.existing is False and wider.memory.project is None
+    # The project's own copy is preferred to the global one when both exist.
+    assert store.save("run make check", project="/p").memory.id == mine.memory.id
+
+
+def test_a_second_save_adds_its_tags_after_the_memorys_own(store: SqliteMemory) -> None:
+    first = store.add("deploys go through make release", tags=["deploy", "make"])
+    again = store.save("deploys go through make release", tags=["make", "release"])
+    assert again.existing and again.memory.tags == ["deploy", "make", "release"]
+    assert store.get(first.id) == again.memory
+    assert [hit.memory.id for hit in store.search("release")] == [first.id]
+    assert store.search("deploys") != []  # the index was updated, not duplicated
+    assert len(store.search("deploy", limit=100)) == 1
+
+
+def test_eight_processes_saving_the_same_line_make_one_memory(tmp_path: Path) -> None:
+    path = tmp_path / "shared" / "memory.db"
+    script = textwrap.dedent(
+        """
+        import sys
+        from pathlib import Path
+        from relay.services.memory.sqlite import SqliteMemory
+        with SqliteMemory(Path(sys.argv[1]), busy_timeout=30) as store:
+            ids = {store.add(f"the shared fact {index % 5}", project="/p").id for index in range(40)}
+            print(" ".join(sorted(ids)))
+        """
+    )
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(path)], stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(8)
+    ]
+    outputs = [process.communicate(timeout=60)[0] for process in processes]
+    assert [process.returncode for process in processes] == [0] * 8
+    assert len(set(outputs)) == 1  # every process got the same five ids
+    with SqliteMemory(path) as store:
+        assert len(list(store.export())) == 5
+
+
+_SCHEMA_1 = """
+CREATE TABLE memories (
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    content TEXT NOT NULL,
+    tags TEXT NOT NULL DEFAULT '[]',
+    agent TEXT,
+    project TEXT,
+    created_at TEXT NOT NULL,
+    scope TEXT GENERATED ALWAYS AS (
+        CASE WHEN project IS NULL THEN 'global' ELSE 'p' || hex(project) END
+    ) VIRTUAL
+);
+CREATE INDEX memories_created ON memories(created_at);
+CREATE VIRTUAL TABLE memories_fts USING fts5(
+    content, tags, scope,
+    content='memories', content_rowid='seq', tokenize='porter unicode61'
+);
+CREATE TRIGGER memories_after_insert AFTER INSERT ON memories BEGIN
+    INSERT INTO memories_fts(rowid, content, tags, scope)
+    VALUES (new.seq, new.content, new.tags, new.scope);
+END;
+CREATE TRIGGER memories_after_delete AFTER DELETE ON memories BEGIN
+    INSERT INTO memories_fts(memories_fts, rowid, content, tags, scope)
+    VALUES ('delete', old.seq, old.content, old.tags, old.scope);
+END;
+CREATE TRIGGER memories_after_update AFTER UPDATE ON memories BEGIN
+    INSERT INTO memories_fts(memories_fts, rowid, content, tags, scope)
+    VALUES ('delete', old.seq, old.content, old.tags, old.scope);
+    INSERT INTO memories_fts(rowid, content, tags, scope)
+    VALUES (new.seq, new.content, new.tags, new.scope);
+END;
+PRAGMA user_version = 1;
+"""
+
+
+def test_a_schema_1_store_with_copies_is_upgraded_and_keeps_them(tmp_path: Path) -> None:
+    """A store written before saves were deduplicated (schema 1, as relay wrote it) that
+    already holds copies: opening it upgrades it without failing, keeps every memory,
+    and later saves of that content find the oldest copy."""
+    path = tmp_path / "memory.db"
+    old = sqlite3.connect(path)
+    old.executescript(_SCHEMA_1)
+    rows = [
+        ("0000000a", "use uv, not pip", '["tooling"]', None, "/p", "2025-01-01T00:00:00.000Z"),
+        ("0000000b", "use uv, not pip", '["tooling"]', None, "/p", "2025-01-02T00:00:00.000Z"),
+        ("0000000c", "sign commits ", "[]", "claude", None, "2025-01-03T00:00:00.000Z"),
+    ]
+    old.executemany(
+        "INSERT INTO memories (id, content, tags, agent, project, created_at)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        rows,
+    )
+    old.commit()
+    old.close()
+    with SqliteMemory(path) as store:
+        assert [memory.id for memory in store.list(project="/p")] == [
+            "0000000c",
+            "0000000b",
+            "0000000a",
+        ]
+        assert store.save("use uv, not pip", project="/p").memory.id == "0000000a"
+        assert store.save("sign commits", project="/p").memory.id == "0000000c"
+        assert {hit.memory.id for hit in store.search("uv", project="/p")} == {
+            "0000000a",
+            "0000000b",
+        }
+        assert store.save("a new fact", project="/p").existing is False
+        # The index still holds each memory once (checked in full below).
+        assert len(store.search("pip", project="/p", limit=100)) == 2
+    check = sqlite3.connect(path)
+    try:
+        assert check.execute("PRAGMA user_version").fetchone() == (2,)
+        assert check.execute("SELECT count(*) FROM memories WHERE digest IS NULL").fetchone() == (
+            0,
+        )
+        assert check.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        check.execute("INSERT INTO memories_fts(memories_fts) VALUES ('integrity-check')")
+    finally:
+        check.close()
+
+
+# -- import counts ---------------------------------------------------------------------------
+
+
+def test_import_counts_added_present_and_updated(store: SqliteMemory) -> None:
+    memories = [
+        Memory(id="0000000a", content="one", project="/p", created_at="2025-01-01T00:00:00.000Z"),
+        Memory(id="0000000b", content="two", created_at="2025-01-02T00:00:00.000Z"),
+    ]
+    store.add("already here")
+    assert store.import_memories(memories) == ImportCounts(added=2)
+    assert store.import_memories(memories) == ImportCounts(present=2)
+    edited = msgspec.structs.replace(memories[0], tags=["new"])
+    assert store.import_memories([edited, memories[1]]) == ImportCounts(present=1, updated=1)
+    assert store.get("0000000a") == edited
+    # A new id with content already stored (in its project or globally) is not added.
+    copies = [
+        Memory(id="0000000c", content="two ", project="/p", created_at=now_iso()),
+        Memory(id="0000000d", content="one", project="/q", created_at=now_iso()),
+        Memory(id="0000000e", content="already here", created_at=now_iso()),
+    ]
+    assert store.import_memories(copies) == ImportCounts(added=1, present=2)
+    assert store.get("0000000c") is None and store.get("0000000d") is not None
+    assert store.import_memories([]) == ImportCounts()
+
+
+def test_an_export_with_copies_comes_back_whole_into_an_empty_store(
+    store: SqliteMemory, tmp_path: Path
+) -> None:
+    copies = [
+        Memory(id=f"0000000{n}", content="the same", created_at=f"2025-01-0{n}T00:00:00.000Z")
+        for n in (1, 2)
+    ]
+    with SqliteMemory(tmp_path / "fresh.db") as fresh:
+        assert fresh.import_memories(copies) == ImportCounts(added=2)
+        assert list(fresh.export()) == copies
+        assert fresh.import_memories([copies[0], copies[0]]) == ImportCounts(present=2)
+    # Into a store that is not empty, the file's memories are not compared with each other.
+    store.add("something else")
+    assert store.import_memories(copies) == ImportCounts(added=2)

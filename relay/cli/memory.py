@@ -52,18 +52,21 @@ def save(
     cwd: Path | None,
     settings_files: tuple[Path, ...],
 ) -> None:
-    """Save CONTENT (`#tag` words become tags)."""
-    from relay.services.memory.namespace import tags_of
+    """Save CONTENT (`#tag` words become tags); the same content again answers with the
+    memory already saved (`"existing": true` in --json)."""
+    import msgspec
+
+    from relay.services.memory.namespace import saved_answer, tags_of
 
     service, project = _service(cwd, settings_files)
     text = " ".join(content)
-    saved = service.add(
+    saved = service.save(
         text, tags=tags_of(text), agent=agent, project=None if is_global else project
     )
     if as_json:
-        _print_json(saved)
+        _print_json({**msgspec.to_builtins(saved.memory), "existing": saved.existing})
     else:
-        click.echo(f"✓ Saved to memory [{saved.id}]")
+        click.echo(saved_answer(saved))
 
 
 @memory.command("search")
@@ -136,32 +139,59 @@ def forget(
     default="-",
     help="File (default: stdout).",
 )
+@click.option(
+    "--all",
+    "everything",
+    is_flag=True,
+    help="Every project's memories, not only this project's and global ones.",
+)
 @cwd_option
 @settings_option
-def export(output: IO[str], cwd: Path | None, settings_files: tuple[Path, ...]) -> None:
-    """Every memory as JSON Lines, oldest first (ids, tags and dates kept)."""
+def export(
+    output: IO[str], everything: bool, cwd: Path | None, settings_files: tuple[Path, ...]
+) -> None:
+    """The memories `list` shows (this project's and global ones), or with --all every
+    memory of the store, as JSON Lines, oldest first (ids, tags and dates kept)."""
     from relay.services.memory.jsonl import write_jsonl
+    from relay.services.memory.model import visible_in
 
-    service, _ = _service(cwd, settings_files)
-    count = write_jsonl(service.export(), output)
-    click.echo(f"exported {count} memories", err=True)
+    service, project = _service(cwd, settings_files)
+    memories = service.export() if everything else visible_in(service.export(), project)
+    count = write_jsonl(memories, output)
+    scope = "" if everything else " (this project's and global ones; --all for every project)"
+    click.echo(f"exported {count} memories{scope}", err=True)
 
 
 @memory.command("import")
 @click.argument("source", type=click.File("r", encoding="utf-8"), default="-")
+@click.option("--json", "as_json", is_flag=True)
 @cwd_option
 @settings_option
-def import_memories(source: IO[str], cwd: Path | None, settings_files: tuple[Path, ...]) -> None:
-    """Memories from JSON Lines (as `relay memory export` writes them); ids, tags and dates kept."""
+def import_memories(
+    source: IO[str], as_json: bool, cwd: Path | None, settings_files: tuple[Path, ...]
+) -> None:
+    """Memories from JSON Lines (as `relay memory export` writes them); ids, tags and
+    dates kept. Says how many were added and how many were already there."""
     from relay.services.memory.jsonl import read_jsonl
 
     service, _ = _service(cwd, settings_files)
-    count = service.import_memories(read_jsonl(source))
-    click.echo(f"imported {count} memories")
+    counts = service.import_memories(read_jsonl(source))
+    if as_json:
+        _print_json(counts)
+        return
+    line = (
+        f"imported {counts.total} memories: {counts.added} added, {counts.present} already present"
+    )
+    if counts.updated:
+        line += f", {counts.updated} updated (same id, other content, tags or dates)"
+    click.echo(line)
 
 
 def _print_memory(item: Any, extra: str = "") -> None:
-    tags = " ".join("#" + tag for tag in item.tags)
+    from relay.services.memory.namespace import unwritten_tags
+
+    # Only the tags the content does not already show: `#tag` words saved are both.
+    tags = " ".join("#" + tag for tag in unwritten_tags(item))
     where = "global" if item.project is None else "project"
     content = visible(item.content).replace("\n", "\n    ")
     click.echo(

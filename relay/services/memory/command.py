@@ -19,7 +19,13 @@ from typing import Literal, TypeVar
 import msgspec
 
 from relay.engine.command import prepare_launch
-from relay.services.memory.model import Memory, MemoryHit, MemoryStoreError
+from relay.services.memory.model import (
+    ImportCounts,
+    Memory,
+    MemoryHit,
+    MemoryStoreError,
+    SavedMemory,
+)
 
 _STDERR_LINES = 5  # how much of the backend's stderr an error quotes
 _STDERR_LINE_CHARS = 300
@@ -72,6 +78,7 @@ class _Status(msgspec.Struct, kw_only=True):
 
 class _AddReply(msgspec.Struct, kw_only=True):
     memory: Memory
+    existing: bool = False  # a backend that finds an identical memory says so
 
 
 class _GetReply(msgspec.Struct, kw_only=True):
@@ -92,6 +99,10 @@ class _MemoriesReply(msgspec.Struct, kw_only=True):
 
 class _ImportReply(msgspec.Struct, kw_only=True):
     count: int
+    # Optional: a backend that says what it did with each memory (spec/memory-backend.md).
+    added: int | None = None
+    present: int | None = None
+    updated: int | None = None
 
 
 _Reply = TypeVar("_Reply", bound=msgspec.Struct)
@@ -130,9 +141,23 @@ class CommandMemory:
         agent: str | None = None,
         project: str | None = None,
     ) -> Memory:
-        """Save a memory (project None: global) and return it with its new id."""
+        """Save a memory (project None: global) and return it: the new one, or the one
+        the backend already held with the same content (see `save`)."""
+        return self.save(content, tags=tags, agent=agent, project=project).memory
+
+    def save(
+        self,
+        content: str,
+        *,
+        tags: Sequence[str] = (),
+        agent: str | None = None,
+        project: str | None = None,
+    ) -> SavedMemory:
+        """Save a memory; `existing` is true when the backend answered that it already
+        held one with the same content (finding it is the backend's business)."""
         request = _Add(content=content, tags=list(tags), agent=agent, project=project)
-        return self._call("add", request, _AddReply).memory
+        reply = self._call("add", request, _AddReply)
+        return SavedMemory(memory=reply.memory, existing=reply.existing)
 
     def search(self, query: str, *, project: str | None = None, limit: int = 10) -> list[MemoryHit]:
         """Memories of `project` and global ones matching `query`, best first; [] when none."""
@@ -155,9 +180,35 @@ class CommandMemory:
         """Every memory, oldest first."""
         return iter(self._call("export", _Export(), _MemoriesReply).memories)
 
-    def import_memories(self, memories: Iterable[Memory]) -> int:
-        """Store memories as given (ids, tags, dates kept); return how many were stored."""
-        return self._call("import", _Import(memories=list(memories)), _ImportReply).count
+    def import_memories(self, memories: Iterable[Memory]) -> ImportCounts:
+        """Store memories as given (ids, tags, dates kept) and say what happened to each.
+
+        A backend that answers with `added`, `present` and `updated` is taken at its word.
+        For one that answers only `count`, relay has read the store first (`export`, one
+        more run of the backend) and counts by id: an id not there was added, one there
+        with the same fields was present, one with other fields was updated (the backend
+        replaces it, spec/memory-backend.md)."""
+        given = list(memories)
+        if not given:
+            return ImportCounts()
+        before = {memory.id: memory for memory in self.export()}
+        reply = self._call("import", _Import(memories=given), _ImportReply)
+        if reply.added is not None and reply.present is not None:
+            return ImportCounts(
+                added=reply.added, present=reply.present, updated=reply.updated or 0
+            )
+        added = present = updated = 0
+        for memory in given:
+            known = before.get(memory.id)
+            if known is None:
+                added += 1
+                before[memory.id] = memory  # a repeat of this id in the input replaces it
+            elif known == memory:
+                present += 1
+            else:
+                updated += 1
+                before[memory.id] = memory
+        return ImportCounts(added=added, present=present, updated=updated)
 
     def _call(self, op: _Op, request: _Request, reply_type: type[_Reply]) -> _Reply:
         """Run the backend for one request and decode its answer, or raise MemoryStoreError."""

@@ -31,6 +31,50 @@ class MemoryHit(msgspec.Struct, kw_only=True, frozen=True):
     score: float
 
 
+class SavedMemory(msgspec.Struct, kw_only=True, frozen=True):
+    """What a save did: the memory, and whether it was already there (the same content,
+    `content_key`, in its scope, `same_scope`): then nothing was added and `memory` is
+    the one stored."""
+
+    memory: Memory
+    existing: bool = False
+
+
+class ImportCounts(msgspec.Struct, kw_only=True, frozen=True):
+    """What an import did with each memory it was given (the three add up to all of them)."""
+
+    added: int = 0
+    """Stored as new memories."""
+    present: int = 0
+    """Already in the store (the same id with the same fields, or a new id with the
+    content of a memory stored before the import, as a save would find it): left alone."""
+    updated: int = 0
+    """The same id with other fields: replaced by the imported version."""
+
+    @property
+    def total(self) -> int:
+        """How many memories the import was given."""
+        return self.added + self.present + self.updated
+
+
+def content_key(content: str) -> str:
+    """What two memories' contents must share to be the same memory: the text without
+    surrounding whitespace (an agent's save is stripped, a person's may not be)."""
+    return content.strip()
+
+
+def same_scope(saved_in: str | None, stored_in: str | None) -> bool:
+    """Whether a memory stored in `stored_in` is one a save into `saved_in` finds as
+    already there: the same project, or a global memory (already shown in every project)."""
+    return stored_in is None or stored_in == saved_in
+
+
+def visible_in(memories: Iterable[Memory], project: str | None) -> Iterator[Memory]:
+    """The memories a `list` in `project` shows: the project's and global ones (project
+    None: global ones only), in the order given."""
+    return (memory for memory in memories if same_scope(project, memory.project))
+
+
 class MemoryStoreError(RelayError):
     """The memory store cannot be used (locked, read-only, corrupt, …); names the store."""
 
@@ -52,7 +96,21 @@ class MemoryService(Protocol):
         agent: str | None = None,
         project: str | None = None,
     ) -> Memory:
-        """Save a memory (project None: global) and return it with its new id."""
+        """Save a memory (project None: global) and return it: the new one, or the one
+        already stored with the same content (see `save`)."""
+        ...
+
+    def save(
+        self,
+        content: str,
+        *,
+        tags: Sequence[str] = (),
+        agent: str | None = None,
+        project: str | None = None,
+    ) -> SavedMemory:
+        """Save a memory unless one with the same content (`content_key`) is stored in
+        `project` or globally (`same_scope`); then return that one, `existing` true, with
+        the new tags added to its own."""
         ...
 
     def search(self, query: str, *, project: str | None = None, limit: int = 10) -> list[MemoryHit]:
@@ -73,10 +131,12 @@ class MemoryService(Protocol):
         ...
 
     def export(self) -> Iterator[Memory]:
-        """Every memory, oldest first."""
+        """Every memory, oldest first (`visible_in` narrows it to what `list` shows)."""
         ...
 
-    def import_memories(self, memories: Iterable[Memory]) -> int:
-        """Store memories as given (ids, tags, dates kept; an existing id is replaced);
-        return how many were stored."""
+    def import_memories(self, memories: Iterable[Memory]) -> ImportCounts:
+        """Store memories as given (ids, tags, dates kept): an id already stored is
+        replaced when its fields differ and left alone when not; a new id whose content
+        was stored before the import (as `save` would find it) is not added; say what
+        happened."""
         ...

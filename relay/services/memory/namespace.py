@@ -11,7 +11,13 @@ from __future__ import annotations
 import re
 
 from relay.protocol.events import PatternMatch
-from relay.services.memory.model import Memory, MemoryService, MemoryStoreError
+from relay.services.memory.model import (
+    Memory,
+    MemoryService,
+    MemoryStoreError,
+    SavedMemory,
+    content_key,
+)
 
 _TAG = re.compile(r"(?<!\S)#([\w-]+)")
 SEARCH_LIMIT = 8
@@ -23,6 +29,23 @@ def tags_of(content: str) -> list[str]:
     return list(dict.fromkeys(tag.lower() for tag in _TAG.findall(content)))
 
 
+def unwritten_tags(memory: Memory) -> list[str]:
+    """The memory's tags that its content does not already show as `#tag` words (tags
+    saved with @memory:save or `relay memory save` are in the text: showing them again
+    repeats them)."""
+    written = set(tags_of(memory.content))
+    return [tag for tag in memory.tags if tag.lower() not in written]
+
+
+def saved_answer(saved: SavedMemory) -> str:
+    """What a save says: a new id, or the id of the identical memory already stored."""
+    memory = saved.memory
+    if not saved.existing:
+        return f"✓ Saved to memory [{memory.id}]"
+    where = ", a global memory" if memory.project is None else ""
+    return f"✓ Already saved as [{memory.id}]{where}"
+
+
 def handle(
     service: MemoryService, command: str, text: str, *, project: str | None, agent: str | None
 ) -> str:
@@ -31,8 +54,7 @@ def handle(
     if command == "save":
         if not text:
             return "Nothing to save: write @memory:save <what to remember> #tags"
-        memory = service.add(text, tags=tags_of(text), agent=agent, project=project)
-        return f"✓ Saved to memory [{memory.id}]"
+        return saved_answer(service.save(text, tags=tags_of(text), agent=agent, project=project))
     if command == "search":
         if not text:
             return "Search for what? Write @memory:search <words>"
@@ -80,7 +102,13 @@ def start_summary(service: MemoryService, *, project: str | None, budget: int) -
     heading = "Memories from earlier sessions (@memory:search for more):"
     lines: list[str] = []
     used = len(heading)
+    seen: set[str] = set()
     for memory in service.list(project=project, limit=50):
+        # A store from before saves were deduplicated may hold copies: recap one of each.
+        key = content_key(memory.content)
+        if key in seen:
+            continue
+        seen.add(key)
         line = f"- [{memory.id}] {_one_line(memory.content)}"
         if used + len(line) + 1 > budget:
             break
@@ -98,8 +126,7 @@ END_PROMPT = (
 def _numbered(title: str, memories: list[Memory]) -> str:
     lines = [title]
     for number, memory in enumerate(memories, 1):
-        shown = set(tags_of(memory.content))  # tags saved with @memory:save are in the text
-        extra = [f"#{tag}" for tag in memory.tags if tag not in shown]
+        extra = [f"#{tag}" for tag in unwritten_tags(memory)]
         tags = f" {' '.join(extra)}" if extra else ""
         lines.append(
             f"{number}. [{memory.id}] {memory.created_at[:10]} {_one_line(memory.content)}{tags}"

@@ -1,9 +1,14 @@
 """The default memory backend: one SQLite file with an FTS5 full-text index.
 
-Layout (schema version 1, kept in `PRAGMA user_version`):
+Layout (schema version 2, kept in `PRAGMA user_version`):
 
 - `memories`: one row per memory; `seq` is an INTEGER PRIMARY KEY so the FTS index has a
   rowid that VACUUM never renumbers, `id` (8 hex characters) is UNIQUE; tags are JSON text.
+  `digest` (indexed, not unique) is a 64-bit hash of the content without surrounding
+  whitespace (model.content_key): a save finds an identical memory with one index probe.
+  Not UNIQUE: stores from schema 1 may hold duplicates, and a project's save also finds
+  a global memory (model.same_scope), which a unique (project, digest) pair cannot say.
+  Race-free all the same: the lookup and the insert share one BEGIN IMMEDIATE transaction.
 - `memories_fts`: an external-content FTS5 index over `content` and `tags`, tokenized
   with `porter unicode61` ("deploying" finds "deploy"), kept in step by triggers.
   It also indexes `scope`, a generated column holding one token for the memory's
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import hashlib
 import re
 import secrets
 import sqlite3
@@ -36,12 +42,19 @@ from typing import Any, TypeVar
 import msgspec
 
 from relay.config.paths import private_dir, private_file, state_dir
-from relay.services.memory.model import Memory, MemoryHit, MemoryStoreError
+from relay.services.memory.model import (
+    ImportCounts,
+    Memory,
+    MemoryHit,
+    MemoryStoreError,
+    SavedMemory,
+    content_key,
+)
 
 __all__ = ["DATABASE_NAME", "SCHEMA_VERSION", "SqliteMemory", "build_match", "default_store"]
 
 DATABASE_NAME = "memory.db"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DEFAULT_BUSY_TIMEOUT = 5.0
 """Seconds a statement waits for another connection's lock before failing."""
 WRITE_ATTEMPTS = 3
@@ -76,9 +89,11 @@ CREATE TABLE IF NOT EXISTS memories (
     created_at TEXT NOT NULL,
     scope TEXT GENERATED ALWAYS AS (
         CASE WHEN project IS NULL THEN 'global' ELSE 'p' || hex(project) END
-    ) VIRTUAL
+    ) VIRTUAL,
+    digest INTEGER
 );
 CREATE INDEX IF NOT EXISTS memories_created ON memories(created_at);
+CREATE INDEX IF NOT EXISTS memories_digest ON memories(digest);
 CREATE VIRTUAL TABLE IF NOT EXISTS memories_fts USING fts5(
     content, tags, scope,
     content='memories', content_rowid='seq', tokenize='porter unicode61'
@@ -91,12 +106,30 @@ CREATE TRIGGER IF NOT EXISTS memories_after_delete AFTER DELETE ON memories BEGI
     INSERT INTO memories_fts(memories_fts, rowid, content, tags, scope)
     VALUES ('delete', old.seq, old.content, old.tags, old.scope);
 END;
-CREATE TRIGGER IF NOT EXISTS memories_after_update AFTER UPDATE ON memories BEGIN
+CREATE TRIGGER IF NOT EXISTS memories_after_update
+AFTER UPDATE OF content, tags, project ON memories BEGIN
     INSERT INTO memories_fts(memories_fts, rowid, content, tags, scope)
     VALUES ('delete', old.seq, old.content, old.tags, old.scope);
     INSERT INTO memories_fts(rowid, content, tags, scope)
     VALUES (new.seq, new.content, new.tags, new.scope);
 END;
+"""
+# Schema 1 to 2: the digest column, filled for every memory already stored (duplicates
+# among them are kept: they are the user's, and forget removes one), and its index. The
+# update trigger now fires only for the columns the FTS index holds, so filling the
+# digest (and any later change to another column) does not re-index every memory.
+_UPGRADE_TO_2 = """
+ALTER TABLE memories ADD COLUMN digest INTEGER;
+DROP TRIGGER IF EXISTS memories_after_update;
+CREATE TRIGGER memories_after_update
+AFTER UPDATE OF content, tags, project ON memories BEGIN
+    INSERT INTO memories_fts(memories_fts, rowid, content, tags, scope)
+    VALUES ('delete', old.seq, old.content, old.tags, old.scope);
+    INSERT INTO memories_fts(rowid, content, tags, scope)
+    VALUES (new.seq, new.content, new.tags, new.scope);
+END;
+UPDATE memories SET digest = relay_digest(content);
+CREATE INDEX IF NOT EXISTS memories_digest ON memories(digest);
 """
 
 _COLUMNS = "m.id, m.content, m.tags, m.agent, m.project, m.created_at"
@@ -133,12 +166,27 @@ LIMIT :limit
 """
 
 _UPSERT = """
-INSERT INTO memories (id, content, tags, agent, project, created_at)
-VALUES (?, ?, ?, ?, ?, ?)
+INSERT INTO memories (id, content, tags, agent, project, created_at, digest)
+VALUES (?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT(id) DO UPDATE SET
     content = excluded.content, tags = excluded.tags, agent = excluded.agent,
-    project = excluded.project, created_at = excluded.created_at
+    project = excluded.project, created_at = excluded.created_at, digest = excluded.digest
 """
+# Memories a save into :project finds as already there when their content matches: the
+# project's own first, then global ones (model.same_scope); oldest first. :before limits
+# it to memories stored before an import began (the largest seq then; -1: none).
+_SAME_DIGEST = f"""
+SELECT {_COLUMNS} FROM memories AS m
+WHERE m.digest = :digest AND {_VISIBLE} AND m.seq <= :before
+ORDER BY m.project IS NULL, m.seq
+"""
+_BY_ID = f"SELECT {_COLUMNS} FROM memories AS m WHERE m.id = ?"
+_INSERT = """
+INSERT INTO memories (id, content, tags, agent, project, created_at, digest)
+VALUES (:id, :content, :tags, :agent, :project, :created_at, :digest)
+ON CONFLICT(id) DO NOTHING
+"""
+_NO_LIMIT = 2**63 - 1
 # UPSERT rather than INSERT OR REPLACE: REPLACE deletes without firing the delete trigger
 # (unless recursive_triggers is on), which would leave stale rows in the FTS index.
 
@@ -221,32 +269,72 @@ class SqliteMemory:
         agent: str | None = None,
         project: str | None = None,
     ) -> Memory:
-        """Save a memory (project None: global) and return it with its new id."""
-        tag_list = list(tags)
-        tags_json = _tags_encoder.encode(tag_list).decode()
-        created_at = now_iso()
+        """Save a memory (project None: global) and return it: the new one, or the one
+        already stored with the same content (see `save`)."""
+        return self.save(content, tags=tags, agent=agent, project=project).memory
 
-        def insert(connection: sqlite3.Connection) -> str:
+    def save(
+        self,
+        content: str,
+        *,
+        tags: Sequence[str] = (),
+        agent: str | None = None,
+        project: str | None = None,
+    ) -> SavedMemory:
+        """Save a memory unless one with the same content (model.content_key) is stored in
+        `project` or globally (model.same_scope); then return that one, `existing` true,
+        with the new tags added after its own. Its agent and date stay as they were."""
+        tag_list = list(dict.fromkeys(tags))
+        key = content_key(content)
+        digest = _digest(key)
+        row: dict[str, object] = {
+            "created_at": now_iso(),
+            "id": "",
+            "content": content,
+            "tags": _tags_encoder.encode(tag_list).decode(),
+            "agent": agent,
+            "project": project,
+            "digest": digest,
+        }
+
+        def insert(connection: sqlite3.Connection) -> SavedMemory:
+            # In the write transaction (BEGIN IMMEDIATE): no other save can come between
+            # this lookup and the insert, in this process or another. The lookup is one
+            # probe of the digest index; keeping that index costs saves more than it does.
+            found = connection.execute(
+                _SAME_DIGEST, {"digest": digest, "project": project, "before": _NO_LIMIT}
+            )
+            for stored in found:
+                existing = _memory(stored)
+                if content_key(existing.content) != key:
+                    continue  # a 64-bit hash collision: another text
+                merged = list(dict.fromkeys([*existing.tags, *tag_list]))
+                if merged != existing.tags:
+                    connection.execute(
+                        "UPDATE memories SET tags = ? WHERE id = ?",
+                        (_tags_encoder.encode(merged).decode(), existing.id),
+                    )
+                    existing = msgspec.structs.replace(existing, tags=merged)
+                return SavedMemory(memory=existing, existing=True)
             for _ in range(ID_ATTEMPTS):
-                memory_id = secrets.token_hex(4)
-                cursor = connection.execute(
-                    "INSERT INTO memories (id, content, tags, agent, project, created_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO NOTHING",
-                    (memory_id, content, tags_json, agent, project, created_at),
-                )
-                if cursor.rowcount == 1:
-                    return memory_id
+                row["id"] = secrets.token_hex(4)
+                if connection.execute(_INSERT, row).rowcount == 1:
+                    return SavedMemory(memory=self._saved(row, tag_list))
             # 20 collisions in a 2**32 space: the store holds billions, or secrets is broken.
             raise MemoryStoreError("no free id after 20 tries", store=str(self.path))
 
-        memory_id = self._write(insert)
+        return self._write(insert)
+
+    @staticmethod
+    def _saved(row: Mapping[str, Any], tags: builtins.list[str]) -> Memory:
+        """The memory a save inserted, from its parameters."""
         return Memory(
-            id=memory_id,
-            content=content,
-            tags=tag_list,
-            agent=agent,
-            project=project,
-            created_at=created_at,
+            id=row["id"],
+            content=row["content"],
+            tags=tags,
+            agent=row["agent"],
+            project=row["project"],
+            created_at=row["created_at"],
         )
 
     def search(self, query: str, *, project: str | None = None, limit: int = 10) -> list[MemoryHit]:
@@ -345,11 +433,7 @@ class SqliteMemory:
 
     def get(self, memory_id: str) -> Memory | None:
         """The memory with this id, or None."""
-        row = self._read(
-            lambda c: c.execute(
-                f"SELECT {_COLUMNS} FROM memories AS m WHERE m.id = ?", (memory_id,)
-            ).fetchone()
-        )
+        row = self._read(lambda c: c.execute(_BY_ID, (memory_id,)).fetchone())
         return _memory(row) if row is not None else None
 
     def delete(self, memory_id: str) -> bool:
@@ -372,7 +456,7 @@ class SqliteMemory:
         return [_memory(row) for row in rows]
 
     def export(self) -> Iterator[Memory]:
-        """Every memory, oldest first."""
+        """Every memory, oldest first (model.visible_in narrows it to what `list` shows)."""
         # Pages by (created_at, seq) so the lock is not held while the caller works.
         after: tuple[str, int] = ("", -1)
         while True:
@@ -388,23 +472,52 @@ class SqliteMemory:
                 return
             after = (rows[-1][5], rows[-1][6])
 
-    def import_memories(self, memories: Iterable[Memory]) -> int:
-        """Store memories as given (ids, tags, dates kept; an existing id is replaced);
-        return how many were stored."""
-        rows = [
-            (
-                memory.id,
-                memory.content,
-                _tags_encoder.encode(memory.tags).decode(),
-                memory.agent,
-                memory.project,
-                memory.created_at,
-            )
-            for memory in memories
-        ]
-        if rows:
-            self._write(lambda c: c.executemany(_UPSERT, rows))
-        return len(rows)
+    def import_memories(self, memories: Iterable[Memory]) -> ImportCounts:
+        """Store memories as given (ids, tags, dates kept) and say what happened to each.
+
+        An id already stored is left alone when every field is the same (`present`) and
+        replaced by the imported memory when not (`updated`). A new id whose content is
+        the same as a memory stored before this import began, in its project or globally
+        (as `save` would find it), is not added (`present`): merging another machine's
+        export adds no copies. Memories within the imported ones are not compared with
+        each other, so an export imported into an empty store comes back exactly, even
+        from a store that held copies (schema 1 allowed them)."""
+        given = list(memories)
+        if not given:
+            return ImportCounts()
+
+        def store(connection: sqlite3.Connection) -> ImportCounts:
+            (before,) = connection.execute("SELECT max(seq) FROM memories").fetchone()
+            if before is None:
+                # An empty store (a restore, or the benchmark's bulk load): nothing to
+                # compare with, so one executemany. An id repeated in the input replaces
+                # its first occurrence: that is an update.
+                connection.executemany(_UPSERT, [_row(memory) for memory in given])
+                (stored,) = connection.execute("SELECT count(*) FROM memories").fetchone()
+                return ImportCounts(added=stored, updated=len(given) - stored)
+            added = present = updated = 0
+            for memory in given:
+                row = connection.execute(_BY_ID, (memory.id,)).fetchone()
+                if row is not None:
+                    if _memory(row) == memory:
+                        present += 1
+                    else:
+                        connection.execute(_UPSERT, _row(memory))
+                        updated += 1
+                    continue
+                key = content_key(memory.content)
+                found = connection.execute(
+                    _SAME_DIGEST,
+                    {"digest": _digest(key), "project": memory.project, "before": before},
+                )
+                if any(content_key(_memory(row).content) == key for row in found):
+                    present += 1
+                    continue
+                connection.execute(_UPSERT, _row(memory))
+                added += 1
+            return ImportCounts(added=added, present=present, updated=updated)
+
+        return self._write(store)
 
     # -- connection and error handling ----------------------------------------------
 
@@ -511,7 +624,7 @@ class SqliteMemory:
             self._migrate(connection)
 
     def _migrate(self, connection: sqlite3.Connection) -> None:
-        """Create the schema (version 0: a new file) under the write lock."""
+        """Create the schema (version 0: a new file) or upgrade it, under the write lock."""
         for attempt in range(1, WRITE_ATTEMPTS + 1):
             try:
                 connection.execute("BEGIN IMMEDIATE")
@@ -526,6 +639,12 @@ class SqliteMemory:
             (version,) = connection.execute("PRAGMA user_version").fetchone()
             if version < 1:
                 for statement in _statements(_SCHEMA):
+                    connection.execute(statement)
+            elif version < 2:
+                connection.create_function(
+                    "relay_digest", 1, lambda text: _digest(content_key(text)), deterministic=True
+                )
+                for statement in _statements(_UPGRADE_TO_2):
                     connection.execute(statement)
             connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             connection.execute("COMMIT")
@@ -579,6 +698,26 @@ def _statements(script: str) -> Iterator[str]:
         if sqlite3.complete_statement(statement):
             yield statement.strip()
             statement = ""
+
+
+def _digest(key: str) -> int:
+    """The `digest` column for a content_key: 64 bits of BLAKE2b, as SQLite's signed integer."""
+    # surrogatepass: a lone surrogate (which JSON can carry) must hash, not raise.
+    hashed = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(hashed, "big", signed=True)
+
+
+def _row(memory: Memory) -> tuple[object, ...]:
+    """The parameters of _UPSERT for a memory."""
+    return (
+        memory.id,
+        memory.content,
+        _tags_encoder.encode(memory.tags).decode(),
+        memory.agent,
+        memory.project,
+        memory.created_at,
+        _digest(content_key(memory.content)),
+    )
 
 
 def _memory(row: Sequence[object]) -> Memory:
