@@ -468,8 +468,14 @@ async def test_injection_into_a_real_agent_never_mixes_with_the_human_line(
     if bracketed:
         argv.append("--bracketed-paste")
     agent = AgentPty.spawn(argv)
+    waiting: list[bool] = []
     injector = Injector(
-        agent.write, quiet_ms=150, pace_ms=2, enter_delay_ms=20, exclusive=agent.exclusive_input
+        agent.write,
+        quiet_ms=150,
+        pace_ms=2,
+        enter_delay_ms=20,
+        exclusive=agent.exclusive_input,
+        on_waiting=waiting.append,
     )
     seen = bytearray()
 
@@ -502,6 +508,7 @@ async def test_injection_into_a_real_agent_never_mixes_with_the_human_line(
         await anyio.sleep(0.6)  # four quiet periods
         assert recorded() == []
         assert injector.pending == 3
+        assert waiting == [True]  # the human is told, once, that texts wait for the line
         await type_keys(b" line\r")
         with anyio.fail_after(5):
             await injector.drained()
@@ -527,3 +534,4 @@ async def test_injection_into_a_real_agent_never_mixes_with_the_human_line(
     assert code == 5
     assert recorded() == ["partial line", "message 1", "message 2", "message 3", "exit 5"]
     assert injector.delivered == ["message 1", "message 2", "message 3"]
+    assert waiting == [True, False]

@@ -96,11 +96,15 @@ class Injector:
         exclusive: Exclusive | None = None,
         on_delivered: Callable[[str, str | None], None] | None = None,
         line_mode: Callable[[], bool] | None = None,
+        on_waiting: Callable[[bool], None] | None = None,
     ) -> None:
-        """An injector writing through `write` (typically `AgentPty.write`)."""
+        """An injector writing through `write` (typically `AgentPty.write`); `on_waiting`
+        is told when a text starts, and stops, waiting for the human to finish a line."""
         if chunk_size < _MIN_CHUNK:
             raise ValueError(f"chunk_size must be at least {_MIN_CHUNK} bytes, got {chunk_size}")
         self._write = write
+        self._on_waiting = on_waiting
+        self._waiting_on_human = False
         self._quiet = quiet_ms / 1000
         self._chunk_size = chunk_size
         self._pace = pace_ms / 1000
@@ -189,9 +193,11 @@ class Injector:
             await self._run()
         finally:
             self._running = False
+            self._tell_waiting(False)
 
     async def _run(self) -> None:
         while True:
+            self._tell_waiting(bool(self._queue) and self._line.pending and self._output_seen)
             if not self._queue:
                 await self._next_change()
                 continue
@@ -208,6 +214,12 @@ class Injector:
             self._queue.popleft()
             self._last_activity = time.monotonic()
             self._notify()
+
+    def _tell_waiting(self, waiting: bool) -> None:
+        if waiting != self._waiting_on_human:
+            self._waiting_on_human = waiting
+            if self._on_waiting is not None:
+                self._on_waiting(waiting)
 
     # ---- delivery
 

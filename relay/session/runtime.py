@@ -74,6 +74,8 @@ from relay.session.terminal import passthrough, raw_terminal, terminal_size
 from relay.session.transcript import Transcript
 from relay.session.voices import voice_for
 
+WAITING_TITLE = "relay: an answer for the agent waits until you finish your line"
+TITLE_PUSH, TITLE_POP = "\x1b[22;0t", "\x1b[23;0t"
 PRESENCE_QUIET_SECONDS = 2.0
 """Seconds without output after which the agent's presence is idle (`relay agents`)."""
 RECENT_LINES = 200
@@ -296,6 +298,17 @@ class Session:
             with contextlib.suppress(OSError):
                 sessions.hooked_marker(self.session_id).unlink(missing_ok=True)
 
+    def _show_waiting(self, waiting: bool) -> None:
+        """Tell the human, in the terminal's title (never in the middle of their line),
+        that a text for the agent waits until they finish or clear the line they are
+        typing; the title they had comes back after (xterm's title stack)."""
+        if self.headless or not sys.stderr.isatty():
+            return
+        sequence = (f"{TITLE_PUSH}\x1b]0;{WAITING_TITLE}\x07" if waiting else TITLE_POP).encode()
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.write(sequence.decode())
+            sys.stderr.flush()
+
     def _record_agent(self, pid: int) -> None:
         """The agent's pid in the session record (`relay sessions --json`)."""
         record, path = self._session_record, self._session_record_path
@@ -344,6 +357,7 @@ class Session:
             exclusive=agent.exclusive_input,  # keys typed meanwhile land after the Enter
             on_delivered=self._delivered,
             line_mode=agent.line_mode,
+            on_waiting=self._show_waiting,
         )
         if not self.inject_enabled:
             if self._early_injects:
