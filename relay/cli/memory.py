@@ -40,7 +40,12 @@ def _print_json(value: Any) -> None:
 @click.argument("content", nargs=-1, required=True)
 @click.option("--global", "is_global", is_flag=True, help="Visible in every project.")
 @click.option("--agent", help="Who saved it.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print the memory saved as JSON (with "existing": true when it was there).',
+)
 @cwd_option
 @settings_option
 def save(
@@ -72,7 +77,7 @@ def save(
 @memory.command("search")
 @click.argument("query", nargs=-1, required=True)
 @click.option("--limit", type=click.IntRange(min=1), default=10, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the hits as JSON (memory and score).")
 @cwd_option
 @settings_option
 def search(
@@ -96,7 +101,7 @@ def search(
 
 @memory.command("list")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the memories as JSON.")
 @cwd_option
 @settings_option
 def list_memories(
@@ -164,7 +169,9 @@ def export(
 
 @memory.command("import")
 @click.argument("source", type=click.File("r", encoding="utf-8"), default="-")
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the counts as JSON (added, present, updated)."
+)
 @cwd_option
 @settings_option
 def import_memories(
