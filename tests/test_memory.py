@@ -480,3 +480,16 @@ def test_import_says_what_was_added_and_what_was_already_there(
         "imported 3 memories: 0 added, 2 already present,"
         " 1 updated (same id, other content, tags or dates)\n"
     )
+
+
+def test_forget_answers_in_json(tmp_path: Path, relay_home: Path) -> None:
+    from click.testing import CliRunner
+
+    from relay.cli.main import cli
+
+    runner = CliRunner()
+    saved = json.loads(runner.invoke(cli, ["memory", "save", "--json", "a fact"]).stdout)
+    done = runner.invoke(cli, ["memory", "forget", "--json", saved["id"]])
+    assert (done.exit_code, json.loads(done.stdout)) == (0, {"id": saved["id"], "forgotten": True})
+    again = runner.invoke(cli, ["memory", "forget", "--json", saved["id"]])
+    assert (again.exit_code, json.loads(again.stdout)["forgotten"]) == (1, False)

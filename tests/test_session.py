@@ -289,7 +289,7 @@ def test_relay_stop_from_another_process_delivers_the_end_inject(
         assert duplicate.returncode == 1 and "already running" in duplicate.stderr
         time.sleep(0.5)
         stopped = subprocess.run(
-            [RELAY, "stop", "Stoppable"],
+            [RELAY, "stop", "Stoppable", "--json"],
             capture_output=True,
             text=True,
             env=env,
@@ -297,6 +297,7 @@ def test_relay_stop_from_another_process_delivers_the_end_inject(
             check=False,
         )
         assert stopped.returncode == 0, stopped.stderr
+        assert json.loads(stopped.stdout)["name"] == "Stoppable"
         out, _ = process.communicate(timeout=30)
     finally:
         if process.poll() is None:

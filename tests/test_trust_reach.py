@@ -529,3 +529,21 @@ def test_revoke_names_the_records_of_hooks_no_longer_there(project: Path) -> Non
         f"revoked trust in 1 hook(s) of {project}"
         " (and 1 older record(s) of hooks since changed or removed)\n"
     )
+
+
+def test_trust_in_json_reviews_and_trusts_only_with_yes(project: Path) -> None:
+    write(project / "hooks" / "a.sh", "echo one\n")
+    settings(project, {"name": "a", "command": "sh hooks/a.sh"})
+    listed = invoke(["trust", "--json", "--cwd", str(project)])
+    assert listed.exit_code == 0, listed.output
+    review = json.loads(listed.stdout)
+    assert review["trusted_now"] == 0
+    (hook,) = review["hooks"]
+    assert (hook["name"], hook["state"], hook["files"]) == ("a", "not-trusted", ["hooks/a.sh"])
+    granted = json.loads(invoke(["trust", "--json", "--yes", "--cwd", str(project)]).stdout)
+    assert granted["trusted_now"] == 1
+    write(project / "hooks" / "a.sh", "echo two\n")
+    changed = json.loads(invoke(["trust", "--json", "--cwd", str(project)]).stdout)
+    assert changed["hooks"][0]["changed"]["lines"][0] == "changed  hooks/a.sh"
+    revoked = json.loads(invoke(["trust", "--revoke", "--json", "--cwd", str(project)]).stdout)
+    assert revoked == {"root": str(project), "revoked": 0, "older": 1}

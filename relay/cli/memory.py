@@ -123,13 +123,24 @@ def list_memories(
 @click.argument("memory_id", metavar="ID")
 @cwd_option
 @settings_option
+@click.option(
+    "--json", "as_json", is_flag=True, help='Print {"id", "forgotten": true|false} as JSON.'
+)
 @click.pass_context
 def forget(
-    ctx: click.Context, memory_id: str, cwd: Path | None, settings_files: tuple[Path, ...]
+    ctx: click.Context,
+    memory_id: str,
+    cwd: Path | None,
+    settings_files: tuple[Path, ...],
+    as_json: bool,
 ) -> None:
     """Forget the memory ID."""
     service, _ = _service(cwd, settings_files)
-    if service.delete(memory_id):
+    forgotten = service.delete(memory_id)
+    if as_json:
+        click.echo(json.dumps({"id": memory_id, "forgotten": forgotten}))
+        ctx.exit(0 if forgotten else 1)
+    if forgotten:
         click.echo(f"✓ Forgot memory [{memory_id}]")
     else:
         click.echo(f"No memory with id {memory_id}.", err=True)

@@ -102,9 +102,15 @@ def sessions_command(as_json: bool) -> None:
 
 @click.command("stop")
 @click.argument("name")
-def stop_command(name: str) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the session asked to stop as JSON.")
+def stop_command(name: str, as_json: bool) -> None:
     """Ask the session NAME to end (SessionEnd with reason `stop`)."""
+    import msgspec
+
     from relay.session.sessions import stop
 
     record = stop(name)
+    if as_json:
+        click.echo(msgspec.json.encode(record).decode())
+        return
     click.echo(f"asked {record.name} (pid {record.pid}) to stop")

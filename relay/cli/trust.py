@@ -28,17 +28,29 @@ INDENT = " " * 13
     is_flag=True,
     help=f"List every fingerprinted file (default: the first {FILES_SHOWN} of each hook).",
 )
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the review as JSON (each hook's state, files and changes); trusts only with --yes.",
+)
 @cwd_option
-def trust(yes: bool, revoke: bool, all_files: bool, cwd: Path | None) -> None:
+def trust(yes: bool, revoke: bool, all_files: bool, as_json: bool, cwd: Path | None) -> None:
     """List this project's hooks and the files each can reach, and record them as trusted.
 
     Project and project-local hooks run only once trusted; a changed hook, or a changed
     file it can reach, is untrusted again, and trusting it again shows what changed.
     """
+    import msgspec
+
     from relay.config.review import changes, visible
     from relay.config.trust import TrustGrant, TrustStore, assess, hook_key, hook_slot
     from relay.engine.system import HookSystem
     from relay.errors import RelayError
+
+    def say(line: str) -> None:
+        if not as_json:
+            click.echo(line)
 
     system = HookSystem(cwd=cwd or Path.cwd(), telemetry=False)
     system.initialize()
@@ -49,16 +61,15 @@ def trust(yes: bool, revoke: bool, all_files: bool, cwd: Path | None) -> None:
     if revoke:
         current = sum(1 for hook in system.registry.hooks if hook.needs_trust and hook.trusted)
         removed = store.revoke(root)
-        older = removed - current
-        more = (
-            f" (and {older} older record(s) of hooks since changed or removed)" if older > 0 else ""
-        )
+        older = max(0, removed - current)
+        if as_json:
+            click.echo(msgspec.json.encode({"root": str(root), "revoked": current, "older": older}))
+            return
+        more = f" (and {older} older record(s) of hooks since changed or removed)" if older else ""
         click.echo(f"revoked trust in {current} hook(s) of {root}{more}")
         return
     project_hooks = [hook for hook in system.registry.hooks if hook.needs_trust]
-    if not project_hooks:
-        click.echo(f"no project hooks in {root}")
-        return
+    report: list[dict[str, object]] = []
     pending: list[TrustGrant] = []
     refused: list[str] = []
     ranks: dict[tuple[str | None, str, str | None, str], int] = {}
@@ -78,15 +89,28 @@ def trust(yes: bool, revoke: bool, all_files: bool, cwd: Path | None) -> None:
         )
         trusted = assessed.digest is not None and store.is_trusted(root, assessed.digest, key)
         state = "trusted" if trusted else "NOT TRUSTED" if assessed.digest else "CANNOT TRUST"
+        reviewed: dict[str, object] = {
+            "name": hook.name,
+            "event": hook.event,
+            "matcher": hook.matcher.text,
+            "command": hook.command,
+            "file": hook.file,
+            "state": state.lower().replace(" ", "-"),
+            "files": list(assessed.files),
+            "whole_tree_through": list(assessed.tree),
+            "refusal": assessed.refusal,
+            "changed": None,
+        }
+        report.append(reviewed)
         matcher = f" [{visible(hook.matcher.text)}]" if hook.matcher.text else ""
-        click.echo(f"{state:12} {hook.event}{matcher}  {visible(hook.name)}")
-        click.echo(f"{INDENT}command: {visible(hook.command)}   ({hook.file})")
+        say(f"{state:12} {hook.event}{matcher}  {visible(hook.name)}")
+        say(f"{INDENT}command: {visible(hook.command)}   ({hook.file})")
         if assessed.refusal is not None:
-            click.echo(f"{INDENT}why: {visible(assessed.refusal)}")
+            say(f"{INDENT}why: {visible(assessed.refusal)}")
             refused.append(hook.name)
             continue
         for line in _fingerprinted(assessed, all_files):
-            click.echo(f"{INDENT}{line}")
+            say(f"{INDENT}{line}")
         if trusted:
             continue
         slot = hook_slot(*place, ranks[place])
@@ -94,17 +118,17 @@ def trust(yes: bool, revoke: bool, all_files: bool, cwd: Path | None) -> None:
         if previous is None:
             # Never trusted here: what it would run, to read before saying yes.
             for line in _contents(assessed, all_files):
-                click.echo(f"{INDENT}{line}")
+                say(f"{INDENT}{line}")
         else:
             changed = changes(
                 previous, hook.command, assessed, lambda sha: store.copy_of(root, sha)
             )
-            when = f"since trusted at {previous.trusted_at}"
             if not changed:
                 changed = ["its event, matcher, args, env or cwd"]
-            click.echo(f"{INDENT}changed {when}:")
+            reviewed["changed"] = {"since": previous.trusted_at, "lines": changed}
+            say(f"{INDENT}changed since trusted at {previous.trusted_at}:")
             for line in changed:
-                click.echo(f"{INDENT}  {line}")
+                say(f"{INDENT}  {line}")
         pending.append(
             TrustGrant(
                 assessed=assessed,
@@ -113,16 +137,23 @@ def trust(yes: bool, revoke: bool, all_files: bool, cwd: Path | None) -> None:
                 slot=slot,
             )
         )
-    if pending:
+    if not project_hooks:
+        say(f"no project hooks in {root}")
+    granted = 0
+    if pending and (yes or not as_json):
         if not yes:
             if not sys.stdin.isatty():
                 raise RelayError("not trusting without confirmation: run `relay trust --yes`")
             if not click.confirm(f"Trust these {len(pending)} hook(s) to run on this machine?"):
                 raise RelayError("nothing trusted")
         store.grant(root, pending)
-        click.echo(f"trusted {len(pending)} hook(s)")
-    elif not refused:
-        click.echo("all project hooks are trusted")
+        granted = len(pending)
+        say(f"trusted {granted} hook(s)")
+    elif project_hooks and not pending and not refused:
+        say("all project hooks are trusted")
+    if as_json:
+        answer = {"root": str(root), "hooks": report, "trusted_now": granted}
+        click.echo(msgspec.json.encode(answer, enc_hook=str))
     if refused:
         names = ", ".join(visible(name) for name in refused)
         raise RelayError(f"{len(refused)} hook(s) cannot be trusted (see why above): {names}")
