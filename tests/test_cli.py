@@ -380,3 +380,17 @@ def test_no_matching_hook_still_reports_tool_input(project: Path) -> None:
         '{"tool_name": "Read", "tool_input": {"file_path": "a"}}',
     )
     assert json.loads(result.stdout)["tool_input"] == {"file_path": "a"}
+
+
+def test_colour_on_a_terminal_and_never_with_no_color(tmp_path: Path, relay_home: Path) -> None:
+    from click.testing import CliRunner
+
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"hooks": {"Stop": [{"hooks": [{"command": ""}]}]}}')
+    runner = CliRunner()
+    coloured = runner.invoke(cli, ["hooks", "validate", str(bad)], color=True)
+    assert "\x1b[31m" in coloured.stdout  # error: in red
+    plain = runner.invoke(cli, ["hooks", "validate", str(bad)], color=True, env={"NO_COLOR": "1"})
+    assert "\x1b[" not in plain.output and "error: hooks.Stop[0]" in plain.stdout
+    piped = runner.invoke(cli, ["hooks", "validate", str(bad)])  # not a terminal
+    assert "\x1b[" not in piped.output

@@ -45,7 +45,7 @@ class LazyGroup(click.Group):
             return super().invoke(ctx)
         except RelayError as exc:
             # Expected failures (bad input, bad settings): a clear message, no traceback.
-            click.echo(f"relay: error: {exc}", err=True)
+            click.echo(f"{click.style('relay: error:', fg='red', bold=True)} {exc}", err=True)
             ctx.exit(1)
         except KeyboardInterrupt:
             click.echo("relay: interrupted", err=True)

@@ -7,6 +7,7 @@ error (a bug), 130 interrupted.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -34,8 +35,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 @click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="agent-relay", prog_name="relay")
-def cli() -> None:
-    """relay: a hook runtime for AI coding agents."""
+@click.pass_context
+def cli(ctx: click.Context) -> None:
+    """relay: a hook runtime for AI coding agents.
+
+    Output is coloured on a terminal, never in a pipe or file, and never with NO_COLOR set.
+    """
+    if os.environ.get("NO_COLOR"):  # https://no-color.org: any non-empty value
+        ctx.color = False
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,4 +38,5 @@ class UsageError(click.UsageError):
 
     def show(self, file: Any = None) -> None:
         command = self.ctx.command_path if self.ctx is not None else "relay"
-        click.echo(f"relay: error: {self.format_message()} ({command} --help)", err=True, file=file)
+        prefix = click.style("relay: error:", fg="red", bold=True)
+        click.echo(f"{prefix} {self.format_message()} ({command} --help)", err=True, file=file)

@@ -103,7 +103,10 @@ def trust(yes: bool, revoke: bool, all_files: bool, as_json: bool, cwd: Path | N
         }
         report.append(reviewed)
         matcher = f" [{visible(hook.matcher.text)}]" if hook.matcher.text else ""
-        say(f"{state:12} {hook.event}{matcher}  {visible(hook.name)}")
+        colour = {"trusted": "green", "NOT TRUSTED": "yellow"}.get(state, "red")
+        say(
+            f"{click.style(f'{state:12}', fg=colour, bold=True)} {hook.event}{matcher}  {visible(hook.name)}"
+        )
         say(f"{INDENT}command: {visible(hook.command)}   ({hook.file})")
         if assessed.refusal is not None:
             say(f"{INDENT}why: {visible(assessed.refusal)}")

@@ -144,14 +144,16 @@ def _unrunnable_programs(report: SettingsReport, root: Path) -> list[ConfigWarni
 
 def _print_report(report: SettingsReport) -> None:
     if report.ok and not report.warnings:
-        click.echo(f"{report.file}: ok ({report.scope})")
+        click.echo(f"{report.file}: {click.style('ok', fg='green')} ({report.scope})")
         return
     for error in _in_file_order(report.errors):
         where = _where(error.file, error.line, error.column)
-        click.echo(f"{where}: error: {_with_path(error.path, error.message)}")
+        label = click.style("error:", fg="red", bold=True)
+        click.echo(f"{where}: {label} {_with_path(error.path, error.message)}")
     for warning in sorted(report.warnings, key=lambda warning: warning.line or 0):
         where = _where(warning.file, warning.line, None)
-        click.echo(f"{where}: warning: {_with_path(warning.path, warning.message)}")
+        label = click.style("warning:", fg="yellow", bold=True)
+        click.echo(f"{where}: {label} {_with_path(warning.path, warning.message)}")
 
 
 def _file_result(report: SettingsReport) -> _FileResult:
