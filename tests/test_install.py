@@ -325,3 +325,16 @@ def test_gemini_and_codex_get_relays_mcp_server_in_their_own_forms(env: dict[str
     assert config.read_text() == 'model = "o3"\n\n[mcp_servers.docs]\ncommand = "docs-server"\n'
     assert relay(env, "uninstall", "gemini").returncode == 0
     assert not (home / ".gemini" / "settings.json").exists()  # install made it; nothing is left
+
+
+def test_install_and_uninstall_answer_in_json(env: dict[str, str]) -> None:
+    done = relay(env, "install", "claude", "--python-client", "--no-mcp", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["host"] == "claude" and report["file"] == str(claude_file(env))
+    assert report["added"] and report["kept"] == [] and report["client"]["kind"] == "python"
+    assert "check it: relay doctor" in report["lines"]
+    again = json.loads(relay(env, "install", "claude", "--python-client", "--json").stdout)
+    assert again["added"] == [] and sorted(again["kept"]) == sorted(report["added"])
+    removed = relay(env, "uninstall", "claude", "--json")
+    assert sorted(json.loads(removed.stdout)["removed"]) == sorted(report["added"])

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -50,6 +52,12 @@ scope_option = click.option(
     help="Also register relay's MCP server (`relay mcp`) in the host (default: yes).",
 )
 @click.option("--dry-run", is_flag=True, help="Say what would change; write nothing.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print what was done as JSON (file, entries added, kept and updated, client, notes).",
+)
 @cwd_option
 def install(  # noqa: PLR0917 (click passes options positionally)
     host_name: str,
@@ -60,6 +68,7 @@ def install(  # noqa: PLR0917 (click passes options positionally)
     python_client: bool,
     mcp: bool,
     dry_run: bool,
+    as_json: bool,
     cwd: Path | None,
 ) -> None:
     """Make relay the hook layer of HOST (claude, gemini or codex).
@@ -79,6 +88,14 @@ def install(  # noqa: PLR0917 (click passes options positionally)
         write_text,
     )
 
+    lines: list[str] = []
+
+    def say(line: str, *, err: bool = False) -> None:
+        if as_json:
+            lines.append(line.strip())
+        else:
+            click.echo(line, err=err)
+
     chosen_host = host(host_name)
     start = cwd or Path.cwd()
     where = target(chosen_host, "user" if user else "project", start)
@@ -97,23 +114,23 @@ def install(  # noqa: PLR0917 (click passes options positionally)
         from relay.hosts.moving import import_host_hooks
 
         for line in import_host_hooks(where, dry_run=dry_run):
-            click.echo(line)
+            say(line)
     client = ensure_client(native=not python_client)
     change = install_text(read_text(where.file), chosen_host, events, client, file=str(where.file))
     if change.changed and not dry_run:
         write_text(where.file, change.text)
     verb = "would install" if dry_run else "installed"
-    click.echo(f"relay {verb} into {chosen_host.title} ({where.scope}): {where.file}")
-    click.echo(f"  events: {known.source}")
+    say(f"relay {verb} into {chosen_host.title} ({where.scope}): {where.file}")
+    say(f"  events: {known.source}")
     parts = [f"{len(change.added)} added", f"{len(change.kept)} already there"]
     if change.updated:
         parts.append(f"{len(change.updated)} updated to this client")
-    click.echo(f"  entries: {', '.join(parts)}")
-    click.echo(f"  client: {client.argv[-1]} ({client.kind})")
+    say(f"  entries: {', '.join(parts)}")
+    say(f"  client: {client.argv[-1]} ({client.kind})")
     if client.note:
-        click.echo(f"  note: {client.note}")
+        say(f"  note: {client.note}")
     if change.foreign and not import_hooks:
-        click.echo(
+        say(
             f"  {chosen_host.title} hooks of its own also run on {', '.join(change.foreign)}; "
             f"`relay install {host_name} --import` moves them into relay"
         )
@@ -121,10 +138,24 @@ def install(  # noqa: PLR0917 (click passes options positionally)
         from relay.hosts.mcp_config import install_mcp
 
         for edit in install_mcp(where, dry_run=dry_run):
-            click.echo(f"  mcp: {edit.what}: {_mcp_part(edit.file)} in {edit.file}")
+            say(f"  mcp: {edit.what}: {_mcp_part(edit.file)} in {edit.file}")
     if chosen_host.name == "codex" and not dry_run:
-        _codex_trust(where.file, start, trust)
-    click.echo("  check it: relay doctor")
+        _codex_trust(where.file, start, trust, say=say)
+    say("  check it: relay doctor")
+    if as_json:
+        report = {
+            "host": chosen_host.name,
+            "scope": where.scope,
+            "file": str(where.file),
+            "dry_run": dry_run,
+            "added": list(change.added),
+            "kept": list(change.kept),
+            "updated": list(change.updated),
+            "client": {"path": client.argv[-1], "kind": client.kind},
+            "foreign": list(change.foreign),
+            "lines": lines,
+        }
+        click.echo(json.dumps(report, default=str))
 
 
 def _mcp_part(file: Path) -> str:
@@ -140,11 +171,22 @@ def _mcp_part(file: Path) -> str:
 @host_argument
 @scope_option
 @click.option("--dry-run", is_flag=True, help="Say what would change; write nothing.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print what was removed as JSON (file, events, notes)."
+)
 @cwd_option
-def uninstall(host_name: str, user: bool, dry_run: bool, cwd: Path | None) -> None:
+def uninstall(host_name: str, user: bool, dry_run: bool, as_json: bool, cwd: Path | None) -> None:
     """Remove relay's entries from HOST's settings (and nothing else)."""
     from relay.hosts import host
     from relay.hosts.install import read_text, target, uninstall_text, write_text
+
+    lines: list[str] = []
+
+    def say(line: str) -> None:
+        if as_json:
+            lines.append(line.strip())
+        else:
+            click.echo(line)
 
     chosen_host = host(host_name)
     start = cwd or Path.cwd()
@@ -162,18 +204,30 @@ def uninstall(host_name: str, user: bool, dry_run: bool, cwd: Path | None) -> No
 
     for edit in uninstall_mcp(where, dry_run=dry_run):
         if edit.changed:
-            click.echo(f"{verb} {_mcp_part(edit.file)} from {edit.file}")
+            say(f"{verb} {_mcp_part(edit.file)} from {edit.file}")
     if not change.removed:
-        click.echo(f"relay is not installed in {where.file}")
-        return
-    click.echo(f"{verb} relay's entries for {len(change.removed)} event(s) from {where.file}")
-    from relay.hosts.moving import restore_host_hooks
+        say(f"relay is not installed in {where.file}")
+    else:
+        say(f"{verb} relay's entries for {len(change.removed)} event(s) from {where.file}")
+        from relay.hosts.moving import restore_host_hooks
 
-    for line in restore_host_hooks(where, dry_run=dry_run):
-        click.echo(f"  {line}")
+        for line in restore_host_hooks(where, dry_run=dry_run):
+            say(f"  {line}")
+    if as_json:
+        report = {
+            "host": chosen_host.name,
+            "scope": where.scope,
+            "file": str(where.file),
+            "dry_run": dry_run,
+            "removed": list(change.removed),
+            "lines": lines,
+        }
+        click.echo(json.dumps(report, default=str))
 
 
-def _codex_trust(file: Path, cwd: Path, trust: bool | None) -> None:
+def _codex_trust(
+    file: Path, cwd: Path, trust: bool | None, *, say: Callable[..., None] = click.echo
+) -> None:
     """Record Codex's trust in relay's entries of `file`, with the user's consent."""
     from relay.errors import RelayError
     from relay.hosts.codex_trust import CodexError, codex_home, list_hooks, trusted_text
@@ -181,7 +235,7 @@ def _codex_trust(file: Path, cwd: Path, trust: bool | None) -> None:
 
     executable = _codex_executable()
     if executable is None:
-        click.echo(
+        say(
             "  codex not found on PATH: Codex skips hooks it does not trust; run "
             "`relay install codex --trust` once it is installed"
         )
@@ -189,7 +243,7 @@ def _codex_trust(file: Path, cwd: Path, trust: bool | None) -> None:
     try:
         hooks = list_hooks(executable, cwd)
     except CodexError as exc:
-        click.echo(f"  cannot ask Codex which hooks it trusts: {exc}", err=True)
+        say(f"  cannot ask Codex which hooks it trusts: {exc}", err=True)
         return
     ours = [
         hook
@@ -198,10 +252,10 @@ def _codex_trust(file: Path, cwd: Path, trust: bool | None) -> None:
     ]
     pending = [hook for hook in ours if not hook.trusted]
     if not ours:
-        click.echo(f"  warning: Codex does not list relay's entries in {file}", err=True)
+        say(f"  warning: Codex does not list relay's entries in {file}", err=True)
         return
     if not pending:
-        click.echo(f"  Codex trusts relay's {len(ours)} entries")
+        say(f"  Codex trusts relay's {len(ours)} entries")
         return
     if trust is None and sys.stdin.isatty():
         trust = click.confirm(
@@ -210,7 +264,7 @@ def _codex_trust(file: Path, cwd: Path, trust: bool | None) -> None:
             default=True,
         )
     if not trust:
-        click.echo(
+        say(
             f"  NOT TRUSTED: Codex will skip relay's {len(pending)} entries until trusted: "
             "run `relay install codex --trust`"
         )
@@ -221,7 +275,7 @@ def _codex_trust(file: Path, cwd: Path, trust: bool | None) -> None:
     except CodexError as exc:
         raise RelayError(str(exc)) from None
     write_text(config, text)
-    click.echo(f"  Codex trust recorded for {len(pending)} entries in {config}")
+    say(f"  Codex trust recorded for {len(pending)} entries in {config}")
 
 
 def _codex_keys(file: Path, cwd: Path) -> list[str]:
