@@ -344,7 +344,11 @@ def doctor(no_measure: bool, as_json: bool, cwd: Path | None) -> None:
             )
         )
     else:
-        marks = {"ok": "ok  ", "warn": "warn", "fail": "FAIL"}
+        marks = {
+            "ok": click.style("ok  ", fg="green"),
+            "warn": click.style("warn", fg="yellow", bold=True),
+            "fail": click.style("FAIL", fg="red", bold=True),
+        }
         for finding in findings:
             click.echo(f"{marks[finding.level]}  {finding.topic:8}  {finding.text}")
     if any(finding.level == "fail" for finding in findings):
