@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 class RelayError(Exception):
     """Base of relay's errors; the CLI maps it to exit code 1."""
@@ -44,3 +46,15 @@ class InputError(RelayError):
         self.source = source
         self.path = path
         super().__init__(f"{source}: {message}")
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """` (did you mean 'X'?)` for the known name closest to a mistyped one (a wrong case
+    counts as close); "" when none is close."""
+    import difflib
+
+    candidates = list(known)
+    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.7)
+    if not close:
+        close = [known_name for known_name in candidates if known_name.lower() == name.lower()]
+    return f" (did you mean {close[0]!r}?)" if close else ""

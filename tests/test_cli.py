@@ -394,3 +394,29 @@ def test_colour_on_a_terminal_and_never_with_no_color(tmp_path: Path, relay_home
     assert "\x1b[" not in plain.output and "error: hooks.Stop[0]" in plain.stdout
     piped = runner.invoke(cli, ["hooks", "validate", str(bad)])  # not a terminal
     assert "\x1b[" not in piped.output
+
+
+def test_one_error_format_with_the_closest_name(relay_home: Path) -> None:
+    from relay.errors import did_you_mean
+    from relay.services.messaging.model import UnknownRecipientError
+
+    relay = str(Path(sys.executable).parent / "relay")
+    bad_choice = subprocess.run(
+        [relay, "install", "claud"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert bad_choice.returncode == 2
+    assert bad_choice.stderr.startswith("relay: error: HOST: 'claud' is not one of 'claude'")
+    assert bad_choice.stderr.rstrip().endswith("(relay install --help)")
+    missing = subprocess.run(
+        [relay, "send"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert missing.returncode == 2 and missing.stderr.startswith("relay: error: Missing argument")
+    no_session = subprocess.run(
+        [relay, "stop", "Alcie"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert no_session.returncode == 1
+    assert no_session.stderr == "relay: error: no running session named 'Alcie'; running: none\n"
+    error = UnknownRecipientError("Alcie", team="t", known=["Alice", "Bob"])
+    assert str(error) == "no agent named Alcie (did you mean 'Alice'?) in team t; known: Alice, Bob"
+    assert did_you_mean("sessionstart", ["SessionStart"]) == " (did you mean 'SessionStart'?)"
+    assert did_you_mean("zzz", ["SessionStart"]) == ""

@@ -51,6 +51,14 @@ def main(argv: list[str] | None = None) -> int:
         result = cli.main(args=argv, prog_name="relay", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return exc.exit_code
+    except click.UsageError as exc:
+        # click's own (a missing argument, a bad choice) in relay's format, as ours are.
+        from relay.cli.options import UsageError
+
+        if not isinstance(exc, UsageError):
+            exc = _as_relays(exc)
+        exc.show()
+        return exc.exit_code
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code
@@ -80,3 +88,16 @@ def run() -> None:
 
 if __name__ == "__main__":
     run()
+
+
+def _as_relays(exc: click.UsageError) -> click.UsageError:
+    from relay.cli.options import UsageError
+
+    message = exc.format_message()
+    if message.startswith("Invalid value for "):  # "Invalid value for 'HOST': …"
+        where, _, rest = message.removeprefix("Invalid value for ").partition(": ")
+        converted = UsageError(rest, hint=where.strip("'"))
+    else:
+        converted = UsageError(message)
+    converted.ctx = exc.ctx
+    return converted

@@ -18,7 +18,7 @@ import msgspec
 
 from relay.config.paths import private_dir, state_dir
 from relay.engine.processes import process_alive
-from relay.errors import RelayError
+from relay.errors import RelayError, did_you_mean
 
 
 class SessionRecord(msgspec.Struct, kw_only=True):
@@ -115,5 +115,7 @@ def stop(name: str) -> SessionRecord:
         if record.name == name:
             os.kill(record.pid, signal.SIGTERM)
             return record
-    running = ", ".join(record.name for record in list_sessions()) or "none"
-    raise SessionError(f"no running session named {name!r}; running: {running}")
+    names = [record.name for record in list_sessions()]
+    running = ", ".join(names) or "none"
+    hint = did_you_mean(name, names)
+    raise SessionError(f"no running session named {name!r}{hint}; running: {running}")

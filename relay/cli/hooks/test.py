@@ -14,6 +14,7 @@ import click
 
 from relay.cli.options import UsageError, cwd_option, settings_option
 from relay.engine.trial import EXPECTATIONS
+from relay.errors import did_you_mean
 from relay.protocol.display import visible
 
 SHOWN_LINES = 12
@@ -111,7 +112,8 @@ def test(
     ):
         known = sorted({hook.name for hook in system.registry.hooks if hook.canonical == canonical})
         raise UsageError(
-            f"no hook named {hook_name!r} for {canonical}; known: {', '.join(known) or 'none'}",
+            f"no hook named {hook_name!r}{did_you_mean(hook_name, known)} for {canonical}; "
+            f"known: {', '.join(known) or 'none'}",
             hint="--hook",
         )
     try:

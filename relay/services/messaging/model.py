@@ -20,7 +20,7 @@ from typing import Literal
 
 import msgspec
 
-from relay.errors import RelayError
+from relay.errors import RelayError, did_you_mean
 from relay.services.messaging.ulid import new_ulid
 
 MAX_BODY_BYTES = 64 * 1024
@@ -208,7 +208,8 @@ class UnknownRecipientError(MessagingError):
         self.team = team
         self.known = known
         listed = ", ".join(known) if known else "none yet"
-        super().__init__(f"no agent named {recipient} in team {team}; known: {listed}")
+        hint = did_you_mean(recipient, known)
+        super().__init__(f"no agent named {recipient}{hint} in team {team}; known: {listed}")
 
 
 class NameTakenError(MessagingError):
