@@ -474,3 +474,29 @@ def test_concurrent_senders_lose_nothing_duplicate_nothing_keep_order(tmp_path: 
         assert mine == list(range(count))
     assert os.path.getsize(path) > 0
     box.close()
+
+
+def test_a_claim_that_must_not_wait_says_busy_instead(tmp_path: Path) -> None:
+    """The session's loop claims without waiting; while another writer holds the mailbox
+    it gets MailboxBusy (and claims on a worker thread instead), never a stall."""
+    import sqlite3 as sqlite
+
+    from relay.services.messaging.model import MailboxBusy
+
+    path = tmp_path / "messages.db"
+    box = SqliteMailbox(path)
+    box.register_agent("Bob", team="t", session_id="s1", cwd=str(tmp_path))
+    box.send(team="t", sender="alice", recipient="Bob", body="hi")
+    holder = sqlite.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        started = time.monotonic()
+        with pytest.raises(MailboxBusy):
+            box.claim("Bob", team="t", session_id="s1", wait=False)
+        assert time.monotonic() - started < 0.5
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    (delivery,) = box.claim("Bob", team="t", session_id="s1", wait=False)
+    assert delivery.message.body == "hi"
+    box.close()

@@ -35,6 +35,7 @@ from relay.services.messaging.model import (
     Agent,
     AgentState,
     Delivery,
+    MailboxBusy,
     MessagingError,
     NameTakenError,
     short_id,
@@ -253,11 +254,23 @@ class SessionInbox:
 
     async def _claim_all(self) -> None:
         while True:
-            deliveries = await anyio.to_thread.run_sync(
-                lambda: self.mailbox.claim(
-                    self.name, team=self.team, session_id=self.session_id, limit=CLAIM_BATCH
+            try:
+                # In the loop when the mailbox is free (a claim takes about 0.1 ms, a hop
+                # to a worker thread more than that: a broadcast wakes every session at
+                # once); on a worker thread when another writer holds it.
+                deliveries = self.mailbox.claim(
+                    self.name,
+                    team=self.team,
+                    session_id=self.session_id,
+                    limit=CLAIM_BATCH,
+                    wait=False,
                 )
-            )
+            except MailboxBusy:
+                deliveries = await anyio.to_thread.run_sync(
+                    lambda: self.mailbox.claim(
+                        self.name, team=self.team, session_id=self.session_id, limit=CLAIM_BATCH
+                    )
+                )
             for delivery in deliveries:
                 self._claimed[delivery.message.id] = None
                 await self._deliver(delivery)

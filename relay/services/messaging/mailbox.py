@@ -53,6 +53,7 @@ from relay.services.messaging.model import (
     Delivery,
     DeliveryState,
     LoopStoppedError,
+    MailboxBusy,
     Message,
     MessagingError,
     NameTakenError,
@@ -277,38 +278,61 @@ class SqliteMailbox:
                 raise self._error(str(exc)) from None
 
     def _write(
-        self, work: Callable[[sqlite3.Connection], Result], *, durable: bool = True
+        self,
+        work: Callable[[sqlite3.Connection], Result],
+        *,
+        durable: bool = True,
+        wait: bool = True,
     ) -> Result:
         """Run `work` in one IMMEDIATE transaction; commit, or roll back on any error.
 
         `durable=False` commits without syncing (synchronous=NORMAL): for hand-outs,
         acknowledgements and presence, which a power cut may only undo, so that a
         message is delivered again, never lost. Messages themselves are always synced.
+        `wait=False`: MailboxBusy at once, instead of waiting, when another thread or
+        connection holds the lock (for a caller that must not block, e.g. an event loop).
         """
-        with self._lock:
-            connection = self._connect()
-            try:
-                if durable != self._durable:  # set per write; left as is for the next one
-                    connection.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
-                    self._durable = durable
+        if not self._lock.acquire(blocking=wait):
+            raise MailboxBusy(str(self.path))
+        try:
+            return self._write_locked(work, durable=durable, wait=wait)
+        finally:
+            self._lock.release()
+
+    def _write_locked(
+        self, work: Callable[[sqlite3.Connection], Result], *, durable: bool, wait: bool
+    ) -> Result:
+        """The body of `_write`, under `self._lock`."""
+        connection = self._connect()
+        try:
+            if durable != self._durable:  # set per write; left as is for the next one
+                connection.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
+                self._durable = durable
+            if wait:
                 _when_free(lambda: connection.execute("BEGIN IMMEDIATE"))
-            except sqlite3.Error as exc:
-                raise self._error(f"cannot write to the mailbox: {exc}") from None
-            try:
-                self._rings = []
-                result = work(connection)
-                connection.execute("COMMIT")
-            except BaseException as exc:
-                with contextlib.suppress(sqlite3.Error):
-                    connection.execute("ROLLBACK")
-                if isinstance(exc, sqlite3.Error):
-                    raise self._error(str(exc)) from None
-                raise
-            finally:
-                rings, self._rings = self._rings, []
-            with contextlib.suppress(OSError):  # committed: a poke is only a hint
-                ring_all(rings)
-            return result
+            else:
+                connection.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if not wait and getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_BUSY:
+                raise MailboxBusy(str(self.path)) from None
+            raise self._error(f"cannot write to the mailbox: {exc}") from None
+        except sqlite3.Error as exc:
+            raise self._error(f"cannot write to the mailbox: {exc}") from None
+        try:
+            self._rings = []
+            result = work(connection)
+            connection.execute("COMMIT")
+        except BaseException as exc:
+            with contextlib.suppress(sqlite3.Error):
+                connection.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
+                raise self._error(str(exc)) from None
+            raise
+        finally:
+            rings, self._rings = self._rings, []
+        with contextlib.suppress(OSError):  # committed: a poke is only a hint
+            ring_all(rings)
+        return result
 
     def data_version(self) -> int:
         """A number that changes when another connection commits (a cheap poll)."""
@@ -820,7 +844,15 @@ class SqliteMailbox:
 
     # -- receiving ---------------------------------------------------------------------
 
-    def claim(self, name: str, *, team: str, session_id: str, limit: int = 100) -> list[Delivery]:
+    def claim(
+        self,
+        name: str,
+        *,
+        team: str,
+        session_id: str,
+        limit: int = 100,
+        wait: bool = True,
+    ) -> list[Delivery]:
         """Hand `name`'s waiting mail to a session, oldest first.
 
         Waiting: queued, or handed to another session that never acknowledged it (that
@@ -879,7 +911,7 @@ class SqliteMailbox:
 
         # Not synced: a hand-out undone by a power cut is handed out again (the dead
         # notices it may queue go with it, consistently).
-        handed, _ = self._write(work, durable=False)
+        handed, _ = self._write(work, durable=False, wait=wait)
         return handed
 
     def typed(self, message_id: str, recipient: str, *, team: str, session_id: str) -> bool:

@@ -200,6 +200,13 @@ class MessagingError(RelayError):
         super().__init__(f"{store}: {message}" if store else message)
 
 
+class MailboxBusy(MessagingError):
+    """The mailbox is held by another writer, and the caller asked not to wait."""
+
+    def __init__(self, store: str) -> None:
+        super().__init__("the mailbox is busy", store=store)
+
+
 class UnknownRecipientError(MessagingError):
     """Mail for a name no agent of the team has ever had."""
 
