@@ -685,3 +685,18 @@ def test_tty_passthrough_in_tmux(tmux: Tmux, tmp_path: Path) -> None:
     assert output.startswith(b"READY pid=")
     assert b"\x1b[1;32mGREEN\x1b[0m h\xc3\xa9llo \xe2\x9c\x93\ttab\r\n" in output
     assert "GOT 'typed ✓ text'".encode() in output
+
+
+def test_a_copier_that_cannot_start_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    agent = AgentPty.spawn(["sleep", "5"])
+    terminal = os.open(os.devnull, os.O_WRONLY)
+    try:
+        monkeypatch.setattr(pump_module.sys, "executable", "/nonexistent/python3")
+        pump = OutputPump(agent, terminal)
+        with pytest.raises(
+            RelayError, match=r"cannot start the output copier \(/nonexistent/python3\)"
+        ):
+            pump.start()
+    finally:
+        agent.close()
+        os.close(terminal)

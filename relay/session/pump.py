@@ -27,6 +27,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 
+from relay.errors import RelayError
 from relay.session.pty import AgentPty
 
 PIPE_BYTES = 1 << 20
@@ -115,9 +116,17 @@ class OutputPump:
         self._lifeline = -1
 
     def start(self) -> None:
-        """Start the copier."""
-        sink_read, sink_write = os.pipe2(os.O_CLOEXEC)
-        lifeline_read, lifeline_write = os.pipe2(os.O_CLOEXEC)
+        """Start the copier; RelayError, naming the reason, when it cannot be."""
+        try:
+            sink_read, sink_write = os.pipe2(os.O_CLOEXEC)
+        except OSError as exc:
+            raise RelayError(f"cannot start the output copier: {exc.strerror or exc}") from None
+        try:
+            lifeline_read, lifeline_write = os.pipe2(os.O_CLOEXEC)
+        except OSError as exc:
+            os.close(sink_read)
+            os.close(sink_write)
+            raise RelayError(f"cannot start the output copier: {exc.strerror or exc}") from None
         with contextlib.suppress(OSError):  # a smaller pipe only means an earlier wait
             fcntl.fcntl(sink_write, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
         fds = (self._master, self._terminal, sink_write, lifeline_read)
@@ -132,6 +141,13 @@ class OutputPump:
                 stdin=subprocess.DEVNULL,
                 close_fds=True,
             )
+        except OSError as exc:  # no Python at sys.executable, no process left (EAGAIN)
+            for fd in (sink_read, lifeline_write):
+                os.close(fd)
+            reason = exc.strerror or str(exc)
+            raise RelayError(
+                f"cannot start the output copier ({sys.executable}): {reason}"
+            ) from None
         finally:
             os.close(sink_write)
             os.close(lifeline_read)
