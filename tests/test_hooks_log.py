@@ -380,7 +380,8 @@ def test_the_cap_bounds_the_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 
 
 def test_pruning_deletes_rarely(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(telemetry_module, "BATCH_SECONDS", 0)  # one event per write
+    monkeypatch.setattr(telemetry_module, "BATCH_SECONDS", 0)
+    monkeypatch.setattr(telemetry_module, "BATCH_MAX", 1)  # one event per write, however fast
     statements: list[str] = []
 
     class Traced(Telemetry):
