@@ -340,4 +340,7 @@ def test_validate_takes_settings_files(project: Path, tmp_path: Path) -> None:
     extra = write(tmp_path / "extra.json", {"hooks": {"Stop": [{"hooks": [{"command": ""}]}]}})
     result = invoke(["hooks", "validate", "--settings", str(extra), "--cwd", str(project)])
     assert result.exit_code == 1
-    assert f"{extra}:1:" in result.stdout or f"{extra}:" in result.stdout
+    (error,) = [line for line in result.stdout.splitlines() if ": error: " in line]
+    assert error.startswith(f"{extra}:")
+    assert error.endswith(": error: hooks.Stop[0].hooks[0].command: command is empty")
+    assert result.stdout.splitlines()[-1] == "1 file, 1 error, 0 warnings"

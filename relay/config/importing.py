@@ -343,6 +343,16 @@ def _same_group(imported: HookGroup, present: HookGroup, made_up: set[str]) -> b
     )
 
 
+def _numbered(base: str, taken: set[str]) -> str:
+    """The first of `base`, `base-2`, `base-3`… not in `taken`, which now has it."""
+    name, number = base, 1
+    while name in taken:
+        number += 1
+        name = f"{base}-{number}"
+    taken.add(name)
+    return name
+
+
 def _rename(
     group: HookGroup, made_up: set[str], taken: set[str], renamed: dict[str, str]
 ) -> HookGroup:
@@ -353,12 +363,7 @@ def _rename(
         if entry.name is None or entry.name not in made_up:
             hooks.append(entry)
             continue
-        base = generated_name(entry.command)
-        name, number = base, 1
-        while name in taken:
-            number += 1
-            name = f"{base}-{number}"
-        taken.add(name)
+        name = _numbered(generated_name(entry.command), taken)
         if name != entry.name:
             renamed[entry.name] = name
         hooks.append(msgspec.structs.replace(entry, name=name))
@@ -597,12 +602,7 @@ class _Converter:
             for index, entry in enumerate(group.hooks):
                 if entry.name is not None:
                     continue
-                base = generated_name(entry.command)
-                name, number = base, 1
-                while name in taken:
-                    number += 1
-                    name = f"{base}-{number}"
-                taken.add(name)
+                name = _numbered(generated_name(entry.command), taken)
                 generated.append(name)
                 group.hooks[index] = msgspec.structs.replace(entry, name=name)
         return generated

@@ -59,48 +59,50 @@ def write_all(fd, data):
     while data:
         data = data[write(fd, data):]
 
-def hand_over():
+def hand_over():  # the gathered output to relay's loop; False once relay stopped reading
     global held, size
-    write_all(sink, b"".join(held))
+    try:
+        write_all(sink, b"".join(held))
+    except OSError:  # EPIPE: the session ended (stop() or relay's death)
+        return False
     held, size = [], 0
+    return True
 
-try:
-    while True:
+while True:
+    try:
+        data = read(master, 65536)
+    except BlockingIOError:
+        if held:
+            wait = max(0, min(quiet_ms, int((since + most - clock()) * 1000)))
+            ready = poller.poll(wait)
+            if not ready:
+                if not hand_over():  # the output paused: the loop sees it now
+                    break
+                continue
+        else:
+            ready = poller.poll()
+        if any(fd == lifeline for fd, _ in ready):
+            break  # relay is gone, or stopped the copy
+        continue
+    except OSError as exc:
+        if exc.errno in (errno.EIO, errno.EBADF):
+            break  # every slave fd is closed: the agent's output has ended
+        raise
+    if not data:
+        break
+    if terminal >= 0:
         try:
-            data = read(master, 65536)
-        except BlockingIOError:
-            if held:
-                wait = max(0, min(quiet_ms, int((since + most - clock()) * 1000)))
-                ready = poller.poll(wait)
-                if not ready:
-                    hand_over()  # the output paused: the loop sees it now
-                    continue
-            else:
-                ready = poller.poll()
-            if any(fd == lifeline for fd, _ in ready):
-                break  # relay is gone, or stopped the copy
-            continue
-        except OSError as exc:
-            if exc.errno in (errno.EIO, errno.EBADF):
-                break  # every slave fd is closed: the agent's output has ended
-            raise
-        if not data:
-            break
-        if terminal >= 0:
-            try:
-                write_all(terminal, data)
-            except OSError:  # EIO / EPIPE: the terminal is gone; the loop still sees output
-                terminal = -1
-        if not held:
-            since = clock()
-        held.append(data)
-        size += len(data)
-        if size >= batch or clock() - since >= most:
-            hand_over()
-    if held:
-        hand_over()
-except OSError:
-    pass  # relay stopped reading
+            write_all(terminal, data)
+        except OSError:  # EIO / EPIPE: the terminal is gone; the loop still sees output
+            terminal = -1
+    if not held:
+        since = clock()
+    held.append(data)
+    size += len(data)
+    if (size >= batch or clock() - since >= most) and not hand_over():
+        break
+if held:
+    hand_over()
 """
 
 
@@ -116,21 +118,17 @@ class OutputPump:
         self._lifeline = -1
 
     def start(self) -> None:
-        """Start the copier; RelayError, naming the reason, when it cannot be."""
+        """Start the copier; RelayError, naming the reason, when it cannot be (no pipes
+        or processes left, no Python at sys.executable)."""
+        opened: list[int] = []
         try:
             sink_read, sink_write = os.pipe2(os.O_CLOEXEC)
-        except OSError as exc:
-            raise RelayError(f"cannot start the output copier: {exc.strerror or exc}") from None
-        try:
+            opened += (sink_read, sink_write)
             lifeline_read, lifeline_write = os.pipe2(os.O_CLOEXEC)
-        except OSError as exc:
-            os.close(sink_read)
-            os.close(sink_write)
-            raise RelayError(f"cannot start the output copier: {exc.strerror or exc}") from None
-        with contextlib.suppress(OSError):  # a smaller pipe only means an earlier wait
-            fcntl.fcntl(sink_write, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
-        fds = (self._master, self._terminal, sink_write, lifeline_read)
-        try:
+            opened += (lifeline_read, lifeline_write)
+            with contextlib.suppress(OSError):  # a smaller pipe only means an earlier wait
+                fcntl.fcntl(sink_write, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+            fds = (self._master, self._terminal, sink_write, lifeline_read)
             self._process = subprocess.Popen(
                 [
                     *(sys.executable, "-I", "-S", "-c", COPIER),
@@ -141,16 +139,15 @@ class OutputPump:
                 stdin=subprocess.DEVNULL,
                 close_fds=True,
             )
-        except OSError as exc:  # no Python at sys.executable, no process left (EAGAIN)
-            for fd in (sink_read, lifeline_write):
+        except OSError as exc:
+            for fd in opened:
                 os.close(fd)
             reason = exc.strerror or str(exc)
             raise RelayError(
                 f"cannot start the output copier ({sys.executable}): {reason}"
             ) from None
-        finally:
-            os.close(sink_write)
-            os.close(lifeline_read)
+        os.close(sink_write)  # the copier's ends now
+        os.close(lifeline_read)
         os.set_blocking(sink_read, False)
         self._sink, self._lifeline = sink_read, lifeline_write
 

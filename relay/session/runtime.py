@@ -180,7 +180,7 @@ class Session:
         if extra:  # hooks the agent runs itself (`relay hooks run`) see the same settings
             self.env[SETTINGS_VARIABLE] = os.pathsep.join(str(path.resolve()) for path in extra)
         # The last output lines as the agent printed them: cleaned only when asked for.
-        self._recent_raw = RecentOutput(RECENT_LINES)
+        self._recent_output = RecentOutput(RECENT_LINES)
         self.memory: MemoryService | None = None
         self.memory_config = memory_config(hooks.settings)
         self.messaging_config = messaging_config(hooks.settings)
@@ -443,7 +443,7 @@ class Session:
             for directive in self._scanner.feed(self._echo.filter(data)):
                 self._directives.send_nowait(directive)
             self._note_refused()
-        self._recent_raw.add(data)
+        self._recent_output.add(data)
         if self.headless or self._output_hooked or self._transcript_has_room(len(data)):
             self._keep_lines(self._lines.feed(data))
         else:  # nothing wants these lines (the transcript's share is spent): not split
@@ -472,7 +472,7 @@ class Session:
     @property
     def recent(self) -> list[str]:
         """The agent's last output lines (at most RECENT_LINES), cleaned, oldest first."""
-        lines = self._recent_raw.lines()
+        lines = self._recent_output.lines()
         if not lines:
             return []
         return unescape(clean_block(lines)).split("\n")
@@ -551,7 +551,7 @@ class Session:
             self._transcript.flush()
 
     def _lines_done(self) -> None:
-        self._recent_raw.end()
+        self._recent_output.end()
         self._keep_lines(self._lines.close())
 
     async def _pump_headless(self, agent: AgentPty, injector: Injector) -> int:

@@ -205,14 +205,17 @@ def build_match(query: str, *, operator: str = "AND") -> str | None:
     """An FTS5 MATCH expression for the words of `query` (each quoted, so any FTS syntax in
     it is taken literally), joined with `operator`; None when the query has no words."""
     words = query_words(query)
-    if not words:
-        return None
-    # Every word is an FTS5 string: `AND`, `NEAR`, `*`, `:` and parentheses inside quotes
-    # are plain text. \w+ holds no quote, but doubling keeps this safe if the pattern changes.
+    return _joined(words, operator) if words else None
+
+
+def _joined(words: list[str], operator: str) -> str:
+    """`words` as FTS5 strings joined with `operator`."""
     return f" {operator} ".join(_quoted(word) for word in words)
 
 
 def _quoted(word: str) -> str:
+    # An FTS5 string: `AND`, `NEAR`, `*`, `:` and parentheses inside quotes are plain
+    # text. \w+ holds no quote, but doubling keeps this safe if the pattern changes.
     return '"' + word.replace('"', '""') + '"'
 
 
@@ -368,7 +371,7 @@ class SqliteMemory:
             "weight": RECENCY_WEIGHT,
             "days": RECENCY_DAYS,
         }
-        every = " AND ".join(_quoted(word) for word in words)
+        every = _joined(words, "AND")
         rows = self._ranked([every], project, parameters)
         if len(rows) < limit and len(words) > 1:
             # Fewer than asked have every word: those first, then those with any. Each
