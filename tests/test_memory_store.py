@@ -26,6 +26,7 @@ from relay.services.memory.model import (
     SavedMemory,
 )
 from relay.services.memory.sqlite import (
+    SCHEMA_VERSION,
     SEARCH_CANDIDATES,
     SqliteMemory,
     build_match,
@@ -536,7 +537,7 @@ def test_a_schema_1_store_with_copies_is_upgraded_and_keeps_them(tmp_path: Path)
         assert len(store.search("pip", project="/p", limit=100)) == 2
     check = sqlite3.connect(path)
     try:
-        assert check.execute("PRAGMA user_version").fetchone() == (2,)
+        assert check.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
         assert check.execute("SELECT count(*) FROM memories WHERE digest IS NULL").fetchone() == (
             0,
         )

@@ -36,11 +36,13 @@ class _Request(msgspec.Struct, kw_only=True, tag_field="op"):
     pass
 
 
-class _Add(_Request, tag="add"):
+class _Add(_Request, tag="add", omit_defaults=True):
     content: str
     tags: list[str]
     agent: str | None
     project: str | None
+    team: str | None = None
+    """Only when the memory is a team's (left out otherwise, as before teams existed)."""
 
 
 class _Search(_Request, tag="search"):
@@ -152,10 +154,13 @@ class CommandMemory:
         tags: Sequence[str] = (),
         agent: str | None = None,
         project: str | None = None,
+        team: str | None = None,
     ) -> SavedMemory:
         """Save a memory; `existing` is true when the backend answered that it already
         held one with the same content (finding it is the backend's business)."""
-        request = _Add(content=content, tags=list(tags), agent=agent, project=project)
+        if team is not None:
+            project = None
+        request = _Add(content=content, tags=list(tags), agent=agent, project=project, team=team)
         reply = self._call("add", request, _AddReply)
         return SavedMemory(memory=reply.memory, existing=reply.existing)
 

@@ -22,13 +22,36 @@ class Memory(msgspec.Struct, kw_only=True, frozen=True):
     """The project root it belongs to; None: global, visible in every project."""
     created_at: str
     """ISO 8601 UTC with milliseconds and Z."""
+    team: str | None = None
+    """The team it is shared with (spec/memory.md "Team memory"): saved on one machine,
+    stored on every machine of the team. Always global (project None). None: this
+    machine's alone."""
 
 
-class MemoryHit(msgspec.Struct, kw_only=True, frozen=True):
+class Ranking(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
+    """Why a hit ranked where it did (`relay memory search --explain`, spec/memory.md)."""
+
+    keyword_rank: int | None = None
+    """Its place among the full-text matches (1: best); None: no query word in it."""
+    keyword_score: float | None = None
+    """BM25 (higher is better; a word in the tags counts twice one in the content)."""
+    semantic_rank: int | None = None
+    """Its place among the memories nearest in meaning (1: nearest); None: not among them."""
+    similarity: float | None = None
+    """Cosine similarity of the query's embedding and the memory's (-1 to 1)."""
+    recency: float = 1.0
+    """The lift for a recent memory (1.2 saved today, 1.1 at 30 days, towards 1.0)."""
+    tags: list[str] = msgspec.field(default_factory=list)
+    """The query's words that are tags of the memory."""
+
+
+class MemoryHit(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
     """A search result: the memory and its score (higher is better)."""
 
     memory: Memory
     score: float
+    explain: Ranking | None = None
+    """How the score came about, when the search was asked to explain."""
 
 
 class SavedMemory(msgspec.Struct, kw_only=True, frozen=True):
@@ -107,10 +130,12 @@ class MemoryService(Protocol):
         tags: Sequence[str] = (),
         agent: str | None = None,
         project: str | None = None,
+        team: str | None = None,
     ) -> SavedMemory:
         """Save a memory unless one with the same content (`content_key`) is stored in
         `project` or globally (`same_scope`); then return that one, `existing` true, with
-        the new tags added to its own."""
+        the new tags added to its own. `team`: shared with that team (project must be
+        None); an identical memory found becomes the team's too."""
         ...
 
     def search(self, query: str, *, project: str | None = None, limit: int = 10) -> list[MemoryHit]:

@@ -54,7 +54,7 @@ from relay.services.memory.model import (
 __all__ = ["DATABASE_NAME", "SCHEMA_VERSION", "SqliteMemory", "build_match", "default_store"]
 
 DATABASE_NAME = "memory.db"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DEFAULT_BUSY_TIMEOUT = 5.0
 """Seconds a statement waits for another connection's lock before failing."""
 WRITE_ATTEMPTS = 3
@@ -90,7 +90,8 @@ CREATE TABLE IF NOT EXISTS memories (
     scope TEXT GENERATED ALWAYS AS (
         CASE WHEN project IS NULL THEN 'global' ELSE 'p' || hex(project) END
     ) VIRTUAL,
-    digest INTEGER
+    digest INTEGER,
+    team TEXT
 );
 CREATE INDEX IF NOT EXISTS memories_created ON memories(created_at);
 CREATE INDEX IF NOT EXISTS memories_digest ON memories(digest);
@@ -131,8 +132,46 @@ END;
 UPDATE memories SET digest = relay_digest(content);
 CREATE INDEX IF NOT EXISTS memories_digest ON memories(digest);
 """
+# Schema 2 to 3 (also the end of a new file's schema): the team column, and embeddings
+# for search by meaning. `memory_vectors` holds one row per embedded memory: `code`, the
+# 256 signs of its embedding (32 bytes, compared by Hamming distance in memory), and
+# `vector`, the embedding in int8 (256 bytes, for the exact re-rank). `vseq` only grows
+# (AUTOINCREMENT), so a process's index loads what is new since it last looked.
+# `memory_pending` lists memories to embed: every new memory, and one whose content
+# changed; every memory of an older store (the backfill). A search embeds them first.
+# `memory_meta` names the embedding model; another model's vectors are all redone.
+# (No INSERT OR IGNORE in the triggers: an UPSERT's own conflict clause overrides it.)
+_VECTORS = """
+CREATE TABLE IF NOT EXISTS memory_vectors (
+    vseq INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq INTEGER NOT NULL UNIQUE,
+    code BLOB NOT NULL,
+    vector BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS memory_pending (seq INTEGER PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS memory_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TRIGGER IF NOT EXISTS memories_pending_insert AFTER INSERT ON memories BEGIN
+    INSERT INTO memory_pending(seq) VALUES (new.seq);
+END;
+CREATE TRIGGER IF NOT EXISTS memories_pending_update AFTER UPDATE OF content ON memories BEGIN
+    DELETE FROM memory_vectors WHERE seq = old.seq;
+    INSERT INTO memory_pending(seq)
+    SELECT new.seq WHERE NOT EXISTS (SELECT 1 FROM memory_pending WHERE seq = new.seq);
+END;
+CREATE TRIGGER IF NOT EXISTS memories_vectors_delete AFTER DELETE ON memories BEGIN
+    DELETE FROM memory_vectors WHERE seq = old.seq;
+    DELETE FROM memory_pending WHERE seq = old.seq;
+END;
+"""
+_UPGRADE_TO_3 = f"""
+ALTER TABLE memories ADD COLUMN team TEXT;
+{_VECTORS}
+INSERT OR IGNORE INTO memory_pending(seq) SELECT seq FROM memories;
+"""
 
-_COLUMNS = "m.id, m.content, m.tags, m.agent, m.project, m.created_at"
+_COLUMNS = "m.id, m.content, m.tags, m.agent, m.project, m.created_at, m.team"
+_WIDTH = 7
+"""How many columns _COLUMNS has: what a row holds before any extra column."""
 # Visible in a project: its own memories and global ones; with no project: global only.
 # The exact test, also behind a search that narrows by `scope` in the MATCH (two projects'
 # scope tokens might fold together under the porter stemmer).
@@ -166,11 +205,12 @@ LIMIT :limit
 """
 
 _UPSERT = """
-INSERT INTO memories (id, content, tags, agent, project, created_at, digest)
-VALUES (?, ?, ?, ?, ?, ?, ?)
+INSERT INTO memories (id, content, tags, agent, project, created_at, digest, team)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT(id) DO UPDATE SET
     content = excluded.content, tags = excluded.tags, agent = excluded.agent,
-    project = excluded.project, created_at = excluded.created_at, digest = excluded.digest
+    project = excluded.project, created_at = excluded.created_at, digest = excluded.digest,
+    team = excluded.team
 """
 # Memories a save into :project finds as already there when their content matches: the
 # project's own first, then global ones (model.same_scope); oldest first. :before limits
@@ -182,8 +222,8 @@ ORDER BY m.project IS NULL, m.seq
 """
 _BY_ID = f"SELECT {_COLUMNS} FROM memories AS m WHERE m.id = ?"
 _INSERT = """
-INSERT INTO memories (id, content, tags, agent, project, created_at, digest)
-VALUES (:id, :content, :tags, :agent, :project, :created_at, :digest)
+INSERT INTO memories (id, content, tags, agent, project, created_at, digest, team)
+VALUES (:id, :content, :tags, :agent, :project, :created_at, :digest, :team)
 ON CONFLICT(id) DO NOTHING
 """
 _NO_LIMIT = 2**63 - 1
@@ -283,10 +323,16 @@ class SqliteMemory:
         tags: Sequence[str] = (),
         agent: str | None = None,
         project: str | None = None,
+        team: str | None = None,
     ) -> SavedMemory:
         """Save a memory unless one with the same content (model.content_key) is stored in
         `project` or globally (model.same_scope); then return that one, `existing` true,
-        with the new tags added after its own. Its agent and date stay as they were."""
+        with the new tags added after its own. Its agent and date stay as they were.
+
+        `team`: a team memory, which is global (`project` is ignored); an identical
+        global memory found that was this machine's alone becomes the team's."""
+        if team is not None:
+            project = None
         tag_list = list(dict.fromkeys(tags))
         key = content_key(content)
         digest = _digest(key)
@@ -298,6 +344,7 @@ class SqliteMemory:
             "agent": agent,
             "project": project,
             "digest": digest,
+            "team": team,
         }
 
         def insert(connection: sqlite3.Connection) -> SavedMemory:
@@ -312,12 +359,13 @@ class SqliteMemory:
                 if content_key(existing.content) != key:
                     continue  # a 64-bit hash collision: another text
                 merged = list(dict.fromkeys([*existing.tags, *tag_list]))
-                if merged != existing.tags:
+                shared = existing.team if existing.team is not None else team
+                if merged != existing.tags or shared != existing.team:
                     connection.execute(
-                        "UPDATE memories SET tags = ? WHERE id = ?",
-                        (_tags_encoder.encode(merged).decode(), existing.id),
+                        "UPDATE memories SET tags = ?, team = ? WHERE id = ?",
+                        (_tags_encoder.encode(merged).decode(), shared, existing.id),
                     )
-                    existing = msgspec.structs.replace(existing, tags=merged)
+                    existing = msgspec.structs.replace(existing, tags=merged, team=shared)
                 return SavedMemory(memory=existing, existing=True)
             for _ in range(ID_ATTEMPTS):
                 row["id"] = secrets.token_hex(4)
@@ -338,6 +386,7 @@ class SqliteMemory:
             agent=row["agent"],
             project=row["project"],
             created_at=row["created_at"],
+            team=row["team"],
         )
 
     def search(self, query: str, *, project: str | None = None, limit: int = 10) -> list[MemoryHit]:
@@ -380,7 +429,7 @@ class SqliteMemory:
             found = {row[0] for row in rows}
             more = self._ranked([_quoted(word) for word in words], project, parameters)
             rows += [row for row in more if row[0] not in found][: limit - len(rows)]
-        return [MemoryHit(memory=_memory(row[:6]), score=row[6]) for row in rows]
+        return [MemoryHit(memory=_memory(row), score=row[_WIDTH]) for row in rows]
 
     def _ranked(
         self,
@@ -470,10 +519,10 @@ class SqliteMemory:
                 (*after, EXPORT_BATCH),
             )
             for row in rows:
-                yield _memory(row[:6])
+                yield _memory(row)
             if len(rows) < EXPORT_BATCH:
                 return
-            after = (rows[-1][5], rows[-1][6])
+            after = (rows[-1][5], rows[-1][_WIDTH])
 
     def import_memories(self, memories: Iterable[Memory]) -> ImportCounts:
         """Store memories as given (ids, tags, dates kept) and say what happened to each.
@@ -640,15 +689,22 @@ class SqliteMemory:
         try:
             # Read again under the lock: another process may have migrated meanwhile.
             (version,) = connection.execute("PRAGMA user_version").fetchone()
+            script = ""
             if version < 1:
-                for statement in _statements(_SCHEMA):
-                    connection.execute(statement)
-            elif version < 2:
-                connection.create_function(
-                    "relay_digest", 1, lambda text: _digest(content_key(text)), deterministic=True
-                )
-                for statement in _statements(_UPGRADE_TO_2):
-                    connection.execute(statement)
+                script = _SCHEMA + _VECTORS
+            else:
+                if version < 2:
+                    connection.create_function(
+                        "relay_digest",
+                        1,
+                        lambda text: _digest(content_key(text)),
+                        deterministic=True,
+                    )
+                    script += _UPGRADE_TO_2
+                if version < 3:
+                    script += _UPGRADE_TO_3
+            for statement in _statements(script):
+                connection.execute(statement)
             connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             connection.execute("COMMIT")
         except BaseException:
@@ -720,15 +776,17 @@ def _row(memory: Memory) -> tuple[object, ...]:
         memory.project,
         memory.created_at,
         _digest(content_key(memory.content)),
+        memory.team,
     )
 
 
 def _memory(row: Sequence[object]) -> Memory:
-    memory_id, content, tags, agent, project, created_at = row[:6]
+    memory_id, content, tags, agent, project, created_at, team = row[:_WIDTH]
     assert isinstance(memory_id, str) and isinstance(content, str)
     assert isinstance(tags, str) and isinstance(created_at, str)
     assert agent is None or isinstance(agent, str)
     assert project is None or isinstance(project, str)
+    assert team is None or isinstance(team, str)
     return Memory(
         id=memory_id,
         content=content,
@@ -736,4 +794,5 @@ def _memory(row: Sequence[object]) -> Memory:
         agent=agent,
         project=project,
         created_at=created_at,
+        team=team,
     )
