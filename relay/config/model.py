@@ -81,6 +81,9 @@ class MemoryConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
     """SessionEnd (reason stop) asks the agent to save what it learned."""
     startBudget: Annotated[int, Meta(ge=0)] = 2000
     """At most this many characters of memories at SessionStart."""
+    semantic: bool = True
+    """Search by meaning as well as by words (spec/memory.md "Hybrid search"), when the
+    `semantic` extra is installed; false: by words alone."""
 
 
 class SessionConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
