@@ -180,6 +180,53 @@ QUERIES: list[tuple[str, list[str]]] = [
 ]
 
 
+PARAPHRASES: list[tuple[str, list[str]]] = [
+    # Questions that share no word with the memory that answers them (not even a stem:
+    # tests/test_memory_relevance.py checks it with the store's own tokenizer). Search by
+    # words cannot find these; search by meaning should.
+    ("how does checkout prove who it is to the billing service", ["oauth"]),
+    ("which package manager for python libraries", ["uv"]),
+    ("how to update the schema ahead of launching the app", ["migrate"]),
+    ("a check that fails randomly when the machine is busy", ["flaky"]),
+    ("what number does the key value store accept connections on", ["redis-port"]),
+    ("how do we publish and ship software to users", ["release"]),
+    ("why can't I write to the preprod data store at night", ["staging-db"]),
+    ("which javascript runtime release for the web client", ["node"]),
+    ("python style checker and formatter before pushing", ["lint"]),
+    ("how quickly do we need to reply to payment provider callbacks", ["timeouts"]),
+    ("where are bills turned into printable documents", ["invoice-pdf", "pdf-fonts"]),
+    ("where are toggles for enabling functionality stored", ["feature-flags"]),
+    ("where are passwords and credentials kept", ["secrets"]),
+    ("how long is catalog data kept before expiring", ["cache-ttl"]),
+    ("which kubernetes environment for the production cluster", ["k8s-ns"]),
+    ("how should diagnostic output be written", ["logging"]),
+    ("which clock zone do dates get saved in", ["timezone"]),
+    ("what happens when a web request fails temporarily", ["retries"]),
+    ("how large can a code change be before someone approves it", ["pr-size"]),
+    ("where do messages to customers end up on my laptop", ["email-dev"]),
+    ("lookup results are stale once lots of data is loaded", ["search-index"]),
+    ("how to represent prices and amounts", ["currency"]),
+    ("picture resizing jobs hang on ordinary machines", ["gpu"]),
+    ("why does the container rebuild slowly every time", ["docker-cache"]),
+    ("who approves changes to the tables", ["owner-db"]),
+    ("who gets paged when an outage is not acknowledged", ["oncall"]),
+    ("what storage do automated checks run against", ["sqlite-tests"]),
+    ("how many calls can a client make before being throttled", ["rate-limit"]),
+    ("which origins may call us from a browser", ["cors"]),
+    ("recover data from a snapshot after an accident", ["backup-restore"]),
+    ("how do we support other languages", ["i18n"]),
+    ("where can I see response time graphs", ["metrics"]),
+    ("where do asynchronous tasks get processed", ["queue"]),
+    ("what to call my version control topic", ["branch"]),
+    ("how is sales tax calculated on an order", ["vat"]),
+    ("printed bills display squares instead of letters", ["pdf-fonts"]),
+    ("how long does a login session stay valid", ["auth-refresh"]),
+    ("which interpreter release does the server side use", ["python-version"]),
+    ("can I ship to production at the end of the week", ["deploy-freeze"]),
+    ("what dimensions do preview pictures come in", ["image-sizes"]),
+]
+
+
 def _words(text: str) -> list[str]:
     return text.split()
 
@@ -222,16 +269,20 @@ def _memory(memory_id: str, content: str, created: datetime) -> Memory:
     )
 
 
-def evaluate(search: object) -> tuple[float, float]:
-    """(recall@3, MRR) of `search(query) -> list of memory ids, best first` over QUERIES."""
+def evaluate(
+    search: object, queries: list[tuple[str, list[str]]] | None = None
+) -> tuple[float, float]:
+    """(recall@3, MRR) of `search(query) -> list of memory ids, best first` over
+    `queries` (default QUERIES, which share words with their answers; PARAPHRASES don't)."""
     assert callable(search)
+    queries = QUERIES if queries is None else queries
     hits_at_3 = 0
     reciprocal = 0.0
-    for query, keys in QUERIES:
+    for query, keys in queries:
         wanted = {f"answer-{key}" for key in keys}
         ranked = list(search(query))
         if wanted & set(ranked[:3]):
             hits_at_3 += 1
         rank = next((place for place, found in enumerate(ranked, 1) if found in wanted), None)
         reciprocal += 1.0 / rank if rank else 0.0
-    return hits_at_3 / len(QUERIES), reciprocal / len(QUERIES)
+    return hits_at_3 / len(queries), reciprocal / len(queries)

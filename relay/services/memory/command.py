@@ -164,8 +164,11 @@ class CommandMemory:
         reply = self._call("add", request, _AddReply)
         return SavedMemory(memory=reply.memory, existing=reply.existing)
 
-    def search(self, query: str, *, project: str | None = None, limit: int = 10) -> list[MemoryHit]:
-        """Memories of `project` and global ones matching `query`, best first; [] when none."""
+    def search(
+        self, query: str, *, project: str | None = None, limit: int = 10, explain: bool = False
+    ) -> list[MemoryHit]:
+        """Memories of `project` and global ones matching `query`, best first; [] when none.
+        A command backend does not explain its ranking: `explain` is not passed on."""
         request = _Search(query=query, project=project, limit=limit)
         return self._call("search", request, _SearchReply).hits
 

@@ -138,9 +138,12 @@ class MemoryService(Protocol):
         None); an identical memory found becomes the team's too."""
         ...
 
-    def search(self, query: str, *, project: str | None = None, limit: int = 10) -> list[MemoryHit]:
+    def search(
+        self, query: str, *, project: str | None = None, limit: int = 10, explain: bool = False
+    ) -> list[MemoryHit]:
         """Memories of `project` and global ones matching `query`, best first; [] when none.
-        Any user text is a valid query (FTS syntax in it is taken literally)."""
+        Any user text is a valid query (FTS syntax in it is taken literally). `explain`:
+        each hit carries its Ranking, where the backend can say it."""
         ...
 
     def get(self, memory_id: str) -> Memory | None:

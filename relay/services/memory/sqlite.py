@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import functools
 import hashlib
-import re
 import secrets
 import sqlite3
 import threading
@@ -47,9 +47,20 @@ from relay.services.memory.model import (
     Memory,
     MemoryHit,
     MemoryStoreError,
+    Ranking,
     SavedMemory,
     content_key,
 )
+from relay.services.memory.semantic import (
+    Embedder,
+    SemanticUnavailable,
+    VectorIndex,
+    from_int8,
+    load_embedder,
+    sign_codes,
+    to_int8,
+)
+from relay.services.memory.words import query_words
 
 __all__ = ["DATABASE_NAME", "SCHEMA_VERSION", "SqliteMemory", "build_match", "default_store"]
 
@@ -60,21 +71,30 @@ DEFAULT_BUSY_TIMEOUT = 5.0
 WRITE_ATTEMPTS = 3
 """Tries for a write that meets SQLITE_BUSY, while its busy timeout has not yet passed."""
 ID_ATTEMPTS = 20
-MAX_QUERY_TERMS = 32
-"""More words than this add little relevance and cost time on every search."""
 SEARCH_CANDIDATES = 1000
 """A search ranks at most this many matches, the most recently stored (see search)."""
 RANKED = 50
 """Of those, the best this many by bm25 get the recency lift (at most +20%)."""
-_STOP_WORDS_TEXT = """
-a an and are as at be by can do does for from how i in is it me my of on or our should so
-that the their there these this to was we what when where which who why will with you your
-"""
-STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
-"""Left out of a query that has other words: they match nearly every memory, so they
-rank nothing and cost the most (FTS5 reads the whole list of a word's matches)."""
 RECENCY_WEIGHT = 0.2
 RECENCY_DAYS = 30.0
+FUSE_DEPTH = 30
+"""Of the ranking by meaning, the best this many are fused."""
+KEYWORD_DEPTH = 10
+"""Of the ranking by words, the best this many (or the search's limit) are fused: more
+changed nothing on the relevance set and costs every search (tests/perf/bench_memory.py)."""
+NEAREST = 200
+"""Memories nearest by sign code whose exact similarity is computed."""
+MIN_SIMILARITY = 0.25
+"""A memory less similar than this to the query is not found by meaning."""
+RRF_K = 10.0
+KEYWORD_WEIGHT = 1.0
+SEMANTIC_WEIGHT = 1.0
+PARTIAL_WEIGHT = 0.3
+"""KEYWORD_WEIGHT for a memory with some of the query's words but not all."""
+EMBED_BATCH = 1000
+LOAD_BATCH = 50_000
+PROGRESS_FROM = 2000
+"""A backlog of this many memories to embed reports its progress."""
 EXPORT_BATCH = 1000
 CACHE_KIB = 32 * 1024
 
@@ -197,11 +217,32 @@ _RANK = f"""
 WITH best(seq, bm25) AS (
     SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:best)
 )
-SELECT {_COLUMNS}, -best.bm25 * {_RECENCY} AS score
+SELECT {_COLUMNS}, -best.bm25 * {_RECENCY} AS score, m.seq, -best.bm25, {_RECENCY}
 FROM best JOIN memories AS m ON m.seq = best.seq
 WHERE {_VISIBLE}
 ORDER BY score DESC, m.created_at DESC
 LIMIT :limit
+"""
+# Rows of a search, after _COLUMNS: the score, seq, BM25 (higher is better; NULL when
+# no word matched) and the recency lift.
+_SCORE, _SEQ, _BM25, _LIFT = _WIDTH, _WIDTH + 1, _WIDTH + 2, _WIDTH + 3
+# The memories found by meaning alone (:seqs, a JSON array), in scope, as _RANK's rows.
+_BY_SEQS = f"""
+SELECT {_COLUMNS}, 0.0, m.seq, NULL, {_RECENCY}
+FROM json_each(:seqs) AS j JOIN memories AS m ON m.seq = j.value
+WHERE {_VISIBLE}
+"""
+_VECTORS_OF = """
+SELECT v.seq, v.vector FROM json_each(?) AS j JOIN memory_vectors AS v ON v.seq = j.value
+"""
+_NEW_VECTORS = """
+SELECT v.vseq, v.seq, m.project, v.code
+FROM memory_vectors AS v JOIN memories AS m ON m.seq = v.seq
+WHERE v.vseq > ? ORDER BY v.vseq LIMIT ?
+"""
+_PENDING = """
+SELECT p.seq, m.content FROM memory_pending AS p JOIN memories AS m ON m.seq = p.seq
+ORDER BY p.seq LIMIT ?
 """
 
 _UPSERT = """
@@ -230,7 +271,6 @@ _NO_LIMIT = 2**63 - 1
 # UPSERT rather than INSERT OR REPLACE: REPLACE deletes without firing the delete trigger
 # (unless recursive_triggers is on), which would leave stale rows in the FTS index.
 
-_WORD = re.compile(r"\w+")
 _tags_encoder = msgspec.json.Encoder()
 _tags_decoder = msgspec.json.Decoder(list[str])
 _Result = TypeVar("_Result")
@@ -259,14 +299,6 @@ def _quoted(word: str) -> str:
     return '"' + word.replace('"', '""') + '"'
 
 
-def query_words(query: str) -> list[str]:
-    """The words a search looks for: lower-cased, each once, without stop words (unless
-    the query has nothing else), at most MAX_QUERY_TERMS."""
-    words = list(dict.fromkeys(word.lower() for word in _WORD.findall(query)))
-    meaningful = [word for word in words if word not in STOP_WORDS]
-    return (meaningful or words)[:MAX_QUERY_TERMS]
-
-
 def now_iso() -> str:
     """The current UTC time as ISO 8601 with milliseconds and Z."""
     now = datetime.now(UTC)
@@ -280,11 +312,27 @@ class SqliteMemory:
     `busy_timeout` is how many seconds an operation waits for another process's lock.
     """
 
-    def __init__(self, path: Path | None = None, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT):
+    def __init__(
+        self,
+        path: Path | None = None,
+        *,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        semantic: bool = True,
+        progress: Callable[[int, int], None] | None = None,
+    ):
         self.path = path if path is not None else state_dir() / DATABASE_NAME
         self.busy_timeout = busy_timeout
+        self.semantic = semantic
+        """Search by meaning as well as by words, when the model can be loaded."""
+        self.progress = progress
+        """Called with (done, total) while a large backlog of memories is embedded."""
+        self.semantic_notice: str | None = None
+        """Why search is by words only although `semantic` asked for more (one line), once
+        a search has found out; None otherwise."""
         self._connection: sqlite3.Connection | None = None
         self._lock = threading.RLock()
+        self._embedder: Embedder | None = None
+        self._index: VectorIndex | None = None
 
     def __repr__(self) -> str:
         return f"SqliteMemory({str(self.path)!r})"
@@ -389,25 +437,29 @@ class SqliteMemory:
             team=row["team"],
         )
 
-    def search(self, query: str, *, project: str | None = None, limit: int = 10) -> list[MemoryHit]:
+    def search(
+        self, query: str, *, project: str | None = None, limit: int = 10, explain: bool = False
+    ) -> list[MemoryHit]:
         """Memories of `project` and global ones matching `query`, best first; [] when none.
 
-        Project None searches global memories only. The words are the query's, less stop
-        words ("how", "the", …) when it has others. Memories with every word come first;
-        when there are fewer than `limit`, memories with any of the words follow. The
-        score (higher is better) is
+        Project None searches global memories only. Hybrid: the memories that share the
+        query's words (full text, `_keyword_rows`) and those nearest to it in meaning
+        (`_nearest`) are fused by reciprocal rank,
 
-            -bm25 * (1 + 0.2 / (1 + age_days / 30))
+            score = (w / (10 + keyword rank) + 1 / (10 + semantic rank)) * recency / norm
 
-        BM25 relevance (a word in the tags counts twice one in the content) with a mild
-        lift for recent memories: at most +20% for one saved today, +10% at 30 days old,
-        fading towards none; so recency decides between equally relevant memories but
-        seldom overturns a clearly better match.
+        a rank missing from one list adding nothing; w is 1 for a memory with every word
+        of the query and 0.3 for one with only some; `norm` makes a memory first in both,
+        saved long ago, score 1.0. Only memories with a cosine similarity of at least
+        MIN_SIMILARITY (0.25) to the query count as found by meaning. The constants were
+        chosen on tests/memory_relevance.py, both its keyword and its paraphrase questions. Recency is the lift of a recent memory (at most +20%
+        for one saved today, +10% at 30 days, fading towards none), so it decides between
+        memories that rank alike but seldom overturns a clearly better match.
 
-        FTS5 ranks the candidates: the newest SEARCH_CANDIDATES (1,000) matches of the
-        query, and for "any word" of each word (see _ranked); a memory older than that
-        is ranked only when fewer than 1,000 memories match. This keeps search p50 near
-        3 ms at 100,000 memories and 10 ms at 1,000,000 (tests/perf/bench_memory.py).
+        By words only when the store's `semantic` is off or the model cannot be loaded
+        (`semantic_notice` says why); then the score is the full-text one,
+        -bm25 * recency (see _keyword_rows). `explain`: each hit carries its Ranking.
+        Speed and relevance are measured by tests/perf/bench_memory.py.
         """
         if limit <= 0:
             return []
@@ -420,16 +472,235 @@ class SqliteMemory:
             "weight": RECENCY_WEIGHT,
             "days": RECENCY_DAYS,
         }
-        every = _joined(words, "AND")
-        rows = self._ranked([every], project, parameters)
+        nearest = self._nearest(query, project)
+        if nearest is None:
+            rows, _ = self._keyword_rows(words, project, parameters)
+            return [
+                MemoryHit(
+                    memory=_memory(row),
+                    score=row[_SCORE],
+                    explain=_ranking(row, words, keyword_rank=rank) if explain else None,
+                )
+                for rank, row in enumerate(rows, 1)
+            ]
+        depth = {**parameters, "limit": max(limit, KEYWORD_DEPTH)}
+        return self._fused(
+            *self._keyword_rows(words, project, depth),
+            nearest=nearest,
+            parameters=parameters,
+            words=words,
+            explain=explain,
+        )
+
+    def _keyword_rows(
+        self, words: builtins.list[str], project: str | None, parameters: dict[str, object]
+    ) -> tuple[builtins.list[Any], int]:
+        """The best `limit` memories by words, as _RANK's rows, best first, and how many
+        of them (the first ones) have every word.
+
+        The words are the query's, less stop words ("how", "the", …) when it has others.
+        Memories with every word come first; when there are fewer than `limit`, memories
+        with any of the words follow. The score (higher is better) is
+
+            -bm25 * (1 + 0.2 / (1 + age_days / 30))
+
+        BM25 relevance (a word in the tags counts twice one in the content) with the
+        recency lift.
+
+        FTS5 ranks the candidates: the newest SEARCH_CANDIDATES (1,000) matches of the
+        query, and for "any word" of each word (see _ranked); a memory older than that
+        is ranked only when fewer than 1,000 memories match. This keeps search p50 near
+        3 ms at 100,000 memories and 10 ms at 1,000,000 (tests/perf/bench_memory.py).
+        """
+        limit = int(str(parameters["limit"]))
+        rows = self._ranked([_joined(words, "AND")], project, parameters)
         if len(rows) < limit and len(words) > 1:
             # Fewer than asked have every word: those first, then those with any. Each
             # word brings its own candidates, so the few (and best) memories with a rare
             # word are not crowded out by the many with a common one.
-            found = {row[0] for row in rows}
+            found = {row[_SEQ] for row in rows}
             more = self._ranked([_quoted(word) for word in words], project, parameters)
-            rows += [row for row in more if row[0] not in found][: limit - len(rows)]
-        return [MemoryHit(memory=_memory(row), score=row[_WIDTH]) for row in rows]
+            with_every_word = len(rows)
+            rows += [row for row in more if row[_SEQ] not in found][: limit - len(rows)]
+            return rows, with_every_word
+        return rows, len(rows)
+
+    def _fused(
+        self,
+        keyword: builtins.list[Any],
+        every: int,
+        *,
+        nearest: builtins.list[tuple[int, float]],
+        parameters: dict[str, object],
+        words: builtins.list[str],
+        explain: bool,
+    ) -> builtins.list[MemoryHit]:
+        """The keyword ranking and the semantic one, fused by reciprocal rank (see search)."""
+        keyword_rank = {row[_SEQ]: rank for rank, row in enumerate(keyword, 1)}
+        semantic = {seq: (rank, similarity) for rank, (seq, similarity) in enumerate(nearest, 1)}
+        rows = list(keyword)
+        unseen = [seq for seq in semantic if seq not in keyword_rank]
+        if unseen:
+            seqs = _tags_encoder.encode(unseen).decode()
+            rows += self._fetch(_BY_SEQS, {**parameters, "seqs": seqs})
+        norm = (KEYWORD_WEIGHT + SEMANTIC_WEIGHT) / (RRF_K + 1)
+        scored: builtins.list[tuple[float, str, MemoryHit]] = []
+        for row in rows:
+            seq = row[_SEQ]
+            fused = 0.0
+            if seq in keyword_rank:
+                # A memory with only some of the words is a weaker match by words.
+                weight = KEYWORD_WEIGHT if keyword_rank[seq] <= every else PARTIAL_WEIGHT
+                fused += weight / (RRF_K + keyword_rank[seq])
+            semantic_rank, similarity = semantic.get(seq, (None, None))
+            if semantic_rank is not None:
+                fused += SEMANTIC_WEIGHT / (RRF_K + semantic_rank)
+            score = fused * row[_LIFT] / norm
+            ranking = None
+            if explain:
+                ranking = _ranking(
+                    row,
+                    words,
+                    keyword_rank=keyword_rank.get(seq),
+                    semantic_rank=semantic_rank,
+                    similarity=similarity,
+                )
+            scored.append(
+                (score, row[5], MemoryHit(memory=_memory(row), score=score, explain=ranking))
+            )
+        scored.sort(key=lambda item: (item[0], item[1]), reverse=True)
+        return [hit for _, _, hit in scored[: int(str(parameters["limit"]))]]
+
+    # -- search by meaning ----------------------------------------------------------
+
+    def _nearest(self, query: str, project: str | None) -> builtins.list[tuple[int, float]] | None:
+        """The memories in scope nearest to `query` in meaning, (seq, cosine similarity)
+        best first, at most FUSE_DEPTH and none below MIN_SIMILARITY; None when search
+        by meaning is off or cannot be used (then `semantic_notice` says why).
+
+        The NEAREST memories by Hamming distance of sign codes (VectorIndex) are
+        re-ranked by the exact cosine of their int8 vectors."""
+        embedder = self._semantic_model()
+        if embedder is None:
+            return None
+        import numpy as np
+
+        vector = embedder.embed([query])[0]
+        if not vector.any():
+            return []
+        try:
+            with self._lock:
+                index = self._vector_index(embedder)
+                seqs = index.nearest(sign_codes(vector[None])[0], [None, project], NEAREST)
+                if not seqs:
+                    return []
+                encoded = _tags_encoder.encode(seqs).decode()
+                rows = self._fetch(_VECTORS_OF, (encoded,))
+                found = {seq for seq, _ in rows}
+                index.forget([seq for seq in seqs if seq not in found])
+        except MemoryStoreError as exc:
+            # A read-only or damaged store: search by words still works.
+            self.semantic_notice = f"search by meaning is off here ({exc.message}); by words only"
+            return None
+        if not rows:
+            return []
+        similarities = from_int8([vector_bytes for _, vector_bytes in rows]) @ vector
+        order = np.argsort(-similarities, kind="stable")[:FUSE_DEPTH]
+        return [
+            (int(rows[place][0]), float(similarities[place]))
+            for place in order
+            if similarities[place] >= MIN_SIMILARITY
+        ]
+
+    def _semantic_model(self) -> Embedder | None:
+        """The embedding model, loaded on first use; None when `semantic` is off or it
+        cannot be loaded (`semantic_notice` then says why, once)."""
+        if not self.semantic:
+            return None
+        if self._embedder is None and self.semantic_notice is None:
+            try:
+                self._embedder = load_embedder()
+            except SemanticUnavailable as exc:
+                self.semantic_notice = f"memory search by meaning is off: {exc}; by words only"
+        return self._embedder
+
+    def catch_up(self) -> int:
+        """Embed the memories that have no embedding yet (new ones, or a whole store from
+        before embeddings: the backfill) and load the new ones into this process's index;
+        return how many were embedded. Search does it first; a caller may do it ahead.
+        0 when search by meaning is off or unavailable."""
+        embedder = self._semantic_model()
+        if embedder is None:
+            return 0
+        with self._lock:
+            embedded = self._embed_pending(embedder)
+            self._vector_index(embedder)
+            return embedded
+
+    def _vector_index(self, embedder: Embedder) -> VectorIndex:
+        """This process's index of sign codes, brought up to date (under the lock)."""
+        if self._index is None or self._index.stale:
+            self._check_model(embedder)
+            self._index = VectorIndex()
+        self._embed_pending(embedder)
+        index = self._index
+        (latest,) = self._fetch("SELECT max(vseq) FROM memory_vectors", ())[0]
+        while latest is not None and latest > index.loaded_through:
+            rows = self._fetch(_NEW_VECTORS, (index.loaded_through, LOAD_BATCH))
+            if not rows:
+                break
+            vseqs, seqs, projects, codes = zip(*rows, strict=True)
+            index.add(vseqs, seqs, projects, b"".join(codes))
+            if len(rows) < LOAD_BATCH:
+                break
+        return index
+
+    def _check_model(self, embedder: Embedder) -> None:
+        """Vectors made by another model are dropped and every memory embedded again."""
+
+        def check(connection: sqlite3.Connection) -> None:
+            row = connection.execute(
+                "SELECT value FROM memory_meta WHERE key = 'embedding_model'"
+            ).fetchone()
+            if row is not None and row[0] == embedder.name:
+                return
+            if row is not None:
+                connection.execute("DELETE FROM memory_vectors")
+                connection.execute(
+                    "INSERT INTO memory_pending(seq) SELECT seq FROM memories"
+                    " WHERE seq NOT IN (SELECT seq FROM memory_pending)"
+                )
+            connection.execute(
+                "INSERT OR REPLACE INTO memory_meta(key, value) VALUES ('embedding_model', ?)",
+                (embedder.name,),
+            )
+
+        row = self._fetch("SELECT value FROM memory_meta WHERE key = 'embedding_model'", ())
+        if not row or row[0][0] != embedder.name:
+            self._write(check)
+
+    def _embed_pending(self, embedder: Embedder) -> int:
+        """Embed the memories listed in memory_pending, a batch per transaction; return
+        how many. Progress is reported for a backlog of PROGRESS_FROM or more."""
+        (waiting,) = self._fetch("SELECT count(*) FROM memory_pending", ())[0]
+        done = 0
+        while waiting and done < waiting + EMBED_BATCH:
+            batch = self._fetch(_PENDING, (EMBED_BATCH,))
+            if not batch:
+                # Listed memories that are gone (a trigger removes them; belt and braces).
+                self._write(lambda c: c.execute("DELETE FROM memory_pending"))
+                break
+            vectors = embedder.embed([content for _, content in batch])
+            codes, ints = sign_codes(vectors), to_int8(vectors)
+            rows = [
+                (seq, content, codes[place].tobytes(), ints[place].tobytes())
+                for place, (seq, content) in enumerate(batch)
+            ]
+            self._write(functools.partial(_store_vectors, rows=rows))
+            done += len(batch)
+            if self.progress is not None and waiting >= PROGRESS_FROM:
+                self.progress(min(done, waiting), waiting)
+        return done
 
     def _ranked(
         self,
@@ -795,4 +1066,46 @@ def _memory(row: Sequence[object]) -> Memory:
         project=project,
         created_at=created_at,
         team=team,
+    )
+
+
+def _store_vectors(
+    connection: sqlite3.Connection, *, rows: builtins.list[tuple[int, str, bytes, bytes]]
+) -> None:
+    """Store embeddings made from the contents given, for memories whose content is still
+    that (one that changed meanwhile stays pending, for the next batch)."""
+    seqs = _tags_encoder.encode([seq for seq, *_ in rows]).decode()
+    current = dict(
+        connection.execute(
+            "SELECT m.seq, m.content FROM json_each(?) AS j JOIN memories AS m ON m.seq = j.value",
+            (seqs,),
+        ).fetchall()
+    )
+    fresh = [
+        (seq, code, vector) for seq, content, code, vector in rows if current.get(seq) == content
+    ]
+    connection.executemany(
+        "INSERT OR REPLACE INTO memory_vectors(seq, code, vector) VALUES (?, ?, ?)", fresh
+    )
+    done = [(seq,) for seq, content, *_ in rows if current.get(seq) in (None, content)]
+    connection.executemany("DELETE FROM memory_pending WHERE seq = ?", done)
+
+
+def _ranking(
+    row: Sequence[Any],
+    words: builtins.list[str],
+    *,
+    keyword_rank: int | None = None,
+    semantic_rank: int | None = None,
+    similarity: float | None = None,
+) -> Ranking:
+    """Why a search row ranked (MemoryHit.explain)."""
+    tags = {tag.lower() for tag in _tags_decoder.decode(row[2])}
+    return Ranking(
+        keyword_rank=keyword_rank,
+        keyword_score=row[_BM25] if keyword_rank is not None else None,
+        semantic_rank=semantic_rank,
+        similarity=similarity,
+        recency=row[_LIFT],
+        tags=[word for word in words if word in tags],
     )
