@@ -446,15 +446,17 @@ class SqliteMemory:
         query's words (full text, `_keyword_rows`) and those nearest to it in meaning
         (`_nearest`) are fused by reciprocal rank,
 
-            score = (w / (10 + keyword rank) + 1 / (10 + semantic rank)) * recency / norm
+            score = (w / (10 + keyword rank) + 1 / (10 + semantic rank)) / norm
 
         a rank missing from one list adding nothing; w is 1 for a memory with every word
-        of the query and 0.3 for one with only some; `norm` makes a memory first in both,
-        saved long ago, score 1.0. Only memories with a cosine similarity of at least
-        MIN_SIMILARITY (0.25) to the query count as found by meaning. The constants were
-        chosen on tests/memory_relevance.py, both its keyword and its paraphrase questions. Recency is the lift of a recent memory (at most +20%
-        for one saved today, +10% at 30 days, fading towards none), so it decides between
-        memories that rank alike but seldom overturns a clearly better match.
+        of the query and 0.3 for one with only some; `norm` makes a memory first in both
+        score 1.0. Only memories with a cosine similarity of at least MIN_SIMILARITY
+        (0.25) to the query count as found by meaning. Each list is ranked with the
+        recency lift of a recent memory (at most +20% for one saved today, +10% at 30
+        days, fading towards none): by words BM25 times the lift, by meaning similarity
+        times the lift; so recency decides between memories that match alike but seldom
+        overturns a clearly better match. The constants were chosen on
+        tests/memory_relevance.py, its keyword and its paraphrase questions.
 
         By words only when the store's `semantic` is off or the model cannot be loaded
         (`semantic_notice` says why); then the score is the full-text one,
@@ -537,12 +539,20 @@ class SqliteMemory:
     ) -> builtins.list[MemoryHit]:
         """The keyword ranking and the semantic one, fused by reciprocal rank (see search)."""
         keyword_rank = {row[_SEQ]: rank for rank, row in enumerate(keyword, 1)}
-        semantic = {seq: (rank, similarity) for rank, (seq, similarity) in enumerate(nearest, 1)}
+        similarity_of = dict(nearest)
         rows = list(keyword)
-        unseen = [seq for seq in semantic if seq not in keyword_rank]
+        unseen = [seq for seq in similarity_of if seq not in keyword_rank]
         if unseen:
             seqs = _tags_encoder.encode(unseen).decode()
             rows += self._fetch(_BY_SEQS, {**parameters, "seqs": seqs})
+        # By meaning, the memories in scope ranked as by words: similarity with the
+        # recency lift (keyword rows come ranked by bm25 with it).
+        by_meaning = sorted(
+            (row for row in rows if row[_SEQ] in similarity_of),
+            key=lambda row: similarity_of[row[_SEQ]] * row[_LIFT],
+            reverse=True,
+        )
+        semantic_rank = {row[_SEQ]: rank for rank, row in enumerate(by_meaning, 1)}
         norm = (KEYWORD_WEIGHT + SEMANTIC_WEIGHT) / (RRF_K + 1)
         scored: builtins.list[tuple[float, str, MemoryHit]] = []
         for row in rows:
@@ -552,18 +562,17 @@ class SqliteMemory:
                 # A memory with only some of the words is a weaker match by words.
                 weight = KEYWORD_WEIGHT if keyword_rank[seq] <= every else PARTIAL_WEIGHT
                 fused += weight / (RRF_K + keyword_rank[seq])
-            semantic_rank, similarity = semantic.get(seq, (None, None))
-            if semantic_rank is not None:
-                fused += SEMANTIC_WEIGHT / (RRF_K + semantic_rank)
-            score = fused * row[_LIFT] / norm
+            if seq in semantic_rank:
+                fused += SEMANTIC_WEIGHT / (RRF_K + semantic_rank[seq])
+            score = fused / norm
             ranking = None
             if explain:
                 ranking = _ranking(
                     row,
                     words,
                     keyword_rank=keyword_rank.get(seq),
-                    semantic_rank=semantic_rank,
-                    similarity=similarity,
+                    semantic_rank=semantic_rank.get(seq),
+                    similarity=similarity_of.get(seq),
                 )
             scored.append(
                 (score, row[5], MemoryHit(memory=_memory(row), score=score, explain=ranking))
