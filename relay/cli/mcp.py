@@ -33,6 +33,9 @@ def mcp(*, name: str | None, cwd: Path | None, settings_files: tuple[Path, ...])
 
     async def serve() -> None:
         await channel.start()
+        await channel.sync_team_memory()
+        for notice in channel.notices:  # stdout is the MCP stream: the user reads stderr
+            click.echo(f"relay: {notice}", err=True)
         messenger = channel.messenger
         if not messenger.uses_nats:
             await server.run_stdio_async()

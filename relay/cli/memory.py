@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import IO, Any
 
@@ -20,14 +21,35 @@ def memory() -> None:
 
 def _service(cwd: Path | None, settings_files: tuple[Path, ...]) -> tuple[Any, str]:
     """The configured memory backend and this project's root."""
+    service, project, _, _ = _open(cwd, settings_files)
+    return service, project
+
+
+def _open(cwd: Path | None, settings_files: tuple[Path, ...]) -> tuple[Any, str, Any, Any]:
+    """The configured memory backend, this project's root, the `memory` settings and the
+    team sharing (None: team memory is off)."""
     from relay.config.discovery import load_settings
     from relay.config.paths import find_project_root
     from relay.services.memory.backends import memory_config, open_memory
+    from relay.services.memory.sharing import team_sharing
 
     start = cwd or Path.cwd()
     settings = load_settings(start, settings_files)
     project = settings.root or find_project_root(start) or start
-    return open_memory(memory_config(settings)), str(Path(project).resolve())
+    config = memory_config(settings)
+    sharing = team_sharing(settings, Path(project))
+    service = open_memory(config, sharing, progress=_embedding_progress)
+    return service, str(Path(project).resolve()), config, sharing
+
+
+def _embedding_progress(done: int, total: int) -> None:
+    """How far the store is in embedding a backlog (a store from before embeddings), on
+    stderr: one line rewritten on a terminal, else a line when it starts and ends."""
+    line = f"relay: embedding memories for search by meaning: {done:,} of {total:,}"
+    if sys.stderr.isatty():
+        click.echo(f"\r{line}", err=True, nl=done >= total)
+    elif done >= total or done <= 1000:
+        click.echo(line, err=True)
 
 
 def _print_json(value: Any) -> None:
@@ -38,7 +60,19 @@ def _print_json(value: Any) -> None:
 
 @memory.command("save")
 @click.argument("content", nargs=-1, required=True)
-@click.option("--global", "is_global", is_flag=True, help="Visible in every project.")
+@click.option(
+    "--project",
+    "scope",
+    flag_value="project",
+    help="This project's only (the default unless memory.scope says otherwise).",
+)
+@click.option("--global", "scope", flag_value="global", help="Visible in every project.")
+@click.option(
+    "--team",
+    "scope",
+    flag_value="team",
+    help="Shared with every machine of the team (memory.transport nats; spec/memory-team.md).",
+)
 @click.option("--agent", help="Who saved it.")
 @click.option(
     "--json",
@@ -51,25 +85,37 @@ def _print_json(value: Any) -> None:
 def save(
     *,
     content: tuple[str, ...],
-    is_global: bool,
+    scope: str | None,
     agent: str | None,
     as_json: bool,
     cwd: Path | None,
     settings_files: tuple[Path, ...],
 ) -> None:
     """Save CONTENT (`#tag` words become tags); the same content again answers with the
-    memory already saved (`"existing": true` in --json)."""
+    memory already saved (`"existing": true` in --json). Where: --project, --global or
+    --team, else the memory.scope setting. A team save that the server did not take yet
+    says so (`"shared": false` in --json) and is shared by the next save or sync."""
     import msgspec
 
-    from relay.services.memory.namespace import saved_answer, tags_of
+    from relay.services.memory.namespace import save_in, saved_answer, tags_of
+    from relay.services.memory.sharing import SharedMemory
 
-    service, project = _service(cwd, settings_files)
+    service, project, config, sharing = _open(cwd, settings_files)
     text = " ".join(content)
-    saved = service.save(
-        text, tags=tags_of(text), agent=agent, project=None if is_global else project
+    saved = save_in(
+        service,
+        text,
+        scope=scope or config.scope,
+        project=project,
+        agent=agent,
+        team=sharing.team if sharing is not None else None,
+        tags=tags_of(text),
     )
     if as_json:
-        _print_json({**msgspec.to_builtins(saved.memory), "existing": saved.existing})
+        extra: dict[str, Any] = {"existing": saved.existing}
+        if isinstance(saved, SharedMemory):
+            extra |= {"shared": saved.shared, "problem": saved.problem}
+        _print_json({**msgspec.to_builtins(saved.memory), **extra})
     else:
         click.echo(saved_answer(saved))
 
@@ -77,19 +123,36 @@ def save(
 @memory.command("search")
 @click.argument("query", nargs=-1, required=True)
 @click.option("--limit", type=click.IntRange(min=1), default=10, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="Print the hits as JSON (memory and score).")
+@click.option(
+    "--explain",
+    is_flag=True,
+    help="Show why each memory ranked: its place and score by words (BM25), by meaning"
+    " (cosine similarity), the recency lift and the query's words among its tags.",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print the hits as JSON (memory and score; with --explain, "explain" too).',
+)
 @cwd_option
 @settings_option
 def search(
+    *,
     query: tuple[str, ...],
     limit: int,
+    explain: bool,
     as_json: bool,
     cwd: Path | None,
     settings_files: tuple[Path, ...],
 ) -> None:
-    """Memories of this project (and global ones) matching QUERY, best first."""
+    """Memories of this project (and global ones) matching QUERY, best first: by its
+    words and by its meaning (spec/memory.md, "Hybrid search")."""
     service, project = _service(cwd, settings_files)
-    hits = service.search(" ".join(query), project=project, limit=limit)
+    hits = service.search(" ".join(query), project=project, limit=limit, explain=explain)
+    notice = getattr(service, "semantic_notice", None)
+    if notice:
+        click.echo(f"relay: note: {notice}", err=True)
     if as_json:
         _print_json(hits)
         return
@@ -97,6 +160,27 @@ def search(
         click.echo(f"No memory matches “{' '.join(query)}”.")
     for hit in hits:
         _print_memory(hit.memory, extra=f"  (score {hit.score:.2f})")
+        if explain:
+            click.echo(f"    {_explained(hit.explain)}")
+
+
+def _explained(ranking: Any) -> str:
+    """One line saying why a hit ranked (MemoryHit.explain)."""
+    if ranking is None:
+        return "why: this memory backend does not say"
+    parts = []
+    if ranking.keyword_rank is not None:
+        parts.append(f"words #{ranking.keyword_rank} (bm25 {ranking.keyword_score:.2f})")
+    else:
+        parts.append("words: none of the query's")
+    if ranking.semantic_rank is not None:
+        parts.append(f"meaning #{ranking.semantic_rank} (similarity {ranking.similarity:.2f})")
+    elif ranking.similarity is None and ranking.keyword_rank is not None:
+        parts.append("meaning: not among the nearest")
+    parts.append(f"recency x{ranking.recency:.2f}")
+    if ranking.tags:
+        parts.append("tags: " + " ".join("#" + tag for tag in ranking.tags))
+    return "why: " + " · ".join(visible(part) for part in parts)
 
 
 @memory.command("list")
@@ -134,14 +218,24 @@ def forget(
     settings_files: tuple[Path, ...],
     as_json: bool,
 ) -> None:
-    """Forget the memory ID."""
+    """Forget the memory ID (a team memory: on every machine of the team)."""
+    from relay.services.memory.namespace import forget_answer
+    from relay.services.memory.sharing import SharedForget
+
     service, _ = _service(cwd, settings_files)
-    forgotten = service.delete(memory_id)
+    share = getattr(service, "forget", None)  # TeamMemory: says whether the team heard
+    result = (
+        share(memory_id) if share is not None else SharedForget(forgotten=service.delete(memory_id))
+    )
+    forgotten = result.forgotten
     if as_json:
-        click.echo(json.dumps({"id": memory_id, "forgotten": forgotten}))
+        answer: dict[str, Any] = {"id": memory_id, "forgotten": forgotten}
+        if result.team is not None:
+            answer |= {"team": result.team, "shared": result.shared, "problem": result.problem}
+        click.echo(json.dumps(answer))
         ctx.exit(0 if forgotten else 1)
     if forgotten:
-        click.echo(f"✓ Forgot memory [{memory_id}]")
+        click.echo(forget_answer(result, memory_id))
     else:
         click.echo(f"No memory with id {memory_id}.", err=True)
         ctx.exit(1)
@@ -205,12 +299,60 @@ def import_memories(
     click.echo(line)
 
 
+@memory.command("sync")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.5),
+    default=10.0,
+    show_default=True,
+    help="Seconds it may take.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print what was done as JSON.")
+@cwd_option
+@settings_option
+def sync(timeout: float, as_json: bool, cwd: Path | None, settings_files: tuple[Path, ...]) -> None:
+    """Share this machine's waiting team saves and forgets, and apply the team's new ones
+    (memory.transport nats; spec/memory-team.md). Exit 1 when the server cannot be reached."""
+    from relay.errors import RelayError
+    from relay.services.memory.sharing import NOT_SET_UP
+
+    service, _, _, sharing = _open(cwd, settings_files)
+    run_sync = getattr(service, "sync", None)
+    if sharing is None or run_sync is None:
+        raise RelayError(NOT_SET_UP)
+    report = run_sync(timeout=timeout)
+    if as_json:
+        _print_json(report)
+    else:
+        for line in _sync_lines(report):
+            click.echo(visible(line))
+    if report.unreachable is not None:
+        if not as_json:
+            click.echo(f"team memory: not synced: {visible(report.unreachable)}", err=True)
+        raise SystemExit(1)
+
+
+def _sync_lines(report: Any) -> list[str]:
+    """What a sync did, for a person."""
+    lines = [
+        f"team {report.team}: {len(report.saved)} saved, {len(report.forgotten)} forgotten, "
+        f"{report.unchanged} unchanged (up to #{report.sequence} of {report.stream}); "
+        f"{report.published} published, {report.waiting} waiting"
+    ]
+    lines += [f"  saved [{memory_id}]" for memory_id in report.saved]
+    lines += [f"  forgot [{memory_id}]" for memory_id in report.forgotten]
+    lines += [f"problem: {problem}" for problem in report.problems]
+    return lines
+
+
 def _print_memory(item: Any, extra: str = "") -> None:
     from relay.services.memory.namespace import unwritten_tags
 
     # Only the tags the content does not already show: `#tag` words saved are both.
     tags = " ".join("#" + tag for tag in unwritten_tags(item))
     where = "global" if item.project is None else "project"
+    if getattr(item, "team", None) is not None:
+        where = f"team {item.team}"
     content = visible(item.content).replace("\n", "\n    ")
     click.echo(
         f"[{item.id}] {item.created_at[:19]} ({where}){extra}\n    {content}"

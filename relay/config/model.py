@@ -84,6 +84,23 @@ class MemoryConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
     semantic: bool = True
     """Search by meaning as well as by words (spec/memory.md "Hybrid search"), when the
     `semantic` extra is installed; false: by words alone."""
+    scope: Literal["project", "global", "team"] = "project"
+    """Where a save goes unless it says (`--global`, `--team`): this project's memories,
+    every project's on this machine, or the team's on every machine of the team
+    (spec/memory-team.md; "team" needs `transport` "nats"). Read from the system, user
+    and --settings files only: a cloned repository must not send an agent's saves to the
+    whole team."""
+    transport: Literal["local", "nats"] = "local"
+    """local: memories stay on this machine. nats: team memories are shared through NATS
+    JetStream, with the connection of `messaging.nats` (spec/memory-team.md). Read from
+    the system, user and --settings files only."""
+    team: str | None = None
+    """The team whose memories this machine shares; unset: messaging's team
+    (`messaging.team`, else the project's own). Read from the system, user and
+    --settings files only."""
+    syncSeconds: Annotated[float, Meta(ge=5)] = 60.0
+    """With transport nats: how often a running session picks up the team's new memories.
+    Read from the system, user and --settings files only."""
 
 
 class SessionConfig(msgspec.Struct, kw_only=True, omit_defaults=True):

@@ -23,9 +23,10 @@ from relay.config.policy import namespace_policy
 from relay.engine.system import HookSystem
 from relay.protocol.output import AggregatedResult
 from relay.services.memory.backends import memory_config, open_memory
-from relay.services.memory.model import MemoryService
+from relay.services.memory.model import MemoryService, MemoryStoreError
 from relay.services.memory.namespace import BUILTIN_NAME as MEMORY_BUILTIN
 from relay.services.memory.namespace import MemoryDirectives
+from relay.services.memory.sharing import TeamMemoryError, TeamSharing, team_sharing
 from relay.services.messaging.messenger import Messenger, messaging_config
 from relay.services.messaging.model import MessagingError, NameTakenError, check_name
 from relay.services.messaging.namespace import BUILTIN_NAME as RELAY_BUILTIN
@@ -65,6 +66,10 @@ class Channel:
         # The project's team unless messaging.team is set: the same as `relay run`'s there.
         self.messenger = Messenger(messaging_config(hooks.settings), project=hooks.project_dir)
         self.memory: MemoryService | None = None
+        self.sharing: TeamSharing | None = None
+        """Where team memories are shared (memory.transport "nats"), or None."""
+        self.notices: list[str] = []
+        """One-line notices for the user (stderr), e.g. a team memory sync that failed."""
         self._register_builtins()
 
     # -- set-up ---------------------------------------------------------------------
@@ -92,10 +97,20 @@ class Channel:
 
     def _register_builtins(self) -> None:
         if not self._has_user_handler("memory"):
-            self.memory = open_memory(memory_config(self.hooks.settings))
+            config = memory_config(self.hooks.settings)
+            try:
+                self.sharing = team_sharing(self.hooks.settings, self.hooks.project_dir)
+            except TeamMemoryError as exc:
+                self.notices.append(f"team memory is off: {exc.message}")
+            self.memory = open_memory(config, self.sharing)
             self.hooks.register(
                 "PatternMatch",
-                MemoryDirectives(self.memory, project=self.project),
+                MemoryDirectives(
+                    self.memory,
+                    project=self.project,
+                    scope=config.scope,
+                    team=self.sharing.team if self.sharing is not None else None,
+                ),
                 matcher="memory",
                 name=MEMORY_BUILTIN,
                 sequential=True,
@@ -147,6 +162,25 @@ class Channel:
             mailbox.set_presence(name, team=team, session_id=self.session_id, state="offline")
 
         await anyio.to_thread.run_sync(enroll)
+
+    async def sync_team_memory(self) -> None:
+        """Catch up on the team's memories (spec/memory-team.md), bounded to a couple of
+        seconds; what went wrong becomes a notice, never an error."""
+        sync = getattr(self.memory, "sync", None)
+        if self.sharing is None or sync is None:
+            return
+        from relay.services.memory.team import START_TIMEOUT
+
+        try:
+            report = await anyio.to_thread.run_sync(partial(sync, timeout=START_TIMEOUT))
+        except (MemoryStoreError, TeamMemoryError) as exc:
+            self.notices.append(f"team memory: not synced: {exc}")
+            return
+        if report.unreachable is not None:
+            self.notices.append(
+                f"team memory: not synced ({report.unreachable}); using this machine's memories"
+            )
+        self.notices.extend(f"team memory: {problem}" for problem in report.problems[:5])
 
     def close(self) -> None:
         self.messenger.mailbox.close()

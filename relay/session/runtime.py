@@ -45,6 +45,7 @@ from relay.services.memory.namespace import (
     MemoryDirectives,
     start_summary,
 )
+from relay.services.memory.sharing import TeamMemoryError, TeamSharing, team_sharing
 from relay.services.messaging.messenger import Messenger, messaging_config
 from relay.services.messaging.model import (
     Message,
@@ -183,6 +184,9 @@ class Session:
         self._recent_output = RecentOutput(RECENT_LINES)
         self.memory: MemoryService | None = None
         self.memory_config = memory_config(hooks.settings)
+        self._sharing: TeamSharing | None = None
+        """Where team memories are shared (memory.transport "nats"), or None."""
+        self._team_memory_problem: str | None = None
         self.messaging_config = messaging_config(hooks.settings)
         self.messenger: Messenger | None = None
         self.inbox: SessionInbox | None = None
@@ -328,6 +332,8 @@ class Session:
         for line in self.hooks.warnings():
             self._tell_user(line)
         self._start_memory()
+        # Before SessionStart's recap, so the recap has what the team saved meanwhile.
+        await self._sync_team_memory(at_start=True)
         await self._start_messaging()
         started: dict[str, Any] = {"source": "startup"}
         if self.task is not None:
@@ -382,6 +388,8 @@ class Session:
             group.start_soon(self._watch_screen)
             group.start_soon(self._watch_stop)
             group.start_soon(self._watch_signals)
+            if self._sharing is not None:
+                group.start_soon(self._sync_team_memory_periodically, self._sharing.sync_seconds)
             if self.inbox is not None:
                 # With typing off, mail stays in the mailbox: nothing is claimed.
                 group.start_soon(partial(self.inbox.run, receive=self.inject_enabled))
@@ -855,11 +863,54 @@ class Session:
                 return
         if self._user_namespace("memory"):
             return
-        self.memory = self.context.memory = open_memory(self.memory_config)
-        handler = MemoryDirectives(self.memory, project=self._project)
+        try:
+            self._sharing = team_sharing(self.hooks.settings, self.hooks.project_dir)
+        except TeamMemoryError as exc:
+            self._tell_user(f"team memory is off: {exc.message}")
+        self.memory = self.context.memory = open_memory(self.memory_config, self._sharing)
+        handler = MemoryDirectives(
+            self.memory,
+            project=self._project,
+            scope=self.memory_config.scope,
+            team=self._sharing.team if self._sharing is not None else None,
+        )
         self.hooks.register(
             "PatternMatch", handler, matcher="memory", name=BUILTIN_NAME, sequential=True
         )
+
+    async def _sync_team_memory(self, *, at_start: bool = False) -> None:
+        """Apply what the team saved and forgot since the last sync, and publish what waits
+        in the outbox (spec/memory-team.md); at the start bounded to START_TIMEOUT, so an
+        unreachable server costs a couple of seconds and a one-line notice."""
+        sync = getattr(self.memory, "sync", None)
+        if self._sharing is None or sync is None:
+            return
+        from relay.services.memory.team import START_TIMEOUT, SYNC_TIMEOUT
+
+        timeout = START_TIMEOUT if at_start else SYNC_TIMEOUT
+        try:
+            report = await anyio.to_thread.run_sync(partial(sync, timeout=timeout))
+        except (MemoryStoreError, TeamMemoryError) as exc:
+            self._tell_user(f"team memory: not synced: {exc}")
+            return
+        if report.unreachable is not None:
+            if at_start or self._team_memory_problem != report.unreachable:
+                self._tell_user(
+                    f"team memory: not synced ({report.unreachable}); using this machine's memories"
+                )
+            self._team_memory_problem = report.unreachable
+            return
+        self._team_memory_problem = None
+        for problem in report.problems[:5]:
+            self._tell_user(f"team memory: {problem}")
+        if len(report.problems) > 5:
+            self._tell_user(f"team memory: {len(report.problems) - 5} more problems")
+
+    async def _sync_team_memory_periodically(self, seconds: float) -> None:
+        """A live session picks up the team's memories every `seconds` (memory.syncSeconds)."""
+        while True:
+            await anyio.sleep(seconds)
+            await self._sync_team_memory()
 
     def _user_namespace(self, namespace: str) -> bool:
         """Whether the user registered a handler of their own for `@namespace:`, which

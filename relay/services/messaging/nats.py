@@ -32,13 +32,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-import ssl
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Protocol, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import anyio.to_thread
@@ -64,6 +61,9 @@ from relay.services.messaging.model import (
     new_message,
     recipients_for,
 )
+from relay.services.nats_connection import connect_options, open_connection
+from relay.services.nats_connection import describe as _describe
+from relay.services.nats_connection import without_secrets as _without_secrets
 
 __all__ = [
     "DUPLICATE_WINDOW",
@@ -219,32 +219,6 @@ def agent_permissions(team: str, name: str) -> NatsPermissions:
     )
 
 
-def _without_secrets(url: str) -> str:
-    """`url` without a user or password in it (for error messages)."""
-    parts = []
-    for one in url.split(","):
-        split = urlsplit(one.strip())
-        if split.username is not None or split.password is not None:
-            host = split.hostname or ""
-            netloc = f"{host}:{split.port}" if split.port else host
-            split = split._replace(netloc=netloc)
-        parts.append(urlunsplit(split))
-    return ",".join(parts)
-
-
-def _describe(exc: BaseException) -> str:
-    """An exception from the NATS client as one readable phrase."""
-    if isinstance(exc, nats.js.errors.APIError):
-        code = f" (error {exc.err_code})" if exc.err_code else ""
-        return f"{exc.description or type(exc).__name__}{code}"
-    if isinstance(exc, nats.errors.NoRespondersError | nats.js.errors.NoStreamResponseError):
-        return "no responders (JetStream not enabled for this user's account, or the stream is missing)"
-    if isinstance(exc, asyncio.TimeoutError):
-        return "timed out"
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
 def _status(msg: Msg) -> str | None:
     """The status code of a JetStream control message, or None for a real message."""
     if msg.headers is None or msg.data:
@@ -396,50 +370,12 @@ class NatsMessaging:
 
     def _connect_options(self) -> dict[str, Any]:
         """The NATS client's login and TLS options, from the settings."""
-        config = self.config
-        options: dict[str, Any] = {}
-        for setting, path in (("credentials", config.credentials), ("nkey", config.nkey)):
-            if path is not None and not Path(path).expanduser().is_file():
-                raise self._error(f"messaging.nats.{setting}: no such file: {path}")
-        if config.credentials is not None:
-            options["user_credentials"] = str(Path(config.credentials).expanduser())
-        if config.nkey is not None:
-            options["nkeys_seed"] = str(Path(config.nkey).expanduser())
-        if config.user is not None:
-            options["user"] = config.user
-            options["password"] = config.password or ""
-        if config.token is not None:
-            options["token"] = config.token
-        if config.tls is not None:
-            tls = config.tls
-            try:
-                context = ssl.create_default_context(
-                    cafile=str(Path(tls.ca).expanduser()) if tls.ca else None
-                )
-                if tls.cert is not None:
-                    context.load_cert_chain(
-                        str(Path(tls.cert).expanduser()),
-                        str(Path(tls.key).expanduser()) if tls.key else None,
-                    )
-            except (OSError, ssl.SSLError) as exc:
-                raise self._error(f"messaging.nats.tls: {exc}") from None
-            if not tls.verify:
-                context.check_hostname = False
-                context.verify_mode = ssl.CERT_NONE
-            options["tls"] = context
-        if self.inbox is not None:
-            options["inbox_prefix"] = self.inbox
-        return options
+        return connect_options(self.config, inbox=self.inbox)
 
     async def connect(self) -> None:
         """Connect and make sure the team's stream exists."""
-        options = self._connect_options()
-
-        failures: list[Exception] = []
 
         async def on_error(exc: Exception) -> None:
-            failures.append(exc)
-            del failures[:-1]
             text = str(exc)
             self._note(f"{self.where}: {text}")
             denied = _DENIED.search(text)
@@ -453,35 +389,9 @@ class NatsMessaging:
                 ) and not waiter.done():
                     waiter.set_result(text)
 
-        async def on_event() -> None:
-            pass
-
-        servers = [url.strip() for url in self.config.url.split(",") if url.strip()]
-        nc = Client()
-        try:
-            await nc.connect(
-                servers,
-                name=f"relay team {self.team}",
-                error_cb=on_error,
-                disconnected_cb=on_event,
-                reconnected_cb=on_event,
-                closed_cb=on_event,
-                connect_timeout=2,
-                reconnect_time_wait=1,
-                # Fail the first connection after two tries of each server...
-                max_reconnect_attempts=1,
-                **options,
-            )
-        except Exception as exc:
-            cause = (
-                failures[-1] if isinstance(exc, nats.errors.NoServersError) and failures else exc
-            )
-            with contextlib.suppress(Exception):
-                await nc.close()
-            raise self._error(f"cannot connect to NATS: {_describe(cause)}") from None
-        # ... but once connected, outlive any NATS outage: keep reconnecting.
-        nc.options["max_reconnect_attempts"] = -1
-        self._nc = nc
+        self._nc = await open_connection(
+            self.config, name=f"relay team {self.team}", inbox=self.inbox, on_error=on_error
+        )
         self._js = self._nc.jetstream(timeout=REQUEST_TIMEOUT)
         try:
             await self.ensure_stream()
