@@ -79,7 +79,10 @@ def test_dir_writes_what_spec_holds(tmp_path: Path) -> None:
 def test_unknown_event_exits_1_with_the_valid_names() -> None:
     result = invoke(["BeforeTol"])
     assert result.exit_code == 1
-    assert "EVENT: unknown event 'BeforeTol' (did you mean 'BeforeTool'?); valid events:" in result.stderr
+    assert (
+        "EVENT: unknown event 'BeforeTol' (did you mean 'BeforeTool'?); valid events:"
+        in result.stderr
+    )
     assert "PreToolUse" in result.stderr and "Traceback" not in result.stderr
     assert result.stdout == ""
     # --output still checks the event.

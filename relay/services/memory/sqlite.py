@@ -333,6 +333,7 @@ class SqliteMemory:
         self._lock = threading.RLock()
         self._embedder: Embedder | None = None
         self._index: VectorIndex | None = None
+        self._model_checked = False
 
     def __repr__(self) -> str:
         return f"SqliteMemory({str(self.path)!r})"
@@ -598,8 +599,9 @@ class SqliteMemory:
         if not vector.any():
             return []
         try:
+            self._prepare(embedder)
             with self._lock:
-                index = self._vector_index(embedder)
+                index = self._vector_index()
                 seqs = index.nearest(sign_codes(vector[None])[0], [None, project], NEAREST)
                 if not seqs:
                     return []
@@ -641,17 +643,23 @@ class SqliteMemory:
         embedder = self._semantic_model()
         if embedder is None:
             return 0
+        embedded = self._prepare(embedder)
         with self._lock:
-            embedded = self._embed_pending(embedder)
-            self._vector_index(embedder)
-            return embedded
+            self._vector_index()
+        return embedded
 
-    def _vector_index(self, embedder: Embedder) -> VectorIndex:
+    def _prepare(self, embedder: Embedder) -> int:
+        """Check the store's model (once per process), then embed what is pending; return
+        how many. Not under the lock as a whole: a save waits for a batch at most."""
+        if not self._model_checked:
+            self._check_model(embedder)
+            self._model_checked = True
+        return self._embed_pending(embedder)
+
+    def _vector_index(self) -> VectorIndex:
         """This process's index of sign codes, brought up to date (under the lock)."""
         if self._index is None or self._index.stale:
-            self._check_model(embedder)
             self._index = VectorIndex()
-        self._embed_pending(embedder)
         index = self._index
         (latest,) = self._fetch("SELECT max(vseq) FROM memory_vectors", ())[0]
         while latest is not None and latest > index.loaded_through:

@@ -1,0 +1,268 @@
+"""Memory search by meaning (spec/memory.md, "Hybrid search"): the packaged model, its
+offline load, the embeddings kept in step with the store (backfill, forget, change,
+other processes, another model), the fallback to words, and `--explain`."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from test_memory_store import _SCHEMA_1
+
+from relay.cli.main import cli
+from relay.services.memory.sqlite import SqliteMemory
+
+pytest.importorskip("tokenizers", reason="the semantic extra is not installed")
+
+SECRET = "Auth tokens live in httpOnly cookies #auth"
+LOGGED_IN = "how do we keep users logged in"  # no word in common with SECRET
+
+
+def _ids(store: SqliteMemory, query: str, project: str | None = "/p") -> list[str]:
+    return [hit.memory.id for hit in store.search(query, project=project)]
+
+
+def _count(path: Path, table: str) -> int:
+    with sqlite3.connect(path) as connection:
+        (count,) = connection.execute(f"SELECT count(*) FROM {table}").fetchone()
+    return int(count)
+
+
+def test_the_model_loads_from_the_package_without_the_network() -> None:
+    """Loading and embedding in a process where every socket operation fails: the model
+    comes from the installed wheel, and wordllama's own loader (which would try the
+    network) is never imported."""
+    script = textwrap.dedent(
+        """
+        import socket, sys
+        def refuse(*args, **kwargs):
+            raise OSError("the network was touched")
+        socket.socket.connect = refuse
+        socket.create_connection = refuse
+        socket.getaddrinfo = refuse
+        from relay.services.memory.semantic import load_embedder
+        vectors = load_embedder().embed([
+            "Auth tokens live in httpOnly cookies",
+            "how do we keep users logged in",
+            "bananas are yellow",
+        ])
+        near, far = float(vectors[0] @ vectors[1]), float(vectors[0] @ vectors[2])
+        print(vectors.shape, near > far + 0.1, "wordllama" in sys.modules)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "(3, 256) True False"
+
+
+def test_a_memory_is_found_by_meaning_alone(tmp_path: Path) -> None:
+    with SqliteMemory(tmp_path / "memory.db") as store:
+        secret = store.add(SECRET, project="/p")
+        store.add("the frontend needs node 20", project="/p")
+        store.add("bananas are yellow", project="/p")
+        assert _ids(store, LOGGED_IN)[0] == secret.id
+        with SqliteMemory(tmp_path / "memory.db", semantic=False) as words:
+            assert _ids(words, LOGGED_IN) == []  # by words: nothing in common
+        # The scope holds for meaning too: another project's memory is not found.
+        store.add("Session cookies keep people signed in", project="/other")
+        assert all(
+            hit.memory.project in ("/p", None) for hit in store.search(LOGGED_IN, project="/p")
+        )
+        # Nonsense finds nothing by meaning either.
+        assert _ids(store, "xyzzy plugh") == []
+
+
+def test_explain_says_why_each_memory_ranked(tmp_path: Path) -> None:
+    with SqliteMemory(tmp_path / "memory.db") as store:
+        secret = store.add(SECRET, tags=["auth"], project="/p")
+        hits = store.search("auth cookies", project="/p", explain=True)
+    assert hits[0].memory.id == secret.id
+    ranking = hits[0].explain
+    assert ranking is not None
+    assert ranking.keyword_rank == 1 and ranking.keyword_score is not None
+    assert ranking.keyword_score > 0
+    assert ranking.semantic_rank == 1 and ranking.similarity is not None
+    assert ranking.similarity > 0.25
+    assert 1.19 < ranking.recency <= 1.2  # saved just now
+    assert ranking.tags == ["auth"]
+    assert hits[0].score == pytest.approx(1.0)  # first by words and by meaning
+
+
+def test_search_explain_on_the_command_line(tmp_path: Path, relay_home: Path) -> None:
+    project = tmp_path / "proj"
+    (project / ".git").mkdir(parents=True)
+    where = ("--cwd", str(project))
+    runner = CliRunner()
+    assert runner.invoke(cli, ["memory", "save", *where, SECRET]).exit_code == 0
+    done = runner.invoke(cli, ["memory", "search", *where, "--explain", LOGGED_IN])
+    assert done.exit_code == 0, done.output
+    lines = done.output.splitlines()
+    assert lines[1] == f"    {SECRET}"
+    assert lines[2].startswith("    why: words: none of the query's · meaning #1 (similarity 0.")
+    assert lines[2].endswith(" · recency x1.20")
+    done = runner.invoke(cli, ["memory", "search", *where, "--explain", "--json", "auth"])
+    (hit,) = json.loads(done.output)
+    assert hit["explain"]["keyword_rank"] == 1 and hit["explain"]["tags"] == ["auth"]
+    done = runner.invoke(cli, ["memory", "search", *where, "--json", "auth"])
+    assert "explain" not in json.loads(done.output)[0]
+
+
+def test_an_older_store_is_backfilled_with_progress(tmp_path: Path) -> None:
+    """A store from before embeddings (here schema 1, upgraded through 2 to 3) gets every
+    memory embedded on its first search, in batches, saying how far it is."""
+    path = tmp_path / "memory.db"
+    old = sqlite3.connect(path)
+    old.executescript(_SCHEMA_1)
+    rows = [
+        (
+            f"{index:08x}",
+            f"note {index} about the build cache",
+            "[]",
+            None,
+            "/p",
+            "2025-01-01T00:00:00.000Z",
+        )
+        for index in range(2500)
+    ]
+    rows.append(("secret00", SECRET, "[]", None, "/p", "2025-01-02T00:00:00.000Z"))
+    old.executemany(
+        "INSERT INTO memories (id, content, tags, agent, project, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+        rows,
+    )
+    old.commit()
+    old.close()
+    progress: list[tuple[int, int]] = []
+    with SqliteMemory(path, progress=lambda done, total: progress.append((done, total))) as store:
+        assert _ids(store, LOGGED_IN)[0] == "secret00"
+    assert progress == [(1000, 2501), (2000, 2501), (2501, 2501)]
+    assert _count(path, "memory_vectors") == 2501 and _count(path, "memory_pending") == 0
+
+
+def test_the_index_follows_forgets_changes_and_other_processes(tmp_path: Path) -> None:
+    path = tmp_path / "memory.db"
+    with SqliteMemory(path) as searcher, SqliteMemory(path) as other:
+        secret = searcher.add(SECRET, project="/p")
+        assert _ids(searcher, LOGGED_IN) == [secret.id]  # the index is loaded now
+        # Forgotten by another connection: gone from results and from the vectors.
+        assert other.delete(secret.id)
+        assert _ids(searcher, LOGGED_IN) == []
+        assert _count(path, "memory_vectors") == 0
+        # Saved by another connection: embedded by the next search, wherever it runs.
+        again = other.add(SECRET, project="/p")
+        assert _ids(searcher, LOGGED_IN) == [again.id]
+        # Its content replaced (an import of the same id): the old meaning is gone.
+        changed = type(again)(**{**_fields(again), "content": "bananas are yellow"})
+        assert other.import_memories([changed]).updated == 1
+        assert _ids(searcher, LOGGED_IN) == []
+        assert _ids(searcher, "ripe fruit colour") == [again.id]
+
+
+def _fields(memory: object) -> dict[str, object]:
+    import msgspec
+
+    return msgspec.structs.asdict(memory)  # type: ignore[arg-type]
+
+
+def test_vectors_of_another_model_are_made_again(tmp_path: Path) -> None:
+    path = tmp_path / "memory.db"
+    with SqliteMemory(path) as store:
+        secret = store.add(SECRET, project="/p")
+        store.catch_up()
+    with sqlite3.connect(path) as connection:
+        connection.execute(
+            "UPDATE memory_meta SET value = 'another/model' WHERE key = 'embedding_model'"
+        )
+        connection.execute("UPDATE memory_vectors SET code = zeroblob(32), vector = zeroblob(256)")
+    with SqliteMemory(path) as store:
+        assert _ids(store, LOGGED_IN) == [secret.id]
+    with sqlite3.connect(path) as connection:
+        (model,) = connection.execute("SELECT value FROM memory_meta").fetchone()
+        (zero,) = connection.execute(
+            "SELECT count(*) FROM memory_vectors WHERE code = zeroblob(32)"
+        ).fetchone()
+    assert model.startswith("wordllama/") and zero == 0
+
+
+def test_a_store_that_cannot_keep_vectors_still_searches_by_words(tmp_path: Path) -> None:
+    """Embeddings cannot be written (here a trigger refuses them, as a read-only file
+    would): search says so once and answers by words, never fails."""
+    path = tmp_path / "memory.db"
+    with SqliteMemory(path) as store:
+        store.add(SECRET, project="/p")
+    with sqlite3.connect(path) as connection:
+        connection.execute(
+            "CREATE TRIGGER refuse BEFORE INSERT ON memory_vectors"
+            " BEGIN SELECT RAISE(ABORT, 'no room for vectors'); END"
+        )
+    with SqliteMemory(path) as store:
+        assert [hit.memory.content for hit in store.search("cookies", project="/p")] == [SECRET]
+        assert store.semantic_notice is not None
+        assert "no room for vectors" in store.semantic_notice
+        assert store.semantic_notice.endswith("by words only")
+
+
+def test_hostile_texts_are_embedded_without_harm(tmp_path: Path) -> None:
+    with SqliteMemory(tmp_path / "memory.db") as store:
+        huge = store.add("cookies " * 200_000, project="/p")  # 1.6 MB: the first 512 tokens count
+        blank = store.add("🙂🙂 \x00 \u202e", project="/p")
+        assert store.catch_up() == 2
+        for query in ('"unbalanced AND (', "the of and", "🙂", "\x00", "x" * 10_000):
+            store.search(query, project="/p")
+        assert huge.id in _ids(store, "cookie jar")
+        assert blank.id in {m.id for m in store.list(project="/p")}
+
+
+def test_without_the_semantic_extra_search_is_by_words_with_a_notice(
+    tmp_path: Path, relay_home: Path
+) -> None:
+    """`tokenizers` missing (as when the extra is not installed): one line on stderr says
+    so and what to install, and the answers are those of search by words."""
+    blocker = tmp_path / "blocker" / "tokenizers"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'tokenizers'\", name='tokenizers')\n"
+    )
+    project = tmp_path / "proj"
+    (project / ".git").mkdir(parents=True)
+    env = {**os.environ, "PYTHONPATH": str(blocker.parent)}
+
+    def relay(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "relay", "memory", *args, "--cwd", str(project)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+
+    assert relay("save", SECRET).returncode == 0
+    done = relay("search", "cookies")
+    assert done.returncode == 0, done.stderr
+    assert SECRET in done.stdout
+    assert done.stderr == (
+        "relay: note: memory search by meaning is off: tokenizers is not installed"
+        " (pip install 'agent-relay[semantic]'); by words only\n"
+    )
+    assert "No memory matches" in relay("search", LOGGED_IN).stdout
+
+
+def test_the_semantic_setting_turns_search_by_meaning_off(tmp_path: Path, relay_home: Path) -> None:
+    project = tmp_path / "proj"
+    (project / ".git").mkdir(parents=True)
+    (relay_home / "settings.json").write_text(json.dumps({"memory": {"semantic": False}}))
+    where = ("--cwd", str(project))
+    runner = CliRunner()
+    assert runner.invoke(cli, ["memory", "save", *where, SECRET]).exit_code == 0
+    done = runner.invoke(cli, ["memory", "search", *where, LOGGED_IN])
+    assert done.exit_code == 0 and "No memory matches" in done.output
+    assert "note:" not in done.output
