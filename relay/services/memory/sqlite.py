@@ -35,9 +35,10 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 
@@ -333,6 +334,7 @@ class SqliteMemory:
         self._lock = threading.RLock()
         self._embedder: Embedder | None = None
         self._index: VectorIndex | None = None
+        self._index_lock = threading.Lock()  # the index is read by the worker thread
         self._model_checked = False
 
     def __repr__(self) -> str:
@@ -475,25 +477,31 @@ class SqliteMemory:
             "weight": RECENCY_WEIGHT,
             "days": RECENCY_DAYS,
         }
-        nearest = self._nearest(query, project)
-        if nearest is None:
-            rows, _ = self._keyword_rows(words, project, parameters)
-            return [
-                MemoryHit(
-                    memory=_memory(row),
-                    score=row[_SCORE],
-                    explain=_ranking(row, words, keyword_rank=rank) if explain else None,
+        started = self._start_nearest(query, project)
+        nearest = None
+        if started is not None:
+            # By words here while the worker embeds the query and scans the sign codes.
+            depth = {**parameters, "limit": max(limit, KEYWORD_DEPTH)}
+            keyword, every = self._keyword_rows(words, project, depth)
+            nearest = self._finish_nearest(started)
+            if nearest is not None:
+                return self._fused(
+                    keyword,
+                    every,
+                    nearest=nearest,
+                    parameters=parameters,
+                    words=words,
+                    explain=explain,
                 )
-                for rank, row in enumerate(rows, 1)
-            ]
-        depth = {**parameters, "limit": max(limit, KEYWORD_DEPTH)}
-        return self._fused(
-            *self._keyword_rows(words, project, depth),
-            nearest=nearest,
-            parameters=parameters,
-            words=words,
-            explain=explain,
-        )
+        rows, _ = self._keyword_rows(words, project, parameters)
+        return [
+            MemoryHit(
+                memory=_memory(row),
+                score=row[_SCORE],
+                explain=_ranking(row, words, keyword_rank=rank) if explain else None,
+            )
+            for rank, row in enumerate(rows, 1)
+        ]
 
     def _keyword_rows(
         self, words: builtins.list[str], project: str | None, parameters: dict[str, object]
@@ -555,7 +563,7 @@ class SqliteMemory:
         )
         semantic_rank = {row[_SEQ]: rank for rank, row in enumerate(by_meaning, 1)}
         norm = (KEYWORD_WEIGHT + SEMANTIC_WEIGHT) / (RRF_K + 1)
-        scored: builtins.list[tuple[float, str, MemoryHit]] = []
+        scored: builtins.list[tuple[float, str, Any]] = []
         for row in rows:
             seq = row[_SEQ]
             fused = 0.0
@@ -565,7 +573,11 @@ class SqliteMemory:
                 fused += weight / (RRF_K + keyword_rank[seq])
             if seq in semantic_rank:
                 fused += SEMANTIC_WEIGHT / (RRF_K + semantic_rank[seq])
-            score = fused / norm
+            scored.append((fused / norm, row[5], row))
+        scored.sort(key=lambda item: (item[0], item[1]), reverse=True)
+        hits = []
+        for score, _, row in scored[: int(str(parameters["limit"]))]:
+            seq = row[_SEQ]
             ranking = None
             if explain:
                 ranking = _ranking(
@@ -575,53 +587,72 @@ class SqliteMemory:
                     semantic_rank=semantic_rank.get(seq),
                     similarity=similarity_of.get(seq),
                 )
-            scored.append(
-                (score, row[5], MemoryHit(memory=_memory(row), score=score, explain=ranking))
-            )
-        scored.sort(key=lambda item: (item[0], item[1]), reverse=True)
-        return [hit for _, _, hit in scored[: int(str(parameters["limit"]))]]
+            hits.append(MemoryHit(memory=_memory(row), score=score, explain=ranking))
+        return hits
 
     # -- search by meaning ----------------------------------------------------------
 
-    def _nearest(self, query: str, project: str | None) -> builtins.list[tuple[int, float]] | None:
-        """The memories in scope nearest to `query` in meaning, (seq, cosine similarity)
-        best first, at most FUSE_DEPTH and none below MIN_SIMILARITY; None when search
-        by meaning is off or cannot be used (then `semantic_notice` says why).
-
-        The NEAREST memories by Hamming distance of sign codes (VectorIndex) are
-        re-ranked by the exact cosine of their int8 vectors."""
+    def _start_nearest(self, query: str, project: str | None) -> Future[_Candidates] | None:
+        """Begin finding the memories nearest to `query` in meaning: the store's pending
+        memories embedded and the index brought up to date here, then the query embedded
+        and the sign codes scanned on a worker thread (numpy and tokenizers let go of the
+        GIL, so this overlaps the search by words). None when search by meaning is off
+        or cannot be used (then `semantic_notice` says why)."""
         embedder = self._semantic_model()
         if embedder is None:
             return None
-        import numpy as np
-
-        vector = embedder.embed([query])[0]
-        if not vector.any():
-            return []
         try:
             self._prepare(embedder)
             with self._lock:
                 index = self._vector_index()
-                seqs = index.nearest(sign_codes(vector[None])[0], [None, project], NEAREST)
-                if not seqs:
-                    return []
-                encoded = _tags_encoder.encode(seqs).decode()
-                rows = self._fetch(_VECTORS_OF, (encoded,))
-                found = {seq for seq, _ in rows}
-                index.forget([seq for seq in seqs if seq not in found])
         except MemoryStoreError as exc:
-            # A read-only or damaged store: search by words still works.
-            self.semantic_notice = f"search by meaning is off here ({exc.message}); by words only"
+            self._semantic_failed(exc)
             return None
+        return _worker().submit(self._candidates, embedder, index, query, project)
+
+    def _candidates(
+        self, embedder: Embedder, index: VectorIndex, query: str, project: str | None
+    ) -> _Candidates:
+        """The query's embedding and the NEAREST memories in scope by sign code."""
+        vector = embedder.embed([query])[0]
+        if not vector.any():
+            return _Candidates(vector, index, [])
+        with self._index_lock:
+            seqs = index.nearest(sign_codes(vector[None])[0], [None, project], NEAREST)
+        return _Candidates(vector, index, seqs)
+
+    def _finish_nearest(
+        self, started: Future[_Candidates]
+    ) -> builtins.list[tuple[int, float]] | None:
+        """The memories nearest in meaning, (seq, cosine similarity) best first, at most
+        FUSE_DEPTH and none below MIN_SIMILARITY: the candidates by sign code re-ranked by
+        the exact cosine of their int8 vectors. None when the store failed meanwhile."""
+        import numpy as np
+
+        found = started.result()
+        if not found.seqs:
+            return []
+        try:
+            rows = self._fetch(_VECTORS_OF, (_tags_encoder.encode(found.seqs).decode(),))
+        except MemoryStoreError as exc:
+            self._semantic_failed(exc)
+            return None
+        present = {seq for seq, _ in rows}
+        with self._index_lock:
+            found.scanned.forget([seq for seq in found.seqs if seq not in present])
         if not rows:
             return []
-        similarities = from_int8([vector_bytes for _, vector_bytes in rows]) @ vector
+        similarities = from_int8([vector_bytes for _, vector_bytes in rows]) @ found.vector
         order = np.argsort(-similarities, kind="stable")[:FUSE_DEPTH]
         return [
             (int(rows[place][0]), float(similarities[place]))
             for place in order
             if similarities[place] >= MIN_SIMILARITY
         ]
+
+    def _semantic_failed(self, exc: MemoryStoreError) -> None:
+        # A read-only or damaged store: search by words still works.
+        self.semantic_notice = f"search by meaning is off here ({exc.message}); by words only"
 
     def _semantic_model(self) -> Embedder | None:
         """The embedding model, loaded on first use; None when `semantic` is off or it
@@ -667,7 +698,8 @@ class SqliteMemory:
             if not rows:
                 break
             vseqs, seqs, projects, codes = zip(*rows, strict=True)
-            index.add(vseqs, seqs, projects, b"".join(codes))
+            with self._index_lock:
+                index.add(vseqs, seqs, projects, b"".join(codes))
             if len(rows) < LOAD_BATCH:
                 break
         return index
@@ -1126,3 +1158,24 @@ def _ranking(
         recency=row[_LIFT],
         tags=[word for word in words if word in tags],
     )
+
+
+class _Candidates(NamedTuple):
+    """What the worker found: the query's embedding, the index it scanned and the seqs
+    of the nearest codes."""
+
+    vector: Any
+    scanned: VectorIndex
+    seqs: builtins.list[int]
+
+
+_workers: builtins.list[ThreadPoolExecutor] = []
+_workers_lock = threading.Lock()
+
+
+def _worker() -> ThreadPoolExecutor:
+    """The process's threads for search by meaning (started on first use)."""
+    with _workers_lock:
+        if not _workers:
+            _workers.append(ThreadPoolExecutor(max_workers=2, thread_name_prefix="relay-memory"))
+        return _workers[0]
