@@ -446,8 +446,9 @@ class SqliteMemory:
         """Memories of `project` and global ones matching `query`, best first; [] when none.
 
         Project None searches global memories only. Hybrid: the memories that share the
-        query's words (full text, `_keyword_rows`) and those nearest to it in meaning
-        (`_nearest`) are fused by reciprocal rank,
+        query's words (full text: those with every word, and those with some only when
+        fewer than `limit` are found otherwise, `_with_any_word`) and those nearest to it
+        in meaning (`_start_nearest`, `_finish_nearest`) are fused by reciprocal rank,
 
             score = (w / (10 + keyword rank) + 1 / (10 + semantic rank)) / norm
 
@@ -478,16 +479,16 @@ class SqliteMemory:
             "days": RECENCY_DAYS,
         }
         started = self._start_nearest(query, project)
-        nearest = None
         if started is not None:
-            # By words here while the worker embeds the query and scans the sign codes.
+            # Memories with every word looked for while the worker embeds the query and
+            # scans the sign codes; those with some of the words only if still needed.
             depth = {**parameters, "limit": max(limit, KEYWORD_DEPTH)}
-            keyword, every = self._keyword_rows(words, project, depth)
+            every = self._ranked([_joined(words, "AND")], project, depth)
             nearest = self._finish_nearest(started)
             if nearest is not None:
+                found = [seq for seq, _ in nearest]
                 return self._fused(
-                    keyword,
-                    every,
+                    *self._with_any_word(words, project, depth, every, found_by_meaning=found),
                     nearest=nearest,
                     parameters=parameters,
                     words=words,
@@ -523,18 +524,35 @@ class SqliteMemory:
         is ranked only when fewer than 1,000 memories match. This keeps search p50 near
         3 ms at 100,000 memories and 10 ms at 1,000,000 (tests/perf/bench_memory.py).
         """
+        every = self._ranked([_joined(words, "AND")], project, parameters)
+        return self._with_any_word(words, project, parameters, every)
+
+    def _with_any_word(
+        self,
+        words: builtins.list[str],
+        project: str | None,
+        parameters: dict[str, object],
+        every: builtins.list[Any],
+        *,
+        found_by_meaning: Iterable[int] = (),
+    ) -> tuple[builtins.list[Any], int]:
+        """`every` (the memories with every word), followed by memories with any of the
+        words when there are fewer than `limit`; and how many have every word.
+
+        In hybrid search, `found_by_meaning` are the memories found by meaning: memories
+        with only some of the words are looked for only when those and the ones with every
+        word are fewer than `limit` (they weigh little in the fusion, and finding them is
+        most of the cost of a search by words of several words)."""
         limit = int(str(parameters["limit"]))
-        rows = self._ranked([_joined(words, "AND")], project, parameters)
-        if len(rows) < limit and len(words) > 1:
-            # Fewer than asked have every word: those first, then those with any. Each
-            # word brings its own candidates, so the few (and best) memories with a rare
-            # word are not crowded out by the many with a common one.
-            found = {row[_SEQ] for row in rows}
-            more = self._ranked([_quoted(word) for word in words], project, parameters)
-            with_every_word = len(rows)
-            rows += [row for row in more if row[_SEQ] not in found][: limit - len(rows)]
-            return rows, with_every_word
-        return rows, len(rows)
+        found = {row[_SEQ] for row in every}
+        if len(found | set(found_by_meaning)) >= limit or len(words) < 2:
+            return every, len(every)
+        # Fewer than asked have every word: those first, then those with any. Each word
+        # brings its own candidates, so the few (and best) memories with a rare word are
+        # not crowded out by the many with a common one.
+        more = self._ranked([_quoted(word) for word in words], project, parameters)
+        rows = every + [row for row in more if row[_SEQ] not in found][: limit - len(every)]
+        return rows, len(every)
 
     def _fused(
         self,
