@@ -266,3 +266,15 @@ def test_the_semantic_setting_turns_search_by_meaning_off(tmp_path: Path, relay_
     done = runner.invoke(cli, ["memory", "search", *where, LOGGED_IN])
     assert done.exit_code == 0 and "No memory matches" in done.output
     assert "note:" not in done.output
+
+
+def test_memories_with_some_of_the_words_still_come_when_too_few_are_found(
+    tmp_path: Path,
+) -> None:
+    """Hybrid search skips the costly "any of the words" pass only when it has enough
+    otherwise: a query with a word no memory has still finds the memory with the other."""
+    with SqliteMemory(tmp_path / "memory.db") as store:
+        code = store.add("checkout fails with error E4411 after a deploy", project="/p")
+        hits = store.search("E4411 qwzxv", project="/p", explain=True)
+    assert [hit.memory.id for hit in hits] == [code.id]
+    assert hits[0].explain is not None and hits[0].explain.keyword_rank == 1
