@@ -157,16 +157,20 @@ def test_server_and_in_process_give_the_same_answers(
     server: str, project: Path, relay_home: Path
 ) -> None:
     rich_settings(relay_home, project)
-    compared = 0
+    compared = expected = 0
     for dialect in DIALECTS:
         for event in [*known_event_names(), "BrandNewEvent"]:
-            for stdin in payloads(project):
+            # The tool payloads (Bash, Write) only where a tool matcher can see them: on
+            # other events they are the plain event with two more fields.
+            chosen = payloads(project) if "Tool" in event else payloads(project)[2:]
+            expected += len(chosen)
+            for stdin in chosen:
                 call = call_for(project, dialect, event, stdin)
                 served = client.request(server, call)
                 assert served is not None, (dialect, event)
                 assert normalized(served) == normalized(answer_call(call)), (dialect, event, stdin)
                 compared += 1
-    assert compared == len(DIALECTS) * (len(known_event_names()) + 1) * 4
+    assert compared == expected > len(DIALECTS) * (len(known_event_names()) + 1) * 2
     assert wait_for_status(server)["calls"] == compared
 
 
