@@ -17,7 +17,7 @@ import msgspec
 import nats
 import pytest
 from nats_server import NatsServer, find_nats_server, password, server_config
-from scripted_sessions import RELAY
+from scripted_sessions import RELAY, finish, reads, start_relay_run
 
 from relay.config.discovery import load_settings
 from relay.config.model import NatsConfig
@@ -341,3 +341,30 @@ def test_relay_mcp_catches_up_on_start(
     finally:
         channel.close()
         channel.hooks.close()
+
+
+def test_a_relay_run_session_starts_with_what_the_team_saved(
+    server: NatsServer, tmp_path: Path
+) -> None:
+    """`relay run` catches up before SessionStart's recap: a memory saved on A while B ran
+    nothing is in the recap of B's next session; B's agent saves one with --team, and A
+    has it at its next sync."""
+    env_a = relay_home(server, tmp_path / "home-a")
+    env_b = relay_home(server, tmp_path / "home-b")
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    saved = cli(env_a, "save", "--team", "staging resets every night #ops", cwd=project)
+    record = project / "bee.jsonl"
+    steps = [
+        {"read": "start"},
+        {"print": "@memory:save --team the VPN needs MFA #vpn"},
+        {"read": "saved"},
+    ]
+    code, err = finish(start_relay_run("Bee", steps, record, env=env_b), timeout=60)
+    assert code == 0, err
+    (_, recap), (_, answer) = reads(record)
+    assert recap.startswith("Memories from earlier sessions") and saved["id"] in recap
+    assert answer.startswith("✓ Saved to team memory [")
+    assert answer.endswith("], shared with team a")
+    shared_id = answer.split("[", 1)[1].split("]", 1)[0]
+    assert cli(env_a, "sync", cwd=tmp_path)["saved"] == [shared_id]
