@@ -1,6 +1,7 @@
-"""The default memory backend: one SQLite file with an FTS5 full-text index.
+"""The default memory backend: one SQLite file with an FTS5 full-text index and the
+memories' embeddings, for hybrid search by words and by meaning (semantic.py).
 
-Layout (schema version 2, kept in `PRAGMA user_version`):
+Layout (schema version 3, kept in `PRAGMA user_version`):
 
 - `memories`: one row per memory; `seq` is an INTEGER PRIMARY KEY so the FTS index has a
   rowid that VACUUM never renumbers, `id` (8 hex characters) is UNIQUE; tags are JSON text.
@@ -14,6 +15,9 @@ Layout (schema version 2, kept in `PRAGMA user_version`):
   It also indexes `scope`, a generated column holding one token for the memory's
   project ("global", or "p" and the project's UTF-8 in hex), for a search that must
   narrow by scope inside the MATCH (see SqliteMemory._ranked).
+- `team` (schema 3): the team a memory is shared with (team.py), None for most.
+- `memory_vectors`, `memory_pending`, `memory_meta` (schema 3): the embeddings, the
+  memories waiting for one, and the model that made them (see _VECTORS).
 
 The database runs in WAL mode so readers never wait for a writer, with a busy timeout
 and a few retries for writes that still meet SQLITE_BUSY. `synchronous=NORMAL`: in WAL
