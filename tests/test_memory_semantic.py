@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -88,6 +89,7 @@ def test_explain_says_why_each_memory_ranked(tmp_path: Path) -> None:
     assert hits[0].memory.id == secret.id
     ranking = hits[0].explain
     assert ranking is not None
+    assert ranking.by_meaning is True
     assert ranking.keyword_rank == 1 and ranking.keyword_score is not None
     assert ranking.keyword_score > 0
     assert ranking.semantic_rank == 1 and ranking.similarity is not None
@@ -266,6 +268,11 @@ def test_the_semantic_setting_turns_search_by_meaning_off(tmp_path: Path, relay_
     done = runner.invoke(cli, ["memory", "search", *where, LOGGED_IN])
     assert done.exit_code == 0 and "No memory matches" in done.output
     assert "note:" not in done.output
+    done = runner.invoke(cli, ["memory", "search", *where, "--explain", "auth"])
+    assert re.fullmatch(
+        r"    why: words #1 \(bm25 [0-9.]+\) · meaning: not searched · recency x1\.20 · tags: #auth",
+        done.output.splitlines()[2],
+    ), done.output
 
 
 def test_memories_with_some_of_the_words_still_come_when_too_few_are_found(

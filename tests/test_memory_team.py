@@ -279,6 +279,11 @@ def test_directives_save_and_forget_team_memories(server: NatsServer, tmp_path: 
     done = handle(two, "forget", f"{memory_id} --team", project="/p", agent="x", team="a")
     assert done == f"✓ Forgot memory [{memory_id}] on every machine of team a"
     assert one.sync().forgotten == [memory_id]
+    # Too long to share: refused by the team store, said to the agent, nothing saved.
+    long = "x" * 100_001
+    too_long = handle(one, "save", f"--team {long}", project="/p", agent="x", team="a")
+    assert too_long.startswith("Not saved: too long to share: 100,001 bytes")
+    assert all(memory.content != long for memory in one.list(project="/p"))
     # The team scope from settings, with team memory off: a clear answer, nothing saved.
     off = handle(two.local, "save", "x y z", project="/p", agent="x", scope="team", team=None)
     assert off.startswith("Not saved: team memory is off")

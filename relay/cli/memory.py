@@ -173,9 +173,11 @@ def _explained(ranking: Any) -> str:
         parts.append(f"words #{ranking.keyword_rank} (bm25 {ranking.keyword_score:.2f})")
     else:
         parts.append("words: none of the query's")
-    if ranking.semantic_rank is not None:
+    if not ranking.by_meaning:
+        parts.append("meaning: not searched")
+    elif ranking.semantic_rank is not None:
         parts.append(f"meaning #{ranking.semantic_rank} (similarity {ranking.similarity:.2f})")
-    elif ranking.similarity is None and ranking.keyword_rank is not None:
+    else:
         parts.append("meaning: not among the nearest")
     parts.append(f"recency x{ranking.recency:.2f}")
     if ranking.tags:

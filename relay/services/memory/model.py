@@ -31,6 +31,9 @@ class Memory(msgspec.Struct, kw_only=True, frozen=True):
 class Ranking(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
     """Why a hit ranked where it did (`relay memory search --explain`, spec/memory.md)."""
 
+    by_meaning: bool = False
+    """Whether the search looked by meaning at all (false: by words only, the `semantic`
+    extra missing or `memory.semantic` off); the semantic fields are None then."""
     keyword_rank: int | None = None
     """Its place among the full-text matches (1: best); None: no query word in it."""
     keyword_score: float | None = None

@@ -22,7 +22,6 @@ from relay.services.memory.model import (
     content_key,
 )
 from relay.services.memory.sharing import (
-    MAX_CONTENT_BYTES,
     NOT_SET_UP,
     SharedForget,
     SharedMemory,
@@ -93,16 +92,11 @@ def save_in(
     team: str | None,
     tags: list[str],
 ) -> SavedMemory:
-    """Save `text` in `scope` (TeamMemoryError when the team scope is not set up or the
-    text is too long to share)."""
+    """Save `text` in `scope` (TeamMemoryError when the team scope is not set up, or from
+    TeamMemory.save when the text is too long to share)."""
     if scope == "team":
         if team is None:
             raise TeamMemoryError(NOT_SET_UP)
-        size = len(text.encode("utf-8", "surrogatepass"))
-        if size > MAX_CONTENT_BYTES:
-            raise TeamMemoryError(
-                f"too long to share: {size:,} bytes, a team memory has at most {MAX_CONTENT_BYTES:,}"
-            )
         return service.save(text, tags=tags, agent=agent, project=None, team=team)
     return service.save(
         text, tags=tags, agent=agent, project=None if scope == "global" else project

@@ -119,8 +119,9 @@ def _load() -> Embedder:
     try:
         table = load_file(str(weights))[_TENSOR]
         tokenizer = Tokenizer.from_file(str(tokenizer_file))
-    except (OSError, KeyError, ValueError, RuntimeError, Exception) as exc:
-        # safetensors and tokenizers raise their own exception types for a bad file.
+    except Exception as exc:
+        # OSError, KeyError (no such tensor), and safetensors' and tokenizers' own types
+        # for a damaged file: whatever it is, the answer is search by words.
         raise SemanticUnavailable(f"cannot read the wordllama model in {package}: {exc}") from None
     if table.ndim != 2 or table.shape[1] != DIMENSIONS:
         raise SemanticUnavailable(f"unexpected wordllama weights of shape {table.shape}")

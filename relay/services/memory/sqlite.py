@@ -605,6 +605,7 @@ class SqliteMemory:
                 ranking = _ranking(
                     row,
                     words,
+                    by_meaning=True,
                     keyword_rank=keyword_rank.get(seq),
                     semantic_rank=semantic_rank.get(seq),
                     similarity=similarity_of.get(seq),
@@ -1166,6 +1167,7 @@ def _ranking(
     row: Sequence[Any],
     words: builtins.list[str],
     *,
+    by_meaning: bool = False,
     keyword_rank: int | None = None,
     semantic_rank: int | None = None,
     similarity: float | None = None,
@@ -1173,6 +1175,7 @@ def _ranking(
     """Why a search row ranked (MemoryHit.explain)."""
     tags = {tag.lower() for tag in _tags_decoder.decode(row[2])}
     return Ranking(
+        by_meaning=by_meaning,
         keyword_rank=keyword_rank,
         keyword_score=row[_BM25] if keyword_rank is not None else None,
         semantic_rank=semantic_rank,
