@@ -90,21 +90,10 @@ while True:
         raise
     if not data:
         break
-    # A PTY gives at most a few KiB a read: take what else is there already, so the
-    # terminal gets one write per burst, not one per read (an empty PTY answers at once).
-    gathered = [data]
-    got = len(data)
-    while got < 65536:
-        try:
-            more = read(master, 65536)
-        except OSError:  # nothing more yet (EAGAIN), or the end: the next read says which
-            break
-        if not more:
-            break
-        gathered.append(more)
-        got += len(more)
-    if len(gathered) > 1:
-        data = b"".join(gathered)
+    # One write per read, as `script` does. Gathering what else the PTY held into one
+    # large write was slower: with the loop doing nothing, the copy alone reached 0.61x
+    # direct that way and 0.78-0.87x without. While the copy waits on a long write to
+    # the terminal, nobody reads the agent's side.
     if terminal >= 0:
         try:
             write_all(terminal, data)
