@@ -131,9 +131,13 @@ class Injector:
         if not data:
             return
         self._last_activity = time.monotonic()
+        first = not self._output_seen
         self._output_seen = True
         self._scan_modes(data)
-        if self._queue:  # with nothing to type, no one needs to re-check readiness
+        if first and self._queue:
+            # Only the first output changes what a waiting text waits for. Later output
+            # moves the end of the quiet period, which the waiting text's timer re-checks
+            # when it fires: a wake-up per chunk would cost a fast writer's throughput.
             self._notify()
 
     def observe_input(self, data: bytes) -> None:
