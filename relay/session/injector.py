@@ -23,9 +23,9 @@ PASTE_START = b"\x1b[200~"
 PASTE_END = b"\x1b[201~"
 
 # DECSET / DECRST with any parameter list (ESC [ ? 2004 h, ESC [ ? 1049 ; 2004 l), or
-# a full reset (ESC c), which turns every mode off.
+# a full reset (ESC c), which turns every mode off. The quantifier is possessive (*+): at
+# each colour code the search fails without backtracking digit by digit.
 _PRIVATE_MODE = re.compile(rb"\x1b\[\?([0-9;]*+)([hl])|\x1bc")
-# Possessive (*+): at each colour code the search fails without backtracking digit by digit.
 # The start of a private mode sequence that the next chunk may complete.
 _PRIVATE_MODE_PREFIX = re.compile(rb"\x1b(?:\[(?:\?[0-9;]*)?)?\Z")
 _PREFIX_LIMIT = 64  # longer than any real mode list; bounds the carried tail
