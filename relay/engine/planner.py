@@ -35,14 +35,16 @@ def plan_event(
     untrusted project copy must not displace the user's own copy of a hook).
     """
     name = matcher_field(event)
-    target = field(name) if name is not None else None
+    if name is not None:
+        target = field(name)
+        candidates = [hook for hook in candidates if hook.matcher(target)]
+        if not candidates:  # the common case (a matcher for another tool): nothing more to do
+            return Plan(event=event, hooks=[])
     chosen: list[RegisteredHook] = []
     untrusted: list[RegisteredHook] = []
     seen: set[object] = set()
     sequential = False
     for hook in candidates:
-        if name is not None and not hook.matcher(target):
-            continue
         if trusted is not None and not trusted(hook):
             untrusted.append(hook)
             continue

@@ -271,10 +271,11 @@ class HookSystem:
         `trace` receives each hook's full run, in plan order; `only` keeps the hooks
         it returns True for (the rest are not considered at all).
         """
-        planned = self.plan(event, payload, only=only)
-        if planned.result is not None:
-            return planned.result
-        return await self._fire_planned(planned, trace)
+        prepared = self._prepare(event, payload, only)
+        if isinstance(prepared, AggregatedResult):
+            return prepared
+        envelope, plan = prepared
+        return await self._fire_planned(PlannedEvent(envelope=envelope, plan=plan), trace)
 
     def run(
         self,
@@ -384,13 +385,14 @@ class HookSystem:
             raw = payload or {}
             envelope, field, tool_input = None, raw.get, raw.get("tool_input")
         plan = plan_event(candidates, canonical, field, registry.is_trusted) if candidates else None
-        if plan is None or (not plan.hooks and not _fail_closed(plan.untrusted)):
+        if plan is None or not (plan.hooks or plan.untrusted):
+            return _no_hooks(canonical, tool_input)  # the common case: keep it short
+        if not plan.hooks and not _fail_closed(plan.untrusted):
             result = _no_hooks(canonical, tool_input)
-            if plan is not None:
-                result.untrusted = _names(plan.untrusted)
-                if debug_enabled():
-                    for hook in plan.untrusted:
-                        debug(f"skipping untrusted hook {hook.name} from {hook.file}")
+            result.untrusted = _names(plan.untrusted)
+            if debug_enabled():
+                for hook in plan.untrusted:
+                    debug(f"skipping untrusted hook {hook.name} from {hook.file}")
             return result
         if envelope is None:
             envelope = make_event(canonical, dict(payload or {}), cwd=self._start_text)  # type: ignore[arg-type]
