@@ -739,6 +739,58 @@ def test_sixteen_slow_hooks_run_in_parallel(
     assert result.inject == "\n".join(f"hook {i}" for i in range(16))
 
 
+def test_parallel_hooks_stay_within_max_parallel(
+    project: Path, user_settings: Callable[..., Path]
+) -> None:
+    # Command hooks are spawned before any task starts; they still hold the limiter's tokens,
+    # so a Python hook and the third command hook wait for a free slot.
+    user_settings({"Idle": [group(*({"command": f"sleep 0.3; echo hook {i}"} for i in range(3)))]})
+    system = HookSystem(cwd=project, max_parallel=2)
+
+    async def python_hook(event: object) -> HookOutput:
+        await anyio.sleep(0.3)
+        return HookOutput(inject="python hook")
+
+    system.register("Idle", python_hook)
+    started = time.monotonic()
+    result = fire(system, "Idle", {"idle_seconds": 30})
+    assert time.monotonic() - started >= 0.6  # two rounds of two, at the least
+    assert result.inject == "python hook\nhook 0\nhook 1\nhook 2"  # plan order
+
+
+@pytest.mark.parametrize("when", ["before any hook task ran", "while the hooks run"])
+def test_cancelling_an_event_leaves_no_hook_process(
+    project: Path, user_settings: Callable[..., Path], when: str
+) -> None:
+    marker = f"relay-test-{os.getpid()}-{time.monotonic_ns()}"
+    sleeper = {"command": PY, "args": ["-c", "import time; time.sleep(30)", marker]}
+    user_settings({"Idle": [group(*({**sleeper, "name": f"h{i}"} for i in range(4)))]})
+    system = make(project)
+
+    async def go() -> None:
+        with anyio.CancelScope() as scope:
+            if when == "before any hook task ran":
+                scope.cancel()  # delivered at the first checkpoint: the spawns happened
+            else:
+                scope.deadline = anyio.current_time() + 0.5
+            await system.fire("Idle", {"idle_seconds": 30})
+        assert scope.cancelled_caught
+
+    try:
+        anyio.run(go)
+    finally:
+        system.close()
+    assert [pid for pid in os.listdir("/proc") if _cmdline_has(pid, marker)] == []
+
+
+def _cmdline_has(pid: str, marker: str) -> bool:
+    """Whether process `pid` is running with `marker` among its arguments (a zombie has none)."""
+    try:
+        return marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # not a process, or gone meanwhile
+        return False
+
+
 def test_no_matching_hook_is_an_empty_allow(project: Path) -> None:
     result = fire(make(project), "BeforeTool", {"tool_name": "Bash"})
     assert msgspec.to_builtins(result)["hooks"] == []

@@ -20,9 +20,9 @@ import anyio.lowlevel
 import msgspec
 
 from relay.engine.aggregator import HookOutcome, cap_output, cap_text
-from relay.engine.execution import Executor, Traces, make_trace, next_in_sequence
+from relay.engine.execution import Executor, Prepared, Traces, make_trace, next_in_sequence
 from relay.engine.registry import RegisteredHook
-from relay.engine.runner import run_spec
+from relay.engine.runner import StartedProcess, run_spec, start_spec
 from relay.protocol.answers import Answer, answer_from_value
 from relay.protocol.codec import EventEnvelope
 from relay.protocol.dialects import wire_name
@@ -57,14 +57,34 @@ async def run_plan(
     limiter = anyio.CapacityLimiter(executor.max_parallel)
     results: list[HookOutcome | None] = [None] * len(hooks)
     wire: dict[str, bytes] = {}
+    # Command hooks are spawned right away, one after another, while the limiter has room
+    # (each holds a token until it ends): creating 16 tasks first would delay every spawn.
+    started: dict[int, tuple[Prepared, StartedProcess]] = {}
 
     async def run(index: int, hook: RegisteredHook) -> None:
-        async with limiter:
-            results[index] = await _run_hook(executor, hook, envelope, wire, traces)
+        if index not in started:
+            async with limiter:
+                results[index] = await _run_hook(executor, hook, envelope, wire, traces)
+            return
+        prepared, process = started[index]
+        try:
+            results[index] = executor.outcome(prepared, envelope, await process.wait(), traces)
+        finally:
+            limiter.release_on_behalf_of(process)
 
-    async with anyio.create_task_group() as group:
+    try:
         for index, hook in enumerate(hooks):
-            group.start_soon(run, index, hook)
+            if hook.handler is None and limiter.available_tokens >= 1:
+                prepared = executor.prepare(hook, envelope, wire)
+                process = start_spec(prepared.spec)
+                limiter.acquire_on_behalf_of_nowait(process)
+                started[index] = prepared, process
+        async with anyio.create_task_group() as group:
+            for index, hook in enumerate(hooks):
+                group.start_soon(run, index, hook)
+    finally:
+        for _, process in started.values():  # cancelled before its task ran: still reaped
+            process.close()
     return [outcome for outcome in results if outcome is not None], warnings
 
 

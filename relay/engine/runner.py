@@ -261,6 +261,13 @@ async def run_process(
 
 async def run_spec(spec: ProcessSpec) -> ProcessResult:
     """`run_process` for a ProcessSpec."""
+    return await start_spec(spec).wait()
+
+
+def start_spec(spec: ProcessSpec) -> StartedProcess:
+    """Spawn a hook now, watched by the running asyncio loop; `wait()` (or `close()`) on the
+    result is then the caller's to call. Several hooks of one event are all spawned this way
+    before any is waited on, so the last starts as early as the spawns allow."""
     import asyncio  # already loaded: the caller is running in its loop
 
     started = time.perf_counter()
@@ -268,21 +275,50 @@ async def run_spec(spec: ProcessSpec) -> ProcessResult:
     try:
         hook = _HookProcess(spec, loop)
     except _SpawnError as exc:
-        return exc.result(started)
+        return StartedProcess(None, exc.result(started), started)
     try:
         hook.start()
-        while not hook.advance(loop.time()):
-            waker: asyncio.Future[None] = loop.create_future()
-            hook.on_change = functools.partial(_wake, waker)
-            timer = loop.call_at(hook.deadline, _wake, waker)
-            try:
-                await waker
-            finally:
-                timer.cancel()
-                hook.on_change = None
-    finally:
-        hook.close()  # also on cancellation: SIGKILL the group, reap, no orphan
-    return hook.result((time.perf_counter() - started) * 1000)
+    except BaseException:
+        hook.close()
+        raise
+    return StartedProcess(hook, None, started)
+
+
+class StartedProcess:
+    """A hook spawned by `start_spec` (or its spawn failure): `wait` for its result, or
+    `close` it unwaited (it is killed and reaped; idempotent, also after `wait`)."""
+
+    def __init__(self, hook: _HookProcess | None, failed: ProcessResult | None, started: float):
+        self._hook = hook
+        self._failed = failed
+        self._started = started
+
+    async def wait(self) -> ProcessResult:
+        """Run the hook to its end (exit, timeout, or cancellation: the group is killed)."""
+        hook = self._hook
+        if hook is None:
+            assert self._failed is not None
+            return self._failed
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        try:
+            while not hook.advance(loop.time()):
+                waker: asyncio.Future[None] = loop.create_future()
+                hook.on_change = functools.partial(_wake, waker)
+                timer = loop.call_at(hook.deadline, _wake, waker)
+                try:
+                    await waker
+                finally:
+                    timer.cancel()
+                    hook.on_change = None
+        finally:
+            hook.close()  # also on cancellation: SIGKILL the group, reap, no orphan
+        return hook.result((time.perf_counter() - self._started) * 1000)
+
+    def close(self) -> None:
+        if self._hook is not None:
+            self._hook.close()
 
 
 def _wake(waker: asyncio.Future[None]) -> None:
