@@ -204,30 +204,47 @@ _VISIBLE = "(m.project = :project OR m.project IS NULL)"
 # FTS5's bm25() is lower for better matches, hence the minus. julianday() reads the
 # ISO 8601 `...Z` form of created_at.
 _RECENCY = "(1.0 + :weight / (1.0 + max(julianday('now') - julianday(m.created_at), 0.0) / :days))"
-# A query's candidates: the matches FTS5 walks newest-stored first (rowid order, no
-# sort), with their bm25, without touching the memories table. See SqliteMemory._ranked.
-_CANDIDATES = """
-SELECT rowid, bm25(memories_fts, 1.0, 2.0, 0.0) FROM memories_fts
-WHERE memories_fts MATCH :match ORDER BY rowid DESC LIMIT :candidates
-"""
-# Which of a batch of candidates (:seqs, a JSON array) the search may show.
-_IN_SCOPE = f"""
-SELECT m.seq FROM json_each(:seqs) AS j JOIN memories AS m ON m.seq = j.value
-WHERE {_VISIBLE}
-"""
-_SCOPE_BATCH = 200
-# The best candidates (:best, [[seq, bm25], ...] as JSON) with their rows, the recency
-# lift applied, best first.
-_RANK = f"""
-WITH best(seq, bm25) AS (
-    SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:best)
+
+
+@functools.cache
+def _ranked_sql(matches: int) -> str:
+    """One statement for SqliteMemory._ranked over `matches` FTS5 queries (:match0, ...).
+
+    `found`: each query's newest :candidates matches (FTS5 walks rowids newest first, no
+    sort) with their bm25, without touching the memories table. `best`: the :ranked best
+    by the sum of their bm25 that the search may show (of equals, the newest), looked up
+    best first until there are enough (the sorted co-routine is the outer loop). Then those with their rows and
+    the recency lift, best first, :limit of them, after a 0; and last a row starting
+    with 1: how many `best` has, and whether some query had more matches than it brought.
+    """
+    arms = " UNION ALL ".join(
+        f"SELECT * FROM (SELECT {arm} AS arm, rowid AS seq,"
+        " bm25(memories_fts, 1.0, 2.0, 0.0) AS bm25 FROM memories_fts"
+        f" WHERE memories_fts MATCH :match{arm} ORDER BY rowid DESC LIMIT :candidates)"
+        for arm in range(matches)
+    )
+    return f"""
+WITH found AS MATERIALIZED ({arms}),
+best(seq, bm25) AS MATERIALIZED (
+    SELECT s.seq, s.bm25
+    FROM (SELECT seq, sum(bm25) AS bm25 FROM found GROUP BY seq ORDER BY 2, 1 DESC) AS s
+    CROSS JOIN memories AS m ON m.seq = s.seq
+    WHERE {_VISIBLE}
+    LIMIT :ranked
 )
-SELECT {_COLUMNS}, -best.bm25 * {_RECENCY} AS score, m.seq, -best.bm25, {_RECENCY}
-FROM best JOIN memories AS m ON m.seq = best.seq
-WHERE {_VISIBLE}
-ORDER BY score DESC, m.created_at DESC
-LIMIT :limit
+SELECT * FROM (
+    SELECT 0, {_COLUMNS}, -best.bm25 * {_RECENCY} AS score, m.seq, -best.bm25, {_RECENCY}
+    FROM best JOIN memories AS m ON m.seq = best.seq
+    ORDER BY score DESC, m.created_at DESC
+    LIMIT :limit
+)
+UNION ALL
+SELECT 1, (SELECT count(*) FROM best),
+    coalesce((SELECT max(n) FROM (SELECT count(*) AS n FROM found GROUP BY arm)), 0)
+    >= :candidates, {", ".join(["NULL"] * (_WIDTH + 2))}
 """
+
+
 # Rows of a search, after _COLUMNS: the score, seq, BM25 (higher is better; NULL when
 # no word matched) and the recency lift.
 _SCORE, _SEQ, _BM25, _LIFT = _WIDTH, _WIDTH + 1, _WIDTH + 2, _WIDTH + 3
@@ -524,9 +541,9 @@ class SqliteMemory:
         recency lift.
 
         FTS5 ranks the candidates: the newest SEARCH_CANDIDATES (1,000) matches of the
-        query, and for "any word" of each word (see _ranked); a memory older than that
-        is ranked only when fewer than 1,000 memories match. This keeps search p50 near
-        3 ms at 100,000 memories and 10 ms at 1,000,000 (tests/perf/bench_memory.py).
+        query, and for "any word" the newest 1,000 / len(words) of each word (see
+        _ranked, _with_any_word); a memory older than that is ranked only when fewer
+        memories match. The figures are in tests/perf/bench_memory.py.
         """
         every = self._ranked([_joined(words, "AND")], project, parameters)
         return self._with_any_word(words, project, parameters, every)
@@ -554,7 +571,13 @@ class SqliteMemory:
         # Fewer than asked have every word: those first, then those with any. Each word
         # brings its own candidates, so the few (and best) memories with a rare word are
         # not crowded out by the many with a common one.
-        more = self._ranked([_quoted(word) for word in words], project, parameters)
+        # The candidates are shared out: each word brings its newest 1,000 / len(words)
+        # matches. A rare word's matches are fewer than its share and all come; only the
+        # oldest matches of a common word, which weigh least, are left out.
+        share = max(SEARCH_CANDIDATES // len(words), 1)
+        more = self._ranked(
+            [_quoted(word) for word in words], project, parameters, candidates=share
+        )
         rows = every + [row for row in more if row[_SEQ] not in found][: limit - len(every)]
         return rows, len(every)
 
@@ -780,51 +803,40 @@ class SqliteMemory:
         project: str | None,
         parameters: dict[str, object],
         *,
+        candidates: int | None = None,
         scoped: bool = False,
     ) -> builtins.list[Any]:
-        """The best memories in scope for the sum of several FTS5 queries' bm25.
+        """The best memories in scope for the sum of several FTS5 queries' bm25, in one
+        statement (`_ranked_sql`).
 
-        Each query brings its newest SEARCH_CANDIDATES matches (FTS5 walks rowids newest
-        first, no sort) with their bm25. bm25 is a sum over the query's words, so for
-        one word per query the sum is the bm25 of "any of them" (a word's part is left
-        out only for memories older than that word's candidates: a common word, worth
-        little). The best RANKED by bm25 that are in scope get the recency lift.
+        Each query brings its newest `candidates` (SEARCH_CANDIDATES) matches (FTS5
+        walks rowids newest first, no sort) with their bm25. bm25 is a sum over the
+        query's words, so for one word per query the sum is the bm25 of "any of them" (a
+        word's part is left out only for memories older than that word's candidates: a
+        common word, worth little). The best RANKED by bm25 that are in scope get the
+        recency lift.
 
         The scope is not in the MATCH: FTS5 would read the whole list of the scope's
         memories for every query (bm25 counts each phrase's matches), the larger part
-        of the cost at 1,000,000 memories. The best candidates are checked against the
-        scope afterwards instead, a batch at a time. When that leaves fewer than RANKED
-        and some query had more matches than it brought (the scope's memories may be
-        older than other projects'), the queries run again `scoped`, the scope in the
-        MATCH: every match in scope is then within reach."""
-        scores: dict[int, float] = {}
-        truncated = False
+        of the cost at 1,000,000 memories. The candidates are looked up, best first,
+        until RANKED are in scope instead. When fewer are and some query had more
+        matches than it brought (the scope's memories may be older than other
+        projects'), the queries run again `scoped`, the scope in the MATCH: every match
+        in scope is then within reach."""
         within = f" AND scope : ({_scopes(project)})" if scoped else ""
-        for match in matches:
-            query = {
-                "match": f"{{content tags}} : ({match}){within}",
-                "candidates": SEARCH_CANDIDATES,
-            }
-            rows = self._fetch(_CANDIDATES, query)
-            truncated = truncated or len(rows) == SEARCH_CANDIDATES
-            for seq, bm25 in rows:
-                scores[seq] = scores.get(seq, 0.0) + bm25
-        ranked = max(RANKED, int(str(parameters["limit"])))
-        ordered = sorted(scores.items(), key=lambda item: item[1])
-        best: builtins.list[tuple[int, float]] = []
-        for start in range(0, len(ordered), _SCOPE_BATCH):
-            batch = dict(ordered[start : start + _SCOPE_BATCH])
-            seqs = _tags_encoder.encode(list(batch)).decode()
-            visible = {row[0] for row in self._fetch(_IN_SCOPE, {**parameters, "seqs": seqs})}
-            best += [(seq, bm25) for seq, bm25 in batch.items() if seq in visible]
-            if len(best) >= ranked:
-                break
-        if len(best) < ranked and truncated and not scoped:
-            return self._ranked(matches, project, parameters, scoped=True)
-        if not best:
-            return []
-        encoded = _tags_encoder.encode(best[:ranked]).decode()
-        return self._fetch(_RANK, {**parameters, "best": encoded})
+        candidates = SEARCH_CANDIDATES if candidates is None else candidates
+        query: dict[str, object] = {
+            **parameters,
+            "candidates": candidates,
+            "ranked": max(RANKED, int(str(parameters["limit"]))),
+        }
+        for arm, match in enumerate(matches):
+            query[f"match{arm}"] = f"{{content tags}} : ({match}){within}"
+        rows = self._fetch(_ranked_sql(len(matches)), query)
+        (_, in_best, truncated, *_) = next(row for row in rows if row[0] == 1)
+        if in_best < query["ranked"] and truncated and not scoped:
+            return self._ranked(matches, project, parameters, candidates=candidates, scoped=True)
+        return [row[1:] for row in rows if row[0] == 0]
 
     def get(self, memory_id: str) -> Memory | None:
         """The memory with this id, or None."""
