@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -315,6 +316,37 @@ async def test_fifo_and_dedup_by_key() -> None:
     assert recorder.data == b"first\rsecond\rthird\r"
     assert injector.delivered == ["first", "second", "third"]
     assert delivered == [("first", None), ("second", "msg-1"), ("third", None)]
+
+
+async def test_a_text_waits_for_its_admission_and_is_dropped_when_refused() -> None:
+    recorder = Recorder()
+    injector = make(recorder)
+    injector.observe_output(b"> ")
+    decisions = {"claimed": anyio.Event(), "taken elsewhere": anyio.Event()}
+    verdict = {"claimed": True, "taken elsewhere": False}
+
+    def admission(name: str) -> Callable[[], Any]:
+        async def admit() -> bool:
+            await decisions[name].wait()
+            return verdict[name]
+
+        return admit
+
+    assert injector.submit("refused", key="m-1", admit=admission("taken elsewhere"))
+    assert injector.submit("admitted", key="m-2", admit=admission("claimed"))
+    assert injector.submit("plain")
+    async with running(injector):
+        await anyio.sleep(QUIET * 3)  # ready long since: the head waits for its admission
+        assert recorder.data == b"" and injector.pending == 3
+        decisions["taken elsewhere"].set()
+        await anyio.sleep(QUIET * 3)  # dropped; the next one waits for its own
+        assert recorder.data == b"" and injector.pending == 2
+        decisions["claimed"].set()
+        await drained(injector)
+        # A refused key is forgotten: the message may come back and be typed then.
+        assert injector.submit("refused, then claimed", key="m-1")
+        await drained(injector)
+    assert recorder.data == b"admitted\rplain\rrefused, then claimed\r"
 
 
 async def test_each_text_waits_for_quiet_after_the_previous_delivery() -> None:

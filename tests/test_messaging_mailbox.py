@@ -146,6 +146,24 @@ def test_dead_after_max_attempts_and_the_sender_is_told(box: SqliteMailbox) -> N
     )
 
 
+def test_waiting_shows_what_a_claim_would_take_and_changes_nothing(box: SqliteMailbox) -> None:
+    sent = [box.send(team=TEAM, sender="Alice", recipient="Bob", body=str(n))[0] for n in range(4)]
+    assert [d.message.body for d in box.claim("Bob", team=TEAM, session_id="s1", limit=1)] == ["0"]
+    for _ in range(3):  # message 1 reaches max_attempts (3): the claim marks it dead instead
+        box.claim("Bob", team=TEAM, session_id="s0", limit=2)
+        box.typed(sent[1].id, "Bob", team=TEAM, session_id="s0")
+        box.release("Bob", [sent[1].id], team=TEAM, session_id="s0")
+    before = [(d.message.body, d.state, d.handed_at) for d in box.inbox("Bob", team=TEAM)]
+    # s2 would take over what the dead s1 and s0 held, then the queued mail, oldest first.
+    waiting = box.waiting("Bob", team=TEAM, session_id="s2", limit=10)
+    assert [d.message.body for d in waiting] == ["0", "2", "3"]
+    assert [(d.message.body, d.state, d.handed_at) for d in box.inbox("Bob", team=TEAM)] == before
+    assert [d.message.body for d in box.claim("Bob", team=TEAM, session_id="s2")] == ["0", "2", "3"]
+    assert box.waiting("Bob", team=TEAM, session_id="s2") == []  # its own hand-outs are not waiting
+    dead = box.delivery(sent[1].id, "Bob", team=TEAM)
+    assert dead is not None and dead.state == "dead"
+
+
 def test_denied_message_tells_the_sender(box: SqliteMailbox) -> None:
     sent, _ = box.send(team=TEAM, sender="Alice", recipient="Bob", body="spam")
     box.claim("Bob", team=TEAM, session_id="s1")
@@ -499,4 +517,33 @@ def test_a_claim_that_must_not_wait_says_busy_instead(tmp_path: Path) -> None:
         holder.close()
     (delivery,) = box.claim("Bob", team="t", session_id="s1", wait=False)
     assert delivery.message.body == "hi"
+    box.close()
+
+
+def test_a_read_that_must_not_wait_says_busy_while_another_thread_uses_the_mailbox(
+    tmp_path: Path,
+) -> None:
+    from relay.services.messaging.model import MailboxBusy
+
+    box = SqliteMailbox(tmp_path / "messages.db")
+    box.register_agent("Bob", team="t", session_id="s1", cwd=str(tmp_path))
+    box.send(team="t", sender="alice", recipient="Bob", body="hi")
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with box._lock:
+            holding.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert holding.wait(10)
+        with pytest.raises(MailboxBusy):
+            box.waiting("Bob", team="t", session_id="s1", wait=False)
+    finally:
+        release.set()
+        holder.join()
+    (delivery,) = box.waiting("Bob", team="t", session_id="s1", wait=False)
+    assert delivery.message.body == "hi" and delivery.state == "queued"
     box.close()

@@ -45,6 +45,7 @@ from relay.services.messaging.namespace import delivery_text
 
 if TYPE_CHECKING:
     from relay.services.messaging.nats import NatsMessaging
+    from relay.session.injector import Admit
 
 CLAIM_BATCH = 50
 HEARTBEAT_SECONDS = 10.0
@@ -53,8 +54,27 @@ DOORBELL_FALLBACK_SECONDS = 1.0
 _MARKER_TAIL = 16  # bytes kept between output chunks: a marker may be split across them
 
 Fire = Callable[[str, dict[str, Any]], Awaitable[AggregatedResult]]
-Submit = Callable[[str, str], bool]
+Submit = Callable[[str, str, "Admit | None"], bool]
+"""(text, message id, admit): queue the text for the agent (Injector.submit)."""
 Tell = Callable[[str], None]
+
+
+class _Admission:
+    """A message handed over before its claim was decided: typed only if claimed."""
+
+    def __init__(self) -> None:
+        self.decided = anyio.Event()
+        self.claimed = False
+        self.queued = False
+        """Whether the injector took the text (False: denied, or typed earlier)."""
+
+    def decide(self, claimed: bool) -> None:
+        self.claimed = claimed
+        self.decided.set()
+
+    async def admit(self) -> bool:
+        await self.decided.wait()
+        return self.claimed
 
 
 @dataclass
@@ -92,6 +112,8 @@ class SessionInbox:
         self._tail = b""
         self._claimed: dict[str, None] = {}
         """Message ids claimed and handed to the injector, not yet typed (in order)."""
+        self._admissions: dict[str, _Admission] = {}
+        """Messages handed to the injector, their claim not yet decided."""
         self._to_ack: list[tuple[str, str | None]] = []
         """Writes waiting, in order: (id, evidence) an acknowledgement, (id, None) a typing."""
         self._ack_ready = anyio.Event()
@@ -164,6 +186,7 @@ class SessionInbox:
             if awaiting.output_at is not None:
                 self._acknowledge(key, "output")
         await self._write_acks()
+        self._decide_all()
         untyped, self._claimed = list(self._claimed), {}
         try:
             # Claimed but never typed (a backlog at the end): queued again, no attempt spent.
@@ -253,32 +276,81 @@ class SessionInbox:
                 await anyio.sleep(config.pollMs / 1000)
 
     async def _claim_all(self) -> None:
+        """Hand the waiting mail over, then claim it.
+
+        What waits is read first, without the mailbox's write lock, and handed to the
+        injector at once, each message admitted for typing only once the claim has
+        taken it: a broadcast wakes every session of the machine together, and their
+        claims queue for the lock one after another. A message that arrived between the
+        read and the claim is handed over after it; one read but not claimed (gone to
+        another session meanwhile) is dropped from the injector untyped."""
         while True:
             try:
-                # In the loop when the mailbox is free (a claim takes about 0.1 ms, a hop
-                # to a worker thread more than that: a broadcast wakes every session at
-                # once); on a worker thread when another writer holds it.
-                deliveries = self.mailbox.claim(
-                    self.name,
-                    team=self.team,
-                    session_id=self.session_id,
-                    limit=CLAIM_BATCH,
-                    wait=False,
-                )
-            except MailboxBusy:
-                deliveries = await anyio.to_thread.run_sync(
-                    lambda: self.mailbox.claim(
-                        self.name, team=self.team, session_id=self.session_id, limit=CLAIM_BATCH
-                    )
-                )
+                for delivery in await self._waiting():
+                    key = delivery.message.id
+                    if key not in self._claimed and key not in self._admissions:
+                        admission = self._admissions[key] = _Admission()
+                        admission.queued = await self._deliver(delivery, admission)
+                deliveries = await self._claim()
+            except BaseException:  # nothing handed over is typed unclaimed, nor waits forever
+                self._decide_all()
+                raise
             for delivery in deliveries:
-                self._claimed[delivery.message.id] = None
-                await self._deliver(delivery)
+                key = delivery.message.id
+                handed = self._admissions.pop(key, None)
+                if handed is None:  # arrived after the read
+                    self._claimed[key] = None
+                    await self._deliver(delivery)
+                elif handed.queued:
+                    self._claimed[key] = None
+                    handed.decide(True)
+            self._decide_all()  # read, but not claimed: dropped untyped
             if len(deliveries) < CLAIM_BATCH:
                 return
 
-    async def _deliver(self, delivery: Delivery) -> None:
-        """MessageReceived hooks, then the injector (DESIGN §2: deny drops it, body rewrites it)."""
+    def _decide_all(self) -> None:
+        """Every message still waiting for its claim: not claimed."""
+        admissions, self._admissions = self._admissions, {}
+        for admission in admissions.values():
+            admission.decide(False)
+
+    async def _waiting(self) -> list[Delivery]:
+        """What the claim would take (Mailbox.waiting): read in the loop when the mailbox
+        is free (a read takes well under a millisecond, a hop to a worker thread more), on
+        a worker thread when another thread of this process is using it."""
+        try:
+            return self.mailbox.waiting(
+                self.name, team=self.team, session_id=self.session_id, limit=CLAIM_BATCH, wait=False
+            )
+        except MailboxBusy:
+            return await anyio.to_thread.run_sync(
+                lambda: self.mailbox.waiting(
+                    self.name, team=self.team, session_id=self.session_id, limit=CLAIM_BATCH
+                )
+            )
+
+    async def _claim(self) -> list[Delivery]:
+        try:
+            # In the loop when the mailbox is free (a claim takes about 0.1 ms); on a
+            # worker thread when another writer holds it.
+            return self.mailbox.claim(
+                self.name,
+                team=self.team,
+                session_id=self.session_id,
+                limit=CLAIM_BATCH,
+                wait=False,
+            )
+        except MailboxBusy:
+            return await anyio.to_thread.run_sync(
+                lambda: self.mailbox.claim(
+                    self.name, team=self.team, session_id=self.session_id, limit=CLAIM_BATCH
+                )
+            )
+
+    async def _deliver(self, delivery: Delivery, admission: _Admission | None = None) -> bool:
+        """MessageReceived hooks, then the injector (DESIGN §2: deny drops it, body rewrites
+        it); True when the injector took the text. With `admission`, typed only once
+        claimed."""
         message = delivery.message
         result = await self._fire(
             "MessageReceived",
@@ -295,7 +367,7 @@ class SessionInbox:
             await anyio.to_thread.run_sync(
                 lambda: self.mailbox.deny(message.id, self.name, team=self.team, reason=reason)
             )
-            return
+            return False
         if message.sender == SYSTEM_SENDER:
             # relay's own notices (a reply loop stopped, a message refused or dead) concern
             # the human as much as the agent: shown on the session's terminal too.
@@ -305,10 +377,12 @@ class SessionInbox:
         text = delivery_text(message, body)
         if result.inject:
             text += "\n" + result.inject
-        if not self._submit(text, message.id):
+        if not self._submit(text, message.id, admission.admit if admission else None):
             self._claimed.pop(message.id, None)  # typed earlier in this session: not released
             if debug_enabled():
                 debug(f"messaging: {message.id} already typed in this session")
+            return False
+        return True
 
     # -- acknowledging -------------------------------------------------------------------
 

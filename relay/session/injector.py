@@ -39,10 +39,14 @@ _MIN_CHUNK = len(PASTE_END) + 4  # a marker and the longest UTF-8 character fit
 Exclusive = Callable[[], AbstractAsyncContextManager[object]]
 
 
+Admit = Callable[[], Awaitable[bool]]
+
+
 @dataclass
 class _Message:
     text: str
     key: str | None
+    admit: Admit | None = None
 
 
 class Injector:
@@ -75,6 +79,11 @@ class Injector:
     a time. Such an agent cannot take a paste (its terminal driver submits each line of
     one), so paste mode is never used then, and a mode sequence printed meanwhile is
     displayed text (a shell's child `cat`-ing a file), not the agent's: it is ignored.
+
+    Admission: a text submitted with `admit` is typed only once `admit()` returns True
+    (awaited when the text is next and the agent ready); on False it is dropped and its
+    key forgotten. A session hands a message over while its claim in the mailbox is
+    still under way, and the claim decides.
 
     Bookkeeping: `delivered` lists the texts as sent, in order, and `on_delivered(text,
     key)` is called after each Enter is written (for the transcript, or to acknowledge a
@@ -163,11 +172,12 @@ class Injector:
 
     # ---- the queue
 
-    def submit(self, text: str, *, key: str | None = None) -> bool:
+    def submit(self, text: str, *, key: str | None = None, admit: Admit | None = None) -> bool:
         """Queue `text` (FIFO); False, and nothing queued, for an empty text or a key seen before.
 
         A key is remembered for the injector's lifetime: a message delivered once is
-        not typed again when it is submitted again.
+        not typed again when it is submitted again. `admit`: see Admission in the class
+        docstring.
         """
         if not text:
             return False
@@ -175,7 +185,7 @@ class Injector:
             if key in self._keys:
                 return False
             self._keys.add(key)
-        self._queue.append(_Message(text, key))
+        self._queue.append(_Message(text, key, admit))
         self._notify()
         return True
 
@@ -211,6 +221,16 @@ class Injector:
                 with anyio.move_on_after(wait if wait is not None else float("inf")):
                     await self._next_change()
                 continue
+            head = self._queue[0]
+            if head.admit is not None:
+                admitted = await head.admit()
+                head.admit = None
+                if not admitted:
+                    self._queue.popleft()
+                    if head.key is not None:
+                        self._keys.discard(head.key)
+                    self._notify()
+                continue  # time has passed: readiness is checked again
             async with self._hold():
                 # Keys may have arrived while the input was being acquired.
                 if self._time_to_ready() != 0:

@@ -67,7 +67,7 @@ from relay.session.directives import (
 )
 from relay.session.echo import EchoFilter
 from relay.session.inbox import SessionInbox
-from relay.session.injector import PASTE_END, PASTE_START, Injector
+from relay.session.injector import PASTE_END, PASTE_START, Admit, Injector
 from relay.session.lines import RecentOutput, clean_block
 from relay.session.pty import AgentExitedError, AgentPty
 from relay.session.screen import SETTLE_SECONDS, ScreenReader, draws_screen
@@ -219,17 +219,21 @@ class Session:
 
     # -- public -----------------------------------------------------------------------
 
-    def inject(self, text: str, *, key: str | None = None) -> bool:
-        """Queue text for the agent (typed in when it is ready); False if `key` was queued
-        before, or typing into the agent is off (`session.inject`)."""
+    def inject(self, text: str, *, key: str | None = None, admit: Admit | None = None) -> bool:
+        """Queue text for the agent (typed in when it is ready, and once `admit()` says
+        so: see Injector); False if `key` was queued before, or typing into the agent is
+        off (`session.inject`)."""
         if not self.inject_enabled:
             self._record("not-typed", text)
             return False
-        self._remember_injected(text)
         if self._injector is None:
+            if admit is not None:
+                return False  # (the inbox starts after the injector: never the case)
+            self._remember_injected(text)
             self._early_injects.append(text)
             return True
-        return self._injector.submit(text, key=key)
+        self._remember_injected(text)
+        return self._injector.submit(text, key=key, admit=admit)
 
     def _remember_injected(self, text: str) -> None:
         """Lines of injected text that look like directives: their echo is never read as one."""
@@ -825,7 +829,7 @@ class Session:
             name=self.name,
             session_id=self.session_id,
             fire=self._fire,
-            submit=lambda text, key: self.inject(text, key=key),
+            submit=lambda text, key, admit: self.inject(text, key=key, admit=admit),
             tell=self._tell_user,
         )
         try:

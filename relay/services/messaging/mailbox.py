@@ -267,15 +267,20 @@ class SqliteMailbox:
     def _error(self, message: str) -> MessagingError:
         return MessagingError(message, store=str(self.path))
 
-    def _read(self, work: Callable[[sqlite3.Connection], Result]) -> Result:
-        with self._lock:
+    def _read(self, work: Callable[[sqlite3.Connection], Result], *, wait: bool = True) -> Result:
+        """Run `work` on the connection (`wait=False`: MailboxBusy at once when another
+        thread holds it)."""
+        if not self._lock.acquire(blocking=wait):
+            raise MailboxBusy(str(self.path))
+        try:
             connection = self._connect()
-            try:
-                # In WAL mode a read is rarely refused (another connection recovering the
-                # WAL after a crash, or checkpointing as it closes), and can be tried again.
-                return _when_free(lambda: work(connection))
-            except sqlite3.Error as exc:
-                raise self._error(str(exc)) from None
+            # In WAL mode a read is rarely refused (another connection recovering the
+            # WAL after a crash, or checkpointing as it closes), and can be tried again.
+            return _when_free(lambda: work(connection))
+        except sqlite3.Error as exc:
+            raise self._error(str(exc)) from None
+        finally:
+            self._lock.release()
 
     def _write(
         self,
@@ -866,18 +871,7 @@ class SqliteMailbox:
         now = utc_now()
 
         def work(db: sqlite3.Connection) -> tuple[list[Delivery], set[str]]:
-            rows = db.execute(_CLAIMABLE_QUEUED, (team, name, limit)).fetchall()
-            elsewhere = sorted(
-                row[0] for row in db.execute(_CLAIMABLE_ELSEWHERE, (team, name, session_id))
-            )[:limit]
-            if elsewhere:  # a session of this agent died with mail handed to it
-                rows += db.execute(
-                    f"SELECT {_DELIVERY_COLUMNS}, d.seq FROM deliveries d JOIN messages m"
-                    " ON m.seq = d.seq WHERE d.team = ? AND d.recipient = ?"
-                    f" AND d.seq IN ({', '.join('?' * len(elsewhere))})",
-                    (team, name, *elsewhere),
-                ).fetchall()
-                rows = sorted(rows, key=lambda row: int(row[-1]))[:limit]
+            rows = _claimable(db, team, name, session_id, limit)
             handed: list[Delivery] = []
             told: set[str] = set()
             for row in rows:
@@ -913,6 +907,23 @@ class SqliteMailbox:
         # notices it may queue go with it, consistently).
         handed, _ = self._write(work, durable=False, wait=wait)
         return handed
+
+    def waiting(
+        self, name: str, *, team: str, session_id: str, limit: int = 100, wait: bool = True
+    ) -> list[Delivery]:
+        """What `claim` would hand this session now, read without taking the write lock
+        (in WAL mode a reader never waits for a writer) and without handing anything out:
+        so a session can prepare its mail while the claim waits its turn. Deliveries
+        that `claim` will mark dead instead are left out. `wait=False`: MailboxBusy at
+        once when another thread of this process is using the mailbox."""
+
+        def work(db: sqlite3.Connection) -> list[Delivery]:
+            deliveries = [
+                _delivery(row[:-1]) for row in _claimable(db, team, name, session_id, limit)
+            ]
+            return [delivery for delivery in deliveries if delivery.attempts < self.max_attempts]
+
+        return self._read(work, wait=wait)
 
     def typed(self, message_id: str, recipient: str, *, team: str, session_id: str) -> bool:
         """The session typed the message into the agent (its Enter written): count the
@@ -1106,6 +1117,26 @@ class _PairHistory:
                 or 0
             )
         return self._from_human[recipient]
+
+
+def _claimable(
+    db: sqlite3.Connection, team: str, name: str, session_id: str, limit: int
+) -> builtins.list[Any]:
+    """The rows (_DELIVERY_COLUMNS and seq) of what `name`'s session may claim, oldest
+    first: its queued mail, and mail handed to another session of it that died."""
+    rows = db.execute(_CLAIMABLE_QUEUED, (team, name, limit)).fetchall()
+    elsewhere = sorted(
+        row[0] for row in db.execute(_CLAIMABLE_ELSEWHERE, (team, name, session_id))
+    )[:limit]
+    if elsewhere:  # a session of this agent died with mail handed to it
+        rows += db.execute(
+            f"SELECT {_DELIVERY_COLUMNS}, d.seq FROM deliveries d JOIN messages m"
+            " ON m.seq = d.seq WHERE d.team = ? AND d.recipient = ?"
+            f" AND d.seq IN ({', '.join('?' * len(elsewhere))})",
+            (team, name, *elsewhere),
+        ).fetchall()
+        rows = sorted(rows, key=lambda row: int(row[-1]))[:limit]
+    return rows
 
 
 def _when_free(attempt: Callable[[], Result]) -> Result:

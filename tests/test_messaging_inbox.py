@@ -1,0 +1,147 @@
+"""A session's inbox on a real mailbox file: mail is handed to the injector before its
+claim is decided, and typed only once claimed (relay/session/inbox.py)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from relay.config.model import MessagingConfig
+from relay.protocol.output import AggregatedResult
+from relay.services.messaging.mailbox import SqliteMailbox
+from relay.services.messaging.messenger import Messenger
+from relay.session.inbox import SessionInbox
+
+pytestmark = pytest.mark.anyio
+TEAM = "default"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def sender(relay_home: Path) -> Iterator[SqliteMailbox]:
+    """Another process's connection to the same mailbox."""
+    box = SqliteMailbox(relay_home / "state" / "messages.db", max_per_minute=1000)
+    yield box
+    box.close()
+
+
+class Handed:
+    """What the inbox gave the injector: (text, admission verdict or None when unasked)."""
+
+    def __init__(self) -> None:
+        self.texts: list[tuple[str, str, Callable[[], Any] | None]] = []
+        self.arrived = anyio.Event()
+
+    def submit(self, text: str, key: str, admit: Callable[[], Any] | None) -> bool:
+        self.texts.append((text, key, admit))
+        self.arrived.set()
+        return True
+
+    async def verdicts(self) -> list[tuple[str, bool | None]]:
+        with anyio.fail_after(10):
+            return [
+                (text.rsplit(" ", 1)[-1], None if admit is None else await admit())
+                for text, _, admit in self.texts
+            ]
+
+
+@asynccontextmanager
+async def inbox(handed: Handed, name: str = "Bob") -> AsyncIterator[SessionInbox]:
+    async def fire(event: str, payload: dict[str, Any]) -> AggregatedResult:
+        return AggregatedResult(hook_event_name=event)
+
+    messenger = Messenger(MessagingConfig(team=TEAM, ackTimeoutSeconds=60))
+    session = SessionInbox(
+        messenger,
+        name=name,
+        session_id=f"{name}-session",
+        fire=fire,
+        submit=handed.submit,
+        tell=lambda text: None,
+    )
+    await session.register(cwd=".")
+    async with anyio.create_task_group() as group:
+        group.start_soon(session.run)
+        try:
+            yield session
+        finally:
+            group.cancel_scope.cancel()
+    await session.close()
+    messenger.mailbox.close()
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    with anyio.fail_after(10):
+        while not condition():
+            await anyio.sleep(0.01)
+
+
+async def test_mail_is_typed_only_once_claimed(sender: SqliteMailbox) -> None:
+    handed = Handed()
+    async with inbox(handed) as session:
+        sender.send(team=TEAM, sender="Alice", recipient="Bob", body="hello")
+        await until(lambda: len(handed.texts) == 1)
+        assert await handed.verdicts() == [("hello", True)]
+        (delivery,) = sender.inbox("Bob", team=TEAM)
+        assert delivery.state == "handed"
+        session.on_delivered(handed.texts[0][1])  # typed: the attempt counts
+        await until(lambda: sender.inbox("Bob", team=TEAM)[0].attempts == 1)
+
+
+async def test_mail_taken_in_elsewhere_after_the_read_is_never_typed(
+    sender: SqliteMailbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race the early hand-over opens: between this session's read and its claim,
+    the message is taken in some other way (here another connection acknowledges it, as
+    a host's hook answer would). The inbox then refuses its admission: the injector
+    drops it untyped."""
+    handed = Handed()
+    rival = SqliteMailbox(sender.path)
+    async with inbox(handed) as session:
+        read = session.mailbox.waiting
+
+        def read_then_lose_the_race(*args: Any, **options: Any) -> Any:
+            found = read(*args, **options)
+            for delivery in found:
+                rival.ack(delivery.message.id, "Bob", team=TEAM, evidence="output")
+            return found
+
+        monkeypatch.setattr(session.mailbox, "waiting", read_then_lose_the_race)
+        sender.send(team=TEAM, sender="Alice", recipient="Bob", body="contested")
+        await until(lambda: len(handed.texts) == 1)
+        assert await handed.verdicts() == [("contested", False)]
+        monkeypatch.undo()
+        # Mail after it is handed over and claimed as usual.
+        sender.send(team=TEAM, sender="Alice", recipient="Bob", body="next")
+        await until(lambda: len(handed.texts) == 2)
+        assert (await handed.verdicts())[1] == ("next", True)
+    rival.close()
+
+
+async def test_mail_arriving_between_the_read_and_the_claim_is_handed_over_claimed(
+    sender: SqliteMailbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handed = Handed()
+    async with inbox(handed) as session:
+        read = session.mailbox.waiting
+
+        def read_then_more_arrives(*args: Any, **options: Any) -> Any:
+            found = read(*args, **options)
+            if found and len(handed.texts) == 0:
+                sender.send(team=TEAM, sender="Alice", recipient="Bob", body="late")
+            return found
+
+        monkeypatch.setattr(session.mailbox, "waiting", read_then_more_arrives)
+        sender.send(team=TEAM, sender="Alice", recipient="Bob", body="early")
+        await until(lambda: len(handed.texts) == 2)
+        # "late" was claimed before it was handed over: nothing to ask.
+        assert await handed.verdicts() == [("early", True), ("late", None)]
