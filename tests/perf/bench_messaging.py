@@ -11,7 +11,10 @@ Not a pytest module. In one run:
 - the tail under load: the same with 8 receiver processes running at once, each its
   own agent and SessionInbox, the sender writing to them in turn (p99 against the
   single receiver's p99 of the same run); and broadcasts (`*`) to those 8, timed per
-  receiver and to the last of the 8 being handed the message.
+  receiver and to the last of the 8 being handed the message; then the floor under a
+  broadcast on this machine: the sender's send() alone (durable commit included, sent
+  as far apart as the broadcasts), and 8 processes that only wait in an event loop on a
+  doorbell, poked together.
 - messages per second through the embedded mailbox: one sender, one transaction per
   send (synchronous=FULL), and the recipient claiming and acknowledging them all.
 - send -> handed across NATS on loopback (a real nats-server), when the server binary
@@ -63,7 +66,7 @@ async def main():
     async def fire(event, payload):
         return await hooks.fire(event, {"session_id": "bench", "cwd": cwd, **payload})
 
-    def submit(text, key):
+    def submit(text, key, admit=None):
         handed_ns = time.monotonic_ns()
         index, sent_ns = text.rsplit(": ", 1)[1].split()
         latencies.append((int(index), (handed_ns - int(sent_ns)) / 1e6))
@@ -86,6 +89,84 @@ anyio.run(main)
 with open(out, "w") as f:
     json.dump(latencies, f)
 """
+
+
+WAKER = r"""
+import json, sys, time
+import anyio
+from relay.services.messaging.doorbell import Doorbell
+
+address, count = bytes.fromhex(sys.argv[1]), int(sys.argv[2])
+woken = []
+
+async def main():
+    with Doorbell(address) as bell:
+        print("ready", flush=True)
+        while len(woken) < count:
+            if await bell.wait(5):
+                woken.append(time.monotonic_ns())
+
+anyio.run(main)
+print(json.dumps(woken), flush=True)
+"""
+
+
+def bench_wake_floor(receivers: int, count: int, gap: float) -> list[list[float]]:
+    """The floor under a broadcast's hand-out on this machine: `receivers` processes, each
+    an event loop waiting on a doorbell and doing nothing else, poked together `count`
+    times, `gap` s apart; poke -> awake latencies (ms), one list per poke."""
+    from relay.services.messaging.doorbell import new_bell_address, ring_all
+
+    addresses = [new_bell_address() for _ in range(receivers)]
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", WAKER, address.hex(), str(count)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for address in addresses
+    ]
+    try:
+        for process in processes:
+            assert process.stdout is not None
+            if process.stdout.readline().strip() != "ready":
+                raise SystemExit("a waker did not start")
+        rung = []
+        for _ in range(count):
+            rung.append(time.monotonic_ns())
+            ring_all(addresses)
+            time.sleep(gap)
+        woken = []
+        for process in processes:
+            assert process.stdout is not None
+            woken.append(json.loads(process.stdout.readline()))
+            process.wait(timeout=30)
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    return [[(times[index] - at) / 1e6 for times in woken] for index, at in enumerate(rung)]
+
+
+def bench_broadcast_send(folder: Path, receivers: int, count: int, gap: float) -> list[float]:
+    """The sender's part of a broadcast alone: `send` to `*` with `receivers` agents
+    registered (no session listening), durable commit included, `gap` s apart as in the
+    broadcast series (a send after an idle gap costs more than one right after another);
+    ms per send."""
+    from relay.services.messaging.mailbox import SqliteMailbox
+
+    box = SqliteMailbox(folder / f"send-{time.monotonic_ns()}.db", max_per_minute=10**9)
+    for index in range(receivers):
+        box.register_agent(f"Receiver{index}", team="default", session_id=f"s{index}")
+    times = []
+    for index in range(count):
+        started = time.perf_counter()
+        box.send(team="default", sender="Sender", recipient="*", body=f"broadcast {index}")
+        times.append((time.perf_counter() - started) * 1000)
+        time.sleep(gap)
+    box.close()
+    return times
 
 
 def _environment(home: Path) -> dict[str, str]:
@@ -180,7 +261,7 @@ def bench_latency(
                 process.wait()
     per_message: list[list[float]] = [[] for _ in range(count)]
     for name in names:
-        for index, latency in json.loads((home / f"{name}.json").read_text()):
+        for index, latency, *_ in json.loads((home / f"{name}.json").read_text()):
             per_message[index].append(latency)
     return per_message
 
@@ -342,6 +423,18 @@ def bench_tail(folder: Path, count: int, broadcasts: int) -> list[str]:
         missed.append(
             f"broadcast to {RECEIVERS}, last handed p50 {last_p50:.2f} ms > {TARGET_BROADCAST_P50_MS} ms"
         )
+    # What this machine allows: the sender's part, and waking the receivers at all.
+    send_p50, _ = _percentiles(bench_broadcast_send(folder, RECEIVERS, broadcasts, 0.02))
+    woken = bench_wake_floor(RECEIVERS, broadcasts, 0.02)
+    wake_each, _ = _percentiles(_flat(woken))
+    wake_last, _ = _percentiles([max(latencies) for latencies in woken])
+    print(
+        f"  the floor under it here: the broadcast's send() alone (durable commit included)"
+        f" p50 {send_p50:.2f} ms; {RECEIVERS} idle event loops woken by their doorbells,"
+        f" no mailbox: each p50 {wake_each:.2f} ms, the last p50 {wake_last:.2f} ms;"
+        f" together {send_p50 + wake_last:.2f} ms, relay's receiving work the remaining"
+        f" {last_p50 - send_p50 - wake_last:.2f} ms"
+    )
     return missed
 
 
