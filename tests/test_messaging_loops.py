@@ -6,6 +6,7 @@ cool-down. In the mailbox (counting, cool-down, broadcasts, notices) and with re
 from __future__ import annotations
 
 import json
+import random
 import sqlite3
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 from scripted_sessions import RELAY, finish, wait_for
 
+from relay.services.messaging import mailbox as mailbox_module
 from relay.services.messaging.mailbox import SCHEMA_VERSION, SqliteMailbox
 from relay.services.messaging.model import LoopStoppedError, RateLimitedError
 
@@ -168,6 +170,45 @@ def test_broadcasts_count_for_each_pair_they_reach(box: SqliteMailbox) -> None:
     with pytest.raises(LoopStoppedError):
         send(box, "Alice", "Carol")
     send(box, "Bob", "Carol")
+
+
+def test_skipping_recipients_that_never_replied_changes_no_decision(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broadcast checks only the recipients that ever wrote to the sender or to everyone
+    (mailbox._replied): the same random exchanges, with and without that shortcut, are
+    refused at the same places."""
+    names = ["Alice", "Bob", "Carol", "Dan"]
+    rng = random.Random(5)
+    # Now and then a human writes (to one agent or all), which lets stopped pairs resume;
+    # Dan only ever writes to everyone.
+    script = [
+        ("pat" if rng.random() < 0.1 else rng.choice(names), rng.choice([*names, "*", "*"]))
+        for _ in range(400)
+    ]
+    script = [(sender, "*" if sender == "Dan" else recipient) for sender, recipient in script]
+
+    def outcomes(path: Path) -> list[str]:
+        box = SqliteMailbox(path, max_per_minute=10_000, max_exchanges=4, loop_cooldown=600)
+        for name in names:
+            box.register_agent(name, team=TEAM, session_id=name.lower())
+        seen = []
+        for sender, recipient in script:
+            if sender == recipient:
+                continue
+            try:
+                send(box, sender, recipient, human=sender == "pat")
+                seen.append("sent")
+            except LoopStoppedError as refused:
+                seen.append(f"stopped with {refused.other}")
+        box.close()
+        return seen
+
+    shortcut = outcomes(tmp_path / "shortcut.db")
+    monkeypatch.setattr(mailbox_module, "_replied", lambda db, team, sender, names: set(names))
+    everyone = outcomes(tmp_path / "everyone.db")
+    assert shortcut == everyone
+    assert shortcut.count("sent") > 50 and any(o.startswith("stopped") for o in shortcut)
 
 
 def test_check_limits_applies_the_loop_guard_and_the_rate_limit(tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import json
 import os
 import random
 import socket
@@ -728,8 +729,12 @@ class SqliteMailbox:
         """
         now = datetime.now(UTC)
         history = _PairHistory(db, team, self.max_exchanges)
+        # A run needs messages from both: of a broadcast's recipients, only those that
+        # ever wrote to the sender or to everyone can be in a loop with it (one index
+        # seek each, in one statement, instead of reading every pair's history).
+        replied = _replied(db, team, sender, recipients) if len(recipients) > 1 else None
         for other in recipients:
-            if other == sender:
+            if other == sender or (replied is not None and other not in replied):
                 continue
             row = self._agent_row(db, team, other)
             if row is None or row.kind != "agent":
@@ -1117,6 +1122,18 @@ class _PairHistory:
                 or 0
             )
         return self._from_human[recipient]
+
+
+def _replied(db: sqlite3.Connection, team: str, sender: str, names: Sequence[str]) -> set[str]:
+    """Which of `names` ever sent a message to `sender` or to everyone."""
+    return {
+        row[0]
+        for row in db.execute(
+            "SELECT j.value FROM json_each(?3) AS j WHERE EXISTS (SELECT 1 FROM messages"
+            " WHERE team = ?1 AND sender = j.value AND recipient IN (?2, '*'))",
+            (team, sender, json.dumps(list(names))),
+        )
+    }
 
 
 def _claimable(
