@@ -139,6 +139,20 @@ def test_only_the_newest_candidates_are_ranked(
     assert {hit.memory.id for hit in hits} == {memory.id for memory in newer}
 
 
+@pytest.mark.parametrize("query", ["zebra", "zebra stripes"])
+def test_the_best_candidates_by_bm25_are_ranked_not_the_newest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, query: str
+) -> None:
+    """Of the candidates, the RANKED best by BM25 get the recency lift: an older, much
+    better match beats newer weak ones even when only two are ranked."""
+    monkeypatch.setattr("relay.services.memory.sqlite.RANKED", 2)
+    with SqliteMemory(tmp_path / "memory.db", semantic=False) as store:
+        best = store.add("zebra stripes", tags=["zebra"])
+        for number in range(6):
+            store.add(f"zebra stripes seen once among many other unrelated words, note {number}")
+        assert store.search(query, limit=1)[0].memory == best
+
+
 def test_all_words_first_then_any_word(store: SqliteMemory) -> None:
     both = store.add("redis cache eviction policy")
     one = store.add("redis connection pool")

@@ -212,10 +212,10 @@ def _ranked_sql(matches: int) -> str:
 
     `found`: each query's newest :candidates matches (FTS5 walks rowids newest first, no
     sort) with their bm25, without touching the memories table. `best`: the :ranked best
-    by the sum of their bm25 that the search may show (of equals, the newest), looked up
-    best first until there are enough (the sorted co-routine is the outer loop). Then those with their rows and
-    the recency lift, best first, :limit of them, after a 0; and last a row starting
-    with 1: how many `best` has, and whether some query had more matches than it brought.
+    by the sum of their bm25 (a single query's needs no sum) that the search may show, of
+    equals the newest. Then those with their rows and the recency lift, best first,
+    :limit of them, after a 0; and last a row starting with 1: how many `best` has, and
+    whether some query had more matches than it brought.
     """
     arms = " UNION ALL ".join(
         f"SELECT * FROM (SELECT {arm} AS arm, rowid AS seq,"
@@ -227,9 +227,12 @@ def _ranked_sql(matches: int) -> str:
 WITH found AS MATERIALIZED ({arms}),
 best(seq, bm25) AS MATERIALIZED (
     SELECT s.seq, s.bm25
-    FROM (SELECT seq, sum(bm25) AS bm25 FROM found GROUP BY seq ORDER BY 2, 1 DESC) AS s
+    FROM (SELECT seq, {"sum(bm25)" if matches > 1 else "bm25"} AS bm25 FROM found{
+        " GROUP BY seq" if matches > 1 else ""
+    }) AS s
     CROSS JOIN memories AS m ON m.seq = s.seq
     WHERE {_VISIBLE}
+    ORDER BY s.bm25, s.seq DESC
     LIMIT :ranked
 )
 SELECT * FROM (
