@@ -729,12 +729,12 @@ class SqliteMailbox:
         """
         now = datetime.now(UTC)
         history = _PairHistory(db, team, self.max_exchanges)
-        # A run needs messages from both: of a broadcast's recipients, only those that
-        # ever wrote to the sender or to everyone can be in a loop with it (one index
-        # seek each, in one statement, instead of reading every pair's history).
-        replied = _replied(db, team, sender, recipients) if len(recipients) > 1 else None
+        # A run needs messages from both: only recipients that ever wrote to the sender or
+        # to everyone can be in a loop with it (one index seek each, in one statement,
+        # instead of reading every pair's history).
+        replied = _replied(db, team, sender, recipients)
         for other in recipients:
-            if other == sender or (replied is not None and other not in replied):
+            if other == sender or other not in replied:
                 continue
             row = self._agent_row(db, team, other)
             if row is None or row.kind != "agent":
