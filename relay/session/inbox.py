@@ -282,8 +282,9 @@ class SessionInbox:
         injector at once, each message admitted for typing only once the claim has
         taken it: a broadcast wakes every session of the machine together, and their
         claims queue for the lock one after another. A message that arrived between the
-        read and the claim is handed over after it; one read but not claimed (gone to
-        another session meanwhile) is dropped from the injector untyped."""
+        read and the claim is handed over after it; one read but not claimed (meanwhile
+        acknowledged or refused some other way, such as a host's hook answer) is dropped
+        from the injector untyped."""
         while True:
             try:
                 for delivery in await self._waiting():
