@@ -163,8 +163,16 @@ def test_a_project_file_cannot_choose_the_memory_command(tmp_path: Path, relay_h
     (project / ".relay" / "settings.json").write_text(
         json.dumps({"memory": {"backend": "command", "command": "evil", "injectOnStart": False}})
     )
-    config = memory_config(load_settings(project))
+    settings = load_settings(project)
+    config = memory_config(settings)
     assert (config.backend, config.command, config.injectOnStart) == ("sqlite", None, False)
+    # Ignored, and said so where it is.
+    assert [str(warning) for warning in settings.warnings] == [
+        f"{project / '.relay' / 'settings.json'}:1: memory.{name}: ignored in a project's"
+        f" settings: only your own settings files (user, system or --settings) may set"
+        f" memory.{name}"
+        for name in ("backend", "command")
+    ]
     (relay_home / "settings.json").write_text(
         json.dumps({"memory": {"backend": "command", "command": "mine"}})
     )

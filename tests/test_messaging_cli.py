@@ -152,12 +152,20 @@ def test_a_project_file_cannot_choose_the_transport_team_or_limits(tmp_path: Pat
             }
         )
     )
-    config = messaging_config(load_settings(project))
+    settings = load_settings(project)
+    config = messaging_config(settings)
     default = MessagingConfig()
     assert (config.transport, config.nats, config.team) == ("sqlite", None, default.team)
     assert (config.maxPerMinute, config.maxAttempts) == (default.maxPerMinute, default.maxAttempts)
     assert (config.maxExchanges, config.loopCooldownMinutes) == (20, 10.0)
     assert config.pollMs == 100  # a setting that chooses nothing dangerous still applies
+    ignored = [warning.path for warning in settings.warnings]
+    assert ignored == [
+        f"messaging.{name}"
+        for name in ("transport", "nats", "team", "maxAttempts", "maxPerMinute", "maxExchanges")
+        + ("loopCooldownMinutes",)
+    ]
+    assert all(warning.line is not None for warning in settings.warnings)
     user = tmp_path / "user.json"
     user.write_text(
         json.dumps({"messaging": {"transport": "nats", "nats": {"url": "nats://127.0.0.1:1"}}})

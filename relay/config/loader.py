@@ -21,6 +21,8 @@ import msgspec
 from relay.config.matcher import matcher_problem
 from relay.config.model import (
     MILLISECOND_SUSPECT,
+    TRUST_REQUIRED,
+    USER_ONLY,
     ConfigWarning,
     HookEntry,
     HookGroup,
@@ -110,6 +112,8 @@ def check_settings(data: bytes, *, file: str, scope: Scope) -> SettingsReport:
         return SettingsReport(file=file, scope=scope, settings=Settings())
     reader = _SettingsReader(text, file)
     settings = reader.convert(document, Settings, ())
+    if scope in TRUST_REQUIRED:
+        reader.check_user_only(document)
     return SettingsReport(
         file=file,
         scope=scope,
@@ -389,6 +393,23 @@ class _SettingsReader:
                 if suggestion is not None:
                     message += f" (did you mean {suggestion!r}?)"
                 self._warn(("hooks", name), message)
+
+    def check_user_only(self, document: Any) -> None:
+        """A project file setting what only the user's own files may (model.USER_ONLY):
+        ignored, and said so, where it is."""
+        if not isinstance(document, dict):
+            return
+        for section, names in USER_ONLY.items():
+            values = document.get(section)
+            if not isinstance(values, dict):
+                continue
+            for name in names:
+                if name in values:
+                    self._warn(
+                        (section, name),
+                        f"ignored in a project's settings: only your own settings files (user,"
+                        f" system or --settings) may set {section}.{name}",
+                    )
 
     def _warn(self, path: FieldPath, message: str) -> None:
         position = self._positions.locate(path)

@@ -22,6 +22,27 @@ SCOPE_ORDER: dict[str, int] = {
 
 TRUST_REQUIRED: frozenset[str] = frozenset({"project", "project-local"})
 
+USER_ONLY_MEMORY = ("backend", "command", "transport", "team", "syncSeconds", "scope")
+"""`memory` settings read only from files the user controls: a project file cannot choose
+a program to run, switch sharing on, pick the team or the server memories go to, or make
+the agent's saves go to the team by default (a cloned repository that could would let
+anything the agent reads there plant memories in every teammate's sessions)."""
+USER_ONLY_MESSAGING = (
+    "transport",
+    "nats",
+    "team",
+    "maxAttempts",
+    "maxPerMinute",
+    "maxExchanges",
+    "loopCooldownMinutes",
+)
+"""`messaging` settings read only from files the user controls: a project file cannot send
+the team's messages to a server of its choosing, join another team, or loosen the limits
+that stop agents flooding each other or replying to each other forever."""
+USER_ONLY = {"memory": USER_ONLY_MEMORY, "messaging": USER_ONLY_MESSAGING}
+"""By section: the settings a file of a TRUST_REQUIRED scope may not set (ignored there,
+with a warning)."""
+
 DEFAULT_TIMEOUT = 60.0
 MILLISECOND_SUSPECT = 600.0
 

@@ -5,15 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from relay.config.discovery import SettingsSet, section_of
-from relay.config.model import MemoryConfig
+from relay.config.model import USER_ONLY_MEMORY, MemoryConfig
 from relay.services.memory.model import MemoryService
 from relay.services.memory.sharing import TeamSharing
-
-USER_ONLY_MEMORY = ("backend", "command", "transport", "team", "syncSeconds", "scope")
-"""`memory` settings read only from files the user controls: a project file cannot choose
-a program to run, switch sharing on, pick the team or the server memories go to, or make
-the agent's saves go to the team by default (a cloned repository that could would let
-anything the agent reads there plant memories in every teammate's sessions)."""
 
 
 def memory_config(settings: SettingsSet) -> MemoryConfig:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import anyio.to_thread
 
 from relay.config.discovery import SettingsSet, section_of
-from relay.config.model import MessagingConfig
+from relay.config.model import USER_ONLY_MESSAGING, MessagingConfig
 from relay.services.messaging.mailbox import SqliteMailbox
 from relay.services.messaging.model import (
     Agent,
@@ -22,20 +22,6 @@ from relay.services.messaging.model import (
 
 if TYPE_CHECKING:
     from relay.services.messaging.nats import NatsMessaging
-
-
-USER_ONLY_MESSAGING = (
-    "transport",
-    "nats",
-    "team",
-    "maxAttempts",
-    "maxPerMinute",
-    "maxExchanges",
-    "loopCooldownMinutes",
-)
-"""`messaging` settings read only from files the user controls: a project file cannot send
-the team's messages to a server of its choosing, join another team, or loosen the limits
-that stop agents flooding each other or replying to each other forever."""
 
 
 def messaging_config(settings: SettingsSet) -> MessagingConfig:
