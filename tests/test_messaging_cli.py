@@ -131,7 +131,7 @@ def test_the_nats_client_is_never_imported_without_the_nats_transport(
 
 def test_a_project_file_cannot_choose_the_transport_team_or_limits(tmp_path: Path) -> None:
     from relay.config.discovery import load_settings
-    from relay.config.model import MessagingConfig
+    from relay.config.model import USER_ONLY_MESSAGING, MessagingConfig
     from relay.services.messaging.messenger import messaging_config
 
     project = tmp_path / "proj"
@@ -160,11 +160,7 @@ def test_a_project_file_cannot_choose_the_transport_team_or_limits(tmp_path: Pat
     assert (config.maxExchanges, config.loopCooldownMinutes) == (20, 10.0)
     assert config.pollMs == 100  # a setting that chooses nothing dangerous still applies
     ignored = [warning.path for warning in settings.warnings]
-    assert ignored == [
-        f"messaging.{name}"
-        for name in ("transport", "nats", "team", "maxAttempts", "maxPerMinute", "maxExchanges")
-        + ("loopCooldownMinutes",)
-    ]
+    assert ignored == [f"messaging.{name}" for name in USER_ONLY_MESSAGING]
     assert all(warning.line is not None for warning in settings.warnings)
     user = tmp_path / "user.json"
     user.write_text(
