@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -373,3 +374,56 @@ def test_a_relay_run_session_starts_with_what_the_team_saved(
     assert answer.endswith("], shared with team a")
     shared_id = answer.split("[", 1)[1].split("]", 1)[0]
     assert cli(env_a, "sync", cwd=tmp_path)["saved"] == [shared_id]
+
+
+def test_a_running_session_picks_up_the_team_s_memories_every_sync_seconds(
+    server: NatsServer, tmp_path: Path
+) -> None:
+    """memory.syncSeconds: a memory saved on A while B's session runs is found by B's agent
+    a sync period later, without B's session restarting (its search reads its own store)."""
+    env_a = relay_home(server, tmp_path / "home-a")
+    env_b = relay_home(server, tmp_path / "home-b")
+    settings_b = json.loads((tmp_path / "home-b" / "settings.json").read_text())
+    settings_b["memory"]["syncSeconds"] = 5
+    (tmp_path / "home-b" / "settings.json").write_text(json.dumps(settings_b))
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    first = cli(env_a, "save", "--team", "the VPN needs MFA #vpn", cwd=project)  # a recap
+    flag = tmp_path / "saved-on-a"
+    # The agent waits (busy) until the test has saved on A and B's own store has the memory
+    # (only a sync can put it there), at most 40 s; then searches.
+    waiter = tmp_path / "wait_for_sync.py"
+    waiter.write_text(
+        "import pathlib, sqlite3, sys, time\n"
+        f"flag, store = pathlib.Path({str(flag)!r}), {str(tmp_path / 'home-b' / 'state' / 'memory.db')!r}\n"
+        "deadline = time.monotonic() + 40\n"
+        "while time.monotonic() < deadline:\n"
+        "    if flag.exists():\n"
+        "        db = sqlite3.connect(f'file:{store}?mode=ro', uri=True)\n"
+        "        found = db.execute(\"SELECT count(*) FROM memories WHERE content LIKE 'staging%'\").fetchone()[0]\n"
+        "        db.close()\n"
+        "        if found:\n"
+        "            sys.exit(0)\n"
+        "    time.sleep(0.2)\n"
+        "sys.exit(1)\n"
+    )
+    record = project / "bee.jsonl"
+    steps = [
+        {"read": "start"},
+        {"shell": f"{sys.executable} {waiter}", "label": "synced"},
+        {"print": "@memory:search staging resets nightly"},
+        {"read": "found"},
+    ]
+    session = start_relay_run("Bee", steps, record, env=env_b)
+    deadline = time.monotonic() + 30
+    while not reads(record) and time.monotonic() < deadline:  # B's session has started
+        time.sleep(0.1)
+    saved = cli(env_a, "save", "--team", "staging resets every night #ops", cwd=project)
+    flag.touch()
+    code, err = finish(session, timeout=60)
+    assert code == 0, err
+    (_, recap), (_, synced), (_, found) = reads(record)
+    assert synced.startswith("0 "), synced  # B's store got it while the session ran
+    assert first["id"] in recap
+    assert saved["id"] not in recap  # not there at the start: the periodic sync brought it
+    assert saved["id"] in found, found
