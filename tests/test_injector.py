@@ -349,6 +349,24 @@ async def test_a_text_waits_for_its_admission_and_is_dropped_when_refused() -> N
     assert recorder.data == b"admitted\rplain\rrefused, then claimed\r"
 
 
+async def test_withdraw_takes_a_queued_text_back_but_never_one_being_typed() -> None:
+    recorder = Recorder()
+    injector = make(recorder, pace_ms=50, chunk_size=16)
+    injector.observe_output(b"> ")
+    assert injector.submit("a long first text, typed in several chunks", key="m-1")
+    assert injector.submit("second", key="m-2")
+    assert injector.withdraw("m-2") and injector.pending == 1
+    assert not injector.withdraw("m-2") and not injector.withdraw("unknown")
+    assert injector.submit("second, again", key="m-2")  # its key was forgotten
+    async with running(injector):
+        with anyio.fail_after(5):
+            while not recorder.writes:  # the first is being typed now
+                await anyio.sleep(0.01)
+        assert not injector.withdraw("m-1")
+        await drained(injector)
+    assert recorder.data == b"a long first text, typed in several chunks\rsecond, again\r"
+
+
 async def test_each_text_waits_for_quiet_after_the_previous_delivery() -> None:
     recorder = Recorder()
     injector = make(recorder)

@@ -145,3 +145,62 @@ async def test_mail_arriving_between_the_read_and_the_claim_is_handed_over_claim
         await until(lambda: len(handed.texts) == 2)
         # "late" was claimed before it was handed over: nothing to ask.
         assert await handed.verdicts() == [("early", True), ("late", None)]
+
+
+async def test_a_failed_claim_takes_the_text_back_and_the_retry_types_it_once(
+    sender: SqliteMailbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim fails (the mailbox errs) after the first message was handed to a real
+    injector whose agent is not ready yet: the text is taken back at once, so the retry
+    hands it over again and it is typed once, claimed."""
+    from relay.services.messaging.model import MessagingError
+    from relay.session.injector import Injector
+
+    typed: list[bytes] = []
+
+    async def write(data: bytes) -> None:
+        typed.append(data)
+
+    injector = Injector(write, quiet_ms=50, pace_ms=1, enter_delay_ms=1)
+    told: list[str] = []
+
+    async def fire(event: str, payload: dict[str, Any]) -> AggregatedResult:
+        return AggregatedResult(hook_event_name=event)
+
+    messenger = Messenger(MessagingConfig(team=TEAM, ackTimeoutSeconds=60))
+    session = SessionInbox(
+        messenger,
+        name="Bob",
+        session_id="Bob-session",
+        fire=fire,
+        submit=lambda text, key, admit: injector.submit(text, key=key, admit=admit),
+        tell=told.append,
+        withdraw=injector.withdraw,
+    )
+    await session.register(cwd=".")
+    claim = session.mailbox.claim
+    failures = [MessagingError("disk I/O error", store=str(sender.path))]
+
+    def claim_failing_once(*args: Any, **options: Any) -> Any:
+        if failures:
+            raise failures.pop()
+        return claim(*args, **options)
+
+    monkeypatch.setattr(session.mailbox, "claim", claim_failing_once)
+    sent, _ = sender.send(team=TEAM, sender="Alice", recipient="Bob", body="hello")
+    async with anyio.create_task_group() as group:
+        group.start_soon(session.run)
+        await until(lambda: bool(told))  # the failure was reported
+        assert injector.pending == 0  # taken back, not left to block or to be lost
+        with anyio.fail_after(15):  # the inbox tries again 5 s later
+            while sender.inbox("Bob", team=TEAM)[0].state != "handed":
+                await anyio.sleep(0.05)
+        group.start_soon(injector.run)
+        injector.observe_output(b"> ")  # the agent is ready now
+        with anyio.fail_after(10):
+            await injector.drained()
+        group.cancel_scope.cancel()
+    await session.close()
+    messenger.mailbox.close()
+    assert b"".join(typed).count(sent.short_id.encode()) == 1
+    assert len(told) == 1 and "disk I/O error" in told[0]

@@ -98,7 +98,10 @@ class SessionInbox:
         fire: Fire,
         submit: Submit,
         tell: Tell,
+        withdraw: Callable[[str], object] | None = None,
     ) -> None:
+        """`withdraw(message id)`: take a handed-over text back from the injector before
+        it is typed (Injector.withdraw), for a message the claim did not take."""
         self.messenger = messenger
         self.mailbox = messenger.mailbox
         self.team = messenger.team
@@ -106,6 +109,7 @@ class SessionInbox:
         self.session_id = session_id
         self._fire = fire
         self._submit = submit
+        self._withdraw = withdraw
         self._tell = tell
         self._config = messenger.config
         self._awaiting: dict[str, _Awaiting] = {}
@@ -276,15 +280,15 @@ class SessionInbox:
                 await anyio.sleep(config.pollMs / 1000)
 
     async def _claim_all(self) -> None:
-        """Hand the waiting mail over, then claim it.
+        """Hand the first waiting message over, then claim.
 
-        What waits is read first, without the mailbox's write lock, and handed to the
-        injector at once, each message admitted for typing only once the claim has
-        taken it: a broadcast wakes every session of the machine together, and their
-        claims queue for the lock one after another. A message that arrived between the
-        read and the claim is handed over after it; one read but not claimed (meanwhile
-        acknowledged or refused some other way, such as a host's hook answer) is dropped
-        from the injector untyped."""
+        What waits is read first, without the mailbox's write lock, and the oldest message
+        not yet handed over goes to the injector at once, admitted for typing only once
+        the claim has taken it: a broadcast wakes every session of the machine together,
+        and their claims queue for the lock one after another. The rest of the batch is
+        handed over once claimed (their MessageReceived hooks do not delay the claim). A
+        message read but not claimed (meanwhile acknowledged or refused some other way,
+        such as a host's hook answer) is taken back from the injector untyped."""
         while True:
             try:
                 for delivery in await self._waiting():
@@ -292,28 +296,36 @@ class SessionInbox:
                     if key not in self._claimed and key not in self._admissions:
                         admission = self._admissions[key] = _Admission()
                         admission.queued = await self._deliver(delivery, admission)
+                        break
                 deliveries = await self._claim()
             except BaseException:  # nothing handed over is typed unclaimed, nor waits forever
                 self._decide_all()
                 raise
+            # Recorded before any hook runs: what is claimed and not typed is released at
+            # the end, whatever happens to the deliveries after it.
+            later = []
             for delivery in deliveries:
                 key = delivery.message.id
                 handed = self._admissions.pop(key, None)
-                if handed is None:  # arrived after the read
+                if handed is None:
                     self._claimed[key] = None
-                    await self._deliver(delivery)
+                    later.append(delivery)
                 elif handed.queued:
                     self._claimed[key] = None
                     handed.decide(True)
-            self._decide_all()  # read, but not claimed: dropped untyped
+            self._decide_all()  # read, but not claimed: taken back untyped
+            for delivery in later:
+                await self._deliver(delivery)
             if len(deliveries) < CLAIM_BATCH:
                 return
 
     def _decide_all(self) -> None:
-        """Every message still waiting for its claim: not claimed."""
+        """Every message still waiting for its claim: not claimed, taken back untyped."""
         admissions, self._admissions = self._admissions, {}
-        for admission in admissions.values():
+        for key, admission in admissions.items():
             admission.decide(False)
+            if admission.queued and self._withdraw is not None:
+                self._withdraw(key)
 
     async def _waiting(self) -> list[Delivery]:
         """What the claim would take (Mailbox.waiting): read in the loop when the mailbox

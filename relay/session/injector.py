@@ -42,7 +42,7 @@ Exclusive = Callable[[], AbstractAsyncContextManager[object]]
 Admit = Callable[[], Awaitable[bool]]
 
 
-@dataclass
+@dataclass(eq=False)  # queued texts are told apart by identity: two may be alike
 class _Message:
     text: str
     key: str | None
@@ -83,7 +83,8 @@ class Injector:
     Admission: a text submitted with `admit` is typed only once `admit()` returns True
     (awaited when the text is next and the agent ready); on False it is dropped and its
     key forgotten. A session hands a message over while its claim in the mailbox is
-    still under way, and the claim decides.
+    still under way, and the claim decides. `withdraw(key)` takes a queued text back at
+    once (not one being typed), its key forgotten too.
 
     Bookkeeping: `delivered` lists the texts as sent, in order, and `on_delivered(text,
     key)` is called after each Enter is written (for the transcript, or to acknowledge a
@@ -133,6 +134,7 @@ class Injector:
         self._line = _HumanLine()
         self._changed: anyio.Event | None = None
         self._running = False
+        self._typing: _Message | None = None
 
     # ---- what relay sees
 
@@ -189,6 +191,23 @@ class Injector:
         self._notify()
         return True
 
+    def withdraw(self, key: str) -> bool:
+        """Take back the queued text with this key before it is typed, and forget the key
+        (it may be submitted again); False when none is queued, or it is being typed."""
+        for message in self._queue:
+            if message.key == key:
+                if message is self._typing:
+                    return False
+                self._drop(message)
+                return True
+        return False
+
+    def _drop(self, message: _Message) -> None:
+        self._queue.remove(message)
+        if message.key is not None:
+            self._keys.discard(message.key)
+        self._notify()
+
     @property
     def pending(self) -> int:
         """Texts not yet fully delivered (the one being typed included)."""
@@ -225,18 +244,20 @@ class Injector:
             if head.admit is not None:
                 admitted = await head.admit()
                 head.admit = None
-                if not admitted:
-                    self._queue.popleft()
-                    if head.key is not None:
-                        self._keys.discard(head.key)
-                    self._notify()
+                if not admitted and head in self._queue:
+                    self._drop(head)
                 continue  # time has passed: readiness is checked again
             async with self._hold():
-                # Keys may have arrived while the input was being acquired.
-                if self._time_to_ready() != 0:
+                # Keys may have arrived, or the text been withdrawn, while the input was
+                # being acquired.
+                if self._time_to_ready() != 0 or not self._queue or self._queue[0] is not head:
                     continue
-                await self._deliver(self._queue[0])
-            self._queue.popleft()
+                self._typing = head
+                try:
+                    await self._deliver(head)
+                finally:
+                    self._typing = None
+            self._queue.remove(head)
             self._last_activity = time.monotonic()
             self._notify()
 
@@ -276,7 +297,7 @@ class Injector:
         except BaseException:
             if started:
                 # Partly typed: typing it again would double it, so it is dropped.
-                self._queue.popleft()
+                self._queue.remove(message)
                 self._notify()
             raise
         self.delivered.append(message.text)

@@ -235,6 +235,12 @@ class Session:
         self._remember_injected(text)
         return self._injector.submit(text, key=key, admit=admit)
 
+    def _withdraw_injection(self, key: str) -> None:
+        """Take back a queued text before it is typed (a message the mailbox did not hand
+        to this session after all)."""
+        if self._injector is not None:
+            self._injector.withdraw(key)
+
     def _remember_injected(self, text: str) -> None:
         """Lines of injected text that look like directives: their echo is never read as one."""
         now = time.monotonic()
@@ -831,6 +837,7 @@ class Session:
             fire=self._fire,
             submit=lambda text, key, admit: self.inject(text, key=key, admit=admit),
             tell=self._tell_user,
+            withdraw=self._withdraw_injection,
         )
         try:
             await inbox.register(cwd=str(self.cwd))

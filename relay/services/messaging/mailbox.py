@@ -269,15 +269,21 @@ class SqliteMailbox:
         return MessagingError(message, store=str(self.path))
 
     def _read(self, work: Callable[[sqlite3.Connection], Result], *, wait: bool = True) -> Result:
-        """Run `work` on the connection (`wait=False`: MailboxBusy at once when another
-        thread holds it)."""
+        """Run `work` on the connection. `wait=False`: MailboxBusy at once when another
+        thread holds it or the database refuses the read for now, instead of waiting."""
         if not self._lock.acquire(blocking=wait):
             raise MailboxBusy(str(self.path))
         try:
             connection = self._connect()
+            if not wait:
+                return work(connection)
             # In WAL mode a read is rarely refused (another connection recovering the
             # WAL after a crash, or checkpointing as it closes), and can be tried again.
             return _when_free(lambda: work(connection))
+        except sqlite3.OperationalError as exc:
+            if not wait and getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_BUSY:
+                raise MailboxBusy(str(self.path)) from None
+            raise self._error(str(exc)) from None
         except sqlite3.Error as exc:
             raise self._error(str(exc)) from None
         finally:
