@@ -758,7 +758,7 @@ def test_parallel_hooks_stay_within_max_parallel(
     assert result.inject == "python hook\nhook 0\nhook 1\nhook 2"  # plan order
 
 
-@pytest.mark.parametrize("when", ["before any hook task ran", "while the hooks run"])
+@pytest.mark.parametrize("when", ["cancelled before it starts", "while the hooks run"])
 def test_cancelling_an_event_leaves_no_hook_process(
     project: Path, user_settings: Callable[..., Path], when: str
 ) -> None:
@@ -769,8 +769,8 @@ def test_cancelling_an_event_leaves_no_hook_process(
 
     async def go() -> None:
         with anyio.CancelScope() as scope:
-            if when == "before any hook task ran":
-                scope.cancel()  # delivered at the first checkpoint: the spawns happened
+            if when == "cancelled before it starts":
+                scope.cancel()  # before the event: nothing may be left running
             else:
                 scope.deadline = anyio.current_time() + 0.5
             await system.fire("Idle", {"idle_seconds": 30})

@@ -72,13 +72,13 @@ async def run_plan(
         finally:
             limiter.release_on_behalf_of(process)
 
+    await anyio.lowlevel.checkpoint_if_cancelled()  # an event cancelled already starts nothing
     try:
         for index, hook in enumerate(hooks):
             if hook.handler is None and limiter.available_tokens >= 1:
                 prepared = executor.prepare(hook, envelope, wire)
-                process = start_spec(prepared.spec)
-                limiter.acquire_on_behalf_of_nowait(process)
-                started[index] = prepared, process
+                started[index] = prepared, start_spec(prepared.spec)
+                limiter.acquire_on_behalf_of_nowait(started[index][1])
         async with anyio.create_task_group() as group:
             for index, hook in enumerate(hooks):
                 group.start_soon(run, index, hook)
