@@ -153,6 +153,21 @@ def test_the_best_candidates_by_bm25_are_ranked_not_the_newest(
         assert store.search(query, limit=1)[0].memory == best
 
 
+def test_search_reads_the_same_without_the_materialized_hint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite before 3.35 has no MATERIALIZED hint: the statement without it ranks alike."""
+    with SqliteMemory(tmp_path / "memory.db", semantic=False) as store:
+        for number in range(40):
+            store.add(f"deploy step {number} uses make release" + " again" * (number % 5))
+        store.add("the release notes live in docs", project="/p")
+        queries = ["deploy release", "release", "deploy docs nothing", "make"]
+        hinted = [[hit.memory.id for hit in store.search(q, project="/p")] for q in queries]
+        monkeypatch.setattr("relay.services.memory.sqlite._MATERIALIZE", False)
+        plain = [[hit.memory.id for hit in store.search(q, project="/p")] for q in queries]
+    assert plain == hinted and all(hinted)
+
+
 def test_all_words_first_then_any_word(store: SqliteMemory) -> None:
     both = store.add("redis cache eviction policy")
     one = store.add("redis connection pool")

@@ -206,8 +206,13 @@ _VISIBLE = "(m.project = :project OR m.project IS NULL)"
 _RECENCY = "(1.0 + :weight / (1.0 + max(julianday('now') - julianday(m.created_at), 0.0) / :days))"
 
 
+_MATERIALIZE = sqlite3.sqlite_version_info >= (3, 35)
+"""Whether this SQLite takes the MATERIALIZED hint (3.35 and later). Older ones read the
+statement the same way, only a little slower: they may run a query named twice twice."""
+
+
 @functools.cache
-def _ranked_sql(matches: int) -> str:
+def _ranked_sql(matches: int, materialize: bool) -> str:
     """One statement for SqliteMemory._ranked over `matches` FTS5 queries (:match0, ...).
 
     `found`: each query's newest :candidates matches (FTS5 walks rowids newest first, no
@@ -223,9 +228,10 @@ def _ranked_sql(matches: int) -> str:
         f" WHERE memories_fts MATCH :match{arm} ORDER BY rowid DESC LIMIT :candidates)"
         for arm in range(matches)
     )
+    hint = "MATERIALIZED " if materialize else ""
     return f"""
-WITH found AS MATERIALIZED ({arms}),
-best(seq, bm25) AS MATERIALIZED (
+WITH found AS {hint}({arms}),
+best(seq, bm25) AS {hint}(
     SELECT s.seq, s.bm25
     FROM (SELECT seq, {"sum(bm25)" if matches > 1 else "bm25"} AS bm25 FROM found{
         " GROUP BY seq" if matches > 1 else ""
@@ -835,7 +841,7 @@ class SqliteMemory:
         }
         for arm, match in enumerate(matches):
             query[f"match{arm}"] = f"{{content tags}} : ({match}){within}"
-        rows = self._fetch(_ranked_sql(len(matches)), query)
+        rows = self._fetch(_ranked_sql(len(matches), _MATERIALIZE), query)
         (_, in_best, truncated, *_) = next(row for row in rows if row[0] == 1)
         if in_best < query["ranked"] and truncated and not scoped:
             return self._ranked(matches, project, parameters, candidates=candidates, scoped=True)
