@@ -204,3 +204,47 @@ async def test_a_failed_claim_takes_the_text_back_and_the_retry_types_it_once(
     messenger.mailbox.close()
     assert b"".join(typed).count(sent.short_id.encode()) == 1
     assert len(told) == 1 and "disk I/O error" in told[0]
+
+
+async def test_a_batch_thinned_by_dead_deliveries_does_not_leave_the_rest_waiting(
+    sender: SqliteMailbox,
+) -> None:
+    """Polling, with nothing else committing: a full batch in which the claim marks some
+    deliveries dead (their attempts spent) hands out fewer than a batch, and the session
+    goes on to the mail after it at once instead of waiting for another commit."""
+    from relay.session.inbox import CLAIM_BATCH
+
+    sender.register_agent("Bob", team=TEAM, session_id="Bob-session")  # known before it starts
+    for number in range(CLAIM_BATCH + 2):
+        sender.send(team=TEAM, sender="Alice", recipient="Bob", body=f"message {number}")
+    spent = sender.max_attempts
+    connection = sender._connect()
+    connection.execute(
+        "UPDATE deliveries SET attempts = ? WHERE seq IN"
+        " (SELECT seq FROM deliveries WHERE recipient = 'Bob' ORDER BY seq LIMIT 3)",
+        (spent,),
+    )
+    handed = Handed()
+
+    async def fire(event: str, payload: dict[str, Any]) -> AggregatedResult:
+        return AggregatedResult(hook_event_name=event)
+
+    messenger = Messenger(MessagingConfig(team=TEAM, doorbell=False, pollMs=60_000))
+    session = SessionInbox(
+        messenger,
+        name="Bob",
+        session_id="Bob-session",
+        fire=fire,
+        submit=handed.submit,
+        tell=lambda text: None,
+    )
+    await session.register(cwd=".")
+    async with anyio.create_task_group() as group:
+        group.start_soon(session.run)
+        await until(lambda: len(handed.texts) == CLAIM_BATCH - 1)  # 52 sent, 3 dead
+        group.cancel_scope.cancel()
+    await session.close()
+    messenger.mailbox.close()
+    assert [text.rsplit(" ", 1)[-1] for text, _, _ in handed.texts] == [
+        str(number) for number in range(3, CLAIM_BATCH + 2)
+    ]

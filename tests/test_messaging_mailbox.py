@@ -154,9 +154,15 @@ def test_waiting_shows_what_a_claim_would_take_and_changes_nothing(box: SqliteMa
         box.typed(sent[1].id, "Bob", team=TEAM, session_id="s0")
         box.release("Bob", [sent[1].id], team=TEAM, session_id="s0")
     before = [(d.message.body, d.state, d.handed_at) for d in box.inbox("Bob", team=TEAM)]
-    # s2 would take over what the dead s1 and s0 held, then the queued mail, oldest first.
+    # s2 would take over what the dead s1 and s0 held, then the queued mail, oldest first;
+    # message 1 is there with its attempts spent: the claim marks it dead instead.
     waiting = box.waiting("Bob", team=TEAM, session_id="s2", limit=10)
-    assert [d.message.body for d in waiting] == ["0", "2", "3"]
+    assert [(d.message.body, d.attempts) for d in waiting] == [
+        ("0", 0),
+        ("1", 3),
+        ("2", 0),
+        ("3", 0),
+    ]
     assert [(d.message.body, d.state, d.handed_at) for d in box.inbox("Bob", team=TEAM)] == before
     assert [d.message.body for d in box.claim("Bob", team=TEAM, session_id="s2")] == ["0", "2", "3"]
     assert box.waiting("Bob", team=TEAM, session_id="s2") == []  # its own hand-outs are not waiting

@@ -291,8 +291,11 @@ class SessionInbox:
         such as a host's hook answer) is taken back from the injector untyped."""
         while True:
             try:
-                for delivery in await self._waiting():
+                waiting = await self._waiting()
+                for delivery in waiting:
                     key = delivery.message.id
+                    if delivery.attempts >= self.mailbox.max_attempts:
+                        continue  # the claim marks it dead (and tells its sender)
                     if key not in self._claimed and key not in self._admissions:
                         admission = self._admissions[key] = _Admission()
                         admission.queued = await self._deliver(delivery, admission)
@@ -316,7 +319,9 @@ class SessionInbox:
             self._decide_all()  # read, but not claimed: taken back untyped
             for delivery in later:
                 await self._deliver(delivery)
-            if len(deliveries) < CLAIM_BATCH:
+            # A full batch read or claimed: more may wait (the claim may have marked some
+            # of the batch dead and handed fewer).
+            if len(deliveries) < CLAIM_BATCH and len(waiting) < CLAIM_BATCH:
                 return
 
     def _decide_all(self) -> None:

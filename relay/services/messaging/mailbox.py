@@ -922,19 +922,18 @@ class SqliteMailbox:
     def waiting(
         self, name: str, *, team: str, session_id: str, limit: int = 100, wait: bool = True
     ) -> list[Delivery]:
-        """What `claim` would hand this session now, read without taking the write lock
-        (in WAL mode a reader never waits for a writer) and without handing anything out:
-        so a session can prepare its mail while the claim waits its turn. Deliveries
-        that `claim` will mark dead instead are left out. `wait=False`: MailboxBusy at
-        once when another thread of this process is using the mailbox."""
-
-        def work(db: sqlite3.Connection) -> list[Delivery]:
-            deliveries = [
+        """What `claim` would take for this session now, oldest first, read without the
+        write lock (in WAL mode a reader never waits for a writer) and without handing
+        anything out: so a session can prepare its mail while the claim waits its turn.
+        It includes what `claim` will mark dead instead (`attempts` at `max_attempts`),
+        so that a full list means more may wait. `wait=False`: MailboxBusy at once when
+        another thread of this process is using the mailbox."""
+        return self._read(
+            lambda db: [
                 _delivery(row[:-1]) for row in _claimable(db, team, name, session_id, limit)
-            ]
-            return [delivery for delivery in deliveries if delivery.attempts < self.max_attempts]
-
-        return self._read(work, wait=wait)
+            ],
+            wait=wait,
+        )
 
     def typed(self, message_id: str, recipient: str, *, team: str, session_id: str) -> bool:
         """The session typed the message into the agent (its Enter written): count the
