@@ -63,6 +63,9 @@ class Pane:
             timeout=10,
         )
         self.tmux("set-option", "-g", "status", "off")
+        # sh's own prompt first: keys typed before it are echoed ahead of it, and the new
+        # prompt then lands after the old one, not at the start of a line.
+        self.wait_for(r"(?m)^[#$]")
         self.run("PS1='sh$ '")  # dash ignores PS1 from the environment when run as root
         self.wait_for(r"(?m)^sh\$ ")
 
