@@ -55,18 +55,27 @@ class Handed:
 
 
 @asynccontextmanager
-async def inbox(handed: Handed, name: str = "Bob") -> AsyncIterator[SessionInbox]:
+async def inbox(
+    submit: Callable[[str, str, Any], bool],
+    *,
+    config: MessagingConfig | None = None,
+    tell: Callable[[str], None] = lambda text: None,
+    withdraw: Callable[[str], object] | None = None,
+) -> AsyncIterator[SessionInbox]:
+    """Bob's session inbox, registered and running, handing its mail to `submit`."""
+
     async def fire(event: str, payload: dict[str, Any]) -> AggregatedResult:
         return AggregatedResult(hook_event_name=event)
 
-    messenger = Messenger(MessagingConfig(team=TEAM, ackTimeoutSeconds=60))
+    messenger = Messenger(config or MessagingConfig(team=TEAM, ackTimeoutSeconds=60))
     session = SessionInbox(
         messenger,
-        name=name,
-        session_id=f"{name}-session",
+        name="Bob",
+        session_id="Bob-session",
         fire=fire,
-        submit=handed.submit,
-        tell=lambda text: None,
+        submit=submit,
+        tell=tell,
+        withdraw=withdraw,
     )
     await session.register(cwd=".")
     async with anyio.create_task_group() as group:
@@ -87,7 +96,7 @@ async def until(condition: Callable[[], bool]) -> None:
 
 async def test_mail_is_typed_only_once_claimed(sender: SqliteMailbox) -> None:
     handed = Handed()
-    async with inbox(handed) as session:
+    async with inbox(handed.submit) as session:
         sender.send(team=TEAM, sender="Alice", recipient="Bob", body="hello")
         await until(lambda: len(handed.texts) == 1)
         assert await handed.verdicts() == [("hello", True)]
@@ -106,7 +115,7 @@ async def test_mail_taken_in_elsewhere_after_the_read_is_never_typed(
     drops it untyped."""
     handed = Handed()
     rival = SqliteMailbox(sender.path)
-    async with inbox(handed) as session:
+    async with inbox(handed.submit) as session:
         read = session.mailbox.waiting
 
         def read_then_lose_the_race(*args: Any, **options: Any) -> Any:
@@ -131,7 +140,7 @@ async def test_mail_arriving_between_the_read_and_the_claim_is_handed_over_claim
     sender: SqliteMailbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     handed = Handed()
-    async with inbox(handed) as session:
+    async with inbox(handed.submit) as session:
         read = session.mailbox.waiting
 
         def read_then_more_arrives(*args: Any, **options: Any) -> Any:
@@ -163,45 +172,32 @@ async def test_a_failed_claim_takes_the_text_back_and_the_retry_types_it_once(
 
     injector = Injector(write, quiet_ms=50, pace_ms=1, enter_delay_ms=1)
     told: list[str] = []
-
-    async def fire(event: str, payload: dict[str, Any]) -> AggregatedResult:
-        return AggregatedResult(hook_event_name=event)
-
-    messenger = Messenger(MessagingConfig(team=TEAM, ackTimeoutSeconds=60))
-    session = SessionInbox(
-        messenger,
-        name="Bob",
-        session_id="Bob-session",
-        fire=fire,
-        submit=lambda text, key, admit: injector.submit(text, key=key, admit=admit),
+    failures = [MessagingError("disk I/O error", store=str(sender.path))]
+    async with inbox(
+        lambda text, key, admit: injector.submit(text, key=key, admit=admit),
         tell=told.append,
         withdraw=injector.withdraw,
-    )
-    await session.register(cwd=".")
-    claim = session.mailbox.claim
-    failures = [MessagingError("disk I/O error", store=str(sender.path))]
+    ) as session:
+        claim = session.mailbox.claim
 
-    def claim_failing_once(*args: Any, **options: Any) -> Any:
-        if failures:
-            raise failures.pop()
-        return claim(*args, **options)
+        def claim_failing_once(*args: Any, **options: Any) -> Any:
+            if failures:
+                raise failures.pop()
+            return claim(*args, **options)
 
-    monkeypatch.setattr(session.mailbox, "claim", claim_failing_once)
-    sent, _ = sender.send(team=TEAM, sender="Alice", recipient="Bob", body="hello")
-    async with anyio.create_task_group() as group:
-        group.start_soon(session.run)
+        monkeypatch.setattr(session.mailbox, "claim", claim_failing_once)
+        sent, _ = sender.send(team=TEAM, sender="Alice", recipient="Bob", body="hello")
         await until(lambda: bool(told))  # the failure was reported
         assert injector.pending == 0  # taken back, not left to block or to be lost
         with anyio.fail_after(15):  # the inbox tries again 5 s later
             while sender.inbox("Bob", team=TEAM)[0].state != "handed":
                 await anyio.sleep(0.05)
-        group.start_soon(injector.run)
-        injector.observe_output(b"> ")  # the agent is ready now
-        with anyio.fail_after(10):
-            await injector.drained()
-        group.cancel_scope.cancel()
-    await session.close()
-    messenger.mailbox.close()
+        async with anyio.create_task_group() as group:
+            group.start_soon(injector.run)
+            injector.observe_output(b"> ")  # the agent is ready now
+            with anyio.fail_after(10):
+                await injector.drained()
+            group.cancel_scope.cancel()
     assert b"".join(typed).count(sent.short_id.encode()) == 1
     assert len(told) == 1 and "disk I/O error" in told[0]
 
@@ -225,26 +221,9 @@ async def test_a_batch_thinned_by_dead_deliveries_does_not_leave_the_rest_waitin
         (spent,),
     )
     handed = Handed()
-
-    async def fire(event: str, payload: dict[str, Any]) -> AggregatedResult:
-        return AggregatedResult(hook_event_name=event)
-
-    messenger = Messenger(MessagingConfig(team=TEAM, doorbell=False, pollMs=60_000))
-    session = SessionInbox(
-        messenger,
-        name="Bob",
-        session_id="Bob-session",
-        fire=fire,
-        submit=handed.submit,
-        tell=lambda text: None,
-    )
-    await session.register(cwd=".")
-    async with anyio.create_task_group() as group:
-        group.start_soon(session.run)
+    polling = MessagingConfig(team=TEAM, doorbell=False, pollMs=60_000)
+    async with inbox(handed.submit, config=polling):
         await until(lambda: len(handed.texts) == CLAIM_BATCH - 1)  # 52 sent, 3 dead
-        group.cancel_scope.cancel()
-    await session.close()
-    messenger.mailbox.close()
     assert [text.rsplit(" ", 1)[-1] for text, _, _ in handed.texts] == [
         str(number) for number in range(3, CLAIM_BATCH + 2)
     ]

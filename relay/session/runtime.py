@@ -226,13 +226,12 @@ class Session:
         if not self.inject_enabled:
             self._record("not-typed", text)
             return False
+        if self._injector is None and admit is not None:
+            return False  # (the inbox starts after the injector: never the case)
+        self._remember_injected(text)
         if self._injector is None:
-            if admit is not None:
-                return False  # (the inbox starts after the injector: never the case)
-            self._remember_injected(text)
             self._early_injects.append(text)
             return True
-        self._remember_injected(text)
         return self._injector.submit(text, key=key, admit=admit)
 
     def _withdraw_injection(self, key: str) -> None:

@@ -412,8 +412,7 @@ def bench_tail(folder: Path, count: int, broadcasts: int) -> list[str]:
     per_message = bench_latency(
         folder, config, broadcasts, 0.02, receivers=RECEIVERS, broadcast=True
     )
-    each_p50, each_p99 = _percentiles(_flat(per_message))
-    last_p50, last_p99 = _percentiles([max(latencies) for latencies in per_message])
+    (each_p50, each_p99), (last_p50, last_p99) = _each_and_last(per_message)
     print(
         f"broadcast to {RECEIVERS} receivers, send -> handed: each receiver p50 {each_p50:.2f} ms,"
         f" p99 {each_p99:.2f} ms; the last of the {RECEIVERS} p50 {last_p50:.2f} ms,"
@@ -425,9 +424,7 @@ def bench_tail(folder: Path, count: int, broadcasts: int) -> list[str]:
         )
     # What this machine allows: the sender's part, and waking the receivers at all.
     send_p50, _ = _percentiles(bench_broadcast_send(folder, RECEIVERS, broadcasts, 0.02))
-    woken = bench_wake_floor(RECEIVERS, broadcasts, 0.02)
-    wake_each, _ = _percentiles(_flat(woken))
-    wake_last, _ = _percentiles([max(latencies) for latencies in woken])
+    (wake_each, _), (wake_last, _) = _each_and_last(bench_wake_floor(RECEIVERS, broadcasts, 0.02))
     print(
         f"  the floor under it here: the broadcast's send() alone (durable commit included)"
         f" p50 {send_p50:.2f} ms; {RECEIVERS} idle event loops woken by their doorbells,"
@@ -436,6 +433,15 @@ def bench_tail(folder: Path, count: int, broadcasts: int) -> list[str]:
         f" {last_p50 - send_p50 - wake_last:.2f} ms"
     )
     return missed
+
+
+def _each_and_last(
+    per_message: list[list[float]],
+) -> tuple[tuple[float, float], tuple[float, float]]:
+    """(p50, p99) over every receiver's latency, and over the last receiver's per message."""
+    return _percentiles(_flat(per_message)), _percentiles(
+        [max(latencies) for latencies in per_message]
+    )
 
 
 def _flat(per_message: list[list[float]]) -> list[float]:
