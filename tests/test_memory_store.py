@@ -572,6 +572,8 @@ def test_a_schema_1_store_with_copies_is_upgraded_and_keeps_them(tmp_path: Path)
         )
         assert check.execute("PRAGMA integrity_check").fetchone() == ("ok",)
         check.execute("INSERT INTO memories_fts(memories_fts) VALUES ('integrity-check')")
+        check.execute("INSERT INTO memories_recent(memories_recent) VALUES ('integrity-check')")
+        assert check.execute("SELECT floor FROM memory_recent").fetchone() == (0,)
     finally:
         check.close()
 

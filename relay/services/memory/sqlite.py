@@ -1,7 +1,7 @@
 """The default memory backend: one SQLite file with an FTS5 full-text index and the
 memories' embeddings, for hybrid search by words and by meaning (semantic.py).
 
-Layout (schema version 3, kept in `PRAGMA user_version`):
+Layout (schema version 4, kept in `PRAGMA user_version`):
 
 - `memories`: one row per memory; `seq` is an INTEGER PRIMARY KEY so the FTS index has a
   rowid that VACUUM never renumbers, `id` (8 hex characters) is UNIQUE; tags are JSON text.
@@ -18,6 +18,10 @@ Layout (schema version 3, kept in `PRAGMA user_version`):
 - `team` (schema 3): the team a memory is shared with (team.py), None for most.
 - `memory_vectors`, `memory_pending`, `memory_meta` (schema 3): the embeddings, the
   memories waiting for one, and the model that made them (see _VECTORS).
+- `memories_recent`, `memory_recent` (schema 4): a second FTS5 index over the newest
+  memories only (every memory whose seq is above `memory_recent.floor`), which a search
+  reads first: ranking there costs what the newest RECENT_MEMORIES cost, not the whole
+  store (see _RECENT and SqliteMemory._ranked).
 
 The database runs in WAL mode so readers never wait for a writer, with a busy timeout
 and a few retries for writes that still meet SQLITE_BUSY. `synchronous=NORMAL`: in WAL
@@ -70,7 +74,7 @@ from relay.services.memory.words import query_words
 __all__ = ["DATABASE_NAME", "SCHEMA_VERSION", "SqliteMemory", "build_match", "default_store"]
 
 DATABASE_NAME = "memory.db"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 DEFAULT_BUSY_TIMEOUT = 5.0
 """Seconds a statement waits for another connection's lock before failing."""
 WRITE_ATTEMPTS = 3
@@ -102,6 +106,9 @@ PROGRESS_FROM = 2000
 """A backlog of this many memories to embed reports its progress."""
 EXPORT_BATCH = 1000
 CACHE_KIB = 32 * 1024
+RECENT_MEMORIES = 65_536
+"""How many of the newest memories the recent index holds (and up to 1/16 more: the
+oldest are dropped 1/16 at a time)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS memories (
@@ -193,6 +200,64 @@ ALTER TABLE memories ADD COLUMN team TEXT;
 {_VECTORS}
 INSERT OR IGNORE INTO memory_pending(seq) SELECT seq FROM memories;
 """
+# Schema 3 to 4 (also the end of a new file's schema): the recent index. FTS5's bm25()
+# counts every memory holding each word of the query, once per statement, by walking
+# that word's whole list: at a million memories a common word costs 5-10 ms of a search
+# that way. `memories_recent` indexes only the memories whose seq is above
+# `memory_recent.floor` (one row): a new memory goes in, and once the newest is `size`
+# plus 1/16 above the floor, the oldest 1/16 go out and the floor moves up. It is kept
+# in step by triggers like `memories_fts`, for the memories above the floor only. Only
+# the seq decides: seq may be reused after the newest memories are deleted, and such a
+# memory, below the floor, counts as old. _FILL_RECENT sets the floor anew and indexes
+# what is above it: on creation, on the upgrade, and after a bulk load (which leaves
+# the triggers out).
+_RECENT = """
+CREATE VIRTUAL TABLE IF NOT EXISTS memories_recent USING fts5(
+    content, tags, scope,
+    content='memories', content_rowid='seq', tokenize='porter unicode61'
+);
+CREATE TABLE IF NOT EXISTS memory_recent (
+    one INTEGER PRIMARY KEY CHECK (one = 1),
+    floor INTEGER NOT NULL,
+    size INTEGER NOT NULL CHECK (size > 0)
+);
+INSERT OR IGNORE INTO memory_recent(one, floor, size) VALUES (1, 0, {size});
+CREATE TRIGGER IF NOT EXISTS memories_recent_insert AFTER INSERT ON memories
+WHEN new.seq > (SELECT floor FROM memory_recent) BEGIN
+    INSERT INTO memories_recent(rowid, content, tags, scope)
+    VALUES (new.seq, new.content, new.tags, new.scope);
+END;
+CREATE TRIGGER IF NOT EXISTS memories_recent_evict AFTER INSERT ON memories
+WHEN new.seq > (SELECT floor + size + size / 16 FROM memory_recent) BEGIN
+    INSERT INTO memories_recent(memories_recent, rowid, content, tags, scope)
+    SELECT 'delete', m.seq, m.content, m.tags, m.scope
+    FROM memory_recent AS r JOIN memories AS m ON m.seq > r.floor AND m.seq <= new.seq - r.size;
+    UPDATE memory_recent SET floor = new.seq - size;
+END;
+CREATE TRIGGER IF NOT EXISTS memories_recent_delete AFTER DELETE ON memories
+WHEN old.seq > (SELECT floor FROM memory_recent) BEGIN
+    INSERT INTO memories_recent(memories_recent, rowid, content, tags, scope)
+    VALUES ('delete', old.seq, old.content, old.tags, old.scope);
+END;
+CREATE TRIGGER IF NOT EXISTS memories_recent_update
+AFTER UPDATE OF content, tags, project ON memories
+WHEN old.seq > (SELECT floor FROM memory_recent) BEGIN
+    INSERT INTO memories_recent(memories_recent, rowid, content, tags, scope)
+    VALUES ('delete', old.seq, old.content, old.tags, old.scope);
+    INSERT INTO memories_recent(rowid, content, tags, scope)
+    VALUES (new.seq, new.content, new.tags, new.scope);
+END;
+"""
+# Empties the recent index, sets the floor below the newest `size` memories and indexes
+# those. (A floor above every seq leaves the triggers out, as during a bulk load.)
+_FILL_RECENT = """
+INSERT INTO memories_recent(memories_recent) VALUES ('delete-all');
+UPDATE memory_recent SET floor = max(coalesce((SELECT max(seq) FROM memories), 0) - size, 0);
+INSERT INTO memories_recent(rowid, content, tags, scope)
+SELECT seq, content, tags, scope FROM memories
+WHERE seq > (SELECT floor FROM memory_recent) ORDER BY seq;
+"""
+_NO_RECENT = "UPDATE memory_recent SET floor = 9223372036854775807"
 
 _COLUMNS = "m.id, m.content, m.tags, m.agent, m.project, m.created_at, m.team"
 _WIDTH = 7
@@ -212,21 +277,24 @@ statement the same way, only a little slower: they may run a query named twice t
 
 
 @functools.cache
-def _ranked_sql(matches: int, materialize: bool) -> str:
-    """One statement for SqliteMemory._ranked over `matches` FTS5 queries (:match0, ...).
+def _ranked_sql(indexes: tuple[str, ...], materialize: bool) -> str:
+    """One statement for SqliteMemory._ranked over FTS5 queries (:match0, ...), the
+    first in the index indexes[0] (memories_fts or memories_recent), and so on.
 
     `found`: each query's newest :candidates matches (FTS5 walks rowids newest first, no
     sort) with their bm25, without touching the memories table. `best`: the :ranked best
     by the sum of their bm25 (a single query's needs no sum) that the search may show, of
     equals the newest. Then those with their rows and the recency lift, best first,
-    :limit of them, after a 0; and last a row starting with 1: how many `best` has, and
-    whether some query had more matches than it brought.
+    :limit of them, after a 0; and last a row starting with 1: how many `best` has,
+    whether some query had more matches than it brought, the queries that did (their
+    numbers, comma-separated; NULL for none), and the recent index's floor.
     """
+    matches = len(indexes)
     arms = " UNION ALL ".join(
         f"SELECT * FROM (SELECT {arm} AS arm, rowid AS seq,"
-        " bm25(memories_fts, 1.0, 2.0, 0.0) AS bm25 FROM memories_fts"
-        f" WHERE memories_fts MATCH :match{arm} ORDER BY rowid DESC LIMIT :candidates)"
-        for arm in range(matches)
+        f" bm25({index}, 1.0, 2.0, 0.0) AS bm25 FROM {index}"
+        f" WHERE {index} MATCH :match{arm} ORDER BY rowid DESC LIMIT :candidates)"
+        for arm, index in enumerate(indexes)
     )
     hint = "MATERIALIZED " if materialize else ""
     return f"""
@@ -250,7 +318,11 @@ SELECT * FROM (
 UNION ALL
 SELECT 1, (SELECT count(*) FROM best),
     coalesce((SELECT max(n) FROM (SELECT count(*) AS n FROM found GROUP BY arm)), 0)
-    >= :candidates, {", ".join(["NULL"] * (_WIDTH + 2))}
+    >= :candidates,
+    (SELECT group_concat(arm) FROM (
+        SELECT arm FROM found GROUP BY arm HAVING count(*) >= :candidates
+    )),
+    (SELECT floor FROM memory_recent), {", ".join(["NULL"] * _WIDTH)}
 """
 
 
@@ -825,13 +897,25 @@ class SqliteMemory:
         common word, worth little). The best RANKED by bm25 that are in scope get the
         recency lift.
 
+        The queries run in the recent index first (`memories_recent`, the newest
+        RECENT_MEMORIES memories): bm25() counts every memory holding each word of a
+        query, and there that is the newest 65,536, not the whole store. A query that
+        finds its `candidates` there has found there the same candidates as in the
+        whole store (its newest matches); one that finds fewer runs again in the whole
+        store (`memories_fts`), while the others keep the recent index, in a second
+        statement. So a word's weight (its IDF) is reckoned over the newest memories
+        when its candidates all are among them, over the whole store when not; the two
+        differ only as much as the word's frequency changed over time. A store of fewer
+        memories than that has them all in the recent index: one statement, as exact as
+        the whole store's.
+
         The scope is not in the MATCH: FTS5 would read the whole list of the scope's
         memories for every query (bm25 counts each phrase's matches), the larger part
         of the cost at 1,000,000 memories. The candidates are looked up, best first,
         until RANKED are in scope instead. When fewer are and some query had more
         matches than it brought (the scope's memories may be older than other
-        projects'), the queries run again `scoped`, the scope in the MATCH: every match
-        in scope is then within reach."""
+        projects'), the queries run again `scoped`, the scope in the MATCH, in the
+        whole store: every match in scope is then within reach."""
         within = f" AND scope : ({_scopes(project)})" if scoped else ""
         candidates = SEARCH_CANDIDATES if candidates is None else candidates
         query: dict[str, object] = {
@@ -841,8 +925,18 @@ class SqliteMemory:
         }
         for arm, match in enumerate(matches):
             query[f"match{arm}"] = f"{{content tags}} : ({match}){within}"
-        rows = self._fetch(_ranked_sql(len(matches), _MATERIALIZE), query)
-        (_, in_best, truncated, *_) = next(row for row in rows if row[0] == 1)
+        index = "memories_fts" if scoped else "memories_recent"
+        rows = self._fetch(_ranked_sql((index,) * len(matches), _MATERIALIZE), query)
+        (_, in_best, truncated, full, floor, *_) = next(row for row in rows if row[0] == 1)
+        if not scoped and floor > 0:
+            filled = {int(arm) for arm in full.split(",")} if full else set()
+            if len(filled) < len(matches):
+                indexes = tuple(
+                    "memories_recent" if arm in filled else "memories_fts"
+                    for arm in range(len(matches))
+                )
+                rows = self._fetch(_ranked_sql(indexes, _MATERIALIZE), query)
+                (_, in_best, truncated, *_) = next(row for row in rows if row[0] == 1)
         if in_best < query["ranked"] and truncated and not scoped:
             return self._ranked(matches, project, parameters, candidates=candidates, scoped=True)
         return [row[1:] for row in rows if row[0] == 0]
@@ -908,7 +1002,11 @@ class SqliteMemory:
                 # An empty store (a restore, or the benchmark's bulk load): nothing to
                 # compare with, so one executemany. An id repeated in the input replaces
                 # its first occurrence: that is an update.
+                # The recent index is filled once at the end, not kept in step row by row.
+                connection.execute(_NO_RECENT)
                 connection.executemany(_UPSERT, [_row(memory) for memory in given])
+                for statement in _statements(_FILL_RECENT):
+                    connection.execute(statement)
                 (stored,) = connection.execute("SELECT count(*) FROM memories").fetchone()
                 return ImportCounts(added=stored, updated=len(given) - stored)
             added = present = updated = 0
@@ -1067,6 +1165,8 @@ class SqliteMemory:
                     script += _UPGRADE_TO_2
                 if version < 3:
                     script += _UPGRADE_TO_3
+            if version < 4:
+                script += _RECENT.format(size=RECENT_MEMORIES) + _FILL_RECENT
             for statement in _statements(script):
                 connection.execute(statement)
             connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

@@ -1,0 +1,180 @@
+"""The recent index of the SQLite memory store (schema 4): which memories it holds
+through saves, updates, deletes, imports and upgrades, and what a search finds with it.
+
+A window of 32 memories stands for RECENT_MEMORIES (65,536), so a few hundred memories
+cover every case."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from relay.services.memory.model import Memory
+from relay.services.memory.sqlite import SqliteMemory, now_iso
+
+WINDOW = 32
+
+
+@pytest.fixture
+def small_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("relay.services.memory.sqlite.RECENT_MEMORIES", WINDOW)
+
+
+@pytest.fixture
+def store(tmp_path: Path, small_window: None) -> Iterator[SqliteMemory]:
+    with SqliteMemory(tmp_path / "memory.db", semantic=False) as memory:
+        yield memory
+
+
+def _indexed(path: Path) -> tuple[int, set[int], set[int]]:
+    """(the floor, the seqs of every memory, the seqs the recent index holds). Every
+    memory of these tests starts with its own word (`_marker`), so `marker*` lists what
+    the index holds, deleted memories included; and each memory it holds must be found
+    there by every word of its content and tags as they are now."""
+    connection = sqlite3.connect(path)
+    try:
+        (floor,) = connection.execute("SELECT floor FROM memory_recent").fetchone()
+        rows = connection.execute("SELECT seq, content, tags FROM memories").fetchall()
+        held = {
+            seq
+            for (seq,) in connection.execute(
+                "SELECT rowid FROM memories_recent WHERE memories_recent MATCH 'marker*'"
+            )
+        }
+        for seq, content, tags in rows:
+            if seq not in held:
+                continue
+            words = " AND ".join(f'"{word}"' for word in re.findall(r"\w+", content + tags))
+            found = connection.execute(
+                "SELECT rowid FROM memories_recent WHERE memories_recent MATCH ? AND rowid = ?",
+                (words, seq),
+            ).fetchall()
+            assert found == [(seq,)], (seq, content, tags)
+        for index in ("memories_fts", "memories_recent"):
+            connection.execute(f"INSERT INTO {index}({index}) VALUES ('integrity-check')")
+        return floor, {seq for seq, _, _ in rows}, held
+    finally:
+        connection.close()
+
+
+def _assert_in_step(path: Path) -> None:
+    """The recent index holds exactly the memories above the floor, and the floor is at
+    least WINDOW and at most WINDOW + WINDOW // 16 below the newest seq (deletes make
+    the index hold fewer; the floor stays)."""
+    floor, every, held = _indexed(path)
+    assert held == {seq for seq in every if seq > floor}
+    newest = max(every)
+    assert floor == 0 or WINDOW <= newest - floor <= WINDOW + WINDOW // 16
+    assert newest - floor <= WINDOW + WINDOW // 16
+
+
+def _marker(number: int) -> str:
+    return f"marker{number:04d}x"
+
+
+def test_the_recent_index_follows_saves_updates_and_deletes(
+    store: SqliteMemory, tmp_path: Path
+) -> None:
+    saved = [store.add(f"{_marker(number)} alpha note") for number in range(200)]
+    _assert_in_step(tmp_path / "memory.db")
+    # Deleting memories above the floor and below it.
+    for memory in saved[5:15] + saved[-10:-5]:
+        assert store.delete(memory.id)
+    _assert_in_step(tmp_path / "memory.db")
+    # Changing one above the floor and one below (an import with the same id updates).
+    for memory in (saved[-1], saved[20]):
+        changed = msgspec.structs.replace(memory, content=f"{memory.content} beta", tags=["t"])
+        assert store.import_memories([changed]).updated == 1
+    _assert_in_step(tmp_path / "memory.db")
+    assert [hit.memory.id for hit in store.search("beta")] == [saved[-1].id, saved[20].id]
+    # More saves move the floor on again.
+    for number in range(200, 260):
+        store.add(f"{_marker(number)} alpha note")
+    _assert_in_step(tmp_path / "memory.db")
+
+
+def test_a_bulk_load_fills_the_recent_index_once(tmp_path: Path, small_window: None) -> None:
+    memories = [
+        Memory(id=f"{number:08x}", content=f"{_marker(number)} alpha", created_at=now_iso())
+        for number in range(300)
+    ]
+    with SqliteMemory(tmp_path / "memory.db", semantic=False) as store:
+        assert store.import_memories(memories).added == 300
+        _assert_in_step(tmp_path / "memory.db")
+        floor, _, held = _indexed(tmp_path / "memory.db")
+        assert (floor, len(held)) == (300 - WINDOW, WINDOW)
+        # An import into a store that is not empty goes row by row, through the triggers.
+        more = [
+            Memory(id=f"{number:08x}", content=f"{_marker(number)} alpha", created_at=now_iso())
+            for number in range(300, 340)
+        ]
+        assert store.import_memories(more).added == 40
+        _assert_in_step(tmp_path / "memory.db")
+
+
+def test_a_common_word_ranks_the_same_as_over_the_whole_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Memories alike but for their length: the recent index's counts rank them as the
+    whole store's would (the window covering everything stands for the whole store)."""
+    texts = [f"{_marker(number)} deploy the api" + " now" * (number % 7) for number in range(300)]
+    found = {}
+    for window in (WINDOW, 1000):
+        monkeypatch.setattr("relay.services.memory.sqlite.RECENT_MEMORIES", window)
+        with SqliteMemory(tmp_path / f"{window}.db", semantic=False) as store:
+            for text in texts:
+                store.add(text)
+            found[window] = [hit.memory.content for hit in store.search("deploy", limit=10)]
+    assert found[WINDOW] == found[1000]
+    assert len(found[WINDOW]) == 10
+
+
+def test_a_word_found_only_below_the_floor_is_searched_in_the_whole_store(
+    store: SqliteMemory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rare = store.add(f"{_marker(0)} zeppelin hangar notes")
+    both = store.add(f"{_marker(1)} zeppelin deploy checklist")
+    for number in range(2, 200):
+        store.add(f"{_marker(number)} deploy checklist")
+    assert [hit.memory for hit in store.search("zeppelin")] == [both, rare]
+    # One word common among the newest, the other only below the floor: both in one
+    # search (the common word from the recent index, the rare one from the whole store).
+    hits = store.search("zeppelin checklist", limit=3)
+    assert hits[0].memory == both
+    assert rare in [hit.memory for hit in store.search("zeppelin checklist", limit=50)]
+    # A project's memories below the floor and older than the candidates of other
+    # projects, which fill the recent index: the search in scope finds them.
+    monkeypatch.setattr("relay.services.memory.sqlite.SEARCH_CANDIDATES", 20)
+    mine = store.add(f"{_marker(500)} rollout plan for mine", project="/mine")
+    for number in range(501, 600):
+        store.add(f"{_marker(number)} rollout plan", project="/other")
+    assert [hit.memory for hit in store.search("rollout", project="/mine")] == [mine]
+
+
+def test_an_older_store_gets_its_recent_index_on_opening(
+    tmp_path: Path, small_window: None
+) -> None:
+    path = tmp_path / "memory.db"
+    with SqliteMemory(path, semantic=False) as store:
+        for number in range(100):
+            store.add(f"{_marker(number)} gamma")
+    # As schema 3 left it: no recent index.
+    connection = sqlite3.connect(path)
+    connection.executescript(
+        """
+        DROP TABLE memories_recent;
+        DROP TABLE memory_recent;
+        PRAGMA user_version = 3;
+        """
+    )
+    connection.close()
+    with SqliteMemory(path, semantic=False) as store:
+        assert len(store.search("gamma", limit=100)) == 100
+    _assert_in_step(path)
+    floor, _, held = _indexed(path)
+    assert (floor, len(held)) == (100 - WINDOW, WINDOW)
