@@ -9,7 +9,11 @@ words, two- and three-word questions, phrases with FTS syntax in them, and misse
 
 Then the same search over 1,000,000 memories (the store is built once per run; the
 time it took is printed), and the relevance set of tests/memory_relevance.py (recall@3
-and MRR), so that speed is never bought with worse answers.
+and MRR), so that speed is never bought with worse answers. Beyond 65,536 memories a
+search weighs common words over the store's recent index only (spec/memory.md): at each
+size the bench also ranks AGREEMENT_QUERIES in 11 scopes by words over the whole store
+(the recent index widened to hold every memory) and prints how many of the results
+agree: the same first memory, the same first three, the same ten in order.
 
 Every figure twice: hybrid search (words and meaning, the default when the `semantic`
 extra is installed) and search by words alone (`memory.semantic: false`, or without
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -107,6 +112,21 @@ _QUERIES = (
 )
 
 
+AGREEMENT_QUERIES = (
+    *_QUERIES,
+    "redis",
+    "pytest fixture",
+    "docker container volume",
+    "terraform",
+    "gh pr",
+    "login token session",
+    "backup restore",
+    "cargo",
+    "invoice payment",
+    "helm chart",
+)
+
+
 def _zipf(rng: random.Random, words: list[str]) -> str:
     # Early words far more often than late ones, as in real text.
     return words[min(int(rng.paretovariate(1.0)) - 1, len(words) - 1)]
@@ -167,6 +187,7 @@ class SearchFigures:
     def __init__(self) -> None:
         self.load = self.embed = 0.0
         self.timings: dict[str, list[float]] = {"hybrid": [], "words": []}
+        self.agreement: tuple[int, int, int, int] | None = None
 
     def p50(self, kind: str) -> float:
         return statistics.median(self.timings[kind])
@@ -205,7 +226,47 @@ def bench_search(folder: Path, memories: int, searches: int) -> SearchFigures:
                 started = time.perf_counter()
                 store.search(query, project=project, limit=10)
                 figures.timings[kind].append((time.perf_counter() - started) * 1000)
+        figures.agreement = bench_agreement(words, folder / "search.db")
     return figures
+
+
+def bench_agreement(store: SqliteMemory, path: Path) -> tuple[int, int, int, int] | None:
+    """(searches with results, how many of them have the same first memory, the same
+    first three, the same ten in the same order) when ranked over the recent index and
+    over the whole store; None when the recent index already holds every memory."""
+    scopes = [*PROJECTS[:10], None]
+
+    def results() -> list[list[str]]:
+        return [
+            [hit.memory.id for hit in store.search(query, project=project, limit=10)]
+            for query in AGREEMENT_QUERIES
+            for project in scopes
+        ]
+
+    connection = sqlite3.connect(path)
+    try:
+        (floor,) = connection.execute("SELECT floor FROM memory_recent").fetchone()
+        if floor == 0:
+            return None
+        recent = results()
+        with connection:
+            connection.execute("UPDATE memory_recent SET size = 1 << 40")
+            connection.execute("INSERT INTO memories_recent(memories_recent) VALUES ('delete-all')")
+            connection.execute("UPDATE memory_recent SET floor = 0")
+            connection.execute(
+                "INSERT INTO memories_recent(rowid, content, tags, scope)"
+                " SELECT seq, content, tags, scope FROM memories ORDER BY seq"
+            )
+        whole = results()
+    finally:
+        connection.close()
+    pairs = [(mine, exact) for mine, exact in zip(recent, whole, strict=True) if exact]
+    return (
+        len(pairs),
+        sum(mine[:1] == exact[:1] for mine, exact in pairs),
+        sum(set(mine[:3]) == set(exact[:3]) for mine, exact in pairs),
+        sum(mine == exact for mine, exact in pairs),
+    )
 
 
 def bench_relevance() -> dict[tuple[str, str], tuple[float, float]]:
@@ -274,6 +335,12 @@ def main() -> int:
             for kind in ("words", "hybrid"):
                 p50, p99 = figures.p50(kind), figures.p99(kind)
                 print(f"  search by {kind}: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+            if figures.agreement is not None:
+                searches, first, three, ten = figures.agreement
+                print(
+                    f"  by words, recent index against the whole store, {searches} searches:"
+                    f" same first {first}, same first three {three}, same ten in order {ten}"
+                )
             targets = {
                 ("words", MEMORIES): (TARGET_SEARCH_P50_MS, TARGET_SEARCH_P99_MS),
                 ("words", MILLION): (TARGET_MILLION_P50_MS, None),

@@ -277,6 +277,20 @@ statement the same way, only a little slower: they may run a query named twice t
 
 
 @functools.cache
+def _in_recent_sql(matches: int) -> str:
+    """For each of `matches` FTS5 queries (:match0, ...): NULL when the recent index holds
+    about half the store or more (the whole store's index then costs no more, and ranks
+    exactly); else how many matches it has in the recent index, counted without bm25 and
+    newest first, up to :candidates (the query runs there when it has that many)."""
+    counts = ", ".join(
+        "CASE WHEN floor > size THEN (SELECT count(*) FROM (SELECT 1 FROM memories_recent"
+        f" WHERE memories_recent MATCH :match{number} LIMIT :candidates)) END"
+        for number in range(matches)
+    )
+    return f"SELECT {counts} FROM memory_recent"
+
+
+@functools.cache
 def _ranked_sql(indexes: tuple[str, ...], materialize: bool) -> str:
     """One statement for SqliteMemory._ranked over FTS5 queries (:match0, ...), the
     first in the index indexes[0] (memories_fts or memories_recent), and so on.
@@ -285,9 +299,8 @@ def _ranked_sql(indexes: tuple[str, ...], materialize: bool) -> str:
     sort) with their bm25, without touching the memories table. `best`: the :ranked best
     by the sum of their bm25 (a single query's needs no sum) that the search may show, of
     equals the newest. Then those with their rows and the recency lift, best first,
-    :limit of them, after a 0; and last a row starting with 1: how many `best` has,
-    whether some query had more matches than it brought, the queries that did (their
-    numbers, comma-separated; NULL for none), and the recent index's floor.
+    :limit of them, after a 0; and last a row starting with 1: how many `best` has, and
+    whether some query had more matches than it brought.
     """
     matches = len(indexes)
     arms = " UNION ALL ".join(
@@ -318,11 +331,7 @@ SELECT * FROM (
 UNION ALL
 SELECT 1, (SELECT count(*) FROM best),
     coalesce((SELECT max(n) FROM (SELECT count(*) AS n FROM found GROUP BY arm)), 0)
-    >= :candidates,
-    (SELECT group_concat(arm) FROM (
-        SELECT arm FROM found GROUP BY arm HAVING count(*) >= :candidates
-    )),
-    (SELECT floor FROM memory_recent), {", ".join(["NULL"] * _WIDTH)}
+    >= :candidates, {", ".join(["NULL"] * (_WIDTH + 2))}
 """
 
 
@@ -888,7 +897,8 @@ class SqliteMemory:
         scoped: bool = False,
     ) -> builtins.list[Any]:
         """The best memories in scope for the sum of several FTS5 queries' bm25, in one
-        statement (`_ranked_sql`).
+        statement (`_ranked_sql`), after one that counts their matches in the recent
+        index.
 
         Each query brings its newest `candidates` (SEARCH_CANDIDATES) matches (FTS5
         walks rowids newest first, no sort) with their bm25. bm25 is a sum over the
@@ -897,17 +907,16 @@ class SqliteMemory:
         common word, worth little). The best RANKED by bm25 that are in scope get the
         recency lift.
 
-        The queries run in the recent index first (`memories_recent`, the newest
-        RECENT_MEMORIES memories): bm25() counts every memory holding each word of a
-        query, and there that is the newest 65,536, not the whole store. A query that
-        finds its `candidates` there has found there the same candidates as in the
-        whole store (its newest matches); one that finds fewer runs again in the whole
-        store (`memories_fts`), while the others keep the recent index, in a second
-        statement. So a word's weight (its IDF) is reckoned over the newest memories
-        when its candidates all are among them, over the whole store when not; the two
-        differ only as much as the word's frequency changed over time. A store of fewer
-        memories than that has them all in the recent index: one statement, as exact as
-        the whole store's.
+        A query runs in the recent index (`memories_recent`, the newest
+        RECENT_MEMORIES memories) when it has its `candidates` matches there: its
+        candidates are then the same as in the whole store (its newest matches), and
+        bm25() counts each word's memories among the newest 65,536 instead of the whole
+        store (a walk through the word's whole list: 5-10 ms for a common word at a
+        million memories). A query with fewer matches there runs in the whole store
+        (`memories_fts`); so does every query while the recent index holds about half
+        the store or more (it would save little). A word's weight (its IDF) is thus
+        reckoned over the newest memories or over all of them; the two differ only as
+        much as the word's frequency changed over time (`_in_recent_sql`).
 
         The scope is not in the MATCH: FTS5 would read the whole list of the scope's
         memories for every query (bm25 counts each phrase's matches), the larger part
@@ -925,18 +934,15 @@ class SqliteMemory:
         }
         for arm, match in enumerate(matches):
             query[f"match{arm}"] = f"{{content tags}} : ({match}){within}"
-        index = "memories_fts" if scoped else "memories_recent"
-        rows = self._fetch(_ranked_sql((index,) * len(matches), _MATERIALIZE), query)
-        (_, in_best, truncated, full, floor, *_) = next(row for row in rows if row[0] == 1)
-        if not scoped and floor > 0:
-            filled = {int(arm) for arm in full.split(",")} if full else set()
-            if len(filled) < len(matches):
-                indexes = tuple(
-                    "memories_recent" if arm in filled else "memories_fts"
-                    for arm in range(len(matches))
-                )
-                rows = self._fetch(_ranked_sql(indexes, _MATERIALIZE), query)
-                (_, in_best, truncated, *_) = next(row for row in rows if row[0] == 1)
+        indexes = ("memories_fts",) * len(matches)
+        if not scoped:
+            (counts,) = self._fetch(_in_recent_sql(len(matches)), query)
+            indexes = tuple(
+                "memories_fts" if count is None or count < candidates else "memories_recent"
+                for count in counts
+            )
+        rows = self._fetch(_ranked_sql(indexes, _MATERIALIZE), query)
+        (_, in_best, truncated, *_) = next(row for row in rows if row[0] == 1)
         if in_best < query["ranked"] and truncated and not scoped:
             return self._ranked(matches, project, parameters, candidates=candidates, scoped=True)
         return [row[1:] for row in rows if row[0] == 0]
