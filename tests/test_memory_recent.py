@@ -15,7 +15,7 @@ import msgspec
 import pytest
 
 from relay.services.memory.model import Memory
-from relay.services.memory.sqlite import SqliteMemory, now_iso
+from relay.services.memory.sqlite import RESTING, SqliteMemory, now_iso
 
 WINDOW = 32
 
@@ -65,12 +65,15 @@ def _indexed(path: Path) -> tuple[int, set[int], set[int]]:
 def _assert_in_step(path: Path) -> None:
     """The recent index holds exactly the memories above the floor, and the floor is at
     least WINDOW and at most WINDOW + WINDOW // 16 below the newest seq (deletes make
-    the index hold fewer; the floor stays)."""
+    the index hold fewer; the floor stays); or it rests, empty, in a store whose newest
+    seq is at most twice WINDOW."""
     floor, every, held = _indexed(path)
     assert held == {seq for seq in every if seq > floor}
     newest = max(every)
-    assert floor == 0 or WINDOW <= newest - floor <= WINDOW + WINDOW // 16
-    assert newest - floor <= WINDOW + WINDOW // 16
+    if floor == RESTING:
+        assert newest <= 2 * WINDOW and held == set()
+    else:
+        assert WINDOW <= newest - floor <= WINDOW + WINDOW // 16
 
 
 def _marker(number: int) -> str:
@@ -98,6 +101,21 @@ def test_the_recent_index_follows_saves_updates_and_deletes(
     _assert_in_step(tmp_path / "memory.db")
 
 
+def test_the_recent_index_rests_until_the_store_is_twice_its_size(
+    store: SqliteMemory, tmp_path: Path
+) -> None:
+    path = tmp_path / "memory.db"
+    for number in range(2 * WINDOW):
+        store.add(f"{_marker(number)} alpha note")
+    assert _indexed(path)[0] == RESTING and _indexed(path)[2] == set()
+    # The save that takes the store past twice the window starts it, itself included.
+    store.add(f"{_marker(2 * WINDOW)} alpha note")
+    floor, every, held = _indexed(path)
+    assert (floor, held) == (WINDOW + 1, {seq for seq in every if seq > WINDOW + 1})
+    assert len(held) == WINDOW
+    _assert_in_step(path)
+
+
 def test_a_bulk_load_fills_the_recent_index_once(tmp_path: Path, small_window: None) -> None:
     memories = [
         Memory(id=f"{number:08x}", content=f"{_marker(number)} alpha", created_at=now_iso())
@@ -115,6 +133,10 @@ def test_a_bulk_load_fills_the_recent_index_once(tmp_path: Path, small_window: N
         ]
         assert store.import_memories(more).added == 40
         _assert_in_step(tmp_path / "memory.db")
+    # A bulk load too small for the recent index leaves it resting.
+    with SqliteMemory(tmp_path / "small.db", semantic=False) as store:
+        assert store.import_memories(memories[: 2 * WINDOW]).added == 2 * WINDOW
+        assert _indexed(tmp_path / "small.db")[::2] == (RESTING, set())
 
 
 def test_a_common_word_ranks_the_same_as_over_the_whole_store(

@@ -26,6 +26,7 @@ from relay.services.memory.model import (
     SavedMemory,
 )
 from relay.services.memory.sqlite import (
+    RESTING,
     SCHEMA_VERSION,
     SEARCH_CANDIDATES,
     SqliteMemory,
@@ -573,7 +574,7 @@ def test_a_schema_1_store_with_copies_is_upgraded_and_keeps_them(tmp_path: Path)
         assert check.execute("PRAGMA integrity_check").fetchone() == ("ok",)
         check.execute("INSERT INTO memories_fts(memories_fts) VALUES ('integrity-check')")
         check.execute("INSERT INTO memories_recent(memories_recent) VALUES ('integrity-check')")
-        assert check.execute("SELECT floor FROM memory_recent").fetchone() == (0,)
+        assert check.execute("SELECT floor FROM memory_recent").fetchone() == (RESTING,)
     finally:
         check.close()
 

@@ -208,9 +208,17 @@ INSERT OR IGNORE INTO memory_pending(seq) SELECT seq FROM memories;
 # plus 1/16 above the floor, the oldest 1/16 go out and the floor moves up. It is kept
 # in step by triggers like `memories_fts`, for the memories above the floor only. Only
 # the seq decides: seq may be reused after the newest memories are deleted, and such a
-# memory, below the floor, counts as old. _FILL_RECENT sets the floor anew and indexes
-# what is above it: on creation, on the upgrade, and after a bulk load (which leaves
-# the triggers out).
+# memory, below the floor, counts as old.
+# Until the store is twice `size` (about 131,000 memories), a search would gain nothing
+# from it: the index rests, empty, its floor RESTING (above every seq), and a save costs
+# no second FTS5 insert. The insert that takes the newest seq past twice `size` fills
+# it with the newest `size` memories (about 0.5 s, once). One trigger does it all, in
+# this order: index the new memory when above the floor; start, when resting and past
+# twice `size` (the new memory included); drop the oldest when past `size` + 1/16. Its
+# WHEN leaves a resting store's saves at one lookup. (CROSS JOIN: the one row first, then
+# a range of seq; else SQLite may walk every memory to save sorting them.)
+# _FILL_RECENT empties the index and starts it again when the store is large enough:
+# on the upgrade and after a bulk load (which leaves the trigger out).
 _RECENT = """
 CREATE VIRTUAL TABLE IF NOT EXISTS memories_recent USING fts5(
     content, tags, scope,
@@ -221,18 +229,27 @@ CREATE TABLE IF NOT EXISTS memory_recent (
     floor INTEGER NOT NULL,
     size INTEGER NOT NULL CHECK (size > 0)
 );
-INSERT OR IGNORE INTO memory_recent(one, floor, size) VALUES (1, 0, {size});
+INSERT OR IGNORE INTO memory_recent(one, floor, size) VALUES (1, {resting}, {size});
 CREATE TRIGGER IF NOT EXISTS memories_recent_insert AFTER INSERT ON memories
-WHEN new.seq > (SELECT floor FROM memory_recent) BEGIN
+WHEN new.seq > (
+    SELECT CASE WHEN floor = {resting} THEN 2 * size ELSE floor END FROM memory_recent
+) BEGIN
     INSERT INTO memories_recent(rowid, content, tags, scope)
-    VALUES (new.seq, new.content, new.tags, new.scope);
-END;
-CREATE TRIGGER IF NOT EXISTS memories_recent_evict AFTER INSERT ON memories
-WHEN new.seq > (SELECT floor + size + size / 16 FROM memory_recent) BEGIN
+    SELECT new.seq, new.content, new.tags, new.scope FROM memory_recent
+    WHERE new.seq > floor;
+    INSERT INTO memories_recent(rowid, content, tags, scope)
+    SELECT m.seq, m.content, m.tags, m.scope
+    FROM memory_recent AS r CROSS JOIN memories AS m ON m.seq > new.seq - r.size
+    WHERE r.floor = {resting} AND new.seq > 2 * r.size
+    ORDER BY m.seq;
+    UPDATE memory_recent SET floor = new.seq - size
+    WHERE floor = {resting} AND new.seq > 2 * size;
     INSERT INTO memories_recent(memories_recent, rowid, content, tags, scope)
     SELECT 'delete', m.seq, m.content, m.tags, m.scope
-    FROM memory_recent AS r JOIN memories AS m ON m.seq > r.floor AND m.seq <= new.seq - r.size;
-    UPDATE memory_recent SET floor = new.seq - size;
+    FROM memory_recent AS r
+    CROSS JOIN memories AS m ON m.seq > r.floor AND m.seq <= new.seq - r.size
+    WHERE new.seq - r.size - r.size / 16 > r.floor;
+    UPDATE memory_recent SET floor = new.seq - size WHERE new.seq - size - size / 16 > floor;
 END;
 CREATE TRIGGER IF NOT EXISTS memories_recent_delete AFTER DELETE ON memories
 WHEN old.seq > (SELECT floor FROM memory_recent) BEGIN
@@ -248,16 +265,22 @@ WHEN old.seq > (SELECT floor FROM memory_recent) BEGIN
     VALUES (new.seq, new.content, new.tags, new.scope);
 END;
 """
-# Empties the recent index, sets the floor below the newest `size` memories and indexes
-# those. (A floor above every seq leaves the triggers out, as during a bulk load.)
-_FILL_RECENT = """
+RESTING = 2**62
+"""The recent index's floor while it rests: above every seq, so it holds nothing."""
+# Empties the recent index and, when the newest seq is past twice `size`, sets the floor
+# below the newest `size` memories and indexes those; else lets it rest.
+_FILL_RECENT = f"""
 INSERT INTO memories_recent(memories_recent) VALUES ('delete-all');
-UPDATE memory_recent SET floor = max(coalesce((SELECT max(seq) FROM memories), 0) - size, 0);
+UPDATE memory_recent SET floor = CASE
+    WHEN coalesce((SELECT max(seq) FROM memories), 0) > 2 * size
+    THEN (SELECT max(seq) FROM memories) - size
+    ELSE {RESTING} END;
 INSERT INTO memories_recent(rowid, content, tags, scope)
 SELECT seq, content, tags, scope FROM memories
 WHERE seq > (SELECT floor FROM memory_recent) ORDER BY seq;
 """
 _NO_RECENT = "UPDATE memory_recent SET floor = 9223372036854775807"
+"""For a bulk load: a floor the trigger never starts from, nor indexes above."""
 
 _COLUMNS = "m.id, m.content, m.tags, m.agent, m.project, m.created_at, m.team"
 _WIDTH = 7
@@ -278,12 +301,13 @@ statement the same way, only a little slower: they may run a query named twice t
 
 @functools.cache
 def _in_recent_sql(matches: int) -> str:
-    """For each of `matches` FTS5 queries (:match0, ...): NULL when the recent index holds
-    about half the store or more (the whole store's index then costs no more, and ranks
-    exactly); else how many matches it has in the recent index, counted without bm25 and
-    newest first, up to :candidates (the query runs there when it has that many)."""
+    """For each of `matches` FTS5 queries (:match0, ...): NULL while the recent index
+    rests (the store is not yet twice its size: the whole store's index costs little
+    more, and ranks exactly); else how many matches it has in the recent index, counted
+    without bm25 and newest first, up to :candidates (the query runs there when it has
+    that many)."""
     counts = ", ".join(
-        "CASE WHEN floor > size THEN (SELECT count(*) FROM (SELECT 1 FROM memories_recent"
+        f"CASE WHEN floor < {RESTING} THEN (SELECT count(*) FROM (SELECT 1 FROM memories_recent"
         f" WHERE memories_recent MATCH :match{number} LIMIT :candidates)) END"
         for number in range(matches)
     )
@@ -913,8 +937,8 @@ class SqliteMemory:
         bm25() counts each word's memories among the newest 65,536 instead of the whole
         store (a walk through the word's whole list: 5-10 ms for a common word at a
         million memories). A query with fewer matches there runs in the whole store
-        (`memories_fts`); so does every query while the recent index holds about half
-        the store or more (it would save little). A word's weight (its IDF) is thus
+        (`memories_fts`); so does every query while the recent index rests (a store of
+        fewer than twice RECENT_MEMORIES, where it would save little). A word's weight (its IDF) is thus
         reckoned over the newest memories or over all of them; the two differ only as
         much as the word's frequency changed over time (`_in_recent_sql`).
 
@@ -1172,7 +1196,7 @@ class SqliteMemory:
                 if version < 3:
                     script += _UPGRADE_TO_3
             if version < 4:
-                script += _RECENT.format(size=RECENT_MEMORIES) + _FILL_RECENT
+                script += _RECENT.format(size=RECENT_MEMORIES, resting=RESTING) + _FILL_RECENT
             for statement in _statements(script):
                 connection.execute(statement)
             connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
