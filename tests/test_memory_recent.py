@@ -200,3 +200,33 @@ def test_an_older_store_gets_its_recent_index_on_opening(
     _assert_in_step(path)
     floor, _, held = _indexed(path)
     assert (floor, len(held)) == (100 - WINDOW, WINDOW)
+
+
+def _steps_of_a_save(path: Path, memories: int) -> int:
+    """SQLite VM steps of one save into a store of `memories` memories (bulk-loaded)."""
+    with SqliteMemory(path, semantic=False) as store:
+        store.import_memories(
+            Memory(id=f"{number:08x}", content=f"{_marker(number)} alpha", created_at=now_iso())
+            for number in range(memories)
+        )
+        steps = 0
+
+        def count() -> int:
+            nonlocal steps
+            steps += 1
+            return 0
+
+        connection = store._connect()
+        connection.set_progress_handler(count, 1)
+        store.add(f"{_marker(memories)} one more")
+        connection.set_progress_handler(None, 1)
+        return steps
+
+
+def test_a_save_reads_no_more_in_a_larger_store(tmp_path: Path, small_window: None) -> None:
+    """The trigger's statements go from the one-row table to a range of seq: a save into
+    a store of 5,000 memories takes about the steps of one into 200 (SQLite could
+    otherwise walk every memory on each save)."""
+    small = _steps_of_a_save(tmp_path / "small.db", 200)
+    large = _steps_of_a_save(tmp_path / "large.db", 5000)
+    assert large < small * 1.5, (small, large)
