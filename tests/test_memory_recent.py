@@ -230,3 +230,19 @@ def test_a_save_reads_no_more_in_a_larger_store(tmp_path: Path, small_window: No
     small = _steps_of_a_save(tmp_path / "small.db", 200)
     large = _steps_of_a_save(tmp_path / "large.db", 5000)
     assert large < small * 1.5, (small, large)
+
+
+def test_a_store_without_its_recent_row_still_saves_and_searches(
+    store: SqliteMemory, tmp_path: Path
+) -> None:
+    """A file edited by hand (the recent index's row deleted): every query is ranked in
+    the whole store, and saves go on."""
+    for number in range(100):
+        store.add(f"{_marker(number)} delta")
+    connection = sqlite3.connect(tmp_path / "memory.db")
+    with connection:
+        connection.execute("DELETE FROM memory_recent")
+    connection.close()
+    newest = store.add(f"{_marker(100)} delta")
+    assert store.search("delta", limit=1)[0].memory == newest
+    assert len(store.search("delta", limit=200)) == 101

@@ -960,11 +960,12 @@ class SqliteMemory:
             query[f"match{arm}"] = f"{{content tags}} : ({match}){within}"
         indexes = ("memories_fts",) * len(matches)
         if not scoped:
-            (counts,) = self._fetch(_in_recent_sql(len(matches)), query)
-            indexes = tuple(
-                "memories_fts" if count is None or count < candidates else "memories_recent"
-                for count in counts
-            )
+            # No row when the file was edited by hand: ranked in the whole store.
+            for counts in self._fetch(_in_recent_sql(len(matches)), query)[:1]:
+                indexes = tuple(
+                    "memories_fts" if count is None or count < candidates else "memories_recent"
+                    for count in counts
+                )
         rows = self._fetch(_ranked_sql(indexes, _MATERIALIZE), query)
         (_, in_best, truncated, *_) = next(row for row in rows if row[0] == 1)
         if in_best < query["ranked"] and truncated and not scoped:
