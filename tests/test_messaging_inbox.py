@@ -13,6 +13,7 @@ import pytest
 
 from relay.config.model import MessagingConfig
 from relay.protocol.output import AggregatedResult
+from relay.services.messaging.doorbell import ring
 from relay.services.messaging.mailbox import SqliteMailbox
 from relay.services.messaging.messenger import Messenger
 from relay.session.inbox import SessionInbox
@@ -227,3 +228,41 @@ async def test_a_batch_thinned_by_dead_deliveries_does_not_leave_the_rest_waitin
     assert [text.rsplit(" ", 1)[-1] for text, _, _ in handed.texts] == [
         str(number) for number in range(3, CLAIM_BATCH + 2)
     ]
+
+
+async def test_a_session_with_nothing_waiting_takes_no_write_lock(
+    sender: SqliteMailbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A poke (or the fallback timer) with no mail for the session reads, and claims
+    nothing: idle sessions do not queue for the mailbox's write lock every second.
+    Mail committed right after such a read is handed over all the same (its sender's
+    poke comes after the read)."""
+    handed = Handed()
+    async with inbox(handed.submit) as session:
+        claims: list[int] = []
+        reads: list[int] = []
+        claim, read = session.mailbox.claim, session.mailbox.waiting
+
+        def counted_claim(*args: Any, **options: Any) -> Any:
+            claims.append(1)
+            return claim(*args, **options)
+
+        def read_then_mail_arrives(*args: Any, **options: Any) -> Any:
+            found = read(*args, **options)
+            reads.append(len(found))
+            if len(reads) == 3:
+                sender.send(team=TEAM, sender="Alice", recipient="Bob", body="after")
+            return found
+
+        monkeypatch.setattr(session.mailbox, "claim", counted_claim)
+        monkeypatch.setattr(session.mailbox, "waiting", read_then_mail_arrives)
+        bell = session._bell
+        assert bell is not None
+        await until(lambda: len(reads) >= 1)  # the read on starting
+        ring(bell.address)
+        await until(lambda: len(reads) >= 2)
+        assert claims == []
+        ring(bell.address)  # the third read finds nothing, then "after" is committed
+        await until(lambda: len(handed.texts) == 1)
+        assert await handed.verdicts() == [("after", True)]
+        assert reads[:3] == [0, 0, 0] and len(claims) >= 1

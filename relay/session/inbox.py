@@ -292,6 +292,10 @@ class SessionInbox:
         while True:
             try:
                 waiting = await self._waiting()
+                if not waiting:
+                    # Nothing the claim would take: no write lock for a poke or the
+                    # fallback timer. Mail committed after the read rings the bell again.
+                    return
                 for delivery in waiting:
                     key = delivery.message.id
                     if delivery.attempts >= self.mailbox.max_attempts:
