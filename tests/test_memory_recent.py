@@ -6,7 +6,6 @@ cover every case."""
 
 from __future__ import annotations
 
-import re
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+import relay.services.memory.sqlite as sqlite_module
 from relay.services.memory.model import Memory
 from relay.services.memory.sqlite import RESTING, SqliteMemory, now_iso
 
@@ -32,32 +32,24 @@ def store(tmp_path: Path, small_window: None) -> Iterator[SqliteMemory]:
 
 
 def _indexed(path: Path) -> tuple[int, set[int], set[int]]:
-    """(the floor, the seqs of every memory, the seqs the recent index holds). Every
-    memory of these tests starts with its own word (`_marker`), so `marker*` lists what
-    the index holds, deleted memories included; and each memory it holds must be found
-    there by every word of its content and tags as they are now."""
+    """(the floor, the seqs of every memory, the seqs the recent index holds). Each
+    memory the recent index holds must be indexed there exactly as in the whole store's
+    index: the same words at the same places, none left from an earlier version."""
     connection = sqlite3.connect(path)
     try:
         (floor,) = connection.execute("SELECT floor FROM memory_recent").fetchone()
-        rows = connection.execute("SELECT seq, content, tags FROM memories").fetchall()
-        held = {
-            seq
-            for (seq,) in connection.execute(
-                "SELECT rowid FROM memories_recent WHERE memories_recent MATCH 'marker*'"
+        every = {seq for (seq,) in connection.execute("SELECT seq FROM memories")}
+        for name, index in (("recent_words", "memories_recent"), ("all_words", "memories_fts")):
+            connection.execute(
+                f"CREATE VIRTUAL TABLE temp.{name} USING fts5vocab(main, {index}, instance)"
             )
-        }
-        for seq, content, tags in rows:
-            if seq not in held:
-                continue
-            words = " AND ".join(f'"{word}"' for word in re.findall(r"\w+", content + tags))
-            found = connection.execute(
-                "SELECT rowid FROM memories_recent WHERE memories_recent MATCH ? AND rowid = ?",
-                (words, seq),
-            ).fetchall()
-            assert found == [(seq,)], (seq, content, tags)
+        recent = set(connection.execute("SELECT term, doc, col, offset FROM temp.recent_words"))
+        held = {doc for _, doc, _, _ in recent}
+        whole = connection.execute("SELECT term, doc, col, offset FROM temp.all_words")
+        assert recent == {entry for entry in whole if entry[1] in held}
         for index in ("memories_fts", "memories_recent"):
             connection.execute(f"INSERT INTO {index}({index}) VALUES ('integrity-check')")
-        return floor, {seq for seq, _, _ in rows}, held
+        return floor, every, held
     finally:
         connection.close()
 
@@ -91,7 +83,8 @@ def test_the_recent_index_follows_saves_updates_and_deletes(
     _assert_in_step(tmp_path / "memory.db")
     # Changing one above the floor and one below (an import with the same id updates).
     for memory in (saved[-1], saved[20]):
-        changed = msgspec.structs.replace(memory, content=f"{memory.content} beta", tags=["t"])
+        marker = memory.content.split()[0]
+        changed = msgspec.structs.replace(memory, content=f"{marker} beta changed", tags=["t"])
         assert store.import_memories([changed]).updated == 1
     _assert_in_step(tmp_path / "memory.db")
     assert [hit.memory.id for hit in store.search("beta")] == [saved[-1].id, saved[20].id]
@@ -139,39 +132,62 @@ def test_a_bulk_load_fills_the_recent_index_once(tmp_path: Path, small_window: N
         assert _indexed(tmp_path / "small.db")[::2] == (RESTING, set())
 
 
+@pytest.fixture
+def ranked_in(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
+    """The indexes of each ranking statement a search runs (one per FTS5 query)."""
+    seen: list[tuple[str, ...]] = []
+    ranked_sql = sqlite_module._ranked_sql
+
+    def spy(indexes: tuple[str, ...], materialize: bool) -> str:
+        seen.append(indexes)
+        return ranked_sql(indexes, materialize)
+
+    monkeypatch.setattr(sqlite_module, "_ranked_sql", spy)
+    return seen
+
+
 def test_a_common_word_ranks_the_same_as_over_the_whole_store(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ranked_in: list[tuple[str, ...]]
 ) -> None:
-    """Memories alike but for their length: the recent index's counts rank them as the
-    whole store's would (the window covering everything stands for the whole store)."""
+    """Memories alike but for their length: ranked in the recent index, as the whole
+    store ranks them (a window of 1,000 rests: the whole store's index). 20 candidates
+    and 10 ranked, so that the newest hold all of them and no search in scope follows."""
+    monkeypatch.setattr(sqlite_module, "SEARCH_CANDIDATES", 20)
+    monkeypatch.setattr(sqlite_module, "RANKED", 10)
     texts = [f"{_marker(number)} deploy the api" + " now" * (number % 7) for number in range(300)]
     found = {}
     for window in (WINDOW, 1000):
-        monkeypatch.setattr("relay.services.memory.sqlite.RECENT_MEMORIES", window)
+        monkeypatch.setattr(sqlite_module, "RECENT_MEMORIES", window)
         with SqliteMemory(tmp_path / f"{window}.db", semantic=False) as store:
             for text in texts:
                 store.add(text)
+            ranked_in.clear()
             found[window] = [hit.memory.content for hit in store.search("deploy", limit=10)]
+            index = "memories_recent" if window == WINDOW else "memories_fts"
+            assert ranked_in == [(index,)]
     assert found[WINDOW] == found[1000]
     assert len(found[WINDOW]) == 10
 
 
 def test_a_word_found_only_below_the_floor_is_searched_in_the_whole_store(
-    store: SqliteMemory, monkeypatch: pytest.MonkeyPatch
+    store: SqliteMemory, monkeypatch: pytest.MonkeyPatch, ranked_in: list[tuple[str, ...]]
 ) -> None:
+    monkeypatch.setattr(sqlite_module, "SEARCH_CANDIDATES", 20)
     rare = store.add(f"{_marker(0)} zeppelin hangar notes")
     both = store.add(f"{_marker(1)} zeppelin deploy checklist")
     for number in range(2, 200):
         store.add(f"{_marker(number)} deploy checklist")
     assert [hit.memory for hit in store.search("zeppelin")] == [both, rare]
-    # One word common among the newest, the other only below the floor: both in one
-    # search (the common word from the recent index, the rare one from the whole store).
-    hits = store.search("zeppelin checklist", limit=3)
-    assert hits[0].memory == both
-    assert rare in [hit.memory for hit in store.search("zeppelin checklist", limit=50)]
+    assert ranked_in == [("memories_fts",)]
+    # One word common among the newest, the other only below the floor: the memories
+    # with any of them are ranked in one statement, "checklist" in the recent index and
+    # "zeppelin" in the whole store.
+    ranked_in.clear()
+    hits = store.search("zeppelin checklist", limit=50)
+    assert hits[0].memory == both and rare in [hit.memory for hit in hits]
+    assert ("memories_fts", "memories_recent") in ranked_in
     # A project's memories below the floor and older than the candidates of other
     # projects, which fill the recent index: the search in scope finds them.
-    monkeypatch.setattr("relay.services.memory.sqlite.SEARCH_CANDIDATES", 20)
     mine = store.add(f"{_marker(500)} rollout plan for mine", project="/mine")
     for number in range(501, 600):
         store.add(f"{_marker(number)} rollout plan", project="/other")
@@ -246,3 +262,35 @@ def test_a_store_without_its_recent_row_still_saves_and_searches(
     newest = store.add(f"{_marker(100)} delta")
     assert store.search("delta", limit=1)[0].memory == newest
     assert len(store.search("delta", limit=200)) == 101
+
+
+def test_a_search_counts_and_ranks_in_one_snapshot(
+    store: SqliteMemory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process forgets a memory between the count in the recent index and the
+    ranking: the ranking still sees what the count saw (one read transaction), so the
+    query ranked in the recent index brings all its candidates."""
+    monkeypatch.setattr("relay.services.memory.sqlite.SEARCH_CANDIDATES", 20)
+    for number in range(150):
+        store.add(f"{_marker(number)} alpha old")
+    newest = [
+        store.add(f"{_marker(number)} {'alpha' if number >= 170 else 'other'} new")
+        for number in range(150, 190)
+    ][-1]
+    other = SqliteMemory(tmp_path / "memory.db", semantic=False)
+    ranked_sql = sqlite_module._ranked_sql
+    forgotten: list[str] = []
+
+    def forget_in_between(indexes: tuple[str, ...], materialize: bool) -> str:
+        if not forgotten:
+            assert indexes == ("memories_recent",)
+            forgotten.append(newest.id)
+            assert other.delete(newest.id)
+        return ranked_sql(indexes, materialize)
+
+    monkeypatch.setattr(sqlite_module, "_ranked_sql", forget_in_between)
+    # Ranked in the recent index as counted, its 20 candidates brought (fewer than
+    # RANKED: the search goes on in the project's scope, in the whole store, as always).
+    # Counted and ranked in two snapshots, it brought 19 and stopped there.
+    assert len(store.search("alpha", limit=20)) == 20 and forgotten
+    other.close()

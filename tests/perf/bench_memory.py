@@ -234,7 +234,7 @@ def bench_agreement(store: SqliteMemory, path: Path) -> tuple[int, int, int, int
     """(searches with results, how many of them have the same first memory, the same
     first three, the same ten in the same order) when ranked over the recent index and
     over the whole store; None while the recent index rests (every query is ranked in
-    the whole store)."""
+    the whole store). Leaves the store's recent index widened to every memory."""
     scopes = [*PROJECTS[:10], None]
 
     def results() -> list[list[str]]:

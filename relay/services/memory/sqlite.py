@@ -108,7 +108,7 @@ EXPORT_BATCH = 1000
 CACHE_KIB = 32 * 1024
 RECENT_MEMORIES = 65_536
 """How many of the newest memories the recent index holds (and up to 1/16 more: the
-oldest are dropped 1/16 at a time)."""
+oldest are dropped 1/16 of it, plus one, at a time)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS memories (
@@ -205,7 +205,7 @@ INSERT OR IGNORE INTO memory_pending(seq) SELECT seq FROM memories;
 # that word's whole list: at a million memories a common word costs 5-10 ms of a search
 # that way. `memories_recent` indexes only the memories whose seq is above
 # `memory_recent.floor` (one row): a new memory goes in, and once the newest is `size`
-# plus 1/16 above the floor, the oldest 1/16 go out and the floor moves up. It is kept
+# plus 1/16 above the floor, the oldest 1/16 (and one) go out and the floor moves up. It is kept
 # in step by triggers like `memories_fts`, for the memories above the floor only. Only
 # the seq decides: seq may be reused after the newest memories are deleted, and such a
 # memory, below the floor, counts as old.
@@ -302,10 +302,10 @@ statement the same way, only a little slower: they may run a query named twice t
 @functools.cache
 def _in_recent_sql(matches: int) -> str:
     """For each of `matches` FTS5 queries (:match0, ...): NULL while the recent index
-    rests (the store is not yet twice its size: the whole store's index costs little
-    more, and ranks exactly); else how many matches it has in the recent index, counted
-    without bm25 and newest first, up to :candidates (the query runs there when it has
-    that many)."""
+    rests (the newest seq is not yet past twice its size: the whole store's index costs
+    little more, and ranks exactly); else how many matches it has in the recent index,
+    counted without bm25 up to :candidates (the query runs there when it has that
+    many)."""
     counts = ", ".join(
         f"CASE WHEN floor < {RESTING} THEN (SELECT count(*) FROM (SELECT 1 FROM memories_recent"
         f" WHERE memories_recent MATCH :match{number} LIMIT :candidates)) END"
@@ -937,10 +937,12 @@ class SqliteMemory:
         bm25() counts each word's memories among the newest 65,536 instead of the whole
         store (a walk through the word's whole list: 5-10 ms for a common word at a
         million memories). A query with fewer matches there runs in the whole store
-        (`memories_fts`); so does every query while the recent index rests (a store of
-        fewer than twice RECENT_MEMORIES, where it would save little). A word's weight (its IDF) is thus
-        reckoned over the newest memories or over all of them; the two differ only as
-        much as the word's frequency changed over time (`_in_recent_sql`).
+        (`memories_fts`); so does every query while the recent index rests (until the
+        newest seq passes twice RECENT_MEMORIES, where it would save little). BM25 is
+        thus reckoned over the newest memories or over all of them: a word's weight
+        (its IDF) and the average length of a memory, which BM25 weighs a memory's
+        length against, may differ between the two as the store's memories changed over
+        time (`_in_recent_sql`). The count and the ranking share one read transaction.
 
         The scope is not in the MATCH: FTS5 would read the whole list of the scope's
         memories for every query (bm25 counts each phrase's matches), the larger part
@@ -958,15 +960,22 @@ class SqliteMemory:
         }
         for arm, match in enumerate(matches):
             query[f"match{arm}"] = f"{{content tags}} : ({match}){within}"
-        indexes = ("memories_fts",) * len(matches)
-        if not scoped:
-            # No row when the file was edited by hand: ranked in the whole store.
-            for counts in self._fetch(_in_recent_sql(len(matches)), query)[:1]:
-                indexes = tuple(
-                    "memories_fts" if count is None or count < candidates else "memories_recent"
-                    for count in counts
-                )
-        rows = self._fetch(_ranked_sql(indexes, _MATERIALIZE), query)
+
+        def rank(connection: sqlite3.Connection) -> builtins.list[Any]:
+            indexes = ("memories_fts",) * len(matches)
+            if not scoped:
+                # No row when the file was edited by hand: ranked in the whole store.
+                for counts in connection.execute(_in_recent_sql(len(matches)), query).fetchall():
+                    indexes = tuple(
+                        "memories_fts" if count is None or count < candidates else "memories_recent"
+                        for count in counts
+                    )
+            return connection.execute(_ranked_sql(indexes, _MATERIALIZE), query).fetchall()
+
+        # One read transaction: the count and the ranking see the same memories, or a
+        # save, forget or eviction in between could leave a query ranked in the recent
+        # index with fewer candidates than it counted there.
+        rows = self._read(lambda connection: _in_one_read(connection, rank))
         (_, in_best, truncated, *_) = next(row for row in rows if row[0] == 1)
         if in_best < query["ranked"] and truncated and not scoped:
             return self._ranked(matches, project, parameters, candidates=candidates, scoped=True)
@@ -1242,6 +1251,18 @@ def _rollback(connection: sqlite3.Connection) -> None:
 def _busy(exc: sqlite3.Error) -> bool:
     name = getattr(exc, "sqlite_errorname", "") or ""
     return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "database is locked" in str(exc)
+
+
+def _in_one_read(
+    connection: sqlite3.Connection, operation: Callable[[sqlite3.Connection], _Result]
+) -> _Result:
+    """`operation` in one read transaction (its statements see one snapshot of the file)."""
+    connection.execute("BEGIN")
+    try:
+        return operation(connection)
+    finally:
+        with contextlib.suppress(sqlite3.Error):
+            connection.execute("COMMIT")
 
 
 def _statements(script: str) -> Iterator[str]:
