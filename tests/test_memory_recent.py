@@ -12,6 +12,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from sqlite_steps import vm_steps
 
 import relay.services.memory.sqlite as sqlite_module
 from relay.services.memory.model import Memory
@@ -225,18 +226,7 @@ def _steps_of_a_save(path: Path, memories: int) -> int:
             Memory(id=f"{number:08x}", content=f"{_marker(number)} alpha", created_at=now_iso())
             for number in range(memories)
         )
-        steps = 0
-
-        def count() -> int:
-            nonlocal steps
-            steps += 1
-            return 0
-
-        connection = store._connect()
-        connection.set_progress_handler(count, 1)
-        store.add(f"{_marker(memories)} one more")
-        connection.set_progress_handler(None, 1)
-        return steps
+        return vm_steps(store._connect(), lambda: store.add(f"{_marker(memories)} one more"))
 
 
 def test_a_save_reads_no_more_in_a_larger_store(tmp_path: Path, small_window: None) -> None:

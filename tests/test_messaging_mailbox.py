@@ -14,6 +14,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from sqlite_steps import vm_steps
 
 from relay.engine.aggregator import HookOutcome, aggregate
 from relay.protocol.answers import parse_answer
@@ -282,20 +283,7 @@ def test_a_new_session_takes_over_what_a_dead_one_held_oldest_first(box: SqliteM
 
 def _steps(box: SqliteMailbox, action: Callable[[], object]) -> int:
     """SQLite virtual-machine steps (in hundreds) that `action` costs on `box`'s connection."""
-    steps = 0
-
-    def tick() -> int:
-        nonlocal steps
-        steps += 1
-        return 0
-
-    connection = box._connect()
-    connection.set_progress_handler(tick, 100)
-    try:
-        action()
-    finally:
-        connection.set_progress_handler(None, 0)
-    return steps
+    return vm_steps(box._connect(), action, per=100)
 
 
 def _costs_with_history(path: Path, history: int) -> tuple[int, int, int]:

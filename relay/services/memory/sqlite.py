@@ -209,7 +209,7 @@ INSERT OR IGNORE INTO memory_pending(seq) SELECT seq FROM memories;
 # in step by triggers like `memories_fts`, for the memories above the floor only. Only
 # the seq decides: seq may be reused after the newest memories are deleted, and such a
 # memory, below the floor, counts as old.
-# Until the store is twice `size` (about 131,000 memories), a search would gain nothing
+# Until the newest seq passes twice `size` (131,072), a search would gain little
 # from it: the index rests, empty, its floor RESTING (above every seq), and a save costs
 # no second FTS5 insert. The insert that takes the newest seq past twice `size` fills
 # it with the newest `size` memories (about 0.5 s, once). One trigger does it all, in
