@@ -246,6 +246,29 @@ def test_doorbell_wakes_a_waiting_recipient(box: SqliteMailbox) -> None:
     box.send(team=TEAM, sender="Alice", recipient="Bob", body="nobody home")
 
 
+async def _ring_later(address: bytes) -> None:
+    await anyio.sleep(0.05)
+    ring_all([address])
+
+
+def test_a_doorbell_keeps_a_poke_nobody_waited_for_and_moves_between_loops() -> None:
+    with Doorbell() as bell:
+
+        async def main() -> None:
+            assert not await bell.wait(0.01)  # watched from now on; timed out
+            ring_all([bell.address])
+            await anyio.sleep(0.05)  # the loop sees the poke while nobody waits
+            assert await bell.wait(0) and not await bell.wait(0)  # kept once, drained
+            with anyio.move_on_after(0.01):
+                await bell.wait(5)  # a wait cancelled leaves the bell usable
+            async with anyio.create_task_group() as group:  # rung while waited for
+                group.start_soon(_ring_later, bell.address)
+                assert await bell.wait(5)
+
+        anyio.run(main)
+        anyio.run(main)  # a second event loop watches it in turn
+
+
 def test_a_broadcast_rings_every_live_recipient_once_committed(box: SqliteMailbox) -> None:
     async def main() -> None:
         with Doorbell() as bob, Doorbell() as carol, Doorbell() as gone:
@@ -349,31 +372,85 @@ def test_writers_wait_for_the_lock_in_fine_steps_then_give_up(
     with pytest.raises(MessagingError, match="cannot write to the mailbox: database is locked"):
         box.claim("Bob", team=TEAM, session_id="b")
     locker.execute("COMMIT")
-    # The claim that gave up was not to be synced; the send after it is.
-    statements.clear()
-    box.send(team=TEAM, sender="pat", recipient="Bob", body="synced")
-    assert statements.index("PRAGMA synchronous = FULL") < statements.index("BEGIN IMMEDIATE")
-    assert [d.message.body for d in box.inbox("Bob", team=TEAM)] == ["after the lock", "synced"]
+    box.send(team=TEAM, sender="pat", recipient="Bob", body="after the refusal")
+    assert [d.message.body for d in box.inbox("Bob", team=TEAM)] == [
+        "after the lock",
+        "after the refusal",
+    ]
     locker.close()
     box.close()
 
 
-def test_hand_outs_are_not_synced_and_the_next_message_is(box: SqliteMailbox) -> None:
-    statements: list[str] = []
-    box._connect().set_trace_callback(statements.append)
-    box.send(team=TEAM, sender="Alice", recipient="Bob", body="one")
-    box.claim("Bob", team=TEAM, session_id="b")
-    box.claim("Bob", team=TEAM, session_id="b")
-    box.send(team=TEAM, sender="Alice", recipient="Bob", body="two")
-    levels = [s for s in statements if s.startswith(("PRAGMA synchronous", "BEGIN"))]
-    assert levels == [
-        "BEGIN IMMEDIATE",  # a send: the connection is FULL from the start
-        "PRAGMA synchronous = NORMAL",
-        "BEGIN IMMEDIATE",
-        "BEGIN IMMEDIATE",  # still NORMAL: no statement spent on it
-        "PRAGMA synchronous = FULL",
-        "BEGIN IMMEDIATE",
-    ]
+def _spy_on_syncs(
+    monkeypatch: pytest.MonkeyPatch, during: Callable[[str], None] = lambda path: None
+) -> list[str]:
+    """The paths relay fsyncs from now on (folders included); `during(path)` runs inside each
+    sync, before it."""
+    synced: list[str] = []
+    real = os.fsync
+
+    def fsync(descriptor: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{descriptor}")
+        during(path)
+        synced.append(path)
+        real(descriptor)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return synced
+
+
+def test_a_message_is_synced_before_send_returns_and_read_before_the_sync(
+    box: SqliteMailbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[tuple[bool, int]] = []
+
+    async def main() -> None:
+        with Doorbell() as bell:
+            box.register_agent("Carol", team=TEAM, session_id="c", bell=bell.address)
+            reader = SqliteMailbox(box.path)
+
+            def during(path: str) -> None:
+                # The sender waits for the disk; the recipient is rung and reads already.
+                rung = bell._drain()
+                seen.append((rung, len(reader.waiting("Carol", team=TEAM, session_id="c"))))
+
+            synced = _spy_on_syncs(monkeypatch, during)
+            box.send(team=TEAM, sender="Alice", recipient="Carol", body="one")
+            assert synced == [f"{box.path}-wal"] and seen == [(True, 1)]
+            # Hand-outs, acknowledgements and presence are not synced.
+            (delivery,) = box.claim("Carol", team=TEAM, session_id="c")
+            box.ack(delivery.message.id, "Carol", team=TEAM, evidence="marker")
+            box.set_presence("Carol", team=TEAM, session_id="c", state="idle")
+            assert synced == [f"{box.path}-wal"]
+            box.send(team=TEAM, sender="Alice", recipient="Carol", body="two")
+            assert synced == [f"{box.path}-wal"] * 2
+            reader.close()
+
+    anyio.run(main)
+
+
+def test_a_new_wal_file_has_its_folder_synced_and_a_failed_sync_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced = _spy_on_syncs(monkeypatch)
+    box = SqliteMailbox(tmp_path / "m.db")
+    box.register_agent("Bob", team=TEAM, session_id="b")
+    box.send(team=TEAM, sender="pat", recipient="Bob", body="one")
+    wal = f"{box.path}-wal"
+    assert synced == [str(tmp_path), wal, wal]  # the folder once, before the WAL's first sync
+    box.close()  # the last connection: SQLite checkpoints and removes the WAL
+    assert not Path(wal).exists()
+    synced.clear()
+    box.send(team=TEAM, sender="pat", recipient="Bob", body="two")
+    assert synced == [str(tmp_path), wal]  # a new WAL file: its folder again
+
+    def failing(descriptor: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", failing)
+    with pytest.raises(MessagingError, match=r"m\.db: committed, but could not be synced"):
+        box.send(team=TEAM, sender="pat", recipient="Bob", body="three")
+    box.close()
 
 
 def test_a_version_3_mailbox_gets_the_handed_index(tmp_path: Path) -> None:

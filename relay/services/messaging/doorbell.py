@@ -14,12 +14,11 @@ interval, never a message.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import secrets
 import socket
 from collections.abc import Iterable
-
-import anyio
 
 
 def new_bell_address() -> bytes:
@@ -53,7 +52,12 @@ def ring_all(addresses: Iterable[bytes]) -> int:
 
 class Doorbell:
     """A recipient's end: bound while the agent is live; `wait` returns on a poke or a timeout.
-    Without an address, a fresh one (`new_bell_address`)."""
+    Without an address, a fresh one (`new_bell_address`).
+
+    Waited on in an asyncio event loop (anyio's asyncio backend, as `relay run` uses). The
+    socket is watched by one reader callback for the bell's whole life, so a poke costs
+    the woken loop one callback and one task step: a broadcast wakes every session of the
+    machine at once, and the last of them waits for the CPU the others spend waking."""
 
     def __init__(self, address: bytes | None = None) -> None:
         self.address = address if address is not None else new_bell_address()
@@ -64,15 +68,45 @@ class Doorbell:
         except OSError:
             self._sock.close()
             raise
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """The loop whose reader watches the socket (from the first `wait`)."""
+        self._rang = False
+        self._waiter: asyncio.Future[bool] | None = None
 
     async def wait(self, timeout: float) -> bool:
         """Wait for a poke, at most `timeout` seconds; True if one came. Pokes are drained."""
-        rang = self._drain()
-        if rang:
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._unwatch()
+            loop.add_reader(self._sock.fileno(), self._on_readable)
+            self._loop = loop
+        if self._rang or self._drain():  # rung since the last wait, seen by the loop or not
+            self._rang = False
             return True
-        with anyio.move_on_after(timeout):
-            await anyio.wait_readable(self._sock)
-        return self._drain()
+        if timeout <= 0:
+            return False
+        waiter: asyncio.Future[bool] = loop.create_future()
+        self._waiter = waiter
+        timer = loop.call_later(timeout, _settle, waiter, False)
+        try:
+            return await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
+
+    def _on_readable(self) -> None:
+        if not self._drain():
+            return
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(True)
+        else:  # kept for the next wait (none under way, or it timed out just now)
+            self._rang = True
+
+    def _unwatch(self) -> None:
+        loop, self._loop = self._loop, None
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(OSError, ValueError):
+                loop.remove_reader(self._sock.fileno())
 
     def _drain(self) -> bool:
         rang = False
@@ -87,6 +121,7 @@ class Doorbell:
 
     def close(self) -> None:
         """Stop listening."""
+        self._unwatch()
         with contextlib.suppress(OSError):
             self._sock.close()
 
@@ -95,3 +130,8 @@ class Doorbell:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _settle(waiter: asyncio.Future[bool], rang: bool) -> None:
+    if not waiter.done():
+        waiter.set_result(rang)

@@ -18,12 +18,15 @@ Layout (schema version 4, in `PRAGMA user_version`; versions 1 to 3 are upgraded
 Privacy: the folder is made 0700 and the file 0600 (whatever the umask) before SQLite
 opens it; SQLite gives its -wal and -shm files the database's mode.
 
-Durability: WAL with `synchronous=FULL`, so a message whose send returned survives a
-power cut; writes take the lock up front (BEGIN IMMEDIATE) and wait for other writers
-in fine steps, up to BUSY_TIMEOUT (`_when_free`). A transaction that queues mail reads
-the recipients' doorbell addresses and, once it has committed, rings them all through
-one socket (doorbell.py). Every sqlite3 or file-system failure leaves this module as
-MessagingError naming the file.
+Durability: WAL, committed with `synchronous=NORMAL` (no sync of its own), and a durable
+write (a message, an agent) then syncs the WAL file itself before it returns, so a
+message whose send returned survives a power cut (`_sync`). A transaction that queues
+mail reads the recipients' doorbell addresses and rings them all through one socket
+(doorbell.py) once it has committed and before that sync: the recipients read the
+message while the sender waits for the disk. Writes take the lock up front (BEGIN
+IMMEDIATE) and wait for other writers in fine steps, up to BUSY_TIMEOUT (`_when_free`).
+Every sqlite3 or file-system failure leaves this module as MessagingError naming the
+file.
 """
 
 from __future__ import annotations
@@ -186,6 +189,14 @@ def default_store() -> Path:
     return state_dir() / DATABASE_NAME
 
 
+def _fsync_path(path: Path, flags: int) -> None:
+    descriptor = os.open(path, flags | os.O_CLOEXEC)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
 class SqliteMailbox:
     """The embedded mailbox (see the module docstring). Thread-safe; methods are synchronous:
     async callers run them on a worker thread."""
@@ -213,8 +224,9 @@ class SqliteMailbox:
         self._connection: sqlite3.Connection | None = None
         self._rings: list[bytes] = []
         """Doorbells to poke when the write transaction under way commits."""
-        self._durable = True
-        """The connection's `synchronous` level: FULL (True) or NORMAL."""
+        self._wal: int | None = None
+        """A descriptor of the WAL file, kept open for `_sync`."""
+        self._sync_lock = threading.Lock()
 
     # -- connection --------------------------------------------------------------------
 
@@ -234,7 +246,8 @@ class SqliteMailbox:
             connection.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
             if connection.execute("PRAGMA journal_mode = WAL").fetchone()[0] != "wal":
                 raise sqlite3.OperationalError("cannot switch to WAL journal mode")
-            connection.execute("PRAGMA synchronous = FULL")  # a sent message survives a power cut
+            # Commits do not sync; durable writes sync the WAL after their commit (`_sync`).
+            connection.execute("PRAGMA synchronous = NORMAL")
             connection.execute("PRAGMA foreign_keys = ON")
             version = connection.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
@@ -255,7 +268,6 @@ class SqliteMailbox:
             connection.close()
             raise self._error(f"cannot use the mailbox: {exc}") from None
         self._connection = connection
-        self._durable = True
         return connection
 
     def close(self) -> None:
@@ -264,6 +276,10 @@ class SqliteMailbox:
             if self._connection is not None:
                 self._connection.close()
                 self._connection = None
+        with self._sync_lock:
+            if self._wal is not None:
+                os.close(self._wal)
+                self._wal = None
 
     def _error(self, message: str) -> MessagingError:
         return MessagingError(message, store=str(self.path))
@@ -298,28 +314,29 @@ class SqliteMailbox:
     ) -> Result:
         """Run `work` in one IMMEDIATE transaction; commit, or roll back on any error.
 
-        `durable=False` commits without syncing (synchronous=NORMAL): for hand-outs,
-        acknowledgements and presence, which a power cut may only undo, so that a
-        message is delivered again, never lost. Messages themselves are always synced.
+        The doorbells the work queued are rung once it has committed. `durable` (the
+        default): then the WAL is synced before this returns (`_sync`), after the rings,
+        so that recipients read the mail while the sender waits for the disk.
+        `durable=False` does without the sync: for hand-outs, acknowledgements and
+        presence, which a power cut may only undo, so that a message is delivered again,
+        never lost. Messages themselves are always synced.
         `wait=False`: MailboxBusy at once, instead of waiting, when another thread or
         connection holds the lock (for a caller that must not block, e.g. an event loop).
         """
         if not self._lock.acquire(blocking=wait):
             raise MailboxBusy(str(self.path))
         try:
-            return self._write_locked(work, durable=durable, wait=wait)
+            result = self._write_locked(work, wait=wait)
         finally:
             self._lock.release()
+        if durable:
+            self._sync()
+        return result
 
-    def _write_locked(
-        self, work: Callable[[sqlite3.Connection], Result], *, durable: bool, wait: bool
-    ) -> Result:
-        """The body of `_write`, under `self._lock`."""
+    def _write_locked(self, work: Callable[[sqlite3.Connection], Result], *, wait: bool) -> Result:
+        """The body of `_write`, under `self._lock`: the transaction and the rings."""
         connection = self._connect()
         try:
-            if durable != self._durable:  # set per write; left as is for the next one
-                connection.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
-                self._durable = durable
             if wait:
                 _when_free(lambda: connection.execute("BEGIN IMMEDIATE"))
             else:
@@ -345,6 +362,34 @@ class SqliteMailbox:
         with contextlib.suppress(OSError):  # committed: a poke is only a hint
             ring_all(rings)
         return result
+
+    def _sync(self) -> None:
+        """Make what is committed durable, as `synchronous=FULL` would have at the commit:
+        fsync the WAL file (a file's fsync flushes every process's writes to it), and its
+        folder when the WAL is a file this mailbox has not synced before.
+
+        The WAL's descriptor is kept open; when SQLite has removed that file since (the
+        last connection to close checkpoints and removes it), the new one is opened. A
+        checkpoint has synced both files (SQLite syncs around each one, and resets or
+        removes the WAL only after one), so mail checkpointed before the sync is durable
+        already; with no WAL left, the database file is synced instead."""
+        with self._sync_lock:
+            try:
+                if self._wal is not None and os.fstat(self._wal).st_nlink == 0:
+                    os.close(self._wal)
+                    self._wal = None
+                if self._wal is None:
+                    try:
+                        self._wal = os.open(f"{self.path}-wal", os.O_RDONLY | os.O_CLOEXEC)
+                    except FileNotFoundError:
+                        _fsync_path(self.path, os.O_RDONLY)
+                        return
+                    _fsync_path(self.path.parent, os.O_RDONLY | os.O_DIRECTORY)
+                os.fsync(self._wal)
+            except OSError as exc:
+                raise self._error(
+                    f"committed, but could not be synced to disk ({exc}): a power cut may undo it"
+                ) from None
 
     def data_version(self) -> int:
         """A number that changes when another connection commits (a cheap poll)."""
