@@ -384,18 +384,21 @@ def test_writers_wait_for_the_lock_in_fine_steps_then_give_up(
 def _spy_on_syncs(
     monkeypatch: pytest.MonkeyPatch, during: Callable[[str], None] = lambda path: None
 ) -> list[str]:
-    """The paths relay fsyncs from now on (folders included); `during(path)` runs inside each
-    sync, before it."""
+    """The paths relay syncs from now on (fsync or fdatasync, folders included); `during(path)`
+    runs inside each sync, before it."""
     synced: list[str] = []
-    real = os.fsync
 
-    def fsync(descriptor: int) -> None:
-        path = os.readlink(f"/proc/self/fd/{descriptor}")
-        during(path)
-        synced.append(path)
-        real(descriptor)
+    def spy(real: Callable[[int], None]) -> Callable[[int], None]:
+        def sync(descriptor: int) -> None:
+            path = os.readlink(f"/proc/self/fd/{descriptor}")
+            during(path)
+            synced.append(path)
+            real(descriptor)
 
-    monkeypatch.setattr(os, "fsync", fsync)
+        return sync
+
+    monkeypatch.setattr(os, "fsync", spy(os.fsync))
+    monkeypatch.setattr(os, "fdatasync", spy(os.fdatasync))
     return synced
 
 
@@ -447,7 +450,7 @@ def test_a_new_wal_file_has_its_folder_synced_and_a_failed_sync_is_an_error(
     def failing(descriptor: int) -> None:
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(os, "fsync", failing)
+    monkeypatch.setattr(os, "fdatasync", failing)
     with pytest.raises(MessagingError, match=r"m\.db: committed, but could not be synced"):
         box.send(team=TEAM, sender="pat", recipient="Bob", body="three")
     box.close()

@@ -365,8 +365,9 @@ class SqliteMailbox:
 
     def _sync(self) -> None:
         """Make what is committed durable, as `synchronous=FULL` would have at the commit:
-        fsync the WAL file (a file's fsync flushes every process's writes to it), and its
-        folder when the WAL is a file this mailbox has not synced before.
+        fdatasync the WAL file, as SQLite does (a file's sync flushes every process's
+        writes to it; fdatasync leaves out the times, which need no journal commit), and
+        fsync its folder when the WAL is a file this mailbox has not synced before.
 
         The WAL's descriptor is kept open; when SQLite has removed that file since (the
         last connection to close checkpoints and removes it), the new one is opened. A
@@ -385,7 +386,7 @@ class SqliteMailbox:
                         _fsync_path(self.path, os.O_RDONLY)
                         return
                     _fsync_path(self.path.parent, os.O_RDONLY | os.O_DIRECTORY)
-                os.fsync(self._wal)
+                os.fdatasync(self._wal)
             except OSError as exc:
                 raise self._error(
                     f"committed, but could not be synced to disk ({exc}): a power cut may undo it"
