@@ -27,6 +27,7 @@ from relay.services.messaging.model import (
     MessagingError,
     NameTakenError,
     RateLimitedError,
+    RecipientAwayError,
     UnknownRecipientError,
 )
 from relay.services.messaging.namespace import parse
@@ -91,6 +92,28 @@ def test_broadcast_reaches_everyone_but_the_sender(box: SqliteMailbox) -> None:
     assert [d.message.id for d in box.claim("Carol", team=TEAM, session_id="c")] == [sent.id]
     assert box.claim("Alice", team=TEAM, session_id="a") == []
     assert box.claim("Eve", team="elsewhere", session_id="e") == []
+
+
+def test_agents_long_offline_are_away_unless_live(box: SqliteMailbox) -> None:
+    box.register_agent("Carol", team=TEAM, session_id="c", pid=_dead_pid())
+    box.send(team=TEAM, sender="pat", recipient="Alice", body="a human", human=True)
+    with sqlite3.connect(box.path) as db:  # nobody has been seen for a long time
+        db.execute("UPDATE agents SET last_seen = '2000-01-01T00:00:00.000Z'")
+    for name in ("Bob", "Dan"):  # gone, but seen just now
+        box.register_agent(name, team=TEAM, session_id=name, pid=_dead_pid())
+    # Carol is away; Alice's session is live (this process), and humans hear no broadcast.
+    _, recipients = box.send(team=TEAM, sender="Bob", recipient="*", body="all")
+    assert recipients == ["Alice", "Dan"]
+    _, recipients = box.send(team=TEAM, sender="Bob", recipient="*", body="all", queue=True)
+    assert recipients == ["Alice", "Carol", "Dan"]
+    with pytest.raises(RecipientAwayError, match="Carol"):
+        box.send(team=TEAM, sender="Bob", recipient="Carol", body="there?")
+    assert box.send(team=TEAM, sender="Bob", recipient="Carol", body="there?", queue=True)[1] == [
+        "Carol"
+    ]
+    assert box.send(team=TEAM, sender="Bob", recipient="pat", body="a human is never away")[1] == [
+        "pat"
+    ]
 
 
 def test_bad_messages_are_refused_with_what_is_wrong(box: SqliteMailbox) -> None:
