@@ -138,14 +138,16 @@ class Injector:
 
     # ---- what relay sees
 
-    def observe_output(self, data: bytes) -> None:
-        """Agent output seen: restart the quiet timer; track bracketed paste mode."""
+    def observe_output(self, data: bytes, *, modes: bool = True) -> None:
+        """Agent output seen: restart the quiet timer; track bracketed paste mode.
+        `modes=False`: the caller found no mode sequence in `data` (escapes.acted_on), so
+        only one begun at the end of the last chunk is looked for."""
         if not data:
             return
         self._last_activity = time.monotonic()
         first = not self._output_seen
         self._output_seen = True
-        self._scan_modes(data)
+        self._scan_modes(data, search=modes)
         if first and self._queue:
             # Only the first output changes what a waiting text waits for. Later output
             # moves the end of the quiet period, which the waiting text's timer re-checks
@@ -325,13 +327,13 @@ class Injector:
         if changed is not None:
             changed.set()
 
-    def _scan_modes(self, data: bytes) -> None:
+    def _scan_modes(self, data: bytes, *, search: bool = True) -> None:
         """Follow ESC[?2004h / ESC[?2004l, even when a sequence is split across chunks."""
         buffer = self._output_tail + data if self._output_tail else data
         # Only ESC[?…h/l and ESC c change anything here. One search first, as most output
         # has none: it stops only at ESC, half the cost of two substring tests on output
         # full of colour codes (tests/perf/bench_session.py).
-        first = _PRIVATE_MODE.search(buffer)
+        first = _PRIVATE_MODE.search(buffer) if search or self._output_tail else None
         matches = list(_PRIVATE_MODE.finditer(buffer, first.start())) if first else []
         # Printed while the agent reads lines: displayed text, not the agent's own mode.
         for match in matches if matches and not self._reads_lines() else ():

@@ -66,6 +66,7 @@ from relay.session.directives import (
     unescape,
 )
 from relay.session.echo import EchoFilter
+from relay.session.escapes import acted_on
 from relay.session.inbox import SessionInbox
 from relay.session.injector import PASTE_END, PASTE_START, Admit, Injector
 from relay.session.lines import RecentOutput, clean_block
@@ -441,13 +442,14 @@ class Session:
     def _on_output(self, data: bytes) -> None:
         """Every chunk the agent prints (already shown to the user in TTY mode)."""
         assert self._injector is not None and self._directives is not None
-        self._injector.observe_output(data)
+        escapes = acted_on(data)  # one search for the injector and the screen test
+        self._injector.observe_output(data, modes=escapes)
         if self.inbox is not None:
             self.inbox.observe_output(data)
         self._last_output = time.monotonic()
         self._idle_fired = False
         screen = self._screen
-        if screen is None and draws_screen(data):
+        if screen is None and escapes and draws_screen(data):
             assert self._agent is not None
             screen = self._screen = ScreenReader(self.voice, self._scanner, *self._agent.size)
             if debug_enabled():
