@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextvars
 import json
 import os
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -719,6 +721,35 @@ def test_python_hooks_follow_the_same_rules(project: Path) -> None:
         == "python hook raised RuntimeError: boom"
     )
     assert errors["test_python_hooks_follow_the_same_rules.<locals>.slow"] == "timed out after 0.2s"
+
+
+def test_sync_python_hooks_reuse_threads_and_a_stuck_one_keeps_its_own(project: Path) -> None:
+    system = HookSystem(cwd=project)
+    ran: list[tuple[threading.Thread, str]] = []
+    variable = contextvars.ContextVar("variable", default="unset")
+    release = threading.Event()
+
+    def record(event: object) -> None:
+        ran.append((threading.current_thread(), variable.get()))
+        variable.set("set by an earlier hook")
+
+    def stuck(event: BeforeTool) -> None:
+        release.wait(10)
+
+    system.register("Idle", record)
+    system.register("BeforeTool", stuck, timeout=0.2)
+    try:
+        fire(system, "Idle", {"idle_seconds": 1})
+        fire(system, "Idle", {"idle_seconds": 1})
+        # The second call ran on the first one's thread, in a context of its own.
+        assert ran[1] == (ran[0][0], "unset") and ran[0][1] == "unset"
+        assert ran[0][0] is not threading.current_thread() and ran[0][0].daemon
+        result = fire(system, "BeforeTool", {"tool_name": "Bash"})
+        assert [error.message for error in result.errors] == ["timed out after 0.2s"]
+        fire(system, "Idle", {"idle_seconds": 1})  # the stuck hook still holds that thread
+        assert ran[2][0] is not ran[0][0] and ran[2][1] == "unset"
+    finally:
+        release.set()
 
 
 def test_sixteen_slow_hooks_run_in_parallel(
