@@ -43,7 +43,9 @@ TARGET_NATS_P50_MS = 20.0
 TARGET_TAIL_RATIO = 2.0
 """Doorbell p99 with 8 receivers at most this many times the single receiver's p99."""
 TARGET_BROADCAST_P50_MS = 3.0
-"""A broadcast to 8 receivers: send -> the last of them handed it, p50."""
+"""A broadcast to 8 receivers, send -> handed, p50: over every hand-over (the measure of
+issue 13's own figure, 4.6 ms when it was filed, against 6.4 ms for the last of the 8),
+and, the stricter reading held since, for the last of the 8 to be handed it."""
 RECEIVERS = 8
 
 RECEIVER = r"""
@@ -435,10 +437,12 @@ def bench_tail(folder: Path, count: int, broadcasts: int) -> list[str]:
         f" p99 {each_p99:.2f} ms; the last of the {RECEIVERS} p50 {last_p50:.2f} ms,"
         f" p99 {last_p99:.2f} ms ({broadcasts} broadcasts)"
     )
-    if last_p50 > TARGET_BROADCAST_P50_MS:
-        missed.append(
-            f"broadcast to {RECEIVERS}, last handed p50 {last_p50:.2f} ms > {TARGET_BROADCAST_P50_MS} ms"
-        )
+    for what, p50 in (("every hand-over", each_p50), (f"the last of the {RECEIVERS}", last_p50)):
+        if p50 > TARGET_BROADCAST_P50_MS:
+            missed.append(
+                f"broadcast to {RECEIVERS}, {what} handed p50 {p50:.2f} ms"
+                f" > {TARGET_BROADCAST_P50_MS} ms"
+            )
     # What this machine allows: the sender's part, and waking the receivers at all.
     to_ring, to_return = bench_broadcast_send(folder, RECEIVERS, broadcasts, 0.02)
     ring_p50, return_p50 = _percentiles(to_ring)[0], _percentiles(to_return)[0]
