@@ -33,13 +33,15 @@ from relay.session.pty import AgentPty
 PIPE_BYTES = 1 << 20
 """How far the loop may fall behind the terminal before the copy waits (the pipe's size)."""
 READ_BYTES = 1 << 20
-BATCH_BYTES = 64 << 10
+BATCH_BYTES = 256 << 10
 BATCH_QUIET_MS = 1
 BATCH_MAX_SECONDS = 0.01
 """The copier hands output to the loop in blocks: when BATCH_BYTES have gathered, when
 the output pauses for BATCH_QUIET_MS, and at the latest BATCH_MAX_SECONDS after the
 block's first byte reached the terminal. The loop then wakes once per block, not per
-read, and not in the middle of a keystroke's echo."""
+read, and not in the middle of a keystroke's echo. With blocks of 256 KiB rather than 64,
+a fast writer's output woke the loop four times less often: 0.70x direct throughput
+against 0.61x, eight interleaved rounds (tests/perf/bench_session.py's stream)."""
 STOP_WAIT = 1.0
 """Seconds stop() waits for the copier to end before killing it."""
 
