@@ -752,6 +752,25 @@ def test_sync_python_hooks_reuse_threads_and_a_stuck_one_keeps_its_own(project: 
         release.set()
 
 
+def test_a_forked_child_runs_sync_python_hooks_on_threads_of_its_own(project: Path) -> None:
+    system = HookSystem(cwd=project)
+
+    def hook(event: object) -> HookOutput:
+        return HookOutput(inject="ran")
+
+    system.register("Idle", hook, timeout=5)
+    assert fire(system, "Idle", {"idle_seconds": 1}).inject == "ran"  # a thread is kept
+    pid = os.fork()
+    if pid == 0:  # the kept thread is not in the child: its hooks must not wait for it
+        ran = False
+        try:
+            ran = fire(system, "Idle", {"idle_seconds": 1}).inject == "ran"
+        finally:
+            os._exit(0 if ran else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
 def test_sixteen_slow_hooks_run_in_parallel(
     project: Path, user_settings: Callable[..., Path]
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
 import subprocess
@@ -292,6 +293,24 @@ def test_a_doorbell_keeps_a_poke_nobody_waited_for_and_moves_between_loops() -> 
         anyio.run(main)  # a second event loop watches it in turn
 
 
+def test_a_doorbell_keeps_a_poke_whose_wait_was_cancelled_and_has_one_waiter() -> None:
+    with Doorbell() as bell:
+
+        async def main() -> None:
+            waiting = asyncio.ensure_future(bell.wait(5))
+            await asyncio.sleep(0.05)
+            with pytest.raises(anyio.BusyResourceError):
+                await bell.wait(5)  # one waiter at a time
+            ring_all([bell.address])
+            bell._on_readable()  # the loop sees the poke and settles the wait, and
+            waiting.cancel()  # the waiter is cancelled before it resumes
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            assert await bell.wait(0)  # the poke outlived the cancelled wait
+
+        asyncio.run(main())
+
+
 def test_a_broadcast_rings_every_live_recipient_once_committed(box: SqliteMailbox) -> None:
     async def main() -> None:
         with Doorbell() as bob, Doorbell() as carol, Doorbell() as gone:
@@ -474,9 +493,32 @@ def test_a_new_wal_file_has_its_folder_synced_and_a_failed_sync_is_an_error(
         raise OSError(5, "Input/output error")
 
     monkeypatch.setattr(os, "fdatasync", failing)
-    with pytest.raises(MessagingError, match=r"m\.db: committed, but could not be synced"):
+    with pytest.raises(
+        MessagingError, match=r"m\.db: committed \(it may be delivered.*but not synced to disk"
+    ):
         box.send(team=TEAM, sender="pat", recipient="Bob", body="three")
     box.close()
+
+
+def test_a_folder_that_cannot_be_synced_is_let_be_and_a_closed_mailbox_keeps_no_wal_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = os.fsync
+
+    def no_folders(descriptor: int) -> None:
+        if os.path.isdir(f"/proc/self/fd/{descriptor}"):
+            raise OSError(22, "Invalid argument")  # as some file systems answer
+        real(descriptor)
+
+    monkeypatch.setattr(os, "fsync", no_folders)
+    synced = _spy_on_syncs(monkeypatch)
+    box = SqliteMailbox(tmp_path / "m.db")
+    box.register_agent("Bob", team=TEAM, session_id="b")  # as SQLite does: not an error
+    assert synced[-1] == f"{box.path}-wal"
+    box.close()
+    assert box._wal is None
+    box._sync()  # a send's sync that comes after close(): opens and keeps nothing
+    assert box._wal is None
 
 
 def test_a_version_3_mailbox_gets_the_handed_index(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import inspect
+import os
 import queue
 import threading
 import time
@@ -184,10 +185,12 @@ async def _in_daemon_thread(handler: Callable[[Any], Any], event: object) -> Any
             box["value"] = handler(event)
         except BaseException as exc:  # handed back to the event loop below
             box["error"] = exc
+
+    def done() -> None:
         with contextlib.suppress(RuntimeError):  # the loop is gone: the hook was abandoned
             anyio.from_thread.run_sync(finished.set, token=token)
 
-    _HOOK_THREADS.run(work)
+    _HOOK_THREADS.run(work, done)
     await finished.wait()
     if "error" in box:
         raise box["error"]
@@ -200,16 +203,17 @@ class _HookThreads:
     0.3 ms on the reference machine, per call, which an agent's directives paid while its
     output waited). A hook that never returns keeps its thread, which is abandoned as
     before; at most KEPT idle threads wait for work. Each call runs in a fresh, empty
-    `contextvars` context, as on a new thread."""
+    `contextvars` context, as on a new thread. A thread is idle again before it says its
+    hook is done, so that the next call finds it; a forked child starts with none."""
 
     KEPT = 4
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._idle: list[queue.SimpleQueue[Callable[[], None]]] = []
+        self._idle: list[queue.SimpleQueue[tuple[Callable[[], None], Callable[[], None]]]] = []
 
-    def run(self, work: Callable[[], None]) -> None:
-        """Start `work` on an idle thread, or on a new one."""
+    def run(self, work: Callable[[], None], done: Callable[[], None]) -> None:
+        """`work()`, then `done()`, on an idle thread or a new one."""
         with self._lock:
             inbox = self._idle.pop() if self._idle else None
         if inbox is None:
@@ -217,15 +221,27 @@ class _HookThreads:
             threading.Thread(
                 target=self._serve, args=(inbox,), name="relay-python-hook", daemon=True
             ).start()
-        inbox.put(work)
+        inbox.put((work, done))
 
-    def _serve(self, inbox: queue.SimpleQueue[Callable[[], None]]) -> None:
+    def _serve(
+        self, inbox: queue.SimpleQueue[tuple[Callable[[], None], Callable[[], None]]]
+    ) -> None:
         while True:
-            contextvars.Context().run(inbox.get())
+            work, done = inbox.get()
+            contextvars.Context().run(work)
             with self._lock:
-                if len(self._idle) >= self.KEPT:
-                    return
-                self._idle.append(inbox)
+                kept = len(self._idle) < self.KEPT
+                if kept:
+                    self._idle.append(inbox)
+            done()
+            if not kept:
+                return
+
+    def forget(self) -> None:
+        """In a forked child: the parent's threads are not there."""
+        self._lock = threading.Lock()
+        self._idle = []
 
 
 _HOOK_THREADS = _HookThreads()
+os.register_at_fork(after_in_child=_HOOK_THREADS.forget)

@@ -20,6 +20,8 @@ import secrets
 import socket
 from collections.abc import Iterable
 
+import anyio
+
 
 def new_bell_address() -> bytes:
     """A fresh, unguessable abstract socket address for one session's doorbell."""
@@ -74,7 +76,8 @@ class Doorbell:
         self._waiter: asyncio.Future[bool] | None = None
 
     async def wait(self, timeout: float) -> bool:
-        """Wait for a poke, at most `timeout` seconds; True if one came. Pokes are drained."""
+        """Wait for a poke, at most `timeout` seconds; True if one came. Pokes are drained.
+        One task at a time (anyio.BusyResourceError for a second one)."""
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             self._unwatch()
@@ -85,11 +88,18 @@ class Doorbell:
             return True
         if timeout <= 0:
             return False
+        if self._waiter is not None:
+            raise anyio.BusyResourceError("waiting on")
         waiter: asyncio.Future[bool] = loop.create_future()
         self._waiter = waiter
         timer = loop.call_later(timeout, _settle, waiter, False)
         try:
             return await waiter
+        except BaseException:
+            # Cancelled after a poke settled the wait: kept for the next wait.
+            if waiter.done() and not waiter.cancelled() and waiter.result():
+                self._rang = True
+            raise
         finally:
             timer.cancel()
             self._waiter = None

@@ -189,6 +189,11 @@ def default_store() -> Path:
     return state_dir() / DATABASE_NAME
 
 
+def _fdatasync(descriptor: int) -> None:
+    """fdatasync, or fsync where there is none (macOS)."""
+    getattr(os, "fdatasync", os.fsync)(descriptor)
+
+
 def _fsync_path(path: Path, flags: int) -> None:
     descriptor = os.open(path, flags | os.O_CLOEXEC)
     try:
@@ -276,10 +281,8 @@ class SqliteMailbox:
             if self._connection is not None:
                 self._connection.close()
                 self._connection = None
-        with self._sync_lock:
-            if self._wal is not None:
-                os.close(self._wal)
-                self._wal = None
+        with self._sync_lock, contextlib.suppress(OSError):
+            self._close_wal()
 
     def _error(self, message: str) -> MessagingError:
         return MessagingError(message, store=str(self.path))
@@ -367,30 +370,41 @@ class SqliteMailbox:
         """Make what is committed durable, as `synchronous=FULL` would have at the commit:
         fdatasync the WAL file, as SQLite does (a file's sync flushes every process's
         writes to it; fdatasync leaves out the times, which need no journal commit), and
-        fsync its folder when the WAL is a file this mailbox has not synced before.
+        fsync its folder when the WAL is a file this mailbox has not synced before (its
+        failure ignored, as SQLite ignores it).
 
-        The WAL's descriptor is kept open; when SQLite has removed that file since (the
-        last connection to close checkpoints and removes it), the new one is opened. A
-        checkpoint has synced both files (SQLite syncs around each one, and resets or
-        removes the WAL only after one), so mail checkpointed before the sync is durable
-        already; with no WAL left, the database file is synced instead."""
+        The WAL's descriptor is kept open while the mailbox is; when SQLite has removed
+        that file since (the last connection to close checkpoints and removes it), the
+        new one is opened. A checkpoint has synced both files (SQLite syncs around each
+        one, and resets or removes the WAL only after one), so what was checkpointed
+        before the sync is durable already, and with no WAL left there is nothing to do.
+        The database file itself is never opened here: closing a descriptor of it would
+        drop this process's SQLite locks on it."""
         with self._sync_lock:
             try:
                 if self._wal is not None and os.fstat(self._wal).st_nlink == 0:
-                    os.close(self._wal)
-                    self._wal = None
+                    self._close_wal()
                 if self._wal is None:
                     try:
                         self._wal = os.open(f"{self.path}-wal", os.O_RDONLY | os.O_CLOEXEC)
                     except FileNotFoundError:
-                        _fsync_path(self.path, os.O_RDONLY)
-                        return
-                    _fsync_path(self.path.parent, os.O_RDONLY | os.O_DIRECTORY)
-                os.fdatasync(self._wal)
+                        return  # checkpointed and removed: synced by the checkpoint
+                    with contextlib.suppress(OSError):
+                        _fsync_path(self.path.parent, os.O_RDONLY | os.O_DIRECTORY)
+                _fdatasync(self._wal)
             except OSError as exc:
                 raise self._error(
-                    f"committed, but could not be synced to disk ({exc}): a power cut may undo it"
+                    f"committed (it may be delivered: sending it again may deliver it twice),"
+                    f" but not synced to disk ({exc}): a power cut may undo it"
                 ) from None
+            finally:
+                if self._connection is None:  # closed meanwhile: keep nothing open
+                    self._close_wal()
+
+    def _close_wal(self) -> None:
+        descriptor, self._wal = self._wal, None
+        if descriptor is not None:
+            os.close(descriptor)
 
     def data_version(self) -> int:
         """A number that changes when another connection commits (a cheap poll)."""
