@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import uuid
 from typing import Any
@@ -12,6 +11,7 @@ import msgspec
 from relay.protocol.decoding import JsonDecodeError, decode_json, split_validation_error
 from relay.protocol.dialects import Dialect, canonical_name, wire_name
 from relay.protocol.events import EVENT_TYPES, Event, PassThrough
+from relay.timestamps import utc_millis
 
 _json_encoder = msgspec.json.Encoder()
 _FIELD_NAMES: dict[type[Event], frozenset[str]] = {}
@@ -145,8 +145,7 @@ def decode_event(
 
 def utc_timestamp() -> str:
     """Now, as ISO 8601 UTC with a Z."""
-    now = dt.datetime.now(dt.UTC)
-    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+    return utc_millis()
 
 
 def _field_names(cls: type[Event]) -> frozenset[str]:

@@ -196,7 +196,9 @@ class AgentPty:
     async def _write_all(self, data: bytes) -> None:
         view = memoryview(data)
         while view:
-            if self._closed:
+            # Reaped (its leftovers killed with it): the input goes nowhere. Fail now, not
+            # once the PTY's buffer is full: a full run of the suite once saw 100 KiB taken.
+            if self._closed or self._popen.returncode is not None:
                 raise AgentExitedError(self.pid, self.exit_code)
             try:
                 written = os.write(self.master_fd, view)

@@ -44,7 +44,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
@@ -70,6 +69,7 @@ from relay.services.memory.semantic import (
     to_int8,
 )
 from relay.services.memory.words import query_words
+from relay.timestamps import utc_millis
 
 __all__ = ["DATABASE_NAME", "SCHEMA_VERSION", "SqliteMemory", "build_match", "default_store"]
 
@@ -437,8 +437,7 @@ def _quoted(word: str) -> str:
 
 def now_iso() -> str:
     """The current UTC time as ISO 8601 with milliseconds and Z."""
-    now = datetime.now(UTC)
-    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+    return utc_millis()
 
 
 class SqliteMemory:

@@ -22,6 +22,7 @@ import msgspec
 
 from relay.errors import RelayError, did_you_mean
 from relay.services.messaging.ulid import new_ulid
+from relay.timestamps import iso_millis
 
 MAX_BODY_BYTES = 64 * 1024
 """A message body is UTF-8 of at most this many bytes."""
@@ -89,8 +90,8 @@ def short_id(message_id: str) -> str:
 
 def utc_now(offset: float = 0.0) -> str:
     """Now (plus `offset` seconds), ISO 8601 UTC with milliseconds and Z: sorts as text."""
-    moment = datetime.now(UTC) + timedelta(seconds=offset)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    moment = datetime.now(UTC)
+    return iso_millis(moment + timedelta(seconds=offset) if offset else moment)
 
 
 def new_message(

@@ -64,6 +64,7 @@ from relay.services.messaging.model import (
 from relay.services.nats_connection import connect_options, open_connection
 from relay.services.nats_connection import describe as _describe
 from relay.services.nats_connection import without_secrets as _without_secrets
+from relay.timestamps import iso_millis
 
 __all__ = [
     "DUPLICATE_WINDOW",
@@ -880,5 +881,4 @@ def _iso(moment: datetime | str) -> str:
         except ValueError:
             return moment
         return _iso(parsed)
-    moment = moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    return iso_millis(moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC))
