@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 
 def iso_millis(moment: datetime) -> str:
@@ -12,6 +12,7 @@ def iso_millis(moment: datetime) -> str:
     return moment.isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
-def utc_millis() -> str:
-    """Now, in relay's form."""
-    return iso_millis(datetime.now(UTC))
+def utc_millis(offset: float = 0.0) -> str:
+    """Now (plus `offset` seconds), in relay's form."""
+    moment = datetime.now(UTC)
+    return iso_millis(moment + timedelta(seconds=offset) if offset else moment)

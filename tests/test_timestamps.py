@@ -18,6 +18,8 @@ def test_the_form_is_the_strftime_one(moment: datetime) -> None:
     assert iso_millis(moment) == expected
 
 
-def test_now_sorts_as_text() -> None:
-    first, second = utc_millis(), utc_millis()
-    assert len(first) == 24 and first.endswith("Z") and first <= second
+def test_now_sorts_as_text_and_moves_by_its_offset() -> None:
+    earlier, first, second = utc_millis(-90), utc_millis(), utc_millis()
+    assert len(first) == 24 and first.endswith("Z") and earlier < first <= second
+    seconds = datetime.fromisoformat(first) - datetime.fromisoformat(earlier)
+    assert 89.9 < seconds.total_seconds() < 91

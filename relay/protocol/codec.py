@@ -143,9 +143,8 @@ def decode_event(
     return make_event(name, value, cwd=cwd, unknown_passes=unknown_passes)
 
 
-def utc_timestamp() -> str:
-    """Now, as ISO 8601 UTC with a Z."""
-    return utc_millis()
+utc_timestamp = utc_millis
+"""Now, as ISO 8601 UTC with a Z (an event's `timestamp`)."""
 
 
 def _field_names(cls: type[Event]) -> frozenset[str]:

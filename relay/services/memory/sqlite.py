@@ -435,9 +435,8 @@ def _quoted(word: str) -> str:
     return '"' + word.replace('"', '""') + '"'
 
 
-def now_iso() -> str:
-    """The current UTC time as ISO 8601 with milliseconds and Z."""
-    return utc_millis()
+now_iso = utc_millis
+"""The current UTC time as ISO 8601 with milliseconds and Z (a memory's `created_at`)."""
 
 
 class SqliteMemory:

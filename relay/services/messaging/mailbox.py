@@ -194,12 +194,14 @@ def _fdatasync(descriptor: int) -> None:
     getattr(os, "fdatasync", os.fsync)(descriptor)
 
 
-def _fsync_path(path: Path, flags: int) -> None:
-    descriptor = os.open(path, flags | os.O_CLOEXEC)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
+def _sync_folder(folder: Path) -> None:
+    """fsync a folder (a new file's entry in it); a failure is ignored, as SQLite ignores it."""
+    with contextlib.suppress(OSError):
+        descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
 
 
 class SqliteMailbox:
@@ -389,8 +391,7 @@ class SqliteMailbox:
                         self._wal = os.open(f"{self.path}-wal", os.O_RDONLY | os.O_CLOEXEC)
                     except FileNotFoundError:
                         return  # checkpointed and removed: synced by the checkpoint
-                    with contextlib.suppress(OSError):
-                        _fsync_path(self.path.parent, os.O_RDONLY | os.O_DIRECTORY)
+                    _sync_folder(self.path.parent)
                 _fdatasync(self._wal)
             except OSError as exc:
                 raise self._error(

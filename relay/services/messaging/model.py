@@ -14,7 +14,6 @@ import math
 import os
 import re
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Literal
 
@@ -22,7 +21,7 @@ import msgspec
 
 from relay.errors import RelayError, did_you_mean
 from relay.services.messaging.ulid import new_ulid
-from relay.timestamps import iso_millis
+from relay.timestamps import utc_millis
 
 MAX_BODY_BYTES = 64 * 1024
 """A message body is UTF-8 of at most this many bytes."""
@@ -88,10 +87,8 @@ def short_id(message_id: str) -> str:
     return message_id[-8:].lower()
 
 
-def utc_now(offset: float = 0.0) -> str:
-    """Now (plus `offset` seconds), ISO 8601 UTC with milliseconds and Z: sorts as text."""
-    moment = datetime.now(UTC)
-    return iso_millis(moment + timedelta(seconds=offset) if offset else moment)
+utc_now = utc_millis
+"""Now (plus `offset` seconds), ISO 8601 UTC with milliseconds and Z: sorts as text."""
 
 
 def new_message(
