@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from relay.cli.main import cli
 from relay.config.editing import JsonText, disable_in_text, enable_in_text, set_hook_disabled
 from relay.config.loader import parse_settings
+from relay.config.paths import find_project_root
 from relay.errors import SettingsError
 
 GUARD_HOOK = {"hooks": {"BeforeTool": [{"hooks": [{"name": "guard", "command": "./g.sh"}]}]}}
@@ -215,14 +216,21 @@ def test_disable_in_a_project_creates_relay_folder_and_file(project: Path) -> No
     assert "no hook named 'guard'" in result.stderr
 
 
-def test_outside_a_project_the_user_file_is_the_default(tmp_path: Path, relay_home: Path) -> None:
+def _lonely(tmp_path: Path) -> Path:
+    """A folder outside any project, or a skip: never run a command that could write into
+    a project above the temporary folder (a stray /tmp/.relay failed CI once)."""
     lonely = tmp_path / "lonely"
     lonely.mkdir()
+    if find_project_root(lonely) is not None:
+        pytest.skip(f"the temporary folder sits inside a project: {find_project_root(lonely)}")
+    return lonely
+
+
+def test_outside_a_project_the_user_file_is_the_default(tmp_path: Path, relay_home: Path) -> None:
+    lonely = _lonely(tmp_path)
     result = invoke(["hooks", "disable", "guard", "--force", "--cwd", str(lonely)])
-    if (relay_home / "settings.json").exists():
-        assert result.stdout == f"disabled guard in {relay_home / 'settings.json'}\n"
-    else:  # the temporary folder sits inside a project
-        pytest.skip("tmp_path is inside a project")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"disabled guard in {relay_home / 'settings.json'}\n"
 
 
 @pytest.mark.parametrize(
@@ -314,11 +322,8 @@ def test_invalid_json_is_refused_and_left_alone(project: Path) -> None:
 
 
 def test_project_scope_outside_a_project_is_an_error(tmp_path: Path) -> None:
-    lonely = tmp_path / "lonely"
-    lonely.mkdir()
+    lonely = _lonely(tmp_path)
     result = invoke(["hooks", "disable", "guard", "--scope", "project", "--cwd", str(lonely)])
-    if result.exit_code == 0:
-        pytest.skip("tmp_path is inside a project")
     assert result.exit_code == 1 and "no project here" in result.stderr
 
 
