@@ -320,17 +320,22 @@ def _ranked_sql(indexes: tuple[str, ...], materialize: bool) -> str:
     first in the index indexes[0] (memories_fts or memories_recent), and so on.
 
     `found`: each query's newest :candidates matches (FTS5 walks rowids newest first, no
-    sort) with their bm25, without touching the memories table. `best`: the :ranked best
-    by the sum of their bm25 (a single query's needs no sum) that the search may show, of
-    equals the newest. Then those with their rows and the recency lift, best first,
-    :limit of them, after a 0; and last a row starting with 1: how many `best` has, and
-    whether some query had more matches than it brought.
+    sort), with their bm25 when the search may show them (in scope) and NULL when not:
+    bm25 costs more per match than looking the memory up (it reads the match's
+    positions and its column sizes), and in a store of many projects most matches are
+    other projects'. `best`: the :ranked best in scope by the sum of their bm25 (a
+    single query's needs no sum), of equals the newest. Then those with their rows and
+    the recency lift, best first, :limit of them, after a 0; and last a row starting
+    with 1: how many `best` has, and whether some query had more matches than it
+    brought (in scope or not).
     """
     matches = len(indexes)
+    # CROSS JOIN: FTS5 drives, in its rowid order; the CASE calls bm25 in scope only.
     arms = " UNION ALL ".join(
-        f"SELECT * FROM (SELECT {arm} AS arm, rowid AS seq,"
-        f" bm25({index}, 1.0, 2.0, 0.0) AS bm25 FROM {index}"
-        f" WHERE {index} MATCH :match{arm} ORDER BY rowid DESC LIMIT :candidates)"
+        f"SELECT * FROM (SELECT {arm} AS arm, f.rowid AS seq,"
+        f" CASE WHEN {_VISIBLE} THEN bm25({index}, 1.0, 2.0, 0.0) END AS bm25"
+        f" FROM {index} AS f CROSS JOIN memories AS m ON m.seq = f.rowid"
+        f" WHERE {index} MATCH :match{arm} ORDER BY f.rowid DESC LIMIT :candidates)"
         for arm, index in enumerate(indexes)
     )
     hint = "MATERIALIZED " if materialize else ""
@@ -338,11 +343,8 @@ def _ranked_sql(indexes: tuple[str, ...], materialize: bool) -> str:
 WITH found AS {hint}({arms}),
 best(seq, bm25) AS {hint}(
     SELECT s.seq, s.bm25
-    FROM (SELECT seq, {"sum(bm25)" if matches > 1 else "bm25"} AS bm25 FROM found{
-        " GROUP BY seq" if matches > 1 else ""
-    }) AS s
-    CROSS JOIN memories AS m ON m.seq = s.seq
-    WHERE {_VISIBLE}
+    FROM (SELECT seq, {"sum(bm25)" if matches > 1 else "bm25"} AS bm25
+        FROM found WHERE bm25 IS NOT NULL{" GROUP BY seq" if matches > 1 else ""}) AS s
     ORDER BY s.bm25, s.seq DESC
     LIMIT :ranked
 )
@@ -944,11 +946,12 @@ class SqliteMemory:
 
         The scope is not in the MATCH: FTS5 would read the whole list of the scope's
         memories for every query (bm25 counts each phrase's matches), the larger part
-        of the cost at 1,000,000 memories. The candidates are looked up, best first,
-        until RANKED are in scope instead. When fewer are and some query had more
-        matches than it brought (the scope's memories may be older than other
-        projects'), the queries run again `scoped`, the scope in the MATCH, in the
-        whole store: every match in scope is then within reach."""
+        of the cost at 1,000,000 memories. Each candidate is looked up instead, and
+        only those in scope are scored (bm25 costs several times the lookup). When
+        fewer than RANKED are in scope and some query had more matches than it brought
+        (the scope's memories may be older than other projects'), the queries run again
+        `scoped`, the scope in the MATCH, in the whole store: every match in scope is
+        then within reach."""
         within = f" AND scope : ({_scopes(project)})" if scoped else ""
         candidates = SEARCH_CANDIDATES if candidates is None else candidates
         query: dict[str, object] = {
