@@ -14,7 +14,9 @@ Not a pytest module. In one run:
   receiver and to the last of the 8 being handed the message; then the floor under a
   broadcast on this machine: the sender's send() alone (sent as far apart as the
   broadcasts), until its doorbells are rung and until it returns, synced; and 8
-  processes that only wait in an event loop on a doorbell, poked together.
+  processes that only wait in an event loop on a doorbell, poked together. The
+  receiving sessions also say when they woke and what CPU their main thread spent on
+  each broadcast: waking, reading and handing it over, and claiming it.
 - messages per second through the embedded mailbox: one sender, one transaction per
   send, each synced to disk before it returns, and the recipient claiming and
   acknowledging them all.
@@ -57,9 +59,28 @@ from relay.services.messaging.messenger import Messenger
 from relay.session.inbox import SessionInbox
 
 import msgspec
+from relay.services.messaging.doorbell import Doorbell
 config = msgspec.convert(json.loads(sys.argv[1]), MessagingConfig)
 count, out, cwd, name = int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 latencies = []
+# Where this session's CPU goes per message (its main thread, where the receiving runs):
+# waking on the doorbell, reading and handing over, and what follows (the claim) until it
+# waits again; and when it woke (CLOCK_MONOTONIC). Measured by wrapping Doorbell.wait.
+cpu = {"wake": [], "hand-over": [], "claim": []}
+woke, marks = [], {"wait": 0.0, "woke": 0.0, "handed": 0.0}
+waiting = Doorbell.wait
+
+async def timed_wait(self, timeout):
+    if marks["handed"]:
+        cpu["claim"].append(time.thread_time() - marks["handed"])
+        marks["handed"] = 0.0
+    marks["wait"] = time.thread_time()
+    rang = await waiting(self, timeout)
+    marks["woke"] = time.thread_time()
+    woke.append(time.monotonic_ns())
+    return rang
+
+Doorbell.wait = timed_wait
 
 async def main():
     hooks = HookSystem(cwd=cwd)
@@ -73,6 +94,11 @@ async def main():
         handed_ns = time.monotonic_ns()
         index, sent_ns = text.rsplit(": ", 1)[1].split()
         latencies.append((int(index), (handed_ns - int(sent_ns)) / 1e6))
+        if woke and not marks["handed"]:  # the first hand-over since the last wake
+            marks["handed"] = time.thread_time()
+            cpu["wake"].append(marks["woke"] - marks["wait"])
+            cpu["hand-over"].append(marks["handed"] - marks["woke"])
+            latencies[-1] += ((woke[-1] - int(sent_ns)) / 1e6,)
         if len(latencies) >= count:
             done.set()
         return True
@@ -90,7 +116,7 @@ async def main():
 
 anyio.run(main)
 with open(out, "w") as f:
-    json.dump(latencies, f)
+    json.dump({"latencies": latencies, "cpu": cpu}, f)
 """
 
 
@@ -200,10 +226,15 @@ def bench_latency(
     *,
     receivers: int = 1,
     broadcast: bool = False,
+    inside: dict[str, list[float]] | None = None,
 ) -> list[list[float]]:
     """send -> handed latencies (ms) of `count` messages sent one at a time, `gap` s apart,
     to `receivers` receiver processes running at once: in turn, or to all (`broadcast`).
-    One list per message: its latency at each receiver it was for."""
+    One list per message: its latency at each receiver it was for. `inside` (with the
+    doorbell) gets what the receiving sessions measured in themselves, in ms: "awake",
+    from the send to the session's wake-up, and the CPU of their main thread per message
+    spent waking ("wake"), reading and handing the message over ("hand-over"), and from
+    then until waiting again ("claim")."""
     from relay.config.model import MessagingConfig
     from relay.services.messaging.mailbox import SqliteMailbox
 
@@ -280,8 +311,14 @@ def bench_latency(
                 process.wait()
     per_message: list[list[float]] = [[] for _ in range(count)]
     for name in names:
-        for index, latency, *_ in json.loads((home / f"{name}.json").read_text()):
+        found = json.loads((home / f"{name}.json").read_text())
+        for index, latency, *awake in found["latencies"]:
             per_message[index].append(latency)
+            if inside is not None:
+                inside.setdefault("awake", []).extend(awake)
+        for part, seconds in found["cpu"].items():
+            if inside is not None:
+                inside.setdefault(part, []).extend(value * 1000 for value in seconds)
     return per_message
 
 
@@ -428,8 +465,9 @@ def bench_tail(folder: Path, count: int, broadcasts: int) -> list[str]:
         missed.append(
             f"doorbell p99 {RECEIVERS} receivers / 1: {ratio:.2f}x > {TARGET_TAIL_RATIO}x"
         )
+    inside: dict[str, list[float]] = {}
     per_message = bench_latency(
-        folder, config, broadcasts, 0.02, receivers=RECEIVERS, broadcast=True
+        folder, config, broadcasts, 0.02, receivers=RECEIVERS, broadcast=True, inside=inside
     )
     (each_p50, each_p99), (last_p50, last_p99) = _each_and_last(per_message)
     print(
@@ -455,6 +493,16 @@ def bench_tail(folder: Path, count: int, broadcasts: int) -> list[str]:
         f" rung and woken {ring_p50 + wake_last:.2f} ms, relay's receiving work the"
         f" remaining {last_p50 - ring_p50 - wake_last:.2f} ms"
     )
+    if all(inside.get(part) for part in ("awake", "wake", "hand-over", "claim")):
+        wake, hand_over, claim = (
+            statistics.median(inside[part]) for part in ("wake", "hand-over", "claim")
+        )
+        print(
+            f"  inside the receiving sessions, p50: awake {statistics.median(inside['awake']):.2f}"
+            f" ms after the send began; main thread CPU per broadcast: wake-up {wake:.2f} ms,"
+            f" read and hand-over {hand_over:.2f} ms, claim {claim:.2f} ms"
+            f" ({RECEIVERS} sessions: {RECEIVERS * (wake + hand_over + claim):.1f} ms of CPU)"
+        )
     return missed
 
 
