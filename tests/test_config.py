@@ -126,6 +126,24 @@ def test_a_relay_file_is_not_a_project_marker(tmp_path: Path) -> None:
     assert find_project_root(tmp_path / "plain") != tmp_path / "plain"
 
 
+def test_a_shared_temporary_folder_is_never_a_project_root(tmp_path: Path) -> None:
+    # As /tmp: world-writable with the sticky bit. Codex's sandbox creates an empty
+    # /tmp/.git while it runs, and anyone may create /tmp/.relay.
+    shared = tmp_path / "shared"
+    (shared / ".git").mkdir(parents=True)
+    (shared / ".relay").mkdir()
+    (shared / "scratch").mkdir()
+    shared.chmod(0o1777)
+    assert find_project_root(shared / "scratch") not in (shared, shared / "scratch")
+    assert find_project_root(shared) != shared
+    (shared / "scratch" / ".git").mkdir()  # a project inside one is a project
+    assert find_project_root(shared / "scratch") == shared / "scratch"
+    shared.chmod(0o777)  # world-writable but not sticky: a folder like any other
+    assert find_project_root(shared) == shared
+    shared.chmod(0o1755)
+    assert find_project_root(shared) == shared
+
+
 # --- a valid file --------------------------------------------------------------------------
 
 

@@ -217,8 +217,10 @@ def test_disable_in_a_project_creates_relay_folder_and_file(project: Path) -> No
 
 
 def _lonely(tmp_path: Path) -> Path:
-    """A folder outside any project, or a skip: never run a command that could write into
-    a project above the temporary folder (a stray /tmp/.relay failed CI once)."""
+    """A folder outside any project, or a skip when the temporary folder is inside one
+    (a test run from within a project, with its base temp there): never run a command
+    that could write into a project above it. A shared /tmp is no project, even while
+    Codex's sandbox has its empty /tmp/.git there (find_project_root)."""
     lonely = tmp_path / "lonely"
     lonely.mkdir()
     if find_project_root(lonely) is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import stat
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -107,18 +108,34 @@ def _platform_dir(function: str, variable: str, fallback: str, env: Mapping[str,
 
 
 def find_project_root(start: Path) -> Path | None:
-    """The nearest ancestor of `start` (itself included) holding `.relay/` or `.git`."""
+    """The nearest ancestor of `start` (itself included) holding `.relay/` or `.git`,
+    passing over shared temporary folders (`_shared`)."""
     # Strings and os.path, not pathlib: a host pays for this walk on every event.
     here = os.path.abspath(os.path.expanduser(start))
     while True:
         # `.git` may be a file: worktrees and submodules point to their git dir with one.
         # os.path.isdir/exists answer False for a folder we may not enter: such a folder
         # cannot be a project we can use, so it does not count.
-        if os.path.isdir(os.path.join(here, PROJECT_DIR_NAME)) or os.path.exists(
-            os.path.join(here, ".git")
-        ):
+        if (
+            os.path.isdir(os.path.join(here, PROJECT_DIR_NAME))
+            or os.path.exists(os.path.join(here, ".git"))
+        ) and not _shared(here):
             return Path(here)
         parent = os.path.dirname(here)
         if parent == here:
             return None
         here = parent
+
+
+_SHARED = stat.S_ISVTX | stat.S_IWOTH
+
+
+def _shared(folder: str) -> bool:
+    """Whether `folder` is a shared temporary folder (world-writable with the sticky bit,
+    as /tmp and /var/tmp are): never a project root, whatever it holds. Anyone may create
+    `/tmp/.relay`, and Codex's sandbox creates an empty `/tmp/.git` while it runs: a
+    session working in a scratch folder under /tmp is not in a project called /tmp."""
+    try:
+        return os.stat(folder).st_mode & _SHARED == _SHARED
+    except OSError:
+        return False
