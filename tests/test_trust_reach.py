@@ -153,6 +153,26 @@ def test_an_expansion_relay_cannot_resolve(project: Path) -> None:
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_a_repository_in_a_shared_temporary_folder_does_not_decide_what_is_fingerprinted(
+    tmp_path: Path,
+) -> None:
+    # A repository anyone could have made in /tmp: its ignore rules must not hide a file of
+    # a project below it (one with `.relay/` only) from the trust fingerprint.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    subprocess.run(["git", "init", "-q", str(shared)], check=True)
+    write(shared / ".gitignore", "build/\n")
+    shared.chmod(0o1777)
+    project = shared / "project"
+    write(project / "hooks" / "x.sh", shell_script("original"))
+    write(project / "build" / "out.bin", "built")
+    settings(project, {"name": "sub", "command": "sh $(echo hooks)/x.sh"})
+    listed = trust(project).stdout
+    assert "build/out.bin" in listed and "hooks/x.sh" in listed
+    assert fire(project)["inject"] == "original"
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_an_expansion_in_a_git_work_tree_lists_tracked_and_untracked_files(
     tmp_path: Path,
 ) -> None:

@@ -43,6 +43,7 @@ def trust(yes: bool, revoke: bool, all_files: bool, as_json: bool, cwd: Path | N
     """
     import msgspec
 
+    from relay.config.paths import NO_PROJECT
     from relay.config.review import changes, visible
     from relay.config.trust import TrustGrant, TrustStore, assess, hook_key, hook_slot
     from relay.engine.system import HookSystem
@@ -56,7 +57,7 @@ def trust(yes: bool, revoke: bool, all_files: bool, as_json: bool, cwd: Path | N
     system.initialize()
     root = system.settings.root
     if root is None:
-        raise RelayError(f"no project here: no .relay/ or .git above {cwd or Path.cwd()}")
+        raise RelayError(f"no project here: {NO_PROJECT.format(cwd or Path.cwd())}")
     store = TrustStore()
     if revoke:
         current = sum(1 for hook in system.registry.hooks if hook.needs_trust and hook.trusted)

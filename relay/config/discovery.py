@@ -46,7 +46,7 @@ class SettingsSet(msgspec.Struct, kw_only=True):
     """Every settings file that applies, loaded, in merge order."""
 
     root: Path | None
-    """The project root (nearest ancestor with `.relay/` or `.git`), if any."""
+    """The project root (paths.find_project_root), if any."""
     files: list[LoadedSettings]
     """System, user, --settings files in the order given, project, project-local."""
     broken: list[BrokenSettings] = msgspec.field(default_factory=list)

@@ -26,7 +26,7 @@ from relay.config.loader import (
     suggest_name,
 )
 from relay.config.model import TRUST_REQUIRED, HookEntry, Scope, Settings
-from relay.config.paths import PROJECT_DIR_NAME, find_project_root, relay_home
+from relay.config.paths import NO_PROJECT, PROJECT_DIR_NAME, find_project_root, relay_home
 from relay.errors import RelayError, SettingsError
 from relay.protocol.decoding import json_type_name
 
@@ -345,7 +345,7 @@ def settings_path(scope: ToggleScope | None, cwd: Path) -> tuple[Path, Scope]:
     if scope == "user":
         return relay_home() / "settings.json", "user"
     if root is None:
-        raise RelayError(f"no project here: no {PROJECT_DIR_NAME}/ or .git above {cwd}")
+        raise RelayError(f"no project here: {NO_PROJECT.format(cwd)}")
     if scope == "project":
         return root / PROJECT_DIR_NAME / "settings.json", "project"
     return root / PROJECT_DIR_NAME / "settings.local.json", "project-local"

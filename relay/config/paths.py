@@ -14,6 +14,8 @@ PRIVATE_DIR_MODE = 0o700
 PRIVATE_FILE_MODE = 0o600
 DEFAULT_SYSTEM_SETTINGS = Path("/etc/agent-relay/settings.json")
 PROJECT_DIR_NAME = ".relay"
+NO_PROJECT = "no .relay/ or .git above {}, outside shared temporary folders such as /tmp"
+"""Why there is no project root for a folder (find_project_root), for an error message."""
 
 
 def relay_home(env: Mapping[str, str] | None = None) -> Path:
@@ -109,7 +111,7 @@ def _platform_dir(function: str, variable: str, fallback: str, env: Mapping[str,
 
 def find_project_root(start: Path) -> Path | None:
     """The nearest ancestor of `start` (itself included) holding `.relay/` or `.git`,
-    passing over shared temporary folders (`_shared`)."""
+    passing over shared temporary folders (`shared_temporary`)."""
     # Strings and os.path, not pathlib: a host pays for this walk on every event.
     here = os.path.abspath(os.path.expanduser(start))
     while True:
@@ -119,7 +121,7 @@ def find_project_root(start: Path) -> Path | None:
         if (
             os.path.isdir(os.path.join(here, PROJECT_DIR_NAME))
             or os.path.exists(os.path.join(here, ".git"))
-        ) and not _shared(here):
+        ) and not shared_temporary(here):
             return Path(here)
         parent = os.path.dirname(here)
         if parent == here:
@@ -130,7 +132,7 @@ def find_project_root(start: Path) -> Path | None:
 _SHARED = stat.S_ISVTX | stat.S_IWOTH
 
 
-def _shared(folder: str) -> bool:
+def shared_temporary(folder: str | Path) -> bool:
     """Whether `folder` is a shared temporary folder (world-writable with the sticky bit,
     as /tmp and /var/tmp are): never a project root, whatever it holds. Anyone may create
     `/tmp/.relay`, and Codex's sandbox creates an empty `/tmp/.git` while it runs: a

@@ -30,6 +30,7 @@ from pathlib import Path
 import msgspec
 
 from relay.config.model import HookEntry
+from relay.config.paths import shared_temporary
 
 MAX_FILES = 10_000
 """A hook that can reach more files than this cannot be trusted: each check stats them all."""
@@ -360,8 +361,11 @@ def _git_files(root: Path, folder: str = ".") -> list[str] | None:
 
 
 def _inside_work_tree(root: Path) -> bool:
-    """Whether an ancestor of root holds `.git` (root is a folder of a larger repository)."""
-    return any(os.path.exists(parent / ".git") for parent in root.parents)
+    """Whether an ancestor of root holds `.git` (root is a folder of a larger repository);
+    a shared temporary folder's does not count (as for find_project_root)."""
+    return any(
+        os.path.exists(parent / ".git") and not shared_temporary(parent) for parent in root.parents
+    )
 
 
 def _walk(root: Path, folder: str) -> list[str]:
