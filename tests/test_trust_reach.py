@@ -152,21 +152,33 @@ def test_an_expansion_relay_cannot_resolve(project: Path) -> None:
     )
 
 
+def repository_ignoring_build(folder: Path) -> Path:
+    """A git repository at `folder` whose .gitignore leaves out `build/`."""
+    folder.mkdir()
+    subprocess.run(["git", "init", "-q", str(folder)], check=True)
+    write(folder / ".gitignore", "build/\n")
+    return folder
+
+
+def expanding_hook(project: Path, *, built: str) -> Path:
+    """A hook `sub` whose command expands (so it reaches the whole project), its script,
+    and a file `build/out.bin` holding `built`; the script's path."""
+    script = write(project / "hooks" / "x.sh", shell_script("original"))
+    write(project / "build" / "out.bin", built)
+    settings(project, {"name": "sub", "command": "sh $(echo hooks)/x.sh"})
+    return script
+
+
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_a_repository_in_a_shared_temporary_folder_does_not_decide_what_is_fingerprinted(
     tmp_path: Path,
 ) -> None:
     # A repository anyone could have made in /tmp: its ignore rules must not hide a file of
     # a project below it (one with `.relay/` only) from the trust fingerprint.
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    subprocess.run(["git", "init", "-q", str(shared)], check=True)
-    write(shared / ".gitignore", "build/\n")
+    shared = repository_ignoring_build(tmp_path / "shared")
     shared.chmod(0o1777)
     project = shared / "project"
-    write(project / "hooks" / "x.sh", shell_script("original"))
-    write(project / "build" / "out.bin", "built")
-    settings(project, {"name": "sub", "command": "sh $(echo hooks)/x.sh"})
+    expanding_hook(project, built="built")
     listed = trust(project).stdout
     assert "build/out.bin" in listed and "hooks/x.sh" in listed
     assert fire(project)["inject"] == "original"
@@ -176,13 +188,8 @@ def test_a_repository_in_a_shared_temporary_folder_does_not_decide_what_is_finge
 def test_an_expansion_in_a_git_work_tree_lists_tracked_and_untracked_files(
     tmp_path: Path,
 ) -> None:
-    project = tmp_path / "repo"
-    project.mkdir()
-    subprocess.run(["git", "init", "-q", str(project)], check=True)
-    write(project / ".gitignore", "build/\n")
-    write(project / "build" / "out.bin", "ignored")
-    script = write(project / "hooks" / "x.sh", shell_script("original"))
-    settings(project, {"name": "sub", "command": "sh $(echo hooks)/x.sh"})
+    project = repository_ignoring_build(tmp_path / "repo")
+    script = expanding_hook(project, built="ignored")
     listed = trust(project).stdout
     assert "reaches the whole project (fingerprints every file) through: $(echo hooks)" in listed
     assert "hooks/x.sh" in listed and ".gitignore" in listed and "build/out.bin" not in listed
