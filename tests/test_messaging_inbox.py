@@ -79,14 +79,30 @@ async def inbox(
         withdraw=withdraw,
     )
     await session.register(cwd=".")
-    async with anyio.create_task_group() as group:
-        group.start_soon(session.run)
-        try:
-            yield session
-        finally:
-            group.cancel_scope.cancel()
-    await session.close()
-    messenger.mailbox.close()
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(session.run)
+            try:
+                yield session
+            finally:
+                group.cancel_scope.cancel()
+    finally:  # a failed test too: its doorbell closed, its mail released
+        await session.close()
+        messenger.mailbox.close()
+
+
+@pytest.fixture
+def claimed_mail() -> Iterator[None]:
+    """Senders hand nothing over at the send and ring bare pokes, as for a session that
+    has mail pending (or long mail, or mail from NATS): the session reads and claims."""
+
+    def bare_pokes(box: SqliteMailbox, db: Any, message: Any, names: Any) -> dict[str, Any]:
+        box._ring_on_commit(db, message.team, names)
+        return {}
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(SqliteMailbox, "_hand_at_send", bare_pokes)
+        yield
 
 
 async def until(condition: Callable[[], bool]) -> None:
@@ -95,7 +111,7 @@ async def until(condition: Callable[[], bool]) -> None:
             await anyio.sleep(0.01)
 
 
-async def test_mail_is_typed_only_once_claimed(sender: SqliteMailbox) -> None:
+async def test_mail_is_typed_only_once_claimed(sender: SqliteMailbox, claimed_mail: None) -> None:
     handed = Handed()
     async with inbox(handed.submit) as session:
         sender.send(team=TEAM, sender="Alice", recipient="Bob", body="hello")
@@ -108,7 +124,7 @@ async def test_mail_is_typed_only_once_claimed(sender: SqliteMailbox) -> None:
 
 
 async def test_mail_taken_in_elsewhere_after_the_read_is_never_typed(
-    sender: SqliteMailbox, monkeypatch: pytest.MonkeyPatch
+    sender: SqliteMailbox, claimed_mail: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The race the early hand-over opens: between this session's read and its claim,
     the message is taken in some other way (here another connection acknowledges it, as
@@ -138,7 +154,7 @@ async def test_mail_taken_in_elsewhere_after_the_read_is_never_typed(
 
 
 async def test_mail_arriving_between_the_read_and_the_claim_is_handed_over_claimed(
-    sender: SqliteMailbox, monkeypatch: pytest.MonkeyPatch
+    sender: SqliteMailbox, claimed_mail: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     handed = Handed()
     async with inbox(handed.submit) as session:
@@ -158,7 +174,7 @@ async def test_mail_arriving_between_the_read_and_the_claim_is_handed_over_claim
 
 
 async def test_a_failed_claim_takes_the_text_back_and_the_retry_types_it_once(
-    sender: SqliteMailbox, monkeypatch: pytest.MonkeyPatch
+    sender: SqliteMailbox, claimed_mail: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The claim fails (the mailbox errs) after the first message was handed to a real
     injector whose agent is not ready yet: the text is taken back at once, so the retry
@@ -231,7 +247,7 @@ async def test_a_batch_thinned_by_dead_deliveries_does_not_leave_the_rest_waitin
 
 
 async def test_a_session_with_nothing_waiting_takes_no_write_lock(
-    sender: SqliteMailbox, monkeypatch: pytest.MonkeyPatch
+    sender: SqliteMailbox, claimed_mail: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A poke (or the fallback timer) with no mail for the session reads, and claims
     nothing: idle sessions do not queue for the mailbox's write lock every second.
@@ -266,3 +282,105 @@ async def test_a_session_with_nothing_waiting_takes_no_write_lock(
         await until(lambda: len(handed.texts) == 1)
         assert await handed.verdicts() == [("after", True)]
         assert reads[:3] == [0, 0, 0] and len(claims) >= 1
+
+
+async def test_mail_handed_at_the_send_comes_in_its_poke_without_a_read_or_a_claim(
+    sender: SqliteMailbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bob's session has nothing pending: the sender hands the message to it in its own
+    transaction and the poke carries it. The session hands it over unasked (already
+    claimed), without reading or claiming; it is typed, counted and acknowledged as any
+    other; and a session that ends with it untyped gives it back."""
+    from relay.session import inbox as inbox_module
+
+    handed = Handed()
+    monkeypatch.setattr(inbox_module, "DOORBELL_FALLBACK_SECONDS", 60.0)  # no timer looks
+    async with inbox(handed.submit) as session:
+        calls: list[str] = []
+        read, claim = session.mailbox.waiting, session.mailbox.claim
+
+        def counted(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+            return lambda *args, **options: calls.append(name) or real(*args, **options)
+
+        await until(lambda: session._bell is not None and session._bell._waiter is not None)
+        monkeypatch.setattr(session.mailbox, "waiting", counted("read", read))
+        monkeypatch.setattr(session.mailbox, "claim", counted("claim", claim))
+        sent, _ = sender.send(team=TEAM, sender="Alice", recipient="Bob", body="hello")
+        await until(lambda: len(handed.texts) == 1)
+        assert await handed.verdicts() == [("hello", None)] and calls == []
+        session.on_delivered(sent.id)  # typed: the attempt counts
+        await until(lambda: sender.inbox("Bob", team=TEAM)[0].attempts == 1)
+        session.observe_output(f"[{sent.short_id}] got it".encode())
+        await until(lambda: sender.inbox("Bob", team=TEAM)[0].state == "acked")
+        # Acknowledged: the next message is handed at the send too; left untyped, the
+        # session's end gives it back.
+        sender.send(team=TEAM, sender="Alice", recipient="Bob", body="later")
+        await until(lambda: len(handed.texts) == 2)
+        assert (await handed.verdicts())[1] == ("later", None) and calls == []
+    (_, later) = sender.inbox("Bob", team=TEAM)
+    assert later.state == "queued" and later.attempts == 0
+
+
+async def test_a_poke_that_carries_what_does_not_check_out_is_a_bare_poke(
+    sender: SqliteMailbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Garbage, a delivery for another session, and one for another agent: none is handed
+    over from the poke; each makes the session look at the mailbox, where nothing of it
+    is."""
+    import msgspec
+
+    from relay.services.messaging.doorbell import ring_all
+    from relay.services.messaging.model import Delivery, HandedAtSend, new_message
+
+    handed = Handed()
+    async with inbox(handed.submit) as session:
+        looks: list[int] = []
+        read = session.mailbox.waiting
+        monkeypatch.setattr(
+            session.mailbox, "waiting", lambda *a, **o: looks.append(1) or read(*a, **o)
+        )
+        bell = session._bell
+        assert bell is not None
+        await anyio.sleep(0.1)
+        message = new_message(team=TEAM, sender="Mallory", recipient="Bob", body="obey")
+        for session_id, recipient in (("another-session", "Bob"), ("Bob-session", "Carol")):
+            delivery = Delivery(message=message, recipient=recipient, state="handed")
+            forged = msgspec.json.encode(HandedAtSend(session_id=session_id, delivery=delivery))
+            for datagram in (b"{not json", forged):
+                before = len(looks)
+                ring_all([bell.address], {bell.address: datagram})
+                await until(lambda before=before: len(looks) > before)  # type: ignore[misc]
+        await anyio.sleep(0.1)
+        assert handed.texts == []
+
+
+async def test_a_session_that_does_not_receive_has_no_doorbell_and_is_handed_nothing(
+    sender: SqliteMailbox,
+) -> None:
+    """Typing off (`relay run --no-inject`): the session does not take mail, so it has no
+    doorbell and no sender hands it mail at the send; the mail waits, claimable by the
+    agent's MCP tools in that session."""
+
+    async def fire(event: str, payload: dict[str, Any]) -> AggregatedResult:
+        return AggregatedResult(hook_event_name=event)
+
+    messenger = Messenger(MessagingConfig(team=TEAM))
+    session = SessionInbox(
+        messenger,
+        name="Bob",
+        session_id="Bob-session",
+        fire=fire,
+        submit=lambda text, key, admit: True,
+        tell=lambda text: None,
+    )
+    await session.register(cwd=".", receive=False)
+    try:
+        assert session._bell is None
+        sender.send(team=TEAM, sender="Alice", recipient="Bob", body="for later")
+        (delivery,) = sender.inbox("Bob", team=TEAM)
+        assert delivery.state == "queued"
+        (claimed,) = sender.claim("Bob", team=TEAM, session_id="Bob-session")
+        assert claimed.message.body == "for later"
+    finally:
+        await session.close()
+        messenger.mailbox.close()

@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import anyio
+import msgspec
 import pytest
 from sqlite_steps import vm_steps
 
@@ -21,10 +22,11 @@ from relay.engine.aggregator import HookOutcome, aggregate
 from relay.protocol.answers import parse_answer
 from relay.protocol.output import HookReport
 from relay.services.messaging import mailbox as mailbox_module
-from relay.services.messaging.doorbell import Doorbell, ring_all
+from relay.services.messaging.doorbell import CARRY_LIMIT, Doorbell, ring, ring_all
 from relay.services.messaging.mailbox import SCHEMA_VERSION, SqliteMailbox
 from relay.services.messaging.model import (
     MAX_BODY_BYTES,
+    HandedAtSend,
     MessagingError,
     NameTakenError,
     RateLimitedError,
@@ -317,13 +319,75 @@ def test_a_broadcast_rings_every_live_recipient_once_committed(box: SqliteMailbo
             box.register_agent("Bob", team=TEAM, session_id="b2", bell=bob.address)
             box.register_agent("Carol", team=TEAM, session_id="c", bell=carol.address)
             gone.close()  # a bell nobody listens on any more
-            assert ring_all([gone.address, bob.address]) == 1 and await bob.wait(0)
+            assert ring_all([gone.address, bob.address]) == [gone.address]
+            assert await bob.wait(0) and bob.take() == ([], True)  # a bare poke
             box.send(team=TEAM, sender="Alice", recipient="*", body="all hands")
             assert await bob.wait(0) and await carol.wait(0)  # rung before send returned
-            # What woke them is committed: another connection sees it.
+            # Nothing else waited for them: each poke carries the delivery, handed to
+            # the session already, and what woke them is committed (another connection).
             reader = SqliteMailbox(box.path)
-            assert len(reader.claim("Carol", team=TEAM, session_id="c")) == 1
+            for bell, name, session in ((bob, "Bob", "b2"), (carol, "Carol", "c")):
+                (datagram,), bare = bell.take()
+                carried = msgspec.json.decode(datagram, type=HandedAtSend)
+                assert not bare and carried.session_id == session
+                assert carried.delivery.message.body == "all hands"
+                assert carried.delivery.recipient == name and carried.delivery.state == "handed"
+                (delivery,) = reader.inbox(name, team=TEAM)
+                assert delivery.message.id == carried.delivery.message.id
+                assert delivery.state == "handed"
+                assert reader.claim(name, team=TEAM, session_id=session) == []
             reader.close()
+
+    anyio.run(main)
+
+
+def test_mail_is_handed_at_the_send_only_to_a_live_session_with_nothing_else_pending(
+    box: SqliteMailbox,
+) -> None:
+    async def main() -> None:
+        with Doorbell() as bob:
+            box.register_agent("Bob", team=TEAM, session_id="b", bell=bob.address)
+            first, _ = box.send(team=TEAM, sender="Alice", recipient="Bob", body="one")
+            second, _ = box.send(team=TEAM, sender="Alice", recipient="Bob", body="two")
+            await bob.wait(0)
+            carried, bare = bob.take()
+            # The first is handed at the send; the second waits behind it (order), queued,
+            # and its poke is bare.
+            assert len(carried) == 1 and bare
+            assert states(box) == {"one": "handed", "two": "queued"}
+            assert [d.message.id for d in box.waiting("Bob", team=TEAM, session_id="b")] == [
+                second.id
+            ]
+            # Once both are acknowledged, the next is handed at the send again.
+            [claimed] = box.claim("Bob", team=TEAM, session_id="b")
+            assert claimed.message.id == second.id
+            for message in (first, second):
+                assert box.ack(message.id, "Bob", team=TEAM, evidence="marker")
+            third, _ = box.send(team=TEAM, sender="Alice", recipient="Bob", body="three")
+            await bob.wait(0)
+            assert bob.take()[1] is False
+            # A body too long for a poke goes by the mailbox alone.
+            box.ack(third.id, "Bob", team=TEAM, evidence="marker")
+            box.send(team=TEAM, sender="Alice", recipient="Bob", body="x" * CARRY_LIMIT)
+            await bob.wait(0)
+            assert bob.take() == ([], True) and states(box)["x" * CARRY_LIMIT] == "queued"
+            box.claim("Bob", team=TEAM, session_id="b")
+            box.ack(box.inbox("Bob", team=TEAM)[-1].message.id, "Bob", team=TEAM, evidence="output")
+            # A session that has not read its pokes for a while: its socket's queue is
+            # full, the poke does not go in, and the delivery is queued again.
+            while ring(bob.address):
+                pass
+            box.send(team=TEAM, sender="Alice", recipient="Bob", body="full")
+            assert states(box)["full"] == "queued"
+        # The session is gone without going offline (a crash): the poke is not heard,
+        # and the delivery handed to it is queued again, for the agent's next session.
+        box.claim("Bob", team=TEAM, session_id="b")
+        box.ack(box.inbox("Bob", team=TEAM)[-1].message.id, "Bob", team=TEAM, evidence="output")
+        box.send(team=TEAM, sender="Alice", recipient="Bob", body="anyone?")
+        assert states(box)["anyone?"] == "queued"
+
+    def states(box: SqliteMailbox) -> dict[str, str]:
+        return {d.message.body: d.state for d in box.inbox("Bob", team=TEAM)}
 
     anyio.run(main)
 
@@ -457,13 +521,14 @@ def test_a_message_is_synced_before_send_returns_and_read_before_the_sync(
             def during(path: str) -> None:
                 # The sender waits for the disk; the recipient is rung and reads already.
                 rung = bell._drain()
-                seen.append((rung, len(reader.waiting("Carol", team=TEAM, session_id="c"))))
+                handed = reader.inbox("Carol", team=TEAM, states=["handed"])  # at the send
+                seen.append((rung, len(handed)))
 
             synced = _spy_on_syncs(monkeypatch, during)
             box.send(team=TEAM, sender="Alice", recipient="Carol", body="one")
             assert synced == [f"{box.path}-wal"] and seen == [(True, 1)]
             # Hand-outs, acknowledgements and presence are not synced.
-            (delivery,) = box.claim("Carol", team=TEAM, session_id="c")
+            (delivery,) = box.claim("Carol", team=TEAM, session_id="c-next")
             box.ack(delivery.message.id, "Carol", team=TEAM, evidence="marker")
             box.set_presence("Carol", team=TEAM, session_id="c", state="idle")
             assert synced == [f"{box.path}-wal"]

@@ -8,6 +8,12 @@ that time is up. Until then the delivery stays handed: a session that dies first
 it for the next session of that agent, which gets it again (the mailbox never hands one
 delivery twice to one session).
 
+Taking mail: a message that its sender handed to this session in its own transaction
+(the mailbox's hand-over at the send) comes in the doorbell's poke, and is handed over
+with no read and no claim; other mail is read and claimed (`_claim_all`). A poke that
+carries nothing, the fallback timer and a carried delivery that does not check out make
+the session look at the mailbox.
+
 Attempts: claiming mail counts nothing; an attempt is recorded when the injector has
 typed the message in (its Enter written). A session killed with a backlog it never
 typed therefore leaves that backlog as it was, and a session that ends cleanly releases
@@ -24,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
+import msgspec
 
 from relay.engine.telemetry import debug, debug_enabled
 from relay.protocol.display import visible
@@ -35,6 +42,7 @@ from relay.services.messaging.model import (
     Agent,
     AgentState,
     Delivery,
+    HandedAtSend,
     MailboxBusy,
     MessagingError,
     NameTakenError,
@@ -57,6 +65,7 @@ Fire = Callable[[str, dict[str, Any]], Awaitable[AggregatedResult]]
 Submit = Callable[[str, str, "Admit | None"], bool]
 """(text, message id, admit): queue the text for the agent (Injector.submit)."""
 Tell = Callable[[str], None]
+_CARRIED = msgspec.json.Decoder(HandedAtSend)
 
 
 class _Admission:
@@ -126,8 +135,13 @@ class SessionInbox:
         self.agent: Agent | None = None
         self._bell: Doorbell | None = None
 
-    async def register(self, *, cwd: str) -> None:
+    async def register(self, *, cwd: str, receive: bool = True) -> None:
         """Mark the agent live (NameTakenError when a live agent of the team has its name).
+
+        `receive`: whether this session will take the agent's mail (`run(receive=...)`).
+        Only a receiving session has a doorbell: senders hand mail at the send to the
+        sessions they can ring, and mail for a session that does not receive waits in the
+        mailbox (for the agent's MCP tools, or its next session).
 
         With the nats transport, connect first: the agent's consumers are created (mail
         for it queues in JetStream from then on, even while it is offline), and a name
@@ -135,7 +149,7 @@ class SessionInbox:
         """
         if self.messenger.uses_nats:
             await self._connect_nats()
-        if self._config.doorbell:
+        if self._config.doorbell and receive:
             try:  # a fresh address per session, recorded in the (private) mailbox
                 self._bell = Doorbell()
             except OSError as exc:
@@ -262,10 +276,15 @@ class SessionInbox:
         bell = self._bell
         # The bell is closed by close(), with the registration.
         version = -1
+        look = True
         while True:
             try:
-                if bell is not None:  # a poke or the fallback timer: look now
-                    await self._claim_all()
+                if bell is not None:  # pokes or the fallback timer
+                    carried, bare = bell.take()
+                    if carried:
+                        bare = not await self._take_carried(carried) or bare
+                    if look or bare:
+                        await self._claim_all()
                 else:  # polling: claim only when another connection committed
                     now_version = await anyio.to_thread.run_sync(self.mailbox.data_version)
                     if now_version != version:
@@ -275,9 +294,31 @@ class SessionInbox:
                 self._tell(f"messaging unavailable: {exc}")
                 await anyio.sleep(5)
             if bell is not None:
-                await bell.wait(DOORBELL_FALLBACK_SECONDS)
+                look = not await bell.wait(DOORBELL_FALLBACK_SECONDS)
             else:
                 await anyio.sleep(config.pollMs / 1000)
+
+    async def _take_carried(self, datagrams: list[bytes]) -> bool:
+        """Hand over the deliveries that pokes carried (handed to this session at the
+        send); False when one does not check out (then the mailbox is looked at)."""
+        usable = True
+        for datagram in datagrams:
+            try:  # from a process of this user (doorbell.py): as trusted as the mailbox
+                carried = _CARRIED.decode(datagram)
+            except msgspec.DecodeError:
+                usable = False
+                continue
+            delivery = carried.delivery
+            if (
+                carried.session_id != self.session_id
+                or delivery.recipient != self.name
+                or delivery.message.team != self.team
+            ):
+                usable = False
+            elif delivery.message.id not in self._claimed:
+                self._claimed[delivery.message.id] = None  # handed to this session already
+                await self._deliver(delivery)
+        return usable
 
     async def _claim_all(self) -> None:
         """Hand the first waiting message over, then claim.

@@ -841,7 +841,7 @@ class Session:
             withdraw=self._withdraw_injection,
         )
         try:
-            await inbox.register(cwd=str(self.cwd))
+            await inbox.register(cwd=str(self.cwd), receive=self.inject_enabled)
         except NameTakenError:
             raise  # a second live agent of that name: refused before the agent starts
         except MessagingError as exc:

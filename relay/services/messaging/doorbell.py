@@ -7,18 +7,26 @@ records it in the agent's row of the mailbox, which only the user can read (0600
 0700 folder): senders look it up there. Another user's process cannot bind a bell
 first (it cannot know the address before the session exists, and once bound it is
 taken) nor receive its pokes; the most it can do is learn the name from /proc/net/unix
-and poke it, which only makes the session look at its mailbox. A poke carries no data
-the receiver trusts: it only says "look at the mailbox now". A lost poke costs one poll
-interval, never a message.
+and poke it, which only makes the session look at its mailbox.
+
+A poke is one byte, "look at the mailbox now", or it carries a delivery that its sender
+handed to the session in its own transaction (mailbox.py, "Hand-over at the send"), as
+JSON. The session takes what a poke carries only from a process of its own user, as the
+kernel vouches for it (SO_PASSCRED: a process of the user could write the mailbox
+anyway); any other poke, a poke from another user, and one cut short count as bare
+pokes: the session looks at the mailbox. A lost poke costs one poll interval, never a
+message.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import secrets
 import socket
-from collections.abc import Iterable
+import struct
+from collections.abc import Iterable, Mapping
 
 import anyio
 
@@ -28,28 +36,40 @@ def new_bell_address() -> bytes:
     return b"\0relay-bell-" + secrets.token_hex(16).encode()
 
 
+POKE = b"!"
+"""A bare poke: look at the mailbox."""
+CARRY_LIMIT = 32 * 1024
+"""The longest datagram a poke carries; a larger delivery goes by the mailbox alone."""
+_CREDENTIALS = struct.Struct("3i")
+"""struct ucred: the sender's pid, uid and gid, as the kernel attaches them (SO_PASSCRED)."""
+_ANCILLARY = socket.CMSG_SPACE(_CREDENTIALS.size)
+
+
 def ring(address: bytes) -> bool:
-    """Poke a doorbell; False when nobody is listening (the recipient polls or is away)."""
-    return ring_all([address]) == 1
+    """Poke a doorbell; False when the poke did not go in (see `ring_all`)."""
+    return not ring_all([address])
 
 
-def ring_all(addresses: Iterable[bytes]) -> int:
-    """Poke each doorbell, through one socket; how many had a listener."""
+def ring_all(
+    addresses: Iterable[bytes], carrying: Mapping[bytes, bytes] | None = None
+) -> list[bytes]:
+    """Poke each doorbell, through one socket, with the datagram `carrying` holds for its
+    address (else a bare poke); return the addresses whose poke did not go in: nobody
+    listens there (the session is gone, or polls), or its queue is full (of pokes the
+    session has not read yet: a bare one is not missed, it will look)."""
     addresses = list(addresses)
+    missed: list[bytes] = []
     if not addresses:
-        return 0
-    rung = 0
+        return missed
+    carrying = carrying or {}
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         sock.setblocking(False)
         for address in addresses:
             try:
-                sock.sendto(b"!", address)
-            except BlockingIOError:
-                pass  # its queue is full of pokes already: it will look
-            except OSError:  # refused, not found: nobody listening
-                continue
-            rung += 1
-    return rung
+                sock.sendto(carrying.get(address, POKE), address)
+            except OSError:  # refused, not found, or its queue full
+                missed.append(address)
+    return missed
 
 
 class Doorbell:
@@ -66,10 +86,15 @@ class Doorbell:
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._sock.setblocking(False)
         try:
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
             self._sock.bind(self.address)
         except OSError:
             self._sock.close()
             raise
+        self._buffer = bytearray(CARRY_LIMIT + 1)
+        self._uid = os.getuid()
+        self._carried: list[bytes] = []
+        self._bare = False
         self._loop: asyncio.AbstractEventLoop | None = None
         """The loop whose reader watches the socket (from the first `wait`)."""
         self._rang = False
@@ -118,16 +143,38 @@ class Doorbell:
             with contextlib.suppress(OSError, ValueError):
                 loop.remove_reader(self._sock.fileno())
 
+    def take(self) -> tuple[list[bytes], bool]:
+        """What the pokes since the last `take` carried (from processes of this user), and
+        whether any was a bare poke (or came from another user, or was cut short): then
+        the mailbox must be looked at."""
+        carried, bare = self._carried, self._bare
+        self._carried, self._bare = [], False
+        return carried, bare
+
     def _drain(self) -> bool:
         rang = False
         while True:
             try:
-                self._sock.recv(64)
+                size, ancillary, flags, _ = self._sock.recvmsg_into([self._buffer], _ANCILLARY)
             except (BlockingIOError, InterruptedError):
                 return rang
             except OSError:
                 return rang
             rang = True
+            if size > len(POKE) and not flags & socket.MSG_TRUNC and self._ours(ancillary):
+                self._carried.append(bytes(self._buffer[:size]))
+            else:
+                self._bare = True
+
+    def _ours(self, ancillary: list[tuple[int, int, bytes]]) -> bool:
+        """Whether the kernel says the datagram came from a process of this user."""
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+                return (
+                    len(data) >= _CREDENTIALS.size
+                    and _CREDENTIALS.unpack_from(data)[1] == self._uid
+                )
+        return False
 
     def close(self) -> None:
         """Stop listening."""

@@ -23,7 +23,18 @@ write (a message, an agent) then syncs the WAL file itself before it returns, so
 message whose send returned survives a power cut (`_sync`). A transaction that queues
 mail reads the recipients' doorbell addresses and rings them all through one socket
 (doorbell.py) once it has committed and before that sync: the recipients read the
-message while the sender waits for the disk. Writes take the lock up front (BEGIN
+message while the sender waits for the disk.
+
+Hand-over at the send: a message for an agent whose live session has a doorbell and
+nothing else waiting or handed to it (acknowledged, refused or dead is all it has) is
+handed to that session in the sender's own transaction, and the poke carries the
+delivery (doorbell.py). The session hands it to the agent with no read and no claim of
+its own: a broadcast then costs each session of the machine a wake-up, not a wake-up,
+a read and a write transaction queued behind the others'. A session with mail waiting
+or handed gets a bare poke and claims, so that the session keeps each sender's order;
+a poke that does not go in (the session is gone, or has not read its pokes for a while
+and its socket's queue is full) puts the delivery back to queued, and the session
+claims it as any other. Writes take the lock up front (BEGIN
 IMMEDIATE) and wait for other writers in fine steps, up to BUSY_TIMEOUT (`_when_free`).
 Every sqlite3 or file-system failure leaves this module as MessagingError naming the
 file.
@@ -45,9 +56,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
+import msgspec
+
 from relay.config.paths import private_dir, private_file, state_dir
 from relay.engine.processes import process_alive, process_start_ticks
-from relay.services.messaging.doorbell import ring_all
+from relay.services.messaging.doorbell import CARRY_LIMIT, ring_all
 from relay.services.messaging.model import (
     BROADCAST,
     SYSTEM_SENDER,
@@ -56,6 +69,7 @@ from relay.services.messaging.model import (
     AgentState,
     Delivery,
     DeliveryState,
+    HandedAtSend,
     LoopStoppedError,
     MailboxBusy,
     Message,
@@ -229,7 +243,7 @@ class SqliteMailbox:
         self.host = socket.gethostname()
         self._lock = threading.RLock()
         self._connection: sqlite3.Connection | None = None
-        self._rings: list[bytes] = []
+        self._rings = _Rings()
         """Doorbells to poke when the write transaction under way commits."""
         self._wal: int | None = None
         """A descriptor of the WAL file, kept open for `_sync`."""
@@ -353,7 +367,7 @@ class SqliteMailbox:
         except sqlite3.Error as exc:
             raise self._error(f"cannot write to the mailbox: {exc}") from None
         try:
-            self._rings = []
+            self._rings = _Rings()
             result = work(connection)
             connection.execute("COMMIT")
         except BaseException as exc:
@@ -363,10 +377,32 @@ class SqliteMailbox:
                 raise self._error(str(exc)) from None
             raise
         finally:
-            rings, self._rings = self._rings, []
-        with contextlib.suppress(OSError):  # committed: a poke is only a hint
-            ring_all(rings)
+            rings, self._rings = self._rings, _Rings()
+        try:  # committed: a bare poke is only a hint
+            missed = ring_all(rings.addresses, rings.carrying)
+        except OSError:
+            missed = list(rings.handed)
+        if any(address in rings.handed for address in missed):
+            self._take_back([address for address in missed if address in rings.handed], rings)
         return result
+
+    def _take_back(self, addresses: list[bytes], rings: _Rings) -> None:
+        """Deliveries handed at the send whose pokes did not go in: queued again (unless
+        something took them meanwhile), and those sessions poked again, bare, so that a
+        session that looked in between looks once more. Left handed when this fails: the
+        agent's next session claims them anyway."""
+
+        def work(db: sqlite3.Connection) -> None:
+            db.executemany(
+                "UPDATE deliveries SET state = 'queued', session_id = NULL, handed_at = NULL"
+                " WHERE team = ?1 AND recipient = ?2 AND state = 'handed' AND session_id = ?4"
+                " AND seq = (SELECT seq FROM messages WHERE id = ?3 AND team = ?1)",
+                [rings.handed[address] for address in addresses],
+            )
+            self._rings.addresses += addresses
+
+        with contextlib.suppress(MessagingError):
+            self._write_locked(work, wait=True)
 
     def _sync(self) -> None:
         """Make what is committed durable, as `synchronous=FULL` would have at the commit:
@@ -640,13 +676,13 @@ class SqliteMailbox:
                     )
                 ]
                 return [], notified, self._rate_error(sender, retry)
-            self._insert(db, message, recipients)
-            return recipients, recipients, None
+            self._insert(db, message, recipients, self._hand_at_send(db, message, recipients))
+            return recipients, [], None
 
         def work_and_ring(
             db: sqlite3.Connection,
         ) -> tuple[list[str], list[str], MessagingError | None]:
-            recipients, to_ring, refused = work(db)
+            recipients, to_ring, refused = work(db)  # a refusal rings those it told
             self._ring_on_commit(db, team, to_ring)
             return recipients, to_ring, refused
 
@@ -729,8 +765,15 @@ class SqliteMailbox:
             (team, name, self.host, seen, kind),
         )
 
-    def _insert(self, db: sqlite3.Connection, message: Message, recipients: Sequence[str]) -> int:
-        """Store a message queued for `recipients`; its seq."""
+    def _insert(
+        self,
+        db: sqlite3.Connection,
+        message: Message,
+        recipients: Sequence[str],
+        handed: dict[str, tuple[str, str]] | None = None,
+    ) -> int:
+        """Store a message queued for `recipients`, or handed to the session `handed` has
+        for them (session id, time); its seq."""
         cursor = db.execute(
             "INSERT INTO messages (id, team, sender, recipient, thread, body, created_at)"
             " VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -744,9 +787,16 @@ class SqliteMailbox:
                 message.created_at,
             ),
         )
+        handed = handed or {}
         db.executemany(
-            "INSERT INTO deliveries (team, recipient, seq, state) VALUES (?, ?, ?, 'queued')",
-            [(message.team, name, cursor.lastrowid) for name in recipients],
+            "INSERT INTO deliveries (team, recipient, seq, state, session_id, handed_at)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                (message.team, name, cursor.lastrowid, "handed", *handed[name])
+                if name in handed
+                else (message.team, name, cursor.lastrowid, "queued", None, None)
+                for name in recipients
+            ],
         )
         return int(cursor.lastrowid or 0)
 
@@ -900,24 +950,31 @@ class SqliteMailbox:
         """Poke the doorbells of `names`' live sessions once this write transaction commits
         (their addresses read in it: no second transaction)."""
         if self.doorbell and names:
-            self._rings += self._bells(db, team, names)
+            self._rings.addresses += [row[2] for row in _sessions(db, team, names)]
 
-    @staticmethod
-    def _bells(db: sqlite3.Connection, team: str, names: Sequence[str]) -> list[bytes]:
-        """The doorbell addresses the live sessions of `names` recorded (one per session)."""
-        wanted = list(dict.fromkeys(names))
-        found: list[bytes] = []
-        for start in range(0, len(wanted), 500):  # SQLite's bound-parameter limit
-            chunk = wanted[start : start + 500]
-            found += [
-                bytes(row[0])
-                for row in db.execute(
-                    "SELECT bell FROM agents WHERE team = ? AND bell IS NOT NULL AND name IN"
-                    f" ({', '.join('?' * len(chunk))})",
-                    (team, *chunk),
-                )
-            ]
-        return found
+    def _hand_at_send(
+        self, db: sqlite3.Connection, message: Message, names: Sequence[str]
+    ) -> dict[str, tuple[str, str]]:
+        """Ring the live sessions of `names` once this transaction commits, and choose
+        those that get `message` handed at the send (those that have nothing else waiting
+        or handed): their pokes carry it (see the module docstring). Returns, for each of
+        those recipients, the session id and the time, for `_insert`."""
+        handed: dict[str, tuple[str, str]] = {}
+        if not self.doorbell:
+            return handed
+        now = utc_now()
+        for name, session_id, address, busy in _sessions(db, message.team, names):
+            self._rings.addresses.append(address)
+            if busy or not session_id:
+                continue
+            delivery = Delivery(message=message, recipient=name, state="handed", handed_at=now)
+            datagram = _CARRIED.encode(HandedAtSend(session_id=session_id, delivery=delivery))
+            if len(datagram) > CARRY_LIMIT:
+                continue  # a long body goes by the mailbox alone
+            handed[name] = (session_id, now)
+            self._rings.carrying[address] = datagram
+            self._rings.handed[address] = (message.team, name, message.id, session_id)
+        return handed
 
     # -- receiving ---------------------------------------------------------------------
 
@@ -1220,6 +1277,44 @@ def _claimable(
         ).fetchall()
         rows = sorted(rows, key=lambda row: int(row[-1]))[:limit]
     return rows
+
+
+class _Rings:
+    """The doorbells a write transaction rings once it commits: every address once per
+    poke, what the pokes of deliveries handed at the send carry, and (team, recipient,
+    message id, session) of those deliveries, taken back when their poke does not go in."""
+
+    def __init__(self) -> None:
+        self.addresses: list[bytes] = []
+        self.carrying: dict[bytes, bytes] = {}
+        self.handed: dict[bytes, tuple[str, str, str, str]] = {}
+
+
+_CARRIED = msgspec.json.Encoder()
+
+
+def _sessions(
+    db: sqlite3.Connection, team: str, names: Sequence[str]
+) -> list[tuple[str, str | None, bytes, bool]]:
+    """The live sessions of `names` that have a doorbell (one per agent): the name, the
+    session id, the doorbell's address, and whether the agent has any delivery still
+    waiting or handed."""
+    wanted = list(dict.fromkeys(names))
+    found: list[tuple[str, str | None, bytes, bool]] = []
+    for start in range(0, len(wanted), 500):  # SQLite's bound-parameter limit
+        chunk = wanted[start : start + 500]
+        found += [
+            (row[0], row[1], bytes(row[2]), bool(row[3]))
+            for row in db.execute(
+                "SELECT name, session_id, bell, EXISTS (SELECT 1 FROM deliveries d"
+                " INDEXED BY deliveries_by_state WHERE d.team = a.team AND d.recipient = a.name"
+                " AND d.state IN ('queued', 'handed')) FROM agents a"
+                " WHERE team = ? AND bell IS NOT NULL AND name IN"
+                f" ({', '.join('?' * len(chunk))})",
+                (team, *chunk),
+            )
+        ]
+    return found
 
 
 def _when_free(attempt: Callable[[], Result]) -> Result:

@@ -171,6 +171,16 @@ class Delivery(msgspec.Struct, kw_only=True):
     """Why it is dead or denied."""
 
 
+class HandedAtSend(msgspec.Struct, kw_only=True, frozen=True):
+    """What a sender's doorbell poke carries when it handed the delivery to the recipient's
+    live session in its own transaction (mailbox.py, "Hand-over at the send"): the session
+    it was handed to and the delivery, so that session hands it over without reading or
+    claiming anything."""
+
+    session_id: str
+    delivery: Delivery
+
+
 class Agent(msgspec.Struct, kw_only=True):
     """An agent known to the team, and its presence."""
 
