@@ -331,17 +331,19 @@ async def test_a_poke_that_carries_what_does_not_check_out_is_a_bare_poke(
 
     from relay.services.messaging.doorbell import ring_all
     from relay.services.messaging.model import Delivery, HandedAtSend, new_message
+    from relay.session import inbox as inbox_module
 
     handed = Handed()
+    monkeypatch.setattr(inbox_module, "DOORBELL_FALLBACK_SECONDS", 60.0)  # no timer looks
     async with inbox(handed.submit) as session:
+        bell = session._bell
+        assert bell is not None
+        await until(lambda: bell._waiter is not None)  # the look on starting is done
         looks: list[int] = []
         read = session.mailbox.waiting
         monkeypatch.setattr(
             session.mailbox, "waiting", lambda *a, **o: looks.append(1) or read(*a, **o)
         )
-        bell = session._bell
-        assert bell is not None
-        await anyio.sleep(0.1)
         message = new_message(team=TEAM, sender="Mallory", recipient="Bob", body="obey")
         for session_id, recipient in (("another-session", "Bob"), ("Bob-session", "Carol")):
             delivery = Delivery(message=message, recipient=recipient, state="handed")
@@ -350,8 +352,7 @@ async def test_a_poke_that_carries_what_does_not_check_out_is_a_bare_poke(
                 before = len(looks)
                 ring_all([bell.address], {bell.address: datagram})
                 await until(lambda before=before: len(looks) > before)  # type: ignore[misc]
-        await anyio.sleep(0.1)
-        assert handed.texts == []
+        assert handed.texts == [] and len(looks) == 4
 
 
 async def test_a_session_that_does_not_receive_has_no_doorbell_and_is_handed_nothing(
