@@ -385,3 +385,24 @@ async def test_a_session_that_does_not_receive_has_no_doorbell_and_is_handed_not
     finally:
         await session.close()
         messenger.mailbox.close()
+
+
+async def test_a_kernel_that_does_not_vouch_for_pokes_leaves_the_session_polling(
+    sender: SqliteMailbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the sender's credentials on a poke, a delivery it carried could not be
+    trusted, and would stay handed to the session unseen. The doorbell checks at its
+    start that its own probe arrives with them; when not, the session has no doorbell,
+    nothing is handed to it at the send, and it polls and claims its mail."""
+    from relay.services.messaging.doorbell import Doorbell
+
+    monkeypatch.setattr(Doorbell, "_ours", lambda self, ancillary: False)
+    with pytest.raises(OSError, match="SO_PASSCRED"):
+        Doorbell()
+    handed = Handed()
+    config = MessagingConfig(team=TEAM, ackTimeoutSeconds=60, pollMs=20)
+    async with inbox(handed.submit, config=config) as session:
+        assert session._bell is None
+        sender.send(team=TEAM, sender="Alice", recipient="Bob", body="polled")
+        await until(lambda: len(handed.texts) == 1)
+        assert await handed.verdicts() == [("polled", True)]  # claimed, not handed at the send

@@ -295,6 +295,15 @@ def test_a_doorbell_keeps_a_poke_nobody_waited_for_and_moves_between_loops() -> 
         anyio.run(main)  # a second event loop watches it in turn
 
 
+def test_a_doorbell_checks_that_pokes_come_with_their_senders_credentials() -> None:
+    """At its start a doorbell pokes itself and reads the kernel's word on who sent it; a
+    poke that came before the probe is kept, as a bare poke."""
+    with Doorbell() as bell:
+        ring(bell.address)  # a poke ahead of the probe
+        assert bell._vouched()
+        assert bell.take() == ([], True)
+
+
 def test_a_doorbell_keeps_a_poke_whose_wait_was_cancelled_and_has_one_waiter() -> None:
     with Doorbell() as bell:
 

@@ -14,8 +14,9 @@ handed to the session in its own transaction (mailbox.py, "Hand-over at the send
 JSON. The session takes what a poke carries only from a process of its own user, as the
 kernel vouches for it (SO_PASSCRED: a process of the user could write the mailbox
 anyway); any other poke, a poke from another user, and one cut short count as bare
-pokes: the session looks at the mailbox. A lost poke costs one poll interval, never a
-message.
+pokes: the session looks at the mailbox. A doorbell whose kernel does not attach the
+credentials refuses to start (`Doorbell()` raises OSError): the session polls. A lost
+poke costs one poll interval, never a message.
 """
 
 from __future__ import annotations
@@ -99,6 +100,9 @@ class Doorbell:
         """The loop whose reader watches the socket (from the first `wait`)."""
         self._rang = False
         self._waiter: asyncio.Future[bool] | None = None
+        if not self._vouched():
+            self._sock.close()
+            raise OSError("the kernel does not say who pokes the doorbell (SO_PASSCRED)")
 
     async def wait(self, timeout: float) -> bool:
         """Wait for a poke, at most `timeout` seconds; True if one came. Pokes are drained.
@@ -165,6 +169,25 @@ class Doorbell:
                 self._carried.append(bytes(self._buffer[:size]))
             else:
                 self._bare = True
+
+    def _vouched(self) -> bool:
+        """Whether a poke from this process arrives with its credentials (a kernel that
+        did not attach them would make every delivery a poke carries look untrusted, and
+        leave it handed to this session unseen: such a session polls instead)."""
+        token = secrets.token_bytes(16)
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as probe:
+                probe.sendto(token, self.address)
+        except OSError:  # its queue already full of a stranger's pokes
+            return False
+        while True:  # a stranger's poke may have come first: kept, as any poke
+            try:
+                size, ancillary, _, _ = self._sock.recvmsg_into([self._buffer], _ANCILLARY)
+            except OSError:
+                return False
+            if bytes(self._buffer[:size]) == token:
+                return self._ours(ancillary)
+            self._rang, self._bare = True, True
 
     def _ours(self, ancillary: list[tuple[int, int, bytes]]) -> bool:
         """Whether the kernel says the datagram came from a process of this user."""
