@@ -304,6 +304,23 @@ def test_a_doorbell_checks_that_pokes_come_with_their_senders_credentials() -> N
         assert bell.take() == ([], True)
 
 
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to poke as another user")
+def test_what_another_users_poke_carries_is_not_taken() -> None:
+    """A poke from another user's process counts as a bare poke, whatever it carries."""
+    with Doorbell() as bell:
+        child = os.fork()
+        if child == 0:  # pragma: no cover - the child process
+            try:
+                os.setuid(65534)  # nobody
+                ring_all([bell.address], {bell.address: b'{"session_id": "s"}'})
+            finally:
+                os._exit(0)
+        assert os.waitpid(child, 0)[1] == 0
+        assert bell._drain() and bell.take() == ([], True)
+        ring_all([bell.address], {bell.address: b'{"session_id": "s"}'})  # root: taken
+        assert bell._drain() and bell.take() == ([b'{"session_id": "s"}'], False)
+
+
 def test_a_doorbell_keeps_a_poke_whose_wait_was_cancelled_and_has_one_waiter() -> None:
     with Doorbell() as bell:
 

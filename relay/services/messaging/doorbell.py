@@ -11,9 +11,9 @@ and poke it, which only makes the session look at its mailbox.
 
 A poke is one byte, "look at the mailbox now", or it carries a delivery that its sender
 handed to the session in its own transaction (mailbox.py, "Hand-over at the send"), as
-JSON. The session takes what a poke carries only from a process of its own user, as the
-kernel vouches for it (SO_PASSCRED: a process of the user could write the mailbox
-anyway); any other poke, a poke from another user, and one cut short count as bare
+JSON. The session takes what a poke carries only from a process of its own user (or
+root), as the kernel vouches for it (SO_PASSCRED: such a process could write the
+mailbox anyway); any other poke, a poke from another user, and one cut short count as bare
 pokes: the session looks at the mailbox. A doorbell whose kernel does not attach the
 credentials refuses to start (`Doorbell()` raises OSError): the session polls. A lost
 poke costs one poll interval, never a message.
@@ -190,13 +190,14 @@ class Doorbell:
             self._rang, self._bare = True, True
 
     def _ours(self, ancillary: list[tuple[int, int, bytes]]) -> bool:
-        """Whether the kernel says the datagram came from a process of this user."""
+        """Whether the kernel says the datagram came from a process of this user, or of
+        root: both can write the mailbox (0600, this user's)."""
         for level, kind, data in ancillary:
             if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
-                return (
-                    len(data) >= _CREDENTIALS.size
-                    and _CREDENTIALS.unpack_from(data)[1] == self._uid
-                )
+                if len(data) < _CREDENTIALS.size:
+                    return False
+                _, uid, _ = _CREDENTIALS.unpack_from(data)
+                return uid in (self._uid, 0)
         return False
 
     def close(self) -> None:
