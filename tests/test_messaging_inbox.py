@@ -324,9 +324,9 @@ async def test_mail_handed_at_the_send_comes_in_its_poke_without_a_read_or_a_cla
 async def test_a_poke_that_carries_what_does_not_check_out_is_a_bare_poke(
     sender: SqliteMailbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Garbage, a delivery for another session, and one for another agent: none is handed
-    over from the poke; each makes the session look at the mailbox, where nothing of it
-    is."""
+    """Garbage, a delivery for another session, one for another agent, and one without
+    the session's key: none is handed over from the poke; each makes the session look at
+    the mailbox, where nothing of it is."""
     import msgspec
 
     from relay.services.messaging.doorbell import ring_all
@@ -345,14 +345,18 @@ async def test_a_poke_that_carries_what_does_not_check_out_is_a_bare_poke(
             session.mailbox, "waiting", lambda *a, **o: looks.append(1) or read(*a, **o)
         )
         message = new_message(team=TEAM, sender="Mallory", recipient="Bob", body="obey")
-        for session_id, recipient in (("another-session", "Bob"), ("Bob-session", "Carol")):
+        for session_id, recipient, key in (
+            ("another-session", "Bob", bell.key),
+            ("Bob-session", "Carol", bell.key),
+            ("Bob-session", "Bob", "0" * 32),  # all but the key: it did not read the mailbox
+        ):
             delivery = Delivery(message=message, recipient=recipient, state="handed")
-            forged = msgspec.json.encode(HandedAtSend(session_id=session_id, delivery=delivery))
-            for datagram in (b"{not json", forged):
+            carried = HandedAtSend(session_id=session_id, key=key, delivery=delivery)
+            for datagram in (b"{not json", msgspec.json.encode(carried)):
                 before = len(looks)
                 ring_all([bell.address], {bell.address: datagram})
                 await until(lambda before=before: len(looks) > before)  # type: ignore[misc]
-        assert handed.texts == [] and len(looks) == 4
+        assert handed.texts == [] and len(looks) == 6
 
 
 async def test_a_session_that_does_not_receive_has_no_doorbell_and_is_handed_nothing(
@@ -406,3 +410,64 @@ async def test_a_kernel_that_does_not_vouch_for_pokes_leaves_the_session_polling
         sender.send(team=TEAM, sender="Alice", recipient="Bob", body="polled")
         await until(lambda: len(handed.texts) == 1)
         assert await handed.verdicts() == [("polled", True)]  # claimed, not handed at the send
+
+
+async def test_a_message_handed_at_the_send_during_a_read_comes_before_later_mail(
+    sender: SqliteMailbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bob's session looks at its mailbox (a bare poke), and just before its read Alice
+    sends two messages: the first is handed to the session at the send (nothing else
+    was pending) and its poke carries it; the second waits behind it, queued. The
+    session reads the second first, yet hands the first over before it."""
+    handed = Handed()
+    async with inbox(handed.submit) as session:
+        bell = session._bell
+        assert bell is not None
+        await until(lambda: bell._waiter is not None)
+        read = session.mailbox.waiting
+
+        def alice_sends_then_read(*args: Any, **options: Any) -> Any:
+            if not handed.texts:
+                sender.send(team=TEAM, sender="Alice", recipient="Bob", body="first")
+                sender.send(team=TEAM, sender="Alice", recipient="Bob", body="second")
+            return read(*args, **options)
+
+        monkeypatch.setattr(session.mailbox, "waiting", alice_sends_then_read)
+        ring(bell.address)
+        await until(lambda: len(handed.texts) == 2)
+        assert await handed.verdicts() == [("first", None), ("second", True)]
+
+
+async def test_a_message_handed_at_the_send_during_a_claim_comes_before_the_claimed_mail(
+    sender: SqliteMailbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bob's session has read a long message from Carol (too long for a poke: queued) and
+    claims; meanwhile Carol's message is taken in another way (acknowledged by another
+    connection, as a host's hook answer would), and Alice sends two messages: the first
+    handed to the session at the send, the second queued, which the claim takes. The
+    first is handed over before the second; Carol's is taken back untyped."""
+    from relay.services.messaging.doorbell import CARRY_LIMIT
+
+    handed = Handed()
+    rival = SqliteMailbox(sender.path)
+    async with inbox(handed.submit) as session:
+        claim = session.mailbox.claim
+
+        def meanwhile_then_claim(*args: Any, **options: Any) -> Any:
+            if len(handed.texts) == 1:
+                (carol,) = rival.inbox("Bob", team=TEAM)
+                rival.ack(carol.message.id, "Bob", team=TEAM, evidence="output")
+                sender.send(team=TEAM, sender="Alice", recipient="Bob", body="first")
+                sender.send(team=TEAM, sender="Alice", recipient="Bob", body="second")
+            return claim(*args, **options)
+
+        monkeypatch.setattr(session.mailbox, "claim", meanwhile_then_claim)
+        sender.send(team=TEAM, sender="Carol", recipient="Bob", body="x" * CARRY_LIMIT)
+        await until(lambda: len(handed.texts) == 3)
+        verdicts = await handed.verdicts()
+    rival.close()
+    assert [(text[-6:], verdict) for text, verdict in verdicts] == [
+        ("x" * 6, False),  # read, then taken in elsewhere: taken back untyped
+        ("first", None),
+        ("second", None),  # claimed before it was handed over: nothing to ask
+    ]

@@ -260,7 +260,7 @@ def test_store_incoming_is_idempotent(box: SqliteMailbox, tmp_path: Path) -> Non
 def test_doorbell_wakes_a_waiting_recipient(box: SqliteMailbox) -> None:
     async def main() -> None:
         with Doorbell() as bell:
-            box.register_agent("Bob", team=TEAM, session_id="b2", bell=bell.address)
+            box.register_agent("Bob", team=TEAM, session_id="b2", bell=bell.record)
             assert not await bell.wait(0.05)
             threading.Timer(
                 0.1, lambda: box.send(team=TEAM, sender="Alice", recipient="Bob", body="ding")
@@ -293,6 +293,40 @@ def test_a_doorbell_keeps_a_poke_nobody_waited_for_and_moves_between_loops() -> 
 
         anyio.run(main)
         anyio.run(main)  # a second event loop watches it in turn
+
+
+def test_a_session_that_recorded_its_bell_without_a_key_gets_bare_pokes(
+    box: SqliteMailbox,
+) -> None:
+    """A relay from before the hand-over at the send records its doorbell's address alone
+    and reads pokes without looking at them: nothing is handed to it at the send."""
+
+    async def main() -> None:
+        with Doorbell() as bob:
+            box.register_agent("Bob", team=TEAM, session_id="b", bell=bob.address)
+            box.send(team=TEAM, sender="Alice", recipient="Bob", body="hello")
+            assert await bob.wait(0) and bob.take() == ([], True)
+            (delivery,) = box.inbox("Bob", team=TEAM)
+            assert delivery.state == "queued"
+
+    anyio.run(main)
+
+
+def test_long_pokes_do_not_crowd_out_the_others_in_the_senders_socket() -> None:
+    """Unread datagrams count against the socket that sent them: bare pokes go first, and
+    a long one that finds the shared socket full goes through a socket of its own."""
+    bells = [Doorbell() for _ in range(12)]
+    try:
+        long = {bell.address: b"x" * CARRY_LIMIT for bell in bells[4:]}  # 256 KiB in all
+        assert ring_all([bell.address for bell in bells], long) == []
+        for bell in bells:
+            bell._drain()
+        assert [bell.take() for bell in bells] == [([], True)] * 4 + [
+            ([b"x" * CARRY_LIMIT], False)
+        ] * 8
+    finally:
+        for bell in bells:
+            bell.close()
 
 
 def test_a_doorbell_checks_that_pokes_come_with_their_senders_credentials() -> None:
@@ -342,8 +376,8 @@ def test_a_doorbell_keeps_a_poke_whose_wait_was_cancelled_and_has_one_waiter() -
 def test_a_broadcast_rings_every_live_recipient_once_committed(box: SqliteMailbox) -> None:
     async def main() -> None:
         with Doorbell() as bob, Doorbell() as carol, Doorbell() as gone:
-            box.register_agent("Bob", team=TEAM, session_id="b2", bell=bob.address)
-            box.register_agent("Carol", team=TEAM, session_id="c", bell=carol.address)
+            box.register_agent("Bob", team=TEAM, session_id="b2", bell=bob.record)
+            box.register_agent("Carol", team=TEAM, session_id="c", bell=carol.record)
             gone.close()  # a bell nobody listens on any more
             assert ring_all([gone.address, bob.address]) == [gone.address]
             assert await bob.wait(0) and bob.take() == ([], True)  # a bare poke
@@ -355,7 +389,7 @@ def test_a_broadcast_rings_every_live_recipient_once_committed(box: SqliteMailbo
             for bell, name, session in ((bob, "Bob", "b2"), (carol, "Carol", "c")):
                 (datagram,), bare = bell.take()
                 carried = msgspec.json.decode(datagram, type=HandedAtSend)
-                assert not bare and carried.session_id == session
+                assert not bare and carried.session_id == session and carried.key == bell.key
                 assert carried.delivery.message.body == "all hands"
                 assert carried.delivery.recipient == name and carried.delivery.state == "handed"
                 (delivery,) = reader.inbox(name, team=TEAM)
@@ -372,7 +406,7 @@ def test_mail_is_handed_at_the_send_only_to_a_live_session_with_nothing_else_pen
 ) -> None:
     async def main() -> None:
         with Doorbell() as bob:
-            box.register_agent("Bob", team=TEAM, session_id="b", bell=bob.address)
+            box.register_agent("Bob", team=TEAM, session_id="b", bell=bob.record)
             first, _ = box.send(team=TEAM, sender="Alice", recipient="Bob", body="one")
             second, _ = box.send(team=TEAM, sender="Alice", recipient="Bob", body="two")
             await bob.wait(0)
@@ -541,7 +575,7 @@ def test_a_message_is_synced_before_send_returns_and_read_before_the_sync(
 
     async def main() -> None:
         with Doorbell() as bell:
-            box.register_agent("Carol", team=TEAM, session_id="c", bell=bell.address)
+            box.register_agent("Carol", team=TEAM, session_id="c", bell=bell.record)
             reader = SqliteMailbox(box.path)
 
             def during(path: str) -> None:

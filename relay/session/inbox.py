@@ -22,6 +22,7 @@ it (queued again) for the next one.
 
 from __future__ import annotations
 
+import hmac
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -134,6 +135,8 @@ class SessionInbox:
         self._presence_changed = anyio.Event()
         self.agent: Agent | None = None
         self._bell: Doorbell | None = None
+        self._look_again = False
+        """A poke's delivery did not check out during a look: look once more."""
 
     async def register(self, *, cwd: str, receive: bool = True) -> None:
         """Mark the agent live (NameTakenError when a live agent of the team has its name).
@@ -154,7 +157,7 @@ class SessionInbox:
                 self._bell = Doorbell()
             except OSError as exc:
                 debug(f"messaging: no doorbell for {self.name} ({exc}); polling")
-        bell = self._bell.address if self._bell is not None else None
+        bell = self._bell.record if self._bell is not None else None
         try:
             self.agent = await anyio.to_thread.run_sync(
                 lambda: self.mailbox.register_agent(
@@ -283,7 +286,8 @@ class SessionInbox:
                     carried, bare = bell.take()
                     if carried:
                         bare = not await self._take_carried(carried) or bare
-                    if look or bare:
+                    if look or bare or self._look_again:
+                        self._look_again = False
                         await self._claim_all()
                 else:  # polling: claim only when another connection committed
                     now_version = await anyio.to_thread.run_sync(self.mailbox.data_version)
@@ -301,24 +305,44 @@ class SessionInbox:
     async def _take_carried(self, datagrams: list[bytes]) -> bool:
         """Hand over the deliveries that pokes carried (handed to this session at the
         send); False when one does not check out (then the mailbox is looked at)."""
+        assert self._bell is not None
+        key = self._bell.key.encode()
         usable = True
         for datagram in datagrams:
-            try:  # from a process of this user (doorbell.py): as trusted as the mailbox
+            try:  # from a reader of the mailbox of this user (doorbell.py)
                 carried = _CARRIED.decode(datagram)
             except msgspec.DecodeError:
                 usable = False
                 continue
             delivery = carried.delivery
             if (
-                carried.session_id != self.session_id
+                not hmac.compare_digest(carried.key.encode(), key)
+                or carried.session_id != self.session_id
                 or delivery.recipient != self.name
                 or delivery.message.team != self.team
             ):
                 usable = False
             elif delivery.message.id not in self._claimed:
                 self._claimed[delivery.message.id] = None  # handed to this session already
-                await self._deliver(delivery)
+                try:
+                    await self._deliver(delivery)
+                except MessagingError as exc:  # the rest are handed over all the same
+                    self._tell(f"messaging: {exc}")
         return usable
+
+    async def _carried_first(self) -> None:
+        """Hand over what pokes carried before mail read or claimed from the mailbox: a
+        delivery handed at the send is older than any mail queued after it, and a sender
+        rings before its next message can commit, so its poke is in the socket by the
+        time that message is read. (Otherwise a message could pass an older one of its
+        sender's, handed at the send while this session was reading.)"""
+        bell = self._bell
+        if bell is None:
+            return
+        bell.collect()
+        carried = bell.take_carried()
+        if carried and not await self._take_carried(carried):
+            self._look_again = True
 
     async def _claim_all(self) -> None:
         """Hand the first waiting message over, then claim.
@@ -333,6 +357,7 @@ class SessionInbox:
         while True:
             try:
                 waiting = await self._waiting()
+                await self._carried_first()
                 if not waiting:
                     # Nothing the claim would take: no write lock for a poke or the
                     # fallback timer. Mail committed after the read rings the bell again.
@@ -346,6 +371,7 @@ class SessionInbox:
                         admission.queued = await self._deliver(delivery, admission)
                         break
                 deliveries = await self._claim()
+                await self._carried_first()
             except BaseException:  # nothing handed over is typed unclaimed, nor waits forever
                 self._decide_all()
                 raise

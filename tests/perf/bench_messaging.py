@@ -254,7 +254,7 @@ def bench_broadcast_send(
     bells = [Doorbell() for _ in range(receivers)]
     names = [f"Receiver{index}" for index in range(receivers)]
     for index, (name, bell) in enumerate(zip(names, bells, strict=True)):
-        box.register_agent(name, team="default", session_id=f"s{index}", bell=bell.address)
+        box.register_agent(name, team="default", session_id=f"s{index}", bell=bell.record)
     to_ring, to_return = [], []
     with mock.patch.object(mailbox_module, "ring_all", timed_ring_all):
         for index in range(count):

@@ -11,10 +11,15 @@ and poke it, which only makes the session look at its mailbox.
 
 A poke is one byte, "look at the mailbox now", or it carries a delivery that its sender
 handed to the session in its own transaction (mailbox.py, "Hand-over at the send"), as
-JSON. The session takes what a poke carries only from a process of its own user (or
-root), as the kernel vouches for it (SO_PASSCRED: such a process could write the
-mailbox anyway); any other poke, a poke from another user, and one cut short count as bare
-pokes: the session looks at the mailbox. A doorbell whose kernel does not attach the
+JSON. What a session records in the mailbox (`record`) is its address and a key of 128
+random bits: a sender hands mail at the send only to a session whose record has a key
+(a relay from before the hand-over at the send records the address alone, and reads
+pokes without looking at them), and the poke carries the key. The session takes what a
+poke carries only with its key, and only from a process of its own user (or root), as
+the kernel vouches for it (SO_PASSCRED: such a process could write the mailbox anyway).
+So a process that cannot read the mailbox (another user's, or an agent sandboxed away
+from it) cannot make a session hand anything over; any other poke, a poke from another
+user, and one cut short count as bare pokes: the session looks at the mailbox. A doorbell whose kernel does not attach the
 credentials refuses to start (`Doorbell()` raises OSError): the session polls. A lost
 poke costs one poll interval, never a message.
 """
@@ -35,6 +40,22 @@ import anyio
 def new_bell_address() -> bytes:
     """A fresh, unguessable abstract socket address for one session's doorbell."""
     return b"\0relay-bell-" + secrets.token_hex(16).encode()
+
+
+_KEYED = b"#key="
+"""Between a bell's address and its key in the mailbox's record of it."""
+
+
+def bell_record(address: bytes, key: str) -> bytes:
+    """What the mailbox records for a session's doorbell: its address and its key."""
+    return address + _KEYED + key.encode()
+
+
+def parse_bell_record(record: bytes) -> tuple[bytes, str | None]:
+    """A recorded doorbell's address, and its key (None: a relay that takes no delivery
+    from a poke recorded it)."""
+    address, keyed, key = record.partition(_KEYED)
+    return (address, key.decode("ascii", "replace")) if keyed else (record, None)
 
 
 POKE = b"!"
@@ -58,19 +79,36 @@ def ring_all(
     address (else a bare poke); return the addresses whose poke did not go in: nobody
     listens there (the session is gone, or polls), or its queue is full (of pokes the
     session has not read yet: a bare one is not missed, it will look)."""
-    addresses = list(addresses)
-    missed: list[bytes] = []
-    if not addresses:
-        return missed
     carrying = carrying or {}
+    # Bare pokes first: what a datagram holds counts against the sending socket until it
+    # is read, and a few long deliveries would leave no room for the pokes after them.
+    ordered = sorted(dict.fromkeys(addresses), key=lambda address: address in carrying)
+    missed: list[bytes] = []
+    if not ordered:
+        return missed
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         sock.setblocking(False)
-        for address in addresses:
+        for address in ordered:
+            datagram = carrying.get(address, POKE)
             try:
-                sock.sendto(carrying.get(address, POKE), address)
-            except OSError:  # refused, not found, or its queue full
+                sock.sendto(datagram, address)
+            except BlockingIOError:
+                if datagram is POKE or not _send_alone(datagram, address):
+                    missed.append(address)  # its queue full (of pokes: it will look)
+            except OSError:  # refused, not found: nobody listening
                 missed.append(address)
     return missed
+
+
+def _send_alone(datagram: bytes, address: bytes) -> bool:
+    """Send through a socket of its own (the shared one's buffer may be what is full)."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.setblocking(False)
+            sock.sendto(datagram, address)
+    except OSError:
+        return False
+    return True
 
 
 class Doorbell:
@@ -84,10 +122,15 @@ class Doorbell:
 
     def __init__(self, address: bytes | None = None) -> None:
         self.address = address if address is not None else new_bell_address()
+        self.key = secrets.token_hex(16)
+        """What a poke that carries a delivery must hold (see the module docstring)."""
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._sock.setblocking(False)
         try:
-            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+            passcred = getattr(socket, "SO_PASSCRED", None)
+            if passcred is None:  # not Linux: no abstract namespace either
+                raise OSError("no SO_PASSCRED on this system")
+            self._sock.setsockopt(socket.SOL_SOCKET, passcred, 1)
             self._sock.bind(self.address)
         except OSError:
             self._sock.close()
@@ -146,6 +189,22 @@ class Doorbell:
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(OSError, ValueError):
                 loop.remove_reader(self._sock.fileno())
+
+    @property
+    def record(self) -> bytes:
+        """What the mailbox records for this doorbell (`bell_record`)."""
+        return bell_record(self.address, self.key)
+
+    def collect(self) -> None:
+        """Read what pokes have come, now, without waiting for the event loop to see them."""
+        if self._drain():
+            self._rang = True
+
+    def take_carried(self) -> list[bytes]:
+        """What the pokes since the last take carried (see `take`), leaving whether a bare
+        poke came for `take`."""
+        carried, self._carried = self._carried, []
+        return carried
 
     def take(self) -> tuple[list[bytes], bool]:
         """What the pokes since the last `take` carried (from processes of this user), and

@@ -5,7 +5,7 @@ Layout (schema version 4, in `PRAGMA user_version`; versions 1 to 3 are upgraded
 - `agents`: every agent and human sender the team has known (`kind`: agent or human),
   with presence: state, host, relay's pid and its start time (a reused pid is not
   mistaken for a live agent), cwd, last seen, session id, and the live session's
-  doorbell address (`bell`, random per session: see doorbell.py).
+  doorbell (`bell`: its address, random per session, and its key; see doorbell.py).
 - `messages`: one row per message; `seq` (INTEGER PRIMARY KEY) is the commit order,
   which is the delivery order, so one sender's messages arrive in the order it sent them.
   Indexed by sender (the rate limit) and by sender and recipient (the loop guard, version 3).
@@ -25,8 +25,8 @@ mail reads the recipients' doorbell addresses and rings them all through one soc
 (doorbell.py) once it has committed and before that sync: the recipients read the
 message while the sender waits for the disk.
 
-Hand-over at the send: a message for an agent whose live session has a doorbell and
-nothing else waiting or handed to it (acknowledged, refused or dead is all it has) is
+Hand-over at the send: a message for an agent whose live session has a keyed doorbell
+and nothing else waiting or handed to it (acknowledged, refused or dead is all it has) is
 handed to that session in the sender's own transaction, and the poke carries the
 delivery (doorbell.py). The session hands it to the agent with no read and no claim of
 its own: a broadcast then costs each session of the machine a wake-up, not a wake-up,
@@ -60,7 +60,7 @@ import msgspec
 
 from relay.config.paths import private_dir, private_file, state_dir
 from relay.engine.processes import process_alive, process_start_ticks
-from relay.services.messaging.doorbell import CARRY_LIMIT, ring_all
+from relay.services.messaging.doorbell import CARRY_LIMIT, parse_bell_record, ring_all
 from relay.services.messaging.model import (
     BROADCAST,
     SYSTEM_SENDER,
@@ -963,12 +963,13 @@ class SqliteMailbox:
         if not self.doorbell:
             return handed
         now = utc_now()
-        for name, session_id, address, busy in _sessions(db, message.team, names):
+        for name, session_id, address, key, busy in _sessions(db, message.team, names):
             self._rings.addresses.append(address)
-            if busy or not session_id:
+            if busy or not session_id or key is None:
                 continue
             delivery = Delivery(message=message, recipient=name, state="handed", handed_at=now)
-            datagram = _CARRIED.encode(HandedAtSend(session_id=session_id, delivery=delivery))
+            carried = HandedAtSend(session_id=session_id, key=key, delivery=delivery)
+            datagram = _CARRIED.encode(carried)
             if len(datagram) > CARRY_LIMIT:
                 continue  # a long body goes by the mailbox alone
             handed[name] = (session_id, now)
@@ -1295,16 +1296,16 @@ _CARRIED = msgspec.json.Encoder()
 
 def _sessions(
     db: sqlite3.Connection, team: str, names: Sequence[str]
-) -> list[tuple[str, str | None, bytes, bool]]:
+) -> list[tuple[str, str | None, bytes, str | None, bool]]:
     """The live sessions of `names` that have a doorbell (one per agent): the name, the
-    session id, the doorbell's address, and whether the agent has any delivery still
-    waiting or handed."""
+    session id, the doorbell's address and key (None: it takes no delivery from a poke),
+    and whether the agent has any delivery still waiting or handed."""
     wanted = list(dict.fromkeys(names))
-    found: list[tuple[str, str | None, bytes, bool]] = []
+    found: list[tuple[str, str | None, bytes, str | None, bool]] = []
     for start in range(0, len(wanted), 500):  # SQLite's bound-parameter limit
         chunk = wanted[start : start + 500]
         found += [
-            (row[0], row[1], bytes(row[2]), bool(row[3]))
+            (row[0], row[1], *parse_bell_record(bytes(row[2])), bool(row[3]))
             for row in db.execute(
                 "SELECT name, session_id, bell, EXISTS (SELECT 1 FROM deliveries d"
                 " INDEXED BY deliveries_by_state WHERE d.team = a.team AND d.recipient = a.name"

@@ -178,6 +178,8 @@ class HandedAtSend(msgspec.Struct, kw_only=True, frozen=True):
     claiming anything."""
 
     session_id: str
+    key: str
+    """The session's doorbell key (doorbell.py), which only readers of the mailbox know."""
     delivery: Delivery
 
 
