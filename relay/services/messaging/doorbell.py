@@ -12,16 +12,16 @@ and poke it, which only makes the session look at its mailbox.
 A poke is one byte, "look at the mailbox now", or it carries a delivery that its sender
 handed to the session in its own transaction (mailbox.py, "Hand-over at the send"), as
 JSON. What a session records in the mailbox (`record`) is its address and a key of 128
-random bits: a sender hands mail at the send only to a session whose record has a key
-(a relay from before the hand-over at the send records the address alone, and reads
-pokes without looking at them), and the poke carries the key. The session takes what a
-poke carries only with its key, and only from a process of its own user (or root), as
-the kernel vouches for it (SO_PASSCRED: such a process could write the mailbox anyway).
-So a process that cannot read the mailbox (another user's, or an agent sandboxed away
-from it) cannot make a session hand anything over; any other poke, a poke from another
-user, and one cut short count as bare pokes: the session looks at the mailbox. A doorbell whose kernel does not attach the
-credentials refuses to start (`Doorbell()` raises OSError): the session polls. A lost
-poke costs one poll interval, never a message.
+random bits: a sender hands mail at the send only to a session whose record has a key (a
+relay from before the hand-over at the send records the address alone, and reads pokes
+without looking at them), and the poke carries the key. The session takes what a poke
+carries only with its key, and only from a process of its own user (or root), as the
+kernel vouches for it (SO_PASSCRED: such a process could write the mailbox anyway). So a
+process that cannot read the mailbox (another user's, or an agent sandboxed away from
+it) cannot make a session hand anything over; any other poke, a poke from another user,
+and one cut short count as bare pokes: the session looks at the mailbox. A doorbell
+whose kernel does not attach the credentials refuses to start (`Doorbell()` raises
+OSError): the session polls. A lost poke costs one poll interval, never a message.
 """
 
 from __future__ import annotations
@@ -207,9 +207,9 @@ class Doorbell:
         return carried
 
     def take(self) -> tuple[list[bytes], bool]:
-        """What the pokes since the last `take` carried (from processes of this user), and
-        whether any was a bare poke (or came from another user, or was cut short): then
-        the mailbox must be looked at."""
+        """What the pokes since the last `take` carried (from processes of this user or
+        root; their key is the taker's to check), and whether any was a bare poke (or came
+        from another user, or was cut short): then the mailbox must be looked at."""
         carried, bare = self._carried, self._bare
         self._carried, self._bare = [], False
         return carried, bare

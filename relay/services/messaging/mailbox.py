@@ -382,8 +382,9 @@ class SqliteMailbox:
             missed = ring_all(rings.addresses, rings.carrying)
         except OSError:
             missed = list(rings.handed)
-        if any(address in rings.handed for address in missed):
-            self._take_back([address for address in missed if address in rings.handed], rings)
+        unheard = [address for address in missed if address in rings.handed]
+        if unheard:
+            self._take_back(unheard, rings)
         return result
 
     def _take_back(self, addresses: list[bytes], rings: _Rings) -> None:
