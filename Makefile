@@ -9,11 +9,14 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-$(VENV)/.installed: $(BIN)/python pyproject.toml
+# The install compiles relay run's output copier (hatch_build.py): again when its source changes.
+BUILT := pyproject.toml hatch_build.py relay/session/native/copier.c
+
+$(VENV)/.installed: $(BIN)/python $(BUILT)
 	$(BIN)/python -m pip install -q -e '.[semantic]'
 	touch $@
 
-$(VENV)/.installed-test: $(BIN)/python pyproject.toml
+$(VENV)/.installed-test: $(BIN)/python $(BUILT)
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $@
 

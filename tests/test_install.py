@@ -11,6 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from relay.hosts import doctor as doctor_module
+from relay.native import find_compiler
+from relay.session import copier
+
 RELAY = [sys.executable, "-m", "relay"]
 ORIGINAL = (
     '{\n    "model": "x",\n    "hooks": {\n'
@@ -190,7 +194,20 @@ def test_doctor_reports_what_is_installed_and_what_is_not(
     assert "not installed for PreToolUse, PostToolUse, SessionStart" in by_topic["claude", "warn"]
     assert "relay is not installed" in by_topic["gemini", "ok"]
     assert "an event with no hook" in by_topic["cost", "ok"]
+    if find_compiler() is not None:  # the package's install built relay run's copier
+        assert "copies output with " in by_topic["copier", "ok"]
+        assert copier.NATIVE_PREFIX in by_topic["copier", "ok"]
     assert done.returncode == 0
+
+
+def test_doctor_says_when_relay_run_copies_with_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(copier, "native_copier", lambda: None)
+    found = doctor_module._copier_check({})
+    assert found.level == "warn" and "no native output copier was built" in found.text
+    monkeypatch.setattr(copier, "native_copier", lambda: "/somewhere/relay-copier-0")
+    assert doctor_module._copier_check({"RELAY_COPIER": "python"}).text.startswith(
+        "RELAY_COPIER=python"
+    )
 
 
 def test_doctor_fails_when_a_project_file_is_broken(env: dict[str, str], tmp_path: Path) -> None:

@@ -18,6 +18,8 @@ import anyio
 import pytest
 
 from relay.errors import RelayError
+from relay.native import find_compiler
+from relay.session import copier as copier_module
 from relay.session import pump as pump_module
 from relay.session.pty import AgentExitedError, AgentPty, AgentSpawnError
 from relay.session.pump import OutputPump
@@ -435,7 +437,7 @@ async def test_sigterm_to_relay_restores_the_terminal_and_ends_the_agent(tmp_pat
 
 @pytest.mark.anyio
 async def test_passthrough_copies_both_ways_and_returns_the_exit_code(
-    spawn: Callable[..., AgentPty], tmp_path: Path
+    copier: str, spawn: Callable[..., AgentPty], tmp_path: Path
 ) -> None:
     agent = spawn("--banner")
     keys_read, keys_write = os.pipe()
@@ -474,8 +476,21 @@ async def test_passthrough_copies_both_ways_and_returns_the_exit_code(
     assert b"GOT 'hi there'" in shown
 
 
+@pytest.fixture(params=["native", "python"])
+def copier(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each copier test runs with the native copier (built by the package's install) and
+    with the Python one (where none was built)."""
+    if request.param == "python":
+        monkeypatch.setattr(pump_module, "native_copier", lambda: None)
+    elif copier_module.native_copier() is None:
+        if find_compiler() is None:
+            pytest.skip("no C compiler: the install built no native copier")
+        pytest.fail("a C compiler is here, but the install built no native copier for this source")
+    return str(request.param)
+
+
 def copier_pids() -> list[int]:
-    """The output copiers (pump.COPIER processes) that are children of this test."""
+    """The output copiers (native, or pump.COPIER on Python) that are children of this test."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -485,18 +500,16 @@ def copier_pids() -> list[int]:
             parent = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
         except (OSError, ValueError, IndexError):
             continue
-        if (
-            parent == os.getpid()
-            and b"-c" in command
-            and any(b"lifeline" in part for part in command)
-        ):
+        native = os.path.basename(command[0]).startswith(copier_module.NATIVE_PREFIX.encode())
+        python = b"-c" in command and any(b"lifeline" in part for part in command)
+        if parent == os.getpid() and (native or python):
             found.append(int(entry.name))
     return found
 
 
 @pytest.mark.anyio
 async def test_the_output_reaches_the_loop_whole_in_order_and_in_blocks(
-    spawn: Callable[..., AgentPty], tmp_path: Path
+    copier: str, spawn: Callable[..., AgentPty], tmp_path: Path
 ) -> None:
     """A burst of 3 MB: the terminal and the loop get the same bytes, the loop in a few
     hundred blocks (not one per 4 KiB read)."""
@@ -525,13 +538,14 @@ async def test_the_output_reaches_the_loop_whole_in_order_and_in_blocks(
 
 @pytest.mark.anyio
 async def test_stop_ends_a_copier_stuck_on_a_terminal_that_takes_nothing(
-    spawn: Callable[..., AgentPty],
+    copier: str, spawn: Callable[..., AgentPty]
 ) -> None:
     """A terminal paused with Ctrl-S (here: a pipe nobody reads) blocks the copier's
     write; stop() still returns within its bound and leaves no copier behind."""
     agent = AgentPty.spawn([sys.executable, "-c", "import sys; sys.stdout.write('x' * 2_000_000)"])
     stuck_read, stuck_write = os.pipe()
     pump = OutputPump(agent, stuck_write)
+    assert pump.copier == copier
     try:
         pump.start()
         await anyio.sleep(0.5)  # the pipe (64 KiB) is full long before
@@ -546,14 +560,15 @@ async def test_stop_ends_a_copier_stuck_on_a_terminal_that_takes_nothing(
         os.close(stuck_write)
 
 
-def test_the_copier_ends_when_relay_dies(tmp_path: Path) -> None:
+def test_the_copier_ends_when_relay_dies(copier: str, tmp_path: Path) -> None:
     """The copier holds the agent's PTY: if relay is killed it must not copy on for ever."""
     script = (
         "import anyio, os, sys\n"
         "from relay.session.pty import AgentPty\n"
         "from relay.session.pump import OutputPump\n"
         "agent = AgentPty.spawn(['sleep', '60'])\n"
-        "pump = OutputPump(agent, os.open(os.devnull, os.O_WRONLY))\n"
+        f"pump = OutputPump(agent, os.open(os.devnull, os.O_WRONLY), native={copier == 'native'})\n"
+        f"assert pump.copier == {copier!r}\n"
         "async def main():\n"
         "    pump.start()\n"
         "    print(pump._process.pid, flush=True)\n"
@@ -692,7 +707,7 @@ def test_a_copier_that_cannot_start_is_a_clear_error(monkeypatch: pytest.MonkeyP
     terminal = os.open(os.devnull, os.O_WRONLY)
     try:
         monkeypatch.setattr(pump_module.sys, "executable", "/nonexistent/python3")
-        pump = OutputPump(agent, terminal)
+        pump = OutputPump(agent, terminal, native=False)
         with pytest.raises(
             RelayError, match=r"cannot start the output copier \(/nonexistent/python3\)"
         ):
@@ -700,3 +715,55 @@ def test_a_copier_that_cannot_start_is_a_clear_error(monkeypatch: pytest.MonkeyP
     finally:
         agent.close()
         os.close(terminal)
+
+
+def test_the_install_built_the_native_copier_for_this_source() -> None:
+    """The package's build hook (hatch_build.py) compiled native/copier.c, under the hash
+    of the source as it is now, and a pump runs it by default."""
+    if find_compiler() is None:
+        pytest.skip("no C compiler: relay runs the Python copier")
+    native = copier_module.native_copier()
+    source = copier_module.NATIVE_SOURCE
+    assert native == str(source.parent / copier_module.native_name(source.read_bytes()))
+    agent = AgentPty.spawn(["true"])
+    try:
+        assert OutputPump(agent, -1).copier == "native"
+    finally:
+        agent.close()
+
+
+@pytest.mark.anyio
+async def test_a_native_copier_that_cannot_run_gives_way_to_the_python_one(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A copier built for another machine (here: not a program at all) fails to start:
+    the Python copier runs instead, and the output is shown and delivered as ever."""
+    foreign = tmp_path / (copier_module.NATIVE_PREFIX + "0" * 16)
+    foreign.write_bytes(b"\x7fELF not for this machine")
+    foreign.chmod(0o755)
+    monkeypatch.setattr(pump_module, "native_copier", lambda: str(foreign))
+    agent = AgentPty.spawn([sys.executable, "-c", "print('shown and delivered')"])
+    screen_read, screen_write = os.pipe()
+    seen: list[bytes] = []
+    pump = OutputPump(agent, screen_write)
+    try:
+        assert pump.copier == "native"
+        pump.start()
+        assert pump.copier == "python"
+        with anyio.fail_after(10):
+            await pump.deliver(seen.append)
+    finally:
+        pump.stop()
+        agent.close()
+        os.close(screen_write)
+    with os.fdopen(screen_read, "rb") as screen:
+        assert screen.read() == b"".join(seen) == b"shown and delivered\r\n"
+
+
+def test_the_native_copier_refuses_arguments_it_does_not_understand() -> None:
+    native = copier_module.native_copier()
+    if native is None:
+        pytest.skip("no native copier was built")
+    for argv in ([], ["0", "1", "2", "3", "4096", "1"], ["0", "1", "2", "x", "4096", "1", "0.01"]):
+        done = subprocess.run([native, *argv], capture_output=True, timeout=10, check=False)
+        assert (done.returncode, done.stdout, done.stderr) == (2, b"", b"")

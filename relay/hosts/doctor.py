@@ -50,6 +50,7 @@ def diagnose(
     """Every check, in the order a user would fix things."""
     env = os.environ if env is None else env
     yield from _relay_checks(env)
+    yield _copier_check(env)
     installed_client = current_client(env)
     yield from _server_checks(env)
     for name in HOST_NAMES:
@@ -73,6 +74,24 @@ def _relay_checks(env: Mapping[str, str]) -> Iterator[Finding]:
         yield Finding("warn", "relay", f"`relay` on PATH is {found}, not this install ({here})")
     else:
         yield Finding("ok", "relay", f"{server_client.version()} at {here}")
+
+
+def _copier_check(env: Mapping[str, str]) -> Finding:
+    """Which output copier `relay run` uses (spec/session.md): the native one, built when
+    the package was installed, or the Python one, with less throughput."""
+    from relay.session.copier import NATIVE_SOURCE, native_copier
+
+    native = native_copier()
+    if native is None:
+        return Finding(
+            "warn",
+            "copier",
+            "no native output copier was built for this install (no C compiler when it was"
+            f" installed?): `relay run` copies with Python, more slowly; see {NATIVE_SOURCE}",
+        )
+    if env.get("RELAY_COPIER") == "python":
+        return Finding("ok", "copier", "RELAY_COPIER=python: `relay run` copies with Python")
+    return Finding("ok", "copier", f"`relay run` copies output with {native}")
 
 
 def _server_checks(env: Mapping[str, str]) -> Iterator[Finding]:

@@ -8,38 +8,25 @@ Python launcher runs client.py under `python -I -S` instead.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from relay.native import BuildError, compile_program, find_compiler
 from relay.server.client import identity, package_dir
+
+__all__ = [
+    "BuildError",
+    "build_native_client",
+    "client_info",
+    "find_compiler",
+    "write_python_client",
+]
 
 SOURCE = Path(__file__).resolve().parent / "native" / "relay-hook.c"
 NATIVE_NAME = "relay-hook"
 PYTHON_NAME = "relay-hook.py"
-COMPILE_TIMEOUT = 120.0
-
-
-class BuildError(Exception):
-    """The native client could not be compiled; `output` holds the compiler's words."""
-
-    def __init__(self, message: str, output: str = "") -> None:
-        super().__init__(message)
-        self.output = output
-
-
-def find_compiler() -> str | None:
-    """$CC, else cc, gcc or clang on PATH."""
-    configured = os.environ.get("CC", "").strip()
-    if configured:
-        return shutil.which(configured) or configured
-    for name in ("cc", "gcc", "clang"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
 
 
 def c_string(text: str) -> str:
@@ -59,38 +46,14 @@ def build_native_client(
     folder: Path, *, python: str | None = None, install: str | None = None
 ) -> Path:
     """Compile the native client into `folder`; raise BuildError (no compiler, or it failed)."""
-    compiler = find_compiler()
-    if compiler is None:
-        raise BuildError("no C compiler found (cc, gcc or clang; or set $CC)")
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / NATIVE_NAME
     with tempfile.TemporaryDirectory(prefix="relay-build-") as scratch:
         header = Path(scratch, "relay-hook-config.h")
         header.write_text(
             f"#define RELAY_PYTHON {c_string(python or sys.executable)}\n"
             f"#define RELAY_INSTALL {c_string(install or identity())}\n"
         )
-        built = Path(scratch, NATIVE_NAME)
-        command = [compiler, "-O2", "-std=c11", "-I", scratch, "-o", str(built), str(SOURCE)]
-        # Linked statically where the C library allows it: no dynamic loader on each of the
-        # host's events (about 0.1 ms); dynamically otherwise.
-        for attempt in ([*command, "-static"], command):
-            try:
-                done = subprocess.run(
-                    attempt, capture_output=True, text=True, timeout=COMPILE_TIMEOUT, check=False
-                )
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                raise BuildError(f"cannot run {compiler}: {exc}") from None
-            if done.returncode == 0:
-                break
-        if done.returncode != 0:
-            raise BuildError(f"{compiler} failed (exit {done.returncode})", done.stderr)
-        # Replace, never overwrite in place: a host may be running the old one right now.
-        staged = folder / f".{NATIVE_NAME}.{os.getpid()}"
-        shutil.copyfile(built, staged)
-        staged.chmod(0o755)
-        staged.replace(target)
-    return target
+        # Static where the C library allows it: no dynamic loader on each of the host's events.
+        return compile_program(SOURCE, folder / NATIVE_NAME, flags=("-I", scratch), static=True)
 
 
 def write_python_client(folder: Path) -> Path:

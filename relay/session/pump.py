@@ -1,9 +1,9 @@
 """The agent's output copied to the human's terminal by a process of its own.
 
 The copy is what the human waits on, so it runs like `script` does: a read of the PTY
-master, then a blocking write to the terminal, with no Python work but the two calls.
-It runs in a small child process (COPIER, a few lines on `python -I -S`), not on a
-thread: a thread would need relay's GIL back after every 4 KiB read, and would wait for
+master, then a blocking write to the terminal, and nothing else between the two calls.
+It runs in a small child process (relay.session.copier: a native program where the
+package's install compiled one, else a few lines on `python -I -S`), not on a thread: a thread would need relay's GIL back after every 4 KiB read, and would wait for
 it whenever the event loop is scanning, which capped passthrough at half of `script`'s
 throughput. The child also writes each chunk, once shown, to a pipe that the event loop
 reads in large blocks; there the scanner, the injector and the transcript see it (DESIGN
@@ -27,7 +27,9 @@ import subprocess
 import sys
 from collections.abc import Callable
 
+from relay.engine.telemetry import debug, debug_enabled
 from relay.errors import RelayError
+from relay.session.copier import COPIER, native_copier
 from relay.session.pty import AgentPty
 
 PIPE_BYTES = 1 << 20
@@ -45,87 +47,31 @@ against 0.61x, eight interleaved rounds (tests/perf/bench_session.py's stream)."
 STOP_WAIT = 1.0
 """Seconds stop() waits for the copier to end before killing it."""
 
-COPIER = r"""
-import errno, os, select, signal, sys, time
-master, terminal, sink, lifeline = map(int, sys.argv[1:5])
-batch, quiet_ms, most = int(sys.argv[5]), int(sys.argv[6]), float(sys.argv[7])
-for number in ("SIGHUP", "SIGINT", "SIGQUIT", "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGPIPE"):
-    signal.signal(getattr(signal, number), signal.SIG_IGN)
-poller = select.poll()
-poller.register(master, select.POLLIN)
-poller.register(lifeline, select.POLLIN)
-read, write, clock = os.read, os.write, time.monotonic
-held, size, since = [], 0, 0.0
-
-def write_all(fd, data):
-    while data:
-        data = data[write(fd, data):]
-
-def hand_over():  # the gathered output to relay's loop; False once relay stopped reading
-    global held, size
-    try:
-        write_all(sink, b"".join(held))
-    except OSError:  # EPIPE: the session ended (stop() or relay's death)
-        return False
-    held, size = [], 0
-    return True
-
-while True:
-    try:
-        data = read(master, 65536)
-    except BlockingIOError:
-        if held:
-            wait = max(0, min(quiet_ms, int((since + most - clock()) * 1000)))
-            ready = poller.poll(wait)
-            if not ready:
-                if not hand_over():  # the output paused: the loop sees it now
-                    break
-                continue
-        else:
-            ready = poller.poll()
-        if any(fd == lifeline for fd, _ in ready):
-            break  # relay is gone, or stopped the copy
-        continue
-    except OSError as exc:
-        if exc.errno in (errno.EIO, errno.EBADF):
-            break  # every slave fd is closed: the agent's output has ended
-        raise
-    if not data:
-        break
-    # One write per read, as `script` does. Gathering what else the PTY held into one
-    # large write was slower: with the loop doing nothing, the copy alone reached 0.61x
-    # direct that way and 0.78-0.87x without. While the copy waits on a long write to
-    # the terminal, nobody reads the agent's side.
-    if terminal >= 0:
-        try:
-            write_all(terminal, data)
-        except OSError:  # EIO / EPIPE: the terminal is gone; the loop still sees output
-            terminal = -1
-    if not held:
-        since = clock()
-    held.append(data)
-    size += len(data)
-    if (size >= batch or clock() - since >= most) and not hand_over():
-        break
-if held:
-    hand_over()
-"""
-
 
 class OutputPump:
     """Copies `agent`'s output to `terminal_fd` until the agent's side of the PTY closes
     or `stop` is called; `deliver()` hands the output to the loop, in order."""
 
-    def __init__(self, agent: AgentPty, terminal_fd: int):
+    def __init__(self, agent: AgentPty, terminal_fd: int, *, native: bool = True):
+        """`native=False`, or RELAY_COPIER=python in the environment: the Python copier
+        even where a native one was built."""
         self._master = agent.master_fd
         self._terminal = terminal_fd
+        wanted = native and os.environ.get("RELAY_COPIER") != "python"
+        self._native = native_copier() if wanted else None
         self._process: subprocess.Popen[bytes] | None = None
         self._sink = -1
         self._lifeline = -1
 
+    @property
+    def copier(self) -> str:
+        """Which copier runs: "native", or "python" (none was built, or it cannot run)."""
+        return "native" if self._native is not None else "python"
+
     def start(self) -> None:
-        """Start the copier; RelayError, naming the reason, when it cannot be (no pipes
-        or processes left, no Python at sys.executable)."""
+        """Start the copier, the native one where it runs, else the Python one;
+        RelayError, naming the reason, when neither can start (no pipes or processes
+        left, no Python at sys.executable)."""
         opened: list[int] = []
         try:
             sink_read, sink_write = os.pipe2(os.O_CLOEXEC)
@@ -135,16 +81,21 @@ class OutputPump:
             with contextlib.suppress(OSError):  # a smaller pipe only means an earlier wait
                 fcntl.fcntl(sink_write, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
             fds = (self._master, self._terminal, sink_write, lifeline_read)
-            self._process = subprocess.Popen(
-                [
-                    *(sys.executable, "-I", "-S", "-c", COPIER),
-                    *map(str, fds),
-                    *map(str, (BATCH_BYTES, BATCH_QUIET_MS, BATCH_MAX_SECONDS)),
-                ],
-                pass_fds=fds,
-                stdin=subprocess.DEVNULL,
-                close_fds=True,
-            )
+            arguments = [
+                *map(str, fds),
+                *map(str, (BATCH_BYTES, BATCH_QUIET_MS, BATCH_MAX_SECONDS)),
+            ]
+            if self._native is not None:
+                try:
+                    self._process = _spawn([self._native, *arguments], fds)
+                except OSError as exc:  # a noexec mount, another machine's binary
+                    if debug_enabled():
+                        debug(f"the native output copier cannot run ({exc}): the Python one runs")
+                    self._native = None
+            if self._process is None:
+                self._process = _spawn([sys.executable, "-I", "-S", "-c", COPIER, *arguments], fds)
+            if debug_enabled():
+                debug(f"output copier: {self.copier} (pid {self._process.pid})")
         except OSError as exc:
             for fd in opened:
                 os.close(fd)
@@ -212,3 +163,7 @@ class OutputPump:
         if self._sink >= 0:
             os.close(self._sink)
             self._sink = -1
+
+
+def _spawn(argv: list[str], fds: tuple[int, ...]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(argv, pass_fds=fds, stdin=subprocess.DEVNULL, close_fds=True)

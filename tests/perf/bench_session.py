@@ -9,7 +9,8 @@ code fences, and a directive every few thousand lines.
 The passthrough figures run the installed `relay run` console script in TTY mode (its
 stdin and stdout a PTY this script allocates and drains), the same program directly on
 such a PTY, and under `script -q -c CMD /dev/null` (util-linux: the floor for a program
-that relays a PTY), interleaved in one run. Targets (DESIGN §10): throughput at least
+that relays a PTY), interleaved in one run; where the install built the native output
+copier, `relay run` with its Python copier (RELAY_COPIER=python) too, as `relay-py`. Targets (DESIGN §10): throughput at least
 0.67x direct, keystroke round trip p50 at most 1.5x `script`'s.
 """
 
@@ -36,6 +37,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from relay.session.copier import native_copier
 from relay.session.directives import DirectiveScanner
 from relay.session.voices import CLAUDE
 
@@ -282,8 +284,8 @@ def _drain_timed(master: int, section: _Section) -> tuple[int, float]:
     return lines, last - first
 
 
-def _relay_argv(program: Sequence[str], cwd: str) -> list[str]:
-    return [str(RELAY), "run", "--name", "bench", "--cwd", cwd, "--", *program]
+def _relay_argv(program: Sequence[str], cwd: str, name: str = "bench") -> list[str]:
+    return [str(RELAY), "run", "--name", name, "--cwd", cwd, "--", *program]
 
 
 def _relay_env(home: str) -> dict[str, str]:
@@ -293,6 +295,20 @@ def _relay_env(home: str) -> dict[str, str]:
     env.pop("RELAY_SETTINGS", None)
     env.pop("RELAY_DEBUG", None)
     return env
+
+
+def _runs(program: Sequence[str], home: str) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """What each figure runs, and with which environment: the program directly, through
+    relay, through relay with its Python copier (where a native one was built, so that
+    the two compare in one run), and under `script` where it is installed."""
+    env = _relay_env(home)
+    runs = {"direct": (list(program), env), "relay": (_relay_argv(program, home), env)}
+    if native_copier() is not None:  # a name of its own: the round trip runs both at once
+        python = {**env, "RELAY_COPIER": "python"}
+        runs["relay-py"] = (_relay_argv(program, home, "bench-py"), python)
+    if (script := _script_argv(program)) is not None:
+        runs["script"] = (script, env)
+    return runs
 
 
 def _script_argv(program: Sequence[str]) -> list[str] | None:
@@ -308,21 +324,17 @@ def bench_passthrough(data: bytes) -> float:
     with tempfile.TemporaryDirectory() as home:
         stream = os.path.join(home, "stream.bin")
         Path(stream).write_bytes(data)
-        writer = [sys.executable, "-c", _WRITER, stream]
-        env = _relay_env(home)
-        runs = {"direct": writer, "relay": _relay_argv(writer, home)}
-        if (script := _script_argv(writer)) is not None:
-            runs["script"] = script
+        runs = _runs([sys.executable, "-c", _WRITER, stream], home)
         rates: dict[str, list[float]] = {name: [] for name in runs}
         expected_lines = data.count(b"\n")
         section = _Section(SECTION_SECONDS)
         try:
             for _ in range(PTY_RUNS):
-                for name, argv in runs.items():
+                for name, (argv, env) in runs.items():
                     with _on_pty(argv, env, home) as master:
                         lines, seconds = _drain_timed(master, section)
                     # relay may add a line or two of its own (a namespace nothing handles).
-                    extra = 3 if name == "relay" else 0
+                    extra = 3 if name.startswith("relay") else 0
                     if not expected_lines <= lines <= expected_lines + extra:
                         raise SystemExit(f"{name}: read {lines} lines of {expected_lines}")
                     rates[name].append(len(data) / seconds / 1e6)
@@ -337,14 +349,14 @@ def bench_passthrough(data: bytes) -> float:
         for name, found in rates.items()
     }
     direct, relay = median["direct"], median["relay"]
-    script_note = (
-        f"  script {median['script']:5.0f} MB/s ({ratio['script']:.2f}x)"
-        if "script" in median
-        else ""
+    notes = "".join(
+        f"  {name} {median[name]:5.0f} MB/s ({ratio[name]:.2f}x)"
+        for name in ("relay-py", "script")
+        if name in median
     )
     print(
         f"passthrough             direct {direct:5.0f} MB/s  relay {relay:5.0f} MB/s"
-        f" ({ratio['relay']:.2f}x, target >= {TARGET_PASSTHROUGH}x){script_note}"
+        f" ({ratio['relay']:.2f}x, target >= {TARGET_PASSTHROUGH}x){notes}"
         f"  [{len(data) / 1e6:.0f} MB, medians of {PTY_RUNS} rounds; ratios per round]"
     )
     return ratio["relay"]
@@ -383,23 +395,19 @@ def _p99(times: list[float]) -> float:
 
 
 def bench_round_trip() -> float:
-    """Keystroke to answer through `relay run`, directly and under `script` (the three
+    """Keystroke to answer through `relay run`, directly and under `script` (all
     running at once, one trip each in turn): median and p99 ms; returns relay's p50
     against script's (against direct without `script`)."""
     with tempfile.TemporaryDirectory() as home:
-        program = [sys.executable, "-c", _PING_PONG]
-        env = _relay_env(home)
+        runs = _runs([sys.executable, "-c", _PING_PONG], home)
         section = _Section(SECTION_SECONDS)
-        runs = {"direct": program, "relay": _relay_argv(program, home)}
-        if (script := _script_argv(program)) is not None:
-            runs["script"] = script
         times: dict[str, list[float]] = {name: [] for name in runs}
         try:
             with contextlib.ExitStack() as stack:
-                # All three at once, trips taking turns: noise on the machine hits each alike.
+                # All at once, trips taking turns: noise on the machine hits each alike.
                 masters = {
                     name: stack.enter_context(_on_pty(argv, env, home))
-                    for name, argv in runs.items()
+                    for name, (argv, env) in runs.items()
                 }
                 for master in masters.values():
                     _wait_ready(master, section)
