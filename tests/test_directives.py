@@ -270,6 +270,12 @@ def test_invalid_utf8_is_replaced() -> None:
         (b"_\x08u_\x08l", "ul"),
         (b"bell\x07", "bell"),
         (b"\xc2\x9bx", "x"),  # a C1 control
+        (b"\xe2\x97\x8f\x1b[3Gtext", "\u25cf text"),  # a column move draws the blank
+        (b"\x1b[1mab\x1b[0m\x1b[5Cc", "ab     c"),
+        # Blanks a column move leaves are text: a lone ESC before the move does not take
+        # them (and what follows) as the body of a sequence of its own.
+        (b"\x1b\x1b[5Cx", "     x"),
+        (b"\x1b]0;cut off\x1b[Cword", " word"),
     ],
 )
 def test_clean_line(raw: bytes, text: str) -> None:

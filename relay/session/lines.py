@@ -15,12 +15,13 @@ MAX_LINE_BYTES = 1 << 20
 _LINE_RESET = re.compile(rb"\x1b\[[01]?G|\x1b\[[12]K")
 """Cursor to column 1 and erase-line: on screen they act as a carriage return."""
 
-_ESCAPE = re.compile(
-    rb"\x1b\[[0-?]*[ -/]*(?:[@-~]|\Z|(?=\n))"  # CSI: colours, cursor moves (or cut off at line end)
-    rb"|\x1b[\]PX^_][^\x07\x1b\r\n]*(?:\x07|\x1b\\)?"  # OSC, DCS, SOS, PM, APC: to BEL or ST
-    rb"|\x1b[ -/]+[0-~]?"  # nF: charset selects such as ESC ( B
-    rb"|\x1b[0-~]?"  # ESC x (ESC 7, ESC =, ESC M, ST), or a lone ESC
+_AFTER_ESC = (
+    rb"(?:\[[0-?]*[ -/]*(?:[@-~]|\Z|(?=\n))"  # CSI: colours, cursor moves (or cut off at line end)
+    rb"|[\]PX^_][^\x07\x1b\r\n]*(?:\x07|\x1b\\)?"  # OSC, DCS, SOS, PM, APC: to BEL or ST
+    rb"|[ -/]+[0-~]?"  # nF: charset selects such as ESC ( B
+    rb"|[0-~]?)"  # ESC x (ESC 7, ESC =, ESC M, ST), or a lone ESC
 )
+_ESCAPE = re.compile(rb"\x1b" + _AFTER_ESC)  # the ESC first: a search jumps from one to the next
 # The string sequences stop at \r so that no escape spans a carriage return: dropping
 # what precedes a redraw (bound_line) then never changes the text a line shows. No escape
 # spans a \n either, so a batch of lines joined by \n is cleaned as each line would be.
@@ -35,15 +36,25 @@ def clean_line(raw: bytes) -> str:
 
 
 def _strip_escapes(raw: bytes) -> bytes:
+    if b"\x1b" not in raw:
+        return raw
+    # Colours and the like go in one pass; line resets and column moves, which change the
+    # text and are rarer, are left for a second pass over the few escapes left. A regex
+    # pass costs most at each ESC it stops at, and coloured output has one every ~50 bytes.
+    raw = _OTHER_ESCAPE.sub(b"", raw)
     if b"\x1b" in raw:
         raw = _LINE_RESET.sub(b"\r", raw)
         if _COLUMN_MOVE.search(raw) is not None:
             raw = _draw_column_moves(raw)
-        return _ESCAPE.sub(b"", raw)
+        raw = _ESCAPE.sub(b"", raw)
     return raw
 
 
 _COLUMN_MOVE = re.compile(rb"\x1b\[([0-9]{0,4})([CG])")
+_OTHER_ESCAPE = re.compile(rb"\x1b(?!\[[0-9]{0,4}[CGK])" + _AFTER_ESC)
+"""Any escape but a line reset, a column move or an erase in line (`ESC [ n C|G|K`):
+removing those first leaves the text each line shows unchanged (no escape holds an ESC
+after its first byte, so none spans one of them)."""
 """Cursor forward (CUF, `ESC [ n C`) and cursor to column n (CHA, `ESC [ n G`, n >= 2):
 TUIs draw the blanks between words with them."""
 _MAX_JUMP = 512
@@ -84,8 +95,14 @@ def _finish(text: str) -> str:
     return text
 
 
-_NEEDS_FINISH = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-"""A character that _finish acts on (bar the \n that joins a batch)."""
+_CONTROLS_TO_CR = bytes(
+    byte if byte in (0x09, 0x0A) or 0x20 <= byte < 0x7F or byte >= 0x80 else 0x0D
+    for byte in range(256)
+)
+"""A translation table: every C0 control byte and DEL to \r, but tab and \n; with it a
+bytes.find for \r finds each byte that _finish acts on at memchr speed."""
+_C1_CONTROL = re.compile(rb"\xc2[\x80-\x9f]")
+"""A C1 control character (U+0080-U+009F) in UTF-8, which _finish acts on too."""
 
 
 def clean_block(raws: list[bytes]) -> str:
@@ -95,20 +112,37 @@ def clean_block(raws: list[bytes]) -> str:
     # A terminal line ends in \r\n (\r\r\n from a program that wrote \r\n itself): those
     # \r are no redraw (_finish strips them), and left in, every line would need _finish.
     joined = b"\n".join(raws).replace(b"\r\r\n", b"\n").replace(b"\r\n", b"\n").rstrip(b"\r")
-    text = _strip_escapes(joined).decode("utf-8", "replace")
-    found = _NEEDS_FINISH.search(text)
-    if found is None:
-        return text
+    data = _strip_escapes(joined)
+    # The lines that need _finish are found in the bytes, before decoding: a regex search
+    # for a character class over the decoded text cost more than the rest of the cleaning.
+    # No UTF-8 sequence holds a \n, so each part decodes as the whole would.
+    marked = data.translate(_CONTROLS_TO_CR)
+    never = len(data) + 1
+    control = marked.find(b"\r")
+    c1 = _C1_CONTROL.search(data)
+    c1_at = never if c1 is None else c1.start()
+    if control < 0:
+        if c1 is None:
+            return data.decode("utf-8", "replace")
+        control = never
     parts: list[str] = []
     done = 0
-    while found is not None:
-        start = text.rfind("\n", 0, found.start()) + 1
-        end = text.find("\n", found.start())
-        end = len(text) if end < 0 else end
-        parts += (text[done:start], _finish(text[start:end]))
+    while (hit := min(control, c1_at)) != never:
+        start = data.rfind(b"\n", 0, hit) + 1
+        end = data.find(b"\n", hit)
+        end = len(data) if end < 0 else end
+        parts += (
+            data[done:start].decode("utf-8", "replace"),
+            _finish(data[start:end].decode("utf-8", "replace")),
+        )
         done = end
-        found = _NEEDS_FINISH.search(text, end)
-    parts.append(text[done:])
+        if control < end:
+            control = marked.find(b"\r", end)
+            control = never if control < 0 else control
+        if c1_at < end:
+            c1 = _C1_CONTROL.search(data, end)
+            c1_at = never if c1 is None else c1.start()
+    parts.append(data[done:].decode("utf-8", "replace"))
     return "".join(parts)
 
 

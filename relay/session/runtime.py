@@ -504,11 +504,10 @@ class Session:
         if not (self.headless or self._output_hooked) and not self._transcript_admits(raws):
             return  # nothing wants these lines now
         block = unescape(clean_block(raws))  # unescape works on lines, and so on a block
-        texts = block.split("\n")
-        if self._output_hooked:
-            self._output_lines.extend(texts)  # shown (headless) once Output hooks have seen them
+        if self._output_hooked:  # shown (headless) once Output hooks have seen them
+            self._output_lines.extend(block.split("\n"))
         elif self.headless:
-            self._show(texts, block)
+            self._show(block.split("\n"), block)
         else:
             self._record("output", block)  # admitted above
 
