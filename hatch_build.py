@@ -9,6 +9,7 @@ with a warning and relay runs the Python copier, which does the same job more sl
 from __future__ import annotations
 
 import sys
+import sysconfig
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ class CopierBuildHook(BuildHookInterface):
         sys.path.insert(0, self.root)  # relay.session.copier and relay.native: stdlib only
         try:
             from relay.native import BuildError
-            from relay.session.copier import NATIVE_SOURCE, build_native_copier
+            from relay.session.copier import build_native_copier
         finally:
             sys.path.remove(self.root)
         try:
@@ -37,10 +38,11 @@ class CopierBuildHook(BuildHookInterface):
                 f" the Python copier, with less throughput{': ' + output if output else ''}"
             )
             return
-        place = NATIVE_SOURCE.parent.relative_to(Path(self.root)) / built.name
-        build_data["force_include"][str(built)] = place.as_posix()
+        build_data["force_include"][str(built)] = f"relay/session/native/{built.name}"
+        # A program, not an extension: any Python 3, but this platform only.
+        platform = sysconfig.get_platform().replace("-", "_").replace(".", "_")
         build_data["pure_python"] = False
-        build_data["infer_tag"] = True
+        build_data["tag"] = f"py3-none-{platform}"
 
     def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
         scratch = getattr(self, "_scratch", None)

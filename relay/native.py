@@ -69,7 +69,11 @@ def compile_program(
         if done.returncode != 0:
             raise BuildError(f"{compiler} failed (exit {done.returncode})", done.stderr)
         staged = target.parent / f".{target.name}.{os.getpid()}"
-        shutil.copyfile(built, staged)
-        staged.chmod(0o755)
-        staged.replace(target)
+        try:
+            shutil.copyfile(built, staged)
+            staged.chmod(0o755)
+            staged.replace(target)
+        except OSError:
+            staged.unlink(missing_ok=True)
+            raise
     return target

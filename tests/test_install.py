@@ -201,10 +201,11 @@ def test_doctor_reports_what_is_installed_and_what_is_not(
 
 
 def test_doctor_says_when_relay_run_copies_with_python(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(copier, "native_copier", lambda: None)
+    why = "/x/relay-copier-0 does not run here (exit 1): GLIBC_2.99 not found"
+    monkeypatch.setattr(copier, "native_copier_status", lambda: (None, why))
     found = doctor_module._copier_check({})
-    assert found.level == "warn" and "no native output copier was built" in found.text
-    monkeypatch.setattr(copier, "native_copier", lambda: "/somewhere/relay-copier-0")
+    assert found.level == "warn" and found.text.startswith(f"no native output copier: {why};")
+    monkeypatch.setattr(copier, "native_copier_status", lambda: ("/x/relay-copier-0", ""))
     assert doctor_module._copier_check({"RELAY_COPIER": "python"}).text.startswith(
         "RELAY_COPIER=python"
     )

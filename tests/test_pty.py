@@ -545,9 +545,9 @@ async def test_stop_ends_a_copier_stuck_on_a_terminal_that_takes_nothing(
     agent = AgentPty.spawn([sys.executable, "-c", "import sys; sys.stdout.write('x' * 2_000_000)"])
     stuck_read, stuck_write = os.pipe()
     pump = OutputPump(agent, stuck_write)
-    assert pump.copier == copier
     try:
         pump.start()
+        assert pump.copier == copier
         await anyio.sleep(0.5)  # the pipe (64 KiB) is full long before
         assert copier_pids()
         started = time.monotonic()
@@ -568,9 +568,9 @@ def test_the_copier_ends_when_relay_dies(copier: str, tmp_path: Path) -> None:
         "from relay.session.pump import OutputPump\n"
         "agent = AgentPty.spawn(['sleep', '60'])\n"
         f"pump = OutputPump(agent, os.open(os.devnull, os.O_WRONLY), native={copier == 'native'})\n"
-        f"assert pump.copier == {copier!r}\n"
         "async def main():\n"
         "    pump.start()\n"
+        f"    assert pump.copier == {copier!r}\n"
         "    print(pump._process.pid, flush=True)\n"
         "    await anyio.sleep(60)\n"
         "anyio.run(main)\n"
@@ -767,3 +767,32 @@ def test_the_native_copier_refuses_arguments_it_does_not_understand() -> None:
     for argv in ([], ["0", "1", "2", "3", "4096", "1"], ["0", "1", "2", "x", "4096", "1", "0.01"]):
         done = subprocess.run([native, *argv], capture_output=True, timeout=10, check=False)
         assert (done.returncode, done.stdout, done.stderr) == (2, b"", b"")
+
+
+@pytest.mark.parametrize(
+    ("script", "runs"),
+    [
+        ("echo 'version GLIBC_2.99 not found' >&2; exit 1", False),  # starts, then fails
+        ("sleep 60", False),  # never answers
+        ("exit 2", True),  # refuses no arguments, as the copier does
+    ],
+)
+def test_a_native_copier_is_used_only_where_it_runs(
+    script: str, runs: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A copier that execs but cannot run (built against a newer C library) would leave
+    the session showing nothing: it is tried once, and the Python one runs instead."""
+    source = tmp_path / "copier.c"
+    source.write_text("/* a copier */\n")
+    built = tmp_path / copier_module.native_name(source.read_bytes())
+    built.write_text(f"#!/bin/sh\n{script}\n")
+    built.chmod(0o755)
+    monkeypatch.setattr(copier_module, "NATIVE_SOURCE", source)
+    monkeypatch.setattr(copier_module, "PROBE_TIMEOUT", 0.5)
+    native, why_not = copier_module.native_copier_status.__wrapped__()
+    if runs:
+        assert (native, why_not) == (str(built), "")
+    else:
+        assert native is None and str(built) in why_not
+        if "GLIBC" in script:
+            assert why_not.endswith("does not run here (exit 1): version GLIBC_2.99 not found")

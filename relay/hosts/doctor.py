@@ -79,15 +79,14 @@ def _relay_checks(env: Mapping[str, str]) -> Iterator[Finding]:
 def _copier_check(env: Mapping[str, str]) -> Finding:
     """Which output copier `relay run` uses (spec/session.md): the native one, built when
     the package was installed, or the Python one, with less throughput."""
-    from relay.session.copier import NATIVE_SOURCE, native_copier
+    from relay.session import copier
 
-    native = native_copier()
+    native, why_not = copier.native_copier_status()
     if native is None:
         return Finding(
             "warn",
             "copier",
-            "no native output copier was built for this install (no C compiler when it was"
-            f" installed?): `relay run` copies with Python, more slowly; see {NATIVE_SOURCE}",
+            f"no native output copier: {why_not}; `relay run` copies with Python, more slowly",
         )
     if env.get("RELAY_COPIER") == "python":
         return Finding("ok", "copier", "RELAY_COPIER=python: `relay run` copies with Python")

@@ -5,7 +5,8 @@ human's terminal (relay.session.pump runs it), in its two forms.
   `native/relay-copier-<hash of the source>` next to it. The name holds the source's
   hash, so a build from another version of the source is never run.
 - Python: COPIER, the same loop on `python -I -S`, where there is no native one (no C
-  compiler at install, a failed build, or it cannot be run here).
+  compiler at install, a failed build) or it does not run here (checked once per
+  process: `native_copier_status`).
 
 The native copier spends no interpreter time between the read and the write the human
 waits on. On a 2-core machine, where the copy shares the cores with the agent, the
@@ -22,6 +23,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import subprocess
 from pathlib import Path
 
 from relay.native import compile_program
@@ -38,24 +40,54 @@ def native_name(source: bytes) -> str:
 def build_native_copier(folder: Path | None = None) -> Path:
     """Compile native/copier.c into `folder` (default: next to the source) under its
     hashed name, and remove copiers built from other sources there; raise
-    relay.native.BuildError when there is no compiler or it fails."""
+    relay.native.BuildError when there is no compiler or it fails. Linked statically
+    where the C library allows it, so that a wheel built on one Linux runs on another."""
     folder = NATIVE_SOURCE.parent if folder is None else folder
     target = folder / native_name(NATIVE_SOURCE.read_bytes())
-    compile_program(NATIVE_SOURCE, target)
+    compile_program(NATIVE_SOURCE, target, static=True)
     for stale in folder.glob(NATIVE_PREFIX + "*"):
         if stale != target:
             stale.unlink(missing_ok=True)
     return target
 
 
+PROBE_TIMEOUT = 5.0
+
+
 @functools.cache
-def native_copier() -> str | None:
-    """The native copier built from this install's source, or None (not built)."""
+def native_copier_status() -> tuple[str | None, str]:
+    """The native copier built from this install's source, if it runs here, and else
+    None and why not. It runs once without arguments, and must refuse them as it does
+    (exit 2, nothing printed): a binary that starts and then fails (a dynamic loader
+    missing a library version) would otherwise leave the session showing nothing."""
     try:
         target = NATIVE_SOURCE.parent / native_name(NATIVE_SOURCE.read_bytes())
-    except OSError:
-        return None
-    return str(target) if os.access(target, os.X_OK) else None
+    except OSError as exc:
+        return None, f"cannot read {NATIVE_SOURCE}: {exc.strerror or exc}"
+    if not os.access(target, os.X_OK):
+        return None, f"none was built for this source (no C compiler at install?): {target}"
+    try:
+        done = subprocess.run(
+            [str(target)],
+            capture_output=True,
+            timeout=PROBE_TIMEOUT,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, f"{target} cannot run here: {exc}"
+    if (done.returncode, done.stdout, done.stderr) != (2, b"", b""):
+        said = done.stderr.decode(errors="replace").strip()[:200]
+        return (
+            None,
+            f"{target} does not run here (exit {done.returncode}){': ' + said if said else ''}",
+        )
+    return str(target), ""
+
+
+def native_copier() -> str | None:
+    """The native copier, if one built from this install's source runs here."""
+    return native_copier_status()[0]
 
 
 COPIER = r"""

@@ -51,12 +51,12 @@ def _strip_escapes(raw: bytes) -> bytes:
 
 
 _COLUMN_MOVE = re.compile(rb"\x1b\[([0-9]{0,4})([CG])")
-_OTHER_ESCAPE = re.compile(rb"\x1b(?!\[[0-9]{0,4}[CGK])" + _AFTER_ESC)
-"""Any escape but a line reset, a column move or an erase in line (`ESC [ n C|G|K`):
-removing those first leaves the text each line shows unchanged (no escape holds an ESC
-after its first byte, so none spans one of them)."""
 """Cursor forward (CUF, `ESC [ n C`) and cursor to column n (CHA, `ESC [ n G`, n >= 2):
 TUIs draw the blanks between words with them."""
+_OTHER_ESCAPE = re.compile(rb"\x1b(?!\[[0-9]{0,4}[CGK])" + _AFTER_ESC)
+"""Any escape but a line reset, a column move or an erase in line (`ESC [ n C|G|K`):
+removing those first leaves the text each line shows unchanged: the only escapes that
+hold an ESC past their first byte end with it (ST, `ESC \\`), so none spans one of them."""
 _MAX_JUMP = 512
 
 
