@@ -796,3 +796,30 @@ def test_a_native_copier_is_used_only_where_it_runs(
         assert native is None and str(built) in why_not
         if "GLIBC" in script:
             assert why_not.endswith("does not run here (exit 1): version GLIBC_2.99 not found")
+
+
+@pytest.mark.anyio
+async def test_a_terminal_that_is_gone_still_leaves_the_output_to_the_loop(copier: str) -> None:
+    """The human's terminal closed under the copier (EPIPE): relay's loop still gets every
+    byte, so directives are read and the session ends as the agent does."""
+    agent = AgentPty.spawn(
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.stdout.write(''.join(f'{n:06d}\\n' for n in range(50_000)))",
+        ]
+    )
+    gone_read, gone_write = os.pipe()
+    os.close(gone_read)
+    seen: list[bytes] = []
+    pump = OutputPump(agent, gone_write)
+    try:
+        pump.start()
+        assert pump.copier == copier
+        with anyio.fail_after(20):
+            await pump.deliver(seen.append)
+    finally:
+        pump.stop()
+        agent.close()
+        os.close(gone_write)
+    assert b"".join(seen) == b"".join(b"%06d\r\n" % n for n in range(50_000))
