@@ -10,8 +10,8 @@ human's terminal (relay.session.pump runs it), in its two forms.
 
 The native copier spends no interpreter time between the read and the write the human
 waits on. On a 2-core machine, where the copy shares the cores with the agent, the
-terminal and relay's loop, that was about 0.06x more of the direct throughput and a
-keystroke round trip 8-10% shorter (tests/perf/bench_session.py runs both; figures in
+terminal and relay's loop, that was 0.04-0.09x more of the direct throughput and a
+keystroke round trip 6-17% shorter (tests/perf/bench_session.py runs both; figures in
 spec/session.md).
 
 Standard library only: hatch_build.py imports this module to build the native copier
