@@ -507,6 +507,22 @@ def copier_pids() -> list[int]:
     return found
 
 
+async def copy_all(agent: AgentPty, terminal_fd: int, *, runs: str) -> list[bytes]:
+    """Run an OutputPump over all of `agent`'s output (the copier that `runs` once it
+    started); the blocks relay's loop got. The agent is closed after."""
+    seen: list[bytes] = []
+    pump = OutputPump(agent, terminal_fd)
+    try:
+        pump.start()
+        assert pump.copier == runs
+        with anyio.fail_after(20):
+            await pump.deliver(seen.append)
+    finally:
+        pump.stop()
+        agent.close()
+    return seen
+
+
 @pytest.mark.anyio
 async def test_the_output_reaches_the_loop_whole_in_order_and_in_blocks(
     copier: str, spawn: Callable[..., AgentPty], tmp_path: Path
@@ -744,17 +760,9 @@ async def test_a_native_copier_that_cannot_run_gives_way_to_the_python_one(
     monkeypatch.setattr(pump_module, "native_copier", lambda: str(foreign))
     agent = AgentPty.spawn([sys.executable, "-c", "print('shown and delivered')"])
     screen_read, screen_write = os.pipe()
-    seen: list[bytes] = []
-    pump = OutputPump(agent, screen_write)
     try:
-        assert pump.copier == "native"
-        pump.start()
-        assert pump.copier == "python"
-        with anyio.fail_after(10):
-            await pump.deliver(seen.append)
+        seen = await copy_all(agent, screen_write, runs="python")
     finally:
-        pump.stop()
-        agent.close()
         os.close(screen_write)
     with os.fdopen(screen_read, "rb") as screen:
         assert screen.read() == b"".join(seen) == b"shown and delivered\r\n"
@@ -811,15 +819,8 @@ async def test_a_terminal_that_is_gone_still_leaves_the_output_to_the_loop(copie
     )
     gone_read, gone_write = os.pipe()
     os.close(gone_read)
-    seen: list[bytes] = []
-    pump = OutputPump(agent, gone_write)
     try:
-        pump.start()
-        assert pump.copier == copier
-        with anyio.fail_after(20):
-            await pump.deliver(seen.append)
+        seen = await copy_all(agent, gone_write, runs=copier)
     finally:
-        pump.stop()
-        agent.close()
         os.close(gone_write)
     assert b"".join(seen) == b"".join(b"%06d\r\n" % n for n in range(50_000))
