@@ -3,8 +3,9 @@
 The copy is what the human waits on, so it runs like `script` does: a read of the PTY
 master, then a blocking write to the terminal, and nothing else between the two calls.
 It runs in a small child process (relay.session.copier: a native program where the
-package's install compiled one, else a few lines on `python -I -S`), not on a thread: a thread would need relay's GIL back after every 4 KiB read, and would wait for
-it whenever the event loop is scanning, which capped passthrough at half of `script`'s
+package's install compiled one, else a few lines on `python -I -S`), not on a thread:
+a thread would need relay's GIL back after every 4 KiB read, and would wait for it
+whenever the event loop is scanning, which capped passthrough at half of `script`'s
 throughput. The child also writes each chunk, once shown, to a pipe that the event loop
 reads in large blocks; there the scanner, the injector and the transcript see it (DESIGN
 §8: the terminal bytes are never altered or delayed by that work).
