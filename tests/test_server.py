@@ -21,9 +21,10 @@ import pytest
 
 from relay.config.filecache import FileCache
 from relay.hosts.call import answer_call
+from relay.native import find_compiler
 from relay.protocol.dialects import known_event_names
 from relay.server import client
-from relay.server.build import build_native_client, find_compiler, write_python_client
+from relay.server.build import build_native_client, write_python_client
 from relay.server.client import Call, Reply
 
 DIALECTS = ("relay", "claude", "gemini", "codex")

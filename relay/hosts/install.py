@@ -35,11 +35,11 @@ from relay.config.paths import find_project_root, state_dir
 from relay.errors import RelayError, SettingsError
 from relay.hosts.model import Host
 from relay.hosts.waiter import WAIT_TIMEOUT
+from relay.native import BuildError
 from relay.protocol.decoding import json_type_name
 from relay.server.build import (
     NATIVE_NAME,
     PYTHON_NAME,
-    BuildError,
     build_native_client,
     client_info,
     write_python_client,

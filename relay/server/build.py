@@ -13,16 +13,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from relay.native import BuildError, compile_program, find_compiler
+from relay.native import compile_program
 from relay.server.client import identity, package_dir
-
-__all__ = [
-    "BuildError",
-    "build_native_client",
-    "client_info",
-    "find_compiler",
-    "write_python_client",
-]
 
 SOURCE = Path(__file__).resolve().parent / "native" / "relay-hook.c"
 NATIVE_NAME = "relay-hook"
@@ -45,7 +37,7 @@ def c_string(text: str) -> str:
 def build_native_client(
     folder: Path, *, python: str | None = None, install: str | None = None
 ) -> Path:
-    """Compile the native client into `folder`; raise BuildError (no compiler, or it failed)."""
+    """Compile the native client into `folder`; raise relay.native.BuildError (no compiler, or it failed)."""
     with tempfile.TemporaryDirectory(prefix="relay-build-") as scratch:
         header = Path(scratch, "relay-hook-config.h")
         header.write_text(
