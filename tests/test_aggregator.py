@@ -278,3 +278,57 @@ def test_pass_through_permission_decisions_rank_like_decisions() -> None:
     )
     assert result.hookSpecificOutput == {"decision": deny}
     assert (result.decision, result.reason) == ("deny", "not in CI")
+
+
+# ---- scopes: a project hook's stop and rewrites (DESIGN §5, scopes and authority) -----------
+
+
+def project(name: str, **fields: Any) -> HookOutcome:
+    """An outcome of a hook from a project file."""
+    return HookOutcome(
+        report=HookReport(name=name, source="project", command=name),
+        answer=Answer(**fields),
+        from_project=True,
+    )
+
+
+def test_a_project_stop_ends_only_the_projects_later_hooks() -> None:
+    result = aggregate(
+        "BeforeTool",
+        [
+            project("p1", stop=True, systemMessage="p1"),
+            project("p2", decision="deny", reason="p2"),
+            outcome("user", decision="deny", reason="user"),
+        ],
+    )
+    assert (result.decision, result.reason, result.stopped_by) == ("deny", "user", "p1")
+    assert result.systemMessage == "p1"
+
+
+def test_a_users_stop_ends_the_project_hooks_after_it_too() -> None:
+    result = aggregate(
+        "BeforeTool",
+        [outcome("runtime", stop=True), project("p", decision="deny", reason="p")],
+    )
+    assert (result.decision, result.stopped_by) == ("allow", "runtime")
+
+
+def test_the_users_rewrites_apply_after_the_projects_whatever_the_plan_order() -> None:
+    result = aggregate(
+        "BeforeTool",
+        [
+            outcome("runtime", tool_input={"command": "safe", "a": 1}),
+            project("p", tool_input={"command": "rm -rf /", "b": 2}),
+        ],
+        tool_input={"command": "ls"},
+    )
+    assert result.tool_input == {"command": "safe", "a": 1, "b": 2}
+
+
+def test_a_failed_hooks_rewrite_is_void() -> None:
+    result = aggregate(
+        "BeforeTool",
+        [project("p", tool_input={"command": "x"}, error="boom")],
+        tool_input={"command": "ls"},
+    )
+    assert result.tool_input == {"command": "ls"}

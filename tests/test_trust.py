@@ -73,6 +73,10 @@ def test_the_same_hook_has_the_same_fingerprint(root: Path) -> None:
         ("BeforeTool", "Bash", HookEntry(command="./a.sh", args=[])),
         ("BeforeTool", "Bash", HookEntry(command="./a.sh", env={"LEVEL": "lax"})),
         ("BeforeTool", "Bash", HookEntry(command="./a.sh", cwd="sub")),
+        # How it runs counts too: a shorter timeout can make a guard time out and fail open.
+        ("BeforeTool", "Bash", HookEntry(command="./a.sh", timeout=0.05)),
+        ("BeforeTool", "Bash", HookEntry(command="./a.sh", failClosed=True)),
+        ("BeforeTool", "Bash", HookEntry(command="./a.sh", signal="SIGKILL")),
     ],
 )
 def test_what_a_hook_runs_changes_its_fingerprint(
@@ -82,9 +86,21 @@ def test_what_a_hook_runs_changes_its_fingerprint(
     assert fingerprint(event, matcher, changed, root) != original
 
 
+def test_a_sequential_group_changes_the_fingerprint(root: Path) -> None:
+    entry = HookEntry(command="./a.sh")
+    assert fingerprint("BeforeTool", None, entry, root, sequential=True) != fingerprint(
+        "BeforeTool", None, entry, root
+    )
+
+
+def test_a_timeout_back_at_its_default_changes_the_fingerprint_again(root: Path) -> None:
+    trusted = fingerprint("BeforeTool", None, HookEntry(command="./a.sh", timeout=5), root)
+    assert fingerprint("BeforeTool", None, HookEntry(command="./a.sh"), root) != trusted
+
+
 def test_presentation_fields_do_not_change_the_fingerprint(root: Path) -> None:
     original = fingerprint("BeforeTool", None, HookEntry(command="./a.sh"), root)
-    renamed = HookEntry(command="./a.sh", name="guard", timeout=5, description="checks")
+    renamed = HookEntry(command="./a.sh", name="guard", description="checks", enabled=False)
     assert fingerprint("BeforeTool", None, renamed, root) == original
 
 

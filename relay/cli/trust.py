@@ -79,7 +79,7 @@ def trust(yes: bool, revoke: bool, all_files: bool, as_json: bool, cwd: Path | N
         assert entry is not None  # project hooks come from settings files
         place = (hook.file, hook.event, hook.matcher.text, hook.name)
         ranks[place] = ranks.get(place, -1) + 1
-        key = hook_key(hook.event, hook.matcher.text, entry)
+        key = hook_key(hook.event, hook.matcher.text, entry, sequential=hook.sequential)
         assessed = assess(
             hook.event,
             hook.matcher.text,
@@ -87,6 +87,7 @@ def trust(yes: bool, revoke: bool, all_files: bool, as_json: bool, cwd: Path | N
             root,
             known=store.known_files(root, key),
             keep_contents=True,
+            sequential=hook.sequential,
         )
         trusted = assessed.digest is not None and store.is_trusted(root, assessed.digest, key)
         state = "trusted" if trusted else "NOT TRUSTED" if assessed.digest else "CANNOT TRUST"

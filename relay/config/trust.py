@@ -14,7 +14,7 @@ from typing import TypeVar
 import msgspec
 
 from relay.config.filecache import RACY_SECONDS, FileCache, identity_of
-from relay.config.model import HookEntry, LoadedSettings
+from relay.config.model import DEFAULT_TIMEOUT, HookEntry, LoadedSettings
 from relay.config.paths import private_dir, state_dir
 from relay.config.reach import Plan, plan_reach
 from relay.errors import RelayError
@@ -106,22 +106,25 @@ def fingerprint(
     entry: HookEntry,
     root: Path,
     digests: DigestCache | None = None,
+    *,
+    sequential: bool = False,
 ) -> str:
     """A sha256 over what a hook runs, with the content of every project file it can reach.
 
     Raises UntrustableHookError when the hook reaches more than relay can fingerprint."""
-    assessed = assess(event, matcher, entry, root, digests=digests)
+    assessed = assess(event, matcher, entry, root, digests=digests, sequential=sequential)
     if assessed.digest is None:
         raise UntrustableHookError(assessed.refusal or "unknown")
     return assessed.digest
 
 
-def hook_key(event: str, matcher: str | None, entry: HookEntry) -> str:
-    """A sha256 over what the hook is (event, matcher, command, args, env, cwd), without
-    the files it reaches: a hook never trusted under this key cannot be trusted now."""
+def hook_key(event: str, matcher: str | None, entry: HookEntry, *, sequential: bool = False) -> str:
+    """A sha256 over what the hook is (its whole definition, `_identity`), without the
+    files it reaches: a hook never trusted under this key cannot be trusted now."""
     import hashlib
 
-    return hashlib.sha256(msgspec.json.encode(_identity(event, matcher, entry))).hexdigest()
+    identity = _identity(event, matcher, entry, sequential)
+    return hashlib.sha256(msgspec.json.encode(identity)).hexdigest()
 
 
 def hook_slot(file: str | None, event: str, matcher: str | None, name: str, rank: int) -> str:
@@ -144,6 +147,7 @@ def assess(
     known: Mapping[str, FileState] | None = None,
     keep_contents: bool = False,
     plan: Plan | None = None,
+    sequential: bool = False,
 ) -> HookFingerprint:
     """Find, hash and fingerprint what a hook can reach.
 
@@ -152,7 +156,7 @@ def assess(
     import hashlib
 
     found = (plan or plan_reach(entry, root)).collect()
-    key = hook_key(event, matcher, entry)
+    key = hook_key(event, matcher, entry, sequential=sequential)
     if found.refusal is not None:
         return HookFingerprint(
             digest=None, key=key, files={}, tree=found.tree, refusal=found.refusal
@@ -171,7 +175,7 @@ def assess(
         )
         if state is not None:
             files[name] = state
-    identity = _identity(event, matcher, entry)
+    identity = _identity(event, matcher, entry, sequential)
     # A changed file must be trusted again, even when the command line is the same.
     identity["scripts"] = {name: state.value for name, state in files.items()}
     digest = hashlib.sha256(msgspec.json.encode(identity, order="sorted")).hexdigest()
@@ -192,11 +196,12 @@ def check_trust(
     *,
     store: TrustStore | None,
     digests: DigestCache | None = None,
+    sequential: bool = False,
 ) -> TrustVerdict:
     """Whether a project hook is trusted as it is now. Runs on every event that plans it.
 
     Raises TrustStoreError when the store cannot be read."""
-    key = hook_key(event, matcher, entry)
+    key = hook_key(event, matcher, entry, sequential=sequential)
     plan = plan_reach(entry, root)
     candidate = store is not None and store.may_have_trusted(root, key)
     if plan.needs_listing and not candidate:
@@ -204,7 +209,16 @@ def check_trust(
         # an untrusted clone must not cost every event a walk of its tree.
         return TrustVerdict(fingerprint=None, trusted=False)
     known = store.known_files(root, key) if store is not None and candidate else None
-    assessed = assess(event, matcher, entry, root, digests=digests, known=known, plan=plan)
+    assessed = assess(
+        event,
+        matcher,
+        entry,
+        root,
+        digests=digests,
+        known=known,
+        plan=plan,
+        sequential=sequential,
+    )
     if assessed.digest is None:
         return TrustVerdict(fingerprint=None, trusted=False, refusal=assessed.refusal)
     trusted = store is not None and candidate and store.is_trusted(root, assessed.digest, key)
@@ -705,9 +719,25 @@ def _project_key(root: Path) -> str:
     return str(Path(root).resolve())
 
 
-def _identity(event: str, matcher: str | None, entry: HookEntry) -> dict[str, object]:
-    """What the hook is, as the fingerprint holds it (key order is fixed by the encoder)."""
-    return {
+_BEHAVIOUR_DEFAULTS: dict[str, object] = {
+    "timeout": DEFAULT_TIMEOUT,
+    "failClosed": False,
+    "signal": "SIGTERM",
+    "sequential": False,
+}
+"""The fields of a hook's definition that change how it runs but not what it runs, with
+their defaults: in the fingerprint only where they differ, so that a hook trusted before
+they counted keeps its trust while they are the default."""
+
+
+def _identity(
+    event: str, matcher: str | None, entry: HookEntry, sequential: bool = False
+) -> dict[str, object]:
+    """What the hook is, as the fingerprint holds it: every field of its definition but
+    its name, description and `enabled` (key order is fixed by the encoder). A trusted
+    project hook whose timeout shrank could time out and fail open; one that lost
+    failClosed or turned its event sequential changes what the user's guards get."""
+    identity: dict[str, object] = {
         "event": event,
         "matcher": matcher,
         "command": entry.command,
@@ -715,6 +745,16 @@ def _identity(event: str, matcher: str | None, entry: HookEntry) -> dict[str, ob
         "env": entry.env,
         "cwd": entry.cwd,
     }
+    behaviour = {
+        "timeout": entry.timeout,
+        "failClosed": entry.failClosed,
+        "signal": entry.signal,
+        "sequential": sequential,
+    }
+    for name, value in behaviour.items():
+        if value != _BEHAVIOUR_DEFAULTS[name]:
+            identity[name] = value
+    return identity
 
 
 def _file_state(

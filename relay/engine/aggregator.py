@@ -32,6 +32,9 @@ class HookOutcome(msgspec.Struct, kw_only=True):
     report: HookReport
     answer: Answer
     fail_closed: bool = False
+    from_project: bool = False
+    """From a project file: its `stop` ends only project hooks, and its rewrites are applied
+    before the user's hooks' (DESIGN §5, scopes and authority)."""
 
 
 def apply_tool_input(current: dict[str, Any], answer: Answer) -> dict[str, Any]:
@@ -71,6 +74,48 @@ def cap_text(text: str | None) -> str | None:
     return text[: TEXT_CAP - len(TRUNCATION_MARKER)] + TRUNCATION_MARKER
 
 
+def taking_effect(outcomes: Sequence[HookOutcome]) -> tuple[list[HookOutcome], str | None]:
+    """The outcomes that take effect, in plan order, and the hook that stopped a chain.
+
+    A stop ends the chain for the hooks after it in plan order (they may have run, in
+    parallel, but take no effect), except that a project hook's stop ends only the
+    project's hooks: the user's and system's still count (DESIGN §5)."""
+    taken: list[HookOutcome] = []
+    stopped_by: str | None = None
+    project_stopped = everything_stopped = False
+    for outcome in outcomes:
+        if everything_stopped or (project_stopped and outcome.from_project):
+            continue
+        taken.append(outcome)
+        if outcome.answer.stop and outcome.answer.error is None:
+            stopped_by = stopped_by or outcome.report.name
+            if outcome.from_project:
+                project_stopped = True
+            else:
+                everything_stopped = True
+    return taken, stopped_by
+
+
+def rewrite_order(outcomes: Sequence[HookOutcome]) -> list[HookOutcome]:
+    """The order rewrites (tool_input, llm_request, llm_response, body) apply in: the
+    project's hooks first, then the user's, each in plan order, so that the input the
+    user's hooks judge is the project's rewrite and what runs is theirs on top of it."""
+    return [outcome for outcome in outcomes if outcome.from_project] + [
+        outcome for outcome in outcomes if not outcome.from_project
+    ]
+
+
+def project_rewrite(tool_input: dict[str, Any], outcomes: Sequence[HookOutcome]) -> dict[str, Any]:
+    """The tool input as the project's hooks that take effect rewrote it (the input the
+    user's hooks must judge); `tool_input` itself when none did."""
+    taken, _ = taking_effect(outcomes)
+    rewritten = tool_input
+    for outcome in taken:
+        if outcome.from_project:
+            rewritten = apply_tool_input(rewritten, outcome.answer)
+    return rewritten
+
+
 def aggregate(
     event: str,
     outcomes: Sequence[HookOutcome],
@@ -81,14 +126,11 @@ def aggregate(
 ) -> AggregatedResult:
     """Merge hook outcomes, given in plan order, into the event's result."""
     merge = _Merge(tool_input or {})
-    stopped_by: str | None = None
-    for outcome in outcomes:
-        if stopped_by is not None:
-            # After a stop, later hooks may have run (parallel) but take no effect.
-            continue
+    taken, stopped_by = taking_effect(outcomes)
+    for outcome in taken:
         merge.add(outcome)
-        if outcome.answer.stop and outcome.answer.error is None:
-            stopped_by = outcome.report.name
+    for outcome in rewrite_order(taken):
+        merge.rewrite(outcome.answer)
     return AggregatedResult(
         hook_event_name=event,
         decision=merge.decision,
@@ -147,17 +189,10 @@ class _Merge:
         if answer.systemMessage:
             self.messages.append(answer.systemMessage)
         self.suppress = self.suppress or answer.suppressOutput
-        self.tool_input = apply_tool_input(self.tool_input, answer)
-        if answer.llm_request:
-            self.llm_request.update(answer.llm_request)
-        if answer.llm_response:
-            self.llm_response.update(answer.llm_response)
         if answer.toolConfig is not None:
             self.tool_config = _merge_tool_config(self.tool_config, answer.toolConfig)
         if answer.clearContext is not None:
             self.clear_context = bool(self.clear_context) or answer.clearContext
-        if answer.body is not None:
-            self.body = answer.body  # MessageReceived: the last rewrite in plan order wins
         for key, value in answer.extra_specific.items():
             behavior = value.get("behavior") if isinstance(value, dict) else None
             if key == "decision" and behavior in _DECISION_RANK:
@@ -174,6 +209,18 @@ class _Merge:
                     self.extra["decision"] = value
             else:
                 self.extra[key] = value
+
+    def rewrite(self, answer: Answer) -> None:
+        """Apply one hook's rewrites (called in `rewrite_order`); a failed hook's are void."""
+        if answer.error is not None:
+            return
+        self.tool_input = apply_tool_input(self.tool_input, answer)
+        if answer.llm_request:
+            self.llm_request.update(answer.llm_request)
+        if answer.llm_response:
+            self.llm_response.update(answer.llm_response)
+        if answer.body is not None:
+            self.body = answer.body  # MessageReceived: the last rewrite wins
 
     def decide(self, decision: Decision, reason: str | None) -> None:
         # deny > defer > ask > allow on every event: a later allow never erases a block.

@@ -23,7 +23,7 @@ import anyio.lowlevel
 import msgspec
 
 from relay.engine.aggregator import HookOutcome, cap_output, cap_text
-from relay.engine.execution import Executor, Prepared, Traces, make_trace, next_in_sequence
+from relay.engine.execution import Chain, Executor, Prepared, Traces, judge_again, make_trace
 from relay.engine.registry import RegisteredHook
 from relay.engine.runner import StartedProcess, run_spec, start_spec
 from relay.protocol.answers import Answer, answer_from_value
@@ -45,18 +45,29 @@ async def run_plan(
     """
     warnings: list[str] = []
     if sequential:
-        outcomes: list[HookOutcome] = []
-        current = envelope
-        for index, hook in enumerate(hooks):
-            outcome = await _run_hook(executor, hook, current, {}, traces)
-            outcomes.append(outcome)
-            following = next_in_sequence(current, outcome, hooks, index, warnings)
-            if following is None:
-                break
-            current = following
-        return outcomes, warnings
+        chain = Chain(envelope, hooks, warnings)
+        for index, hook, current in chain:
+            chain.record(index, await _run_hook(executor, hook, current, {}, traces))
+        return chain.outcomes(), warnings
+    outcomes = await _run_parallel(executor, envelope, hooks, traces)
+    again = judge_again(envelope, hooks, outcomes, warnings)
+    if again is not None:
+        rewritten, indexes = again
+        judged = await _run_parallel(executor, rewritten, [hooks[i] for i in indexes], traces)
+        for index, outcome in zip(indexes, judged, strict=True):
+            outcomes[index] = outcome
+    return outcomes, warnings
+
+
+async def _run_parallel(
+    executor: Executor,
+    envelope: EventEnvelope,
+    hooks: list[RegisteredHook],
+    traces: Traces | None,
+) -> list[HookOutcome]:
+    """Run hooks at once (at most max_parallel at a time); outcomes in plan order."""
     if len(hooks) == 1:
-        return [await _run_hook(executor, hooks[0], envelope, {}, traces)], warnings
+        return [await _run_hook(executor, hooks[0], envelope, {}, traces)]
     limiter = anyio.CapacityLimiter(executor.max_parallel)
     results: list[HookOutcome | None] = [None] * len(hooks)
     wire: dict[str, bytes] = {}
@@ -88,7 +99,7 @@ async def run_plan(
     finally:
         for _, process in started.values():  # cancelled before its task ran: still reaped
             process.close()
-    return [outcome for outcome in results if outcome is not None], warnings
+    return [outcome for outcome in results if outcome is not None]
 
 
 async def _run_hook(
@@ -159,7 +170,9 @@ async def _run_python(
             stdout=returned,
             stderr=b"",
         )
-    return HookOutcome(report=report, answer=answer, fail_closed=hook.fail_closed)
+    return HookOutcome(
+        report=report, answer=answer, fail_closed=hook.fail_closed, from_project=hook.from_project
+    )
 
 
 def _encode_returned(value: object) -> bytes:

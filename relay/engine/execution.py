@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import msgspec
@@ -22,6 +22,7 @@ from relay.engine.aggregator import (
     apply_tool_input,
     cap_output,
     cap_text,
+    project_rewrite,
 )
 from relay.engine.command import PROJECT_VARS, Launch, prepare_launch, substitute_project_vars
 from relay.engine.registry import RegisteredHook
@@ -73,29 +74,33 @@ class Executor:
     ) -> tuple[list[HookOutcome], list[str]]:
         """Run command hooks on this thread (parallel or one at a time); outcomes and warnings."""
         warnings: list[str] = []
-        if not sequential:
-            wire: dict[str, bytes] = {}
-            prepared = [self.prepare(hook, envelope, wire) for hook in hooks]
-            processes = run_processes(
-                [item.spec for item in prepared], max_parallel=self.max_parallel
-            )
-            outcomes = [
-                self.outcome(item, envelope, process, traces)
-                for item, process in zip(prepared, processes, strict=True)
-            ]
-            return outcomes, warnings
-        outcomes = []
-        current = envelope
-        for index, hook in enumerate(hooks):
-            item = self.prepare(hook, current, {})
-            (process,) = run_processes([item.spec])
-            outcome = self.outcome(item, current, process, traces)
-            outcomes.append(outcome)
-            following = next_in_sequence(current, outcome, hooks, index, warnings)
-            if following is None:
-                break
-            current = following
+        if sequential:
+            chain = Chain(envelope, hooks, warnings)
+            for index, hook, current in chain:
+                item = self.prepare(hook, current, {})
+                (process,) = run_processes([item.spec])
+                chain.record(index, self.outcome(item, current, process, traces))
+            return chain.outcomes(), warnings
+        outcomes = self._parallel(envelope, hooks, traces)
+        again = judge_again(envelope, hooks, outcomes, warnings)
+        if again is not None:
+            rewritten, indexes = again
+            for index, outcome in zip(
+                indexes, self._parallel(rewritten, [hooks[i] for i in indexes], traces), strict=True
+            ):
+                outcomes[index] = outcome
         return outcomes, warnings
+
+    def _parallel(
+        self, envelope: EventEnvelope, hooks: list[RegisteredHook], traces: Traces | None
+    ) -> list[HookOutcome]:
+        wire: dict[str, bytes] = {}
+        prepared = [self.prepare(hook, envelope, wire) for hook in hooks]
+        processes = run_processes([item.spec for item in prepared], max_parallel=self.max_parallel)
+        return [
+            self.outcome(item, envelope, process, traces)
+            for item, process in zip(prepared, processes, strict=True)
+        ]
 
     # ---- one command hook
 
@@ -161,7 +166,12 @@ class Executor:
                 stdout=process.stdout,
                 stderr=process.stderr,
             )
-        return HookOutcome(report=report, answer=answer, fail_closed=hook.fail_closed)
+        return HookOutcome(
+            report=report,
+            answer=answer,
+            fail_closed=hook.fail_closed,
+            from_project=hook.from_project,
+        )
 
     def _launch(self, hook: RegisteredHook) -> Launch:
         launch = self._launches.get(id(hook))
@@ -193,50 +203,134 @@ class Executor:
         return self.project_dir
 
 
-def time_bound(hooks: list[RegisteredHook], sequential: bool, max_parallel: int) -> float:
+def time_bound(
+    hooks: list[RegisteredHook], sequential: bool, max_parallel: int, event: str = ""
+) -> float:
     """Seconds within which these hooks have all returned, whatever they do (DESIGN §6):
-    each hook's timeout, the grace before SIGKILL and the drain after its exit."""
-    bounds = [
-        hook.timeout + (0.0 if hook.handler else DEFAULT_GRACE + DEFAULT_EXIT_DRAIN)
-        for hook in hooks
-    ]
-    if not bounds:
+    each hook's timeout, the grace before SIGKILL and the drain after its exit, and in a
+    parallel event the user's hooks judging a project's rewrite again (`judge_again`)."""
+
+    def bound(hook: RegisteredHook) -> float:
+        return hook.timeout + (0.0 if hook.handler else DEFAULT_GRACE + DEFAULT_EXIT_DRAIN)
+
+    if not hooks:
         return 0.0
     if sequential:
-        return sum(bounds)
-    rounds = -(-len(bounds) // max(max_parallel, 1))
-    return rounds * max(bounds)
+        return sum(bound(hook) for hook in hooks)
+
+    def parallel(chosen: list[RegisteredHook]) -> float:
+        rounds = -(-len(chosen) // max(max_parallel, 1))
+        return rounds * max((bound(hook) for hook in chosen), default=0.0)
+
+    total = parallel(hooks)
+    own = [hook for hook in hooks if not hook.from_project]
+    if event in TOOL_INPUT_EVENTS and own and len(own) < len(hooks):
+        total += parallel(own)
+    return total
 
 
-def next_in_sequence(
-    current: EventEnvelope,
-    outcome: HookOutcome,
-    hooks: list[RegisteredHook],
-    index: int,
-    warnings: list[str],
-) -> EventEnvelope | None:
-    """After hook `index` of a sequential plan: the event the next hook sees (with the tool
-    input as rewritten so far), or None when this hook stopped the chain."""
-    answer = outcome.answer
-    if answer.stop and answer.error is None:
-        for skipped in hooks[index + 1 :]:
-            warnings.append(
-                f"hook {skipped.name} not started: {hooks[index].name} stopped the chain"
+class Chain:
+    """A sequential plan, one hook at a time: which hook runs next, on what input.
+
+    Each hook sees the tool input as rewritten so far. On an event whose input hooks
+    rewrite (BeforeTool), the project's hooks run first and the user's after them, so
+    that the user's hooks judge the input that will run. A stop keeps the hooks after
+    it in plan order from starting; a project hook's stop, only the project's hooks
+    (DESIGN §5, scopes and authority). Outcomes come back in plan order.
+    """
+
+    def __init__(
+        self, envelope: EventEnvelope, hooks: list[RegisteredHook], warnings: list[str]
+    ) -> None:
+        self.hooks = hooks
+        self.current = envelope
+        self.warnings = warnings
+        self._outcomes: dict[int, HookOutcome] = {}
+        self._project_stopper: str | None = None
+        self._stopper: tuple[int, str] | None = None
+        order = list(range(len(hooks)))
+        if envelope.name in TOOL_INPUT_EVENTS:
+            order.sort(key=lambda index: not hooks[index].from_project)
+        self._order = order
+
+    def __iter__(self) -> Iterator[tuple[int, RegisteredHook, EventEnvelope]]:
+        for index in self._order:
+            hook = self.hooks[index]
+            stopper = self._stopped(index, hook)
+            if stopper is not None:
+                self.warnings.append(f"hook {hook.name} not started: {stopper} stopped the chain")
+                continue
+            yield index, hook, self.current
+
+    def record(self, index: int, outcome: HookOutcome) -> None:
+        """A hook's outcome: a stop, or the input the next hook sees."""
+        self._outcomes[index] = outcome
+        answer = outcome.answer
+        if answer.error is not None:
+            return
+        if answer.stop:
+            hook = self.hooks[index]
+            if not hook.from_project:
+                self._stopper = self._stopper or (index, hook.name)
+            elif self._project_stopper is None:
+                self._project_stopper = hook.name
+        tool_input = getattr(self.current.event, "tool_input", None)
+        if (
+            self.current.name in TOOL_INPUT_EVENTS
+            and tool_input is not None
+            and answer.tool_input is not None
+        ):
+            self.current = EventEnvelope(
+                event=msgspec.structs.replace(
+                    self.current.event, tool_input=apply_tool_input(tool_input, answer)
+                ),
+                extra=self.current.extra,
+                sent=self.current.sent,
             )
+
+    def outcomes(self) -> list[HookOutcome]:
+        """The outcomes of the hooks that ran, in plan order."""
+        return [self._outcomes[index] for index in sorted(self._outcomes)]
+
+    def _stopped(self, index: int, hook: RegisteredHook) -> str | None:
+        """Who keeps this hook from starting, if anyone."""
+        if self._stopper is not None and index > self._stopper[0]:
+            return self._stopper[1]
+        if hook.from_project and self._project_stopper is not None:
+            return self._project_stopper
         return None
-    tool_input = getattr(current.event, "tool_input", None)
-    if (
-        current.name in TOOL_INPUT_EVENTS
-        and tool_input is not None
-        and answer.tool_input is not None
-    ):
-        rewritten = apply_tool_input(tool_input, answer)
-        return EventEnvelope(
-            event=msgspec.structs.replace(current.event, tool_input=rewritten),
-            extra=current.extra,
-            sent=current.sent,
-        )
-    return current
+
+
+def judge_again(
+    envelope: EventEnvelope,
+    hooks: list[RegisteredHook],
+    outcomes: list[HookOutcome],
+    warnings: list[str],
+) -> tuple[EventEnvelope, list[int]] | None:
+    """After a parallel run: when the project's hooks rewrote the tool input, the event as
+    they rewrote it and the user's hooks (their indexes) that must judge it, since they
+    judged the host's original (DESIGN §5: a user guard judges the input that will run)."""
+    if envelope.name not in TOOL_INPUT_EVENTS:
+        return None
+    original = getattr(envelope.event, "tool_input", None)
+    own = [index for index, hook in enumerate(hooks) if not hook.from_project]
+    if original is None or not own or len(own) == len(hooks):
+        return None
+    rewritten = project_rewrite(original, outcomes)
+    if rewritten == original:
+        return None
+    rewriters = [
+        hook.name
+        for hook, outcome in zip(hooks, outcomes, strict=True)
+        if hook.from_project and outcome.answer.tool_input is not None
+    ]
+    judges = ", ".join(hooks[index].name for index in own)
+    warnings.append(
+        f"{judges} judged the tool input again, as rewritten by project hook(s) "
+        f"{', '.join(rewriters)}"
+    )
+    event = msgspec.structs.replace(envelope.event, tool_input=rewritten)
+    return EventEnvelope(event=event, extra=envelope.extra, sent=envelope.sent), own
 
 
 def _answer_from_process(

@@ -32,7 +32,10 @@ def plan_event(
     """Select the matching hooks (already in plan order), dedup them, and pick the mode.
 
     `trusted` is asked only about hooks whose matcher accepts the event, before dedup (an
-    untrusted project copy must not displace the user's own copy of a hook).
+    untrusted project copy must not displace the user's own copy of a hook). Dedup keeps
+    the first copy in plan order, except that a project copy never displaces a copy of
+    the user's or system's: the project's runs before theirs in plan order, and its
+    timeout, env or failClosed may differ (DESIGN §5).
     """
     name = matcher_field(event)
     if name is not None:
@@ -40,16 +43,21 @@ def plan_event(
         candidates = [hook for hook in candidates if hook.matcher(target)]
         if not candidates:  # the common case (a matcher for another tool): nothing more to do
             return Plan(event=event, hooks=[])
-    chosen: list[RegisteredHook] = []
+    runnable: list[RegisteredHook] = []
     untrusted: list[RegisteredHook] = []
-    seen: set[object] = set()
-    sequential = False
     for hook in candidates:
         if trusted is not None and not trusted(hook):
             untrusted.append(hook)
-            continue
-        # The same command registered twice for one event runs once (first in plan order).
-        key = hook.dedup_key
+        else:
+            runnable.append(hook)
+    # The same command registered twice for one event runs once (first in plan order).
+    keys = [hook.dedup_key for hook in runnable]
+    own_seen: set[object] = set()
+    project_seen = {key for hook, key in zip(runnable, keys, strict=True) if not hook.from_project}
+    chosen: list[RegisteredHook] = []
+    sequential = False
+    for hook, key in zip(runnable, keys, strict=True):
+        seen = project_seen if hook.from_project else own_seen
         if key in seen:
             continue
         seen.add(key)

@@ -67,6 +67,12 @@ class RegisteredHook(msgspec.Struct, kw_only=True):
         return str(getattr(self.handler, "__qualname__", repr(self.handler)))
 
     @property
+    def from_project(self) -> bool:
+        """Registered by a project file: it cannot end, displace or get past the user's and
+        system's hooks (DESIGN §5, scopes and authority)."""
+        return self.scope in TRUST_REQUIRED
+
+    @property
     def runnable(self) -> bool:
         """Enabled and trusted."""
         return self.enabled and self.trusted
@@ -190,6 +196,7 @@ class Registry:
                 self.root,
                 store=self._trust,
                 digests=self._digests,
+                sequential=hook.sequential,
             )
             hook.fingerprint, hook.trusted = verdict.fingerprint, verdict.trusted
             if verdict.refusal is not None:

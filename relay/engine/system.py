@@ -330,7 +330,8 @@ class HookSystem:
             return 0.0
         from relay.engine.execution import time_bound
 
-        return time_bound(planned.plan.hooks, planned.plan.sequential, self.max_parallel)
+        plan = planned.plan
+        return time_bound(plan.hooks, plan.sequential, self.max_parallel, plan.event)
 
     async def _fire_planned(
         self, planned: PlannedEvent, trace: list[HookTrace] | None
@@ -460,7 +461,9 @@ def _names(hooks: list[RegisteredHook]) -> list[str]:
 def _untrusted_outcome(hook: RegisteredHook) -> HookOutcome:
     message = "not run: not trusted (new, or changed since `relay trust`)"
     report = HookReport(name=hook.name, source=hook.source, command=hook.command, error=message)
-    return HookOutcome(report=report, answer=Answer(error=message), fail_closed=True)
+    return HookOutcome(
+        report=report, answer=Answer(error=message), fail_closed=True, from_project=True
+    )
 
 
 def _decision_of(outcome: HookOutcome) -> str | None:
