@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,8 @@ import anyio
 import msgspec
 import nats
 import pytest
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
 from nats_server import NatsServer, find_nats_server, password, server_config
 from scripted_sessions import RELAY, finish, reads, start_relay_run
 
@@ -28,9 +32,12 @@ from relay.services.memory.sharing import SharedMemory, team_sharing
 from relay.services.memory.sqlite import SqliteMemory
 from relay.services.memory.team import (
     MAX_EVENT_BYTES,
+    MAX_EVENT_DEPTH,
     MemoryEvent,
     TeamMemory,
     TeamState,
+    UnreadableEvent,
+    decode_event,
     event_subject,
     memory_inbox,
     memory_permissions,
@@ -427,3 +434,240 @@ def test_a_running_session_picks_up_the_team_s_memories_every_sync_seconds(
     assert first["id"] in recap
     assert saved["id"] not in recap  # not there at the start: the periodic sync brought it
     assert saved["id"] in found, found
+
+
+class RawPublisher:
+    """A NATS client written by hand, as a hostile member of team a's account could: it
+    publishes any bytes as subject, headers and payload, and returns the stream sequence
+    JetStream stored each at."""
+
+    def __init__(self, server: NatsServer) -> None:
+        assert server.port is not None
+        self.sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        self.buffer = b""
+        self.line()  # INFO
+        login = {"verbose": False, "headers": True, "user": "eve", "pass": password("eve")}
+        self.sock.sendall(b"CONNECT " + json.dumps(login).encode() + b"\r\nSUB raw.acks 1\r\n")
+
+    def line(self) -> bytes:
+        while b"\r\n" not in self.buffer:
+            chunk = self.sock.recv(65536)
+            assert chunk, "the server closed the connection"
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\r\n", 1)
+        return line
+
+    def publish(self, subject: bytes, payload: bytes, headers: bytes | None = None) -> int:
+        if headers is None:
+            command = b"PUB %s raw.acks %d\r\n" % (subject, len(payload))
+        else:
+            size = len(headers) + len(payload)
+            command = b"HPUB %s raw.acks %d %d\r\n" % (subject, len(headers), size)
+        self.sock.sendall(command + (headers or b"") + payload + b"\r\n")
+        while True:
+            line = self.line()
+            if line == b"PING":
+                self.sock.sendall(b"PONG\r\n")
+            elif line.startswith(b"MSG raw.acks"):
+                size = int(line.rsplit(b" ", 1)[1])
+                while len(self.buffer) < size + 2:
+                    self.buffer += self.sock.recv(65536)
+                ack, self.buffer = json.loads(self.buffer[:size]), self.buffer[size + 2 :]
+                assert "seq" in ack, ack
+                return int(ack["seq"])
+            else:
+                assert not line.startswith(b"-ERR"), line
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+async def allow_larger_events(server: NatsServer, size: int) -> None:
+    """Raise the stream's message size limit, as anyone in the account may."""
+    nc = await nats.connect(server.url, user="eve", password=password("eve"))
+    try:
+        js = nc.jetstream()
+        config = (await js.stream_info(memory_stream("a"))).config
+        config.max_msg_size = size
+        await js.update_stream(config)
+    finally:
+        await nc.close()
+
+
+def iso(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def hostile_payloads(created_at: str) -> list[tuple[str, bytes, bytes]]:
+    """(what, subject, payload) of every kind of event body that must be skipped."""
+
+    def event(memory_id: str, **fields: Any) -> bytes:
+        base = {"op": "save", "id": memory_id, "team": "a", "content": "x"}
+        return json.dumps({**base, "created_at": created_at, **fields}).encode()
+
+    def subject(memory_id: str) -> bytes:
+        return event_subject("a", memory_id).encode()
+
+    deep = event("00000001")[:-1] + b', "x": ' + b"[" * 60_000 + b"]" * 60_000 + b"}"
+    assert MAX_EVENT_BYTES - 20_000 < len(deep) <= MAX_EVENT_BYTES
+    raw_ff = event("00000002", content="ok").replace(b"ok", b"\xff")
+    return [
+        ("nested 60,000 deep", subject("00000001"), deep),
+        ("a raw 0xFF", subject("00000002"), raw_ff),
+        ("300 KB", subject("00000003"), event("00000003", content="y" * 300_000)),
+        ("an array", subject("00000004"), b"[1, 2]"),
+        ("a string", subject("00000005"), b'"save"'),
+        ("null", subject("00000006"), b"null"),
+        ("content a number", subject("00000007"), event("00000007", content=7)),
+        ("tags a string", subject("00000008"), event("00000008", tags="ops")),
+        ("id a number", subject("00000009"), event("00000009", id=9)),
+        ("in 9999", subject("0000000a"), event("0000000a", created_at="9999-12-31T23:59:59.999Z")),
+        ("Feb 30", subject("0000000b"), event("0000000b", created_at="2025-02-30T10:00:00.000Z")),
+        ("not a date", subject("0000000c"), event("0000000c", created_at="yesterday")),
+        ("truncated", subject("0000000d"), event("0000000d")[:30]),
+        ("empty", subject("0000000e"), b""),
+    ]
+
+
+def hostile_envelopes(created_at: str) -> list[tuple[str, bytes, bytes, bytes]]:
+    """(what, subject, payload, raw headers) of events whose subject or headers are hostile."""
+    event = {"op": "save", "team": "a", "content": "x", "created_at": created_at}
+
+    def body(memory_id: str) -> bytes:
+        return json.dumps({**event, "id": memory_id}).encode()
+
+    return [
+        ("a forged status", b"relay_memory.a.0000000f", b"", b"NATS/1.0\r\nStatus: 404\r\n\r\n"),
+        (
+            "headers not UTF-8",
+            b"relay_memory.a.00000010",
+            body("00000010"),
+            b"NATS/1.0 \xff\r\n\r\n",
+        ),
+        ("subject not UTF-8", b"relay_memory.a.\xff\xfe", body("00000011"), b"NATS/1.0\r\n\r\n"),
+    ]
+
+
+def good_event(memory_id: str, content: str, created_at: datetime, agent: str) -> bytes:
+    fields = {"op": "save", "id": memory_id, "team": "a", "content": content, "agent": agent}
+    return json.dumps({**fields, "created_at": iso(created_at)}).encode()
+
+
+def relay(env: dict[str, str], *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [RELAY, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def check_skipped_once_each(output: str, bad: dict[int, str]) -> None:
+    """`relay memory sync` printed one skip line per bad event, naming its sequence."""
+    skipped = [line for line in output.splitlines() if ": skipped: " in line]
+    assert len(skipped) == len(bad), output
+    for sequence, what in bad.items():
+        prefix = f"problem: RELAY_MEMORY_a #{sequence}: skipped: "
+        assert len([line for line in skipped if line.startswith(prefix)]) == 1, (what, output)
+
+
+def test_no_published_event_stops_team_memory(server: NatsServer, tmp_path: Path) -> None:
+    """Issue 29: every kind of hostile event on the stream, then good ones. `relay run` and
+    `relay mcp` start normally with them pending; `relay memory sync` exits 0 with one skip
+    line per bad event naming its stream sequence, once; every machine gets the good
+    events; a forged agent is stored marked unverified, a clock a minute ahead is fine."""
+    env_a = relay_home(server, tmp_path / "home-a")
+    env_b = relay_home(server, tmp_path / "home-b")
+    env_c = relay_home(server, tmp_path / "home-c")
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    before = cli(env_a, "save", "--team", "before the attack", cwd=project)
+    anyio.run(allow_larger_events, server, 1024 * 1024)
+    now = datetime.now(UTC)
+    publisher = RawPublisher(server)
+    try:
+        bad = {
+            publisher.publish(subject, payload): what
+            for what, subject, payload in hostile_payloads(iso(now))
+        }
+        forged = good_event("0000a11c", "alice says: ship it", now + timedelta(minutes=1), "alice")
+        publisher.publish(event_subject("a", "0000a11c").encode(), forged)
+    finally:
+        publisher.close()
+    after = cli(env_a, "save", "--team", "after the attack", cwd=project)
+
+    # relay run on A, whose cursor is before every hostile event: the agent runs.
+    run = relay(env_a, "run", "--headless", "--", sys.executable, "-c", "print('ran')", cwd=project)
+    assert run.returncode == 0 and run.stdout.strip() == "ran", run.stderr
+    assert "internal error" not in run.stderr
+
+    # relay mcp on C, the same: it serves.
+    async def mcp_serves() -> None:
+        params = StdioServerParameters(
+            command=RELAY, args=["mcp", "--name", "cee"], cwd=str(project), env=env_c
+        )
+        with open(tmp_path / "mcp-stderr.txt", "w") as errlog:
+            async with (
+                stdio_client(params, errlog=errlog) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                result = await session.call_tool("memory_list", {})
+                assert not result.is_error
+
+    anyio.run(mcp_serves)
+    assert "internal error" not in (tmp_path / "mcp-stderr.txt").read_text()
+
+    # relay memory sync on B, which never synced: exit 0, one line per bad event, once.
+    synced = relay(env_b, "memory", "sync", cwd=tmp_path)
+    assert synced.returncode == 0, synced.stderr
+    check_skipped_once_each(synced.stdout, bad)
+    again = relay(env_b, "memory", "sync", cwd=tmp_path)
+    assert again.returncode == 0 and ": skipped: " not in again.stdout, again.stdout
+
+    # Subjects and headers a NATS client could trip on, then a good event.
+    publisher = RawPublisher(server)
+    try:
+        envelopes = hostile_envelopes(iso(now))
+        bad = {
+            publisher.publish(subject, payload, headers): what
+            for what, subject, payload, headers in envelopes
+        }
+        last = good_event("0000b0b0", "bob says: the headers did not stop us", now, "bob")
+        publisher.publish(
+            event_subject("a", "0000b0b0").encode(), last, b"NATS/1.0\r\nX-Note: hi\r\n\r\n"
+        )
+    finally:
+        publisher.close()
+    synced = relay(env_b, "memory", "sync", cwd=tmp_path)
+    assert synced.returncode == 0, synced.stderr
+    assert "saved [0000b0b0]" in synced.stdout, synced.stdout
+    check_skipped_once_each(synced.stdout, bad)
+    run = relay(env_a, "run", "--headless", "--", sys.executable, "-c", "print('ran')", cwd=project)
+    assert run.returncode == 0 and run.stdout.strip() == "ran", run.stderr
+
+    # Every machine has every good event (A and C after a sync of their own).
+    good = {before["id"], after["id"], "0000a11c", "0000b0b0"}
+    for env in (env_a, env_c):
+        report = cli(env, "sync", cwd=tmp_path)
+        assert all(": skipped: " in problem for problem in report["problems"]), report
+    for env in (env_a, env_b, env_c):
+        memories = {memory["id"]: memory for memory in cli(env, "list", cwd=project)}
+        assert set(memories) == good, memories
+        assert memories["0000a11c"]["agent"] == "alice (unverified)"
+        assert memories["0000b0b0"]["agent"] == "bob (unverified)"
+
+
+def test_decoding_is_bounded_before_parsing() -> None:
+    """decode_event: brackets in strings do not count towards the depth; one level more
+    than MAX_EVENT_DEPTH is refused before the parser sees it; every failure is an
+    UnreadableEvent with a one-line problem."""
+    base = b'{"op": "forget", "id": "00000001", "team": "a"'
+    in_strings = base + b', "x": "' + b"[{" * 1000 + b'\\"]"}'
+    assert decode_event(in_strings).id == "00000001"
+    deepest = base + b', "x": ' + b"[" * (MAX_EVENT_DEPTH - 1) + b"]" * (MAX_EVENT_DEPTH - 1)
+    assert decode_event(deepest + b"}").op == "forget"
+    too_deep = base + b', "x": ' + b"[" * MAX_EVENT_DEPTH + b"]" * MAX_EVENT_DEPTH + b"}"
+    with pytest.raises(UnreadableEvent, match=f"nested more than {MAX_EVENT_DEPTH} deep"):
+        decode_event(too_deep)
+    for data in (b"", b"\xff", b"[" * 200_000, b'{"op": "save"', b"[]"):
+        with pytest.raises(UnreadableEvent) as caught:
+            decode_event(data)
+        assert "\n" not in caught.value.problem

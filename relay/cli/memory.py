@@ -322,7 +322,13 @@ def sync(timeout: float, as_json: bool, cwd: Path | None, settings_files: tuple[
     run_sync = getattr(service, "sync", None)
     if sharing is None or run_sync is None:
         raise RelayError(NOT_SET_UP)
-    report = run_sync(timeout=timeout)
+    try:
+        report = run_sync(timeout=timeout)
+    except RelayError:
+        raise
+    except Exception as exc:  # a notice like an unreachable server, not a crash (exit 3)
+        click.echo(f"team memory: not synced: {type(exc).__name__}: {visible(str(exc))}", err=True)
+        raise SystemExit(1) from None
     if as_json:
         _print_json(report)
     else:

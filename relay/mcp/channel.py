@@ -176,6 +176,9 @@ class Channel:
         except (MemoryStoreError, TeamMemoryError) as exc:
             self.notices.append(f"team memory: not synced: {exc}")
             return
+        except Exception as exc:  # team memory never stops the server: a notice, not an exit
+            self.notices.append(f"team memory: not synced: {type(exc).__name__}: {exc}")
+            return
         if report.unreachable is not None:
             self.notices.append(
                 f"team memory: not synced ({report.unreachable}); using this machine's memories"

@@ -24,6 +24,38 @@ from relay.services.messaging.model import MessagingError
 
 CONNECT_TIMEOUT = 2
 """Seconds one connection attempt to one server may take."""
+UNREADABLE_HEADERS = "Relay-Unreadable-Headers"
+"""Set on a received message whose headers the NATS client could not parse."""
+
+
+class SturdyClient(Client):
+    """The NATS client, except that no message can stop it reading. nats-py decodes each
+    message's subject and headers as UTF-8 in its read loop, and an exception there ends
+    the loop for good (the connection stays up, deaf): one publish of a header or subject
+    that is not UTF-8 would stall every reader of a stream at that message, sync after
+    sync. Here such a message arrives: its subject with the bad bytes replaced, its
+    headers as `UNREADABLE_HEADERS` alone, for the reader to skip."""
+
+    async def _process_headers(self, headers: Any) -> dict[str, str] | None:
+        try:
+            parsed: dict[str, str] | None = await super()._process_headers(headers)
+        except Exception:  # whatever nats-py's parser trips on: the message still arrives
+            return {UNREADABLE_HEADERS: "1"}
+        return parsed
+
+    def _build_message(
+        self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: Any
+    ) -> Any:
+        return super()._build_message(sid, _utf8(subject), _utf8(reply), data, headers)
+
+
+def _utf8(raw: bytes) -> bytes:
+    """`raw` if it is UTF-8, else with each bad byte replaced by U+FFFD."""
+    try:
+        raw.decode()
+    except UnicodeDecodeError:
+        return raw.decode(errors="replace").encode()
+    return raw
 
 
 def without_secrets(url: str) -> str:
@@ -116,7 +148,7 @@ async def open_connection(
         pass
 
     servers = [url.strip() for url in config.url.split(",") if url.strip()]
-    nc = Client()
+    nc = SturdyClient()
     try:
         await nc.connect(
             servers,

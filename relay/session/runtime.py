@@ -904,6 +904,9 @@ class Session:
         except (MemoryStoreError, TeamMemoryError) as exc:
             self._tell_user(f"team memory: not synced: {exc}")
             return
+        except Exception as exc:  # team memory never stops a session: a notice, not an exit
+            self._tell_user(f"team memory: not synced: {type(exc).__name__}: {exc}")
+            return
         if report.unreachable is not None:
             if at_start or self._team_memory_problem != report.unreachable:
                 self._tell_user(

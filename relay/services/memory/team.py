@@ -16,9 +16,13 @@ Layout (spec/memory-team.md):
   published; what could not be published waits in the outbox for the next save,
   forget or sync.
 
-What arrives is hostile input: each event is decoded into a strict type and checked
-(`event_problem`); one that fails is skipped with a one-line problem naming the stream
-sequence, and the sync carries on. Search, list and get never touch the network.
+What arrives is hostile input: each event is bounded (size, UTF-8, nesting depth) before
+it is parsed, decoded into a strict type (`decode_event`) and checked (`event_problem`);
+one that fails in any way is skipped with a one-line problem naming the stream sequence,
+the cursor moves past it, and the sync carries on. Who saved a memory cannot be known
+from an event (any member of the team's account can publish any memory's subject), so
+the agent it names is stored marked unverified. Search, list and get never touch the
+network.
 
 This module imports the NATS client; only code that shares memories imports it.
 """
@@ -34,6 +38,7 @@ import secrets
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Literal, TypeVar
 
@@ -53,6 +58,7 @@ from relay.services.memory.model import (
     Memory,
     MemoryHit,
     MemoryService,
+    MemoryStoreError,
     SavedMemory,
 )
 from relay.services.memory.sharing import (
@@ -62,26 +68,43 @@ from relay.services.memory.sharing import (
     TeamMemoryError,
 )
 from relay.services.messaging.model import MessagingError, check_name
-from relay.services.nats_connection import describe, open_connection, without_secrets
+from relay.services.nats_connection import (
+    UNREADABLE_HEADERS,
+    describe,
+    open_connection,
+    without_secrets,
+)
 
 __all__ = [
     "DUPLICATE_WINDOW",
+    "MAX_CLOCK_SKEW",
     "MAX_EVENT_BYTES",
+    "MAX_EVENT_DEPTH",
+    "UNVERIFIED",
     "MemoryEvent",
     "SyncReport",
     "TeamMemory",
     "TeamState",
+    "UnreadableEvent",
+    "decode_event",
     "event_problem",
     "event_subject",
     "memory_permissions",
     "memory_stream",
     "stream_subjects",
+    "unverified",
 ]
 
 DUPLICATE_WINDOW = 120.0
 """Seconds in which a second publish with the same `Nats-Msg-Id` is dropped by the server."""
 MAX_EVENT_BYTES = 128 * 1024
 """Largest event the stream takes (its max_msg_size) and a receiver decodes."""
+MAX_EVENT_DEPTH = 16
+"""Deepest nesting of arrays and objects a receiver parses (an event needs 2)."""
+MAX_CLOCK_SKEW = timedelta(minutes=10)
+"""How far after the server stored an event its `created_at` may be (clocks differ)."""
+UNVERIFIED = " (unverified)"
+"""Appended to the agent a received memory names: nothing vouches for it."""
 MAX_TAGS = 64
 MAX_NAME = 128
 """Longest tag or agent name an event may carry."""
@@ -89,6 +112,9 @@ REQUEST_TIMEOUT = 5.0
 """Seconds one JetStream API request may take."""
 BATCH = 256
 """Events asked for at once while catching up."""
+BATCH_BYTES = 32 * 1024 * 1024
+"""Bytes a batch may take at the server's largest message size: fewer events are asked for
+at once where messages may be larger, so the client never drops one as a slow consumer."""
 PUBLISH_TIMEOUT = 3.0
 """Seconds a save or forget waits to share itself before answering "not yet shared"."""
 SYNC_TIMEOUT = 10.0
@@ -99,7 +125,9 @@ WRONG_LAST_SEQUENCE = 10071
 """JetStream's error for a publish whose expected last subject sequence is not the stream's."""
 
 _ID = re.compile(r"[0-9a-f]{8}\Z")
-_DATE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z\Z")
+_DATE = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?Z\Z", re.ASCII)
+_STRUCTURE = re.compile(rb'[\\"\[\]{}]')
+"""The bytes that open or close a string, an array or an object, and the escape."""
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 Result = TypeVar("Result")
@@ -133,13 +161,13 @@ class MemoryEvent(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True)
             created_at=memory.created_at,
         )
 
-    def memory(self) -> Memory:
-        """The memory a checked save event carries."""
+    def memory(self, *, agent: str | None) -> Memory:
+        """The memory a checked save event carries, saved by `agent`."""
         return Memory(
             id=self.id,
             content=self.content or "",
             tags=list(self.tags),
-            agent=self.agent,
+            agent=agent,
             project=None,
             created_at=self.created_at or "",
             team=self.team,
@@ -148,6 +176,90 @@ class MemoryEvent(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True)
 
 _decode_event = msgspec.json.Decoder(MemoryEvent)
 _encode = msgspec.json.Encoder()
+
+
+class UnreadableEvent(Exception):
+    """A received event that is not a memory event; `problem` says why, in one line."""
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+        super().__init__(problem)
+
+
+def decode_event(data: bytes) -> MemoryEvent:
+    """Decode a received event, bounded before it is parsed: at most MAX_EVENT_BYTES, UTF-8,
+    nested at most MAX_EVENT_DEPTH deep (UnreadableEvent otherwise, or for any failure of
+    the parser: no event can raise anything else)."""
+    if not data:
+        raise UnreadableEvent("an empty event")
+    if len(data) > MAX_EVENT_BYTES:
+        raise UnreadableEvent(f"{len(data):,} bytes, more than {MAX_EVENT_BYTES:,}")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UnreadableEvent(
+            f"not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})"
+        ) from None
+    if _nested_deeper(data, MAX_EVENT_DEPTH):
+        raise UnreadableEvent(f"arrays or objects nested more than {MAX_EVENT_DEPTH} deep")
+    try:
+        return _decode_event.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise UnreadableEvent(f"not a memory event: {exc}") from None
+    except Exception as exc:  # the parser's own failure: still this event's problem
+        raise UnreadableEvent(f"not a memory event: {type(exc).__name__}: {exc}") from None
+
+
+def _nested_deeper(data: bytes, limit: int) -> bool:
+    """Whether arrays and objects in JSON `data` nest more than `limit` deep; brackets in
+    strings do not count. Looks only at the bytes that matter, once: linear in any input
+    (msgspec recurses per level and would raise RecursionError first)."""
+    if data.count(b"[") + data.count(b"{") <= limit:
+        return False  # the common case, at C speed
+    depth = 0
+    in_string = False
+    escaped = -1
+    for match in _STRUCTURE.finditer(data):
+        at = match.start()
+        if at == escaped:
+            continue
+        byte = data[at]
+        if in_string:
+            if byte == 0x5C:  # backslash: the next byte is escaped
+                escaped = at + 1
+            elif byte == 0x22:
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in b"[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif byte in b"]}":
+            depth -= 1
+    return False
+
+
+def _created(value: str) -> datetime | None:
+    """`value` as a UTC time, if it is one in relay's form (`2025-06-01T09:30:00.000Z`)."""
+    match = _DATE.match(value)
+    if match is None:
+        return None
+    year, month, day, hour, minute, second = (int(part) for part in match.groups()[:6])
+    fraction = match.group(7) or ""
+    try:
+        return datetime(
+            year, month, day, hour, minute, second, int(fraction[:6].ljust(6, "0")), tzinfo=UTC
+        )
+    except ValueError:  # 2025-02-30, hour 24, year 0
+        return None
+
+
+def unverified(agent: str | None) -> str | None:
+    """The name an event gives its agent, marked as unverified (once)."""
+    if agent is None or agent.endswith(UNVERIFIED):
+        return agent
+    return agent + UNVERIFIED
 
 
 class SyncReport(msgspec.Struct, kw_only=True):
@@ -213,8 +325,11 @@ def memory_inbox(team: str) -> str:
     return f"_INBOX_memory_{team}"
 
 
-def event_problem(event: MemoryEvent, *, team: str, subject: str) -> str | None:
-    """Why a received event must not be applied, or None."""
+def event_problem(
+    event: MemoryEvent, *, team: str, subject: str, stored_at: datetime | None = None
+) -> str | None:
+    """Why a received event must not be applied, or None. `stored_at`: when the server
+    stored it (now if unknown); a save may not be created later than that, bar clock skew."""
     if not _ID.match(event.id):
         return f"id {event.id[:40]!r} is not 8 lowercase hex digits"
     if event.team != team:
@@ -229,11 +344,21 @@ def event_problem(event: MemoryEvent, *, team: str, subject: str) -> str | None:
     content = event.content
     if content is None or not content.strip():
         return "a save without content"
-    size = len(content.encode("utf-8", "surrogatepass"))
+    try:
+        size = len(content.encode("utf-8"))
+    except UnicodeEncodeError:
+        return "its content is not valid Unicode"
     if size > MAX_CONTENT_BYTES:
         return f"its content is {size:,} bytes, more than {MAX_CONTENT_BYTES:,}"
-    if event.created_at is None or not _DATE.match(event.created_at):
+    created = _created(event.created_at) if event.created_at is not None else None
+    if created is None:
         return f"created_at {str(event.created_at)[:40]!r} is not an ISO 8601 UTC time"
+    published = stored_at or datetime.now(UTC)
+    if created > published + MAX_CLOCK_SKEW:
+        return (
+            f"created_at {event.created_at} is in the future: the server stored it at "
+            f"{published:%Y-%m-%dT%H:%M:%SZ}"
+        )
     if len(event.tags) > MAX_TAGS:
         return f"{len(event.tags)} tags, more than {MAX_TAGS}"
     for tag in event.tags:
@@ -352,19 +477,21 @@ class TeamState:
             )
 
 
-def _status(msg: Msg) -> str | None:
-    """The status code of a JetStream control message, or None for a real message."""
-    if msg.headers is None or msg.data:
-        return None
-    return msg.headers.get(js_api.Header.STATUS.value)
-
-
 def _sequence(msg: Msg) -> int:
     """An event's position in the stream (from its reply subject), 0 if unknown."""
     try:
         return int(msg.metadata.sequence.stream)
     except (nats.errors.Error, AttributeError, ValueError, IndexError):
         return 0
+
+
+def _stored_at(msg: Msg) -> datetime | None:
+    """When the server stored an event (from its reply subject), None if unknown."""
+    try:
+        stored = msg.metadata.timestamp
+    except (nats.errors.Error, AttributeError, ValueError, IndexError, OverflowError):
+        return None
+    return stored if isinstance(stored, datetime) and stored.tzinfo is not None else None
 
 
 class TeamMemory:
@@ -664,77 +791,99 @@ class TeamMemory:
         )
         pending = consumer_info.num_pending or 0
         inbox = nc.new_inbox()
-        subscription = await nc.subscribe(inbox)
+        largest = max(nc.max_payload, MAX_EVENT_BYTES)
+        most = max(1, min(BATCH, BATCH_BYTES // largest))
+        subscription = await nc.subscribe(inbox, pending_bytes_limit=BATCH_BYTES + 2 * largest)
         next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{consumer}"
+        applied = sequence
         try:
             taken = 0
             while taken < pending:
-                batch = min(BATCH, pending - taken)
+                batch = min(most, pending - taken)
                 request = {"batch": batch, "expires": int(2e9)}
                 await nc.publish(next_subject, _encode.encode(request), reply=inbox)
                 received = 0
                 while received < batch:
                     msg = await subscription.next_msg(timeout=3.0)
-                    status = _status(msg)
-                    if status == "100":
-                        continue
-                    if status is not None:
+                    if msg.subject == inbox:
+                        # The server's word on the request, not an event: only the server
+                        # can send on this inbox (a status header on an event is the
+                        # publisher's, and is read as part of that event).
+                        if (msg.headers or {}).get(js_api.Header.STATUS.value) == "100":
+                            continue
                         break  # the request is over (no more events, or expired)
                     received += 1
                     at = _sequence(msg) or sequence + 1
-                    await anyio.to_thread.run_sync(self._apply, msg.data, msg.subject, at, report)
+                    await anyio.to_thread.run_sync(self._apply, msg, at, report)
                     sequence = max(sequence, at)
                 taken += received
                 await anyio.to_thread.run_sync(
                     self.state.set_cursor, self.stream, created, sequence
                 )
+                applied = sequence
                 if received == 0:
                     break  # fewer than counted: some were replaced meanwhile
         except nats.errors.TimeoutError:
             pass  # what was applied is in the cursor; the next sync goes on from there
         finally:
             report.sequence = sequence
+            if sequence > applied:  # a batch cut short: what of it was applied stays applied
+                with contextlib.suppress(TeamMemoryError):
+                    await anyio.to_thread.run_sync(
+                        self.state.set_cursor, self.stream, created, sequence
+                    )
             with contextlib.suppress(Exception):
                 await subscription.unsubscribe()
             with contextlib.suppress(Exception):
                 await js.delete_consumer(self.stream, consumer)
 
-    def _apply(self, data: bytes, subject: str, sequence: int, report: SyncReport) -> None:
-        """Apply one received event to the local store, or note why it was skipped."""
+    def _apply(self, msg: Msg, sequence: int, report: SyncReport) -> None:
+        """Apply one received event to the local store, or note why it was skipped. Only
+        the local store failing (MemoryStoreError) stops the sync: nothing an event holds
+        can, so the cursor always moves past it."""
         where = f"{self.stream} #{sequence}"
-        if len(data) > MAX_EVENT_BYTES:
-            report.problems.append(
-                f"{where}: skipped: {len(data):,} bytes, more than {MAX_EVENT_BYTES:,}"
-            )
-            return
         try:
-            event = _decode_event.decode(data)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            report.problems.append(f"{where}: skipped: not a memory event: {exc}")
-            return
-        problem = event_problem(event, team=self.team, subject=subject)
+            problem = self._store(msg, report)
+        except MemoryStoreError:
+            raise
+        except Exception as exc:  # a fault of relay's own on this event: skip it, say what
+            problem = f"cannot be applied: {type(exc).__name__}: {exc}"
         if problem is not None:
             report.problems.append(f"{where}: skipped: {problem}")
-            return
+
+    def _store(self, msg: Msg, report: SyncReport) -> str | None:
+        """Apply one received event; why it is not applied, or None."""
+        if msg.headers is not None and UNREADABLE_HEADERS in msg.headers:
+            return "its NATS headers cannot be read"
+        try:
+            event = decode_event(msg.data)
+        except UnreadableEvent as exc:
+            return exc.problem
+        problem = event_problem(
+            event, team=self.team, subject=msg.subject, stored_at=_stored_at(msg)
+        )
+        if problem is not None:
+            return problem
         stored = self.local.get(event.id)
         if stored is not None and stored.team != self.team:
             # Never let the team overwrite or delete what is this machine's own.
-            report.problems.append(
-                f"{where}: skipped: id {event.id} is a memory of this machine that is not "
-                f"team {self.team}'s"
-            )
-            return
+            return f"id {event.id} is a memory of this machine that is not team {self.team}'s"
         if event.op == "forget":
             if stored is not None and self.local.delete(event.id):
                 report.forgotten.append(event.id)
             else:
                 report.unchanged += 1
-            return
-        counts = self.local.import_memories([event.memory()])
+            return None
+        # Who saved it: as this machine knows it (its own save, or the first event it
+        # applied), else the event's word for it, marked, since anyone in the team's
+        # account can publish any memory's subject.
+        agent = stored.agent if stored is not None else unverified(event.agent)
+        counts = self.local.import_memories([event.memory(agent=agent)])
         if counts.added or counts.updated:
             report.saved.append(event.id)
         else:
             report.unchanged += 1
+        return None
 
 
 def _digest(payload: bytes) -> str:
