@@ -373,3 +373,100 @@ def test_gemini_never_reads_an_ask_or_defer_as_an_allow(
     assert answered["reason"].startswith("check this")
     if expected == "deny":
         assert "cannot request" in answered["reason"]
+
+
+# ---- a rewrite never approves (spec/hosts.md: what a rewrite costs) ------------------
+
+REWRITE = {"hookSpecificOutput": {"tool_input": {"command": "echo safe"}}}
+SAFE = {"command": "echo safe"}
+
+
+def tool_answer(project: Path, dialect: str) -> dict[str, Any]:
+    """What `dialect`'s host gets on its tool event for `git status`."""
+    event = "BeforeTool" if dialect == "gemini" else "PreToolUse"
+    sent = {"tool_name": "Bash", "tool_input": {"command": "git status"}}
+    return out(call(project, dialect, event, sent))
+
+
+@pytest.mark.parametrize(
+    ("dialect", "expected"),
+    [
+        # Claude Code applies updatedInput alone, then its own rules and prompt decide.
+        ("claude", {"hookSpecificOutput": {"hookEventName": "PreToolUse", "updatedInput": SAFE}}),
+        # Codex applies updatedInput only beside allow, which there grants nothing.
+        (
+            "codex",
+            {
+                "hookSpecificOutput": {
+                    "hookEventName": "PreToolUse",
+                    "permissionDecision": "allow",
+                    "updatedInput": SAFE,
+                }
+            },
+        ),
+        ("gemini", {"hookSpecificOutput": {"hookEventName": "BeforeTool", "tool_input": SAFE}}),
+    ],
+)
+def test_a_rewrite_alone_is_rendered_without_an_approval(
+    project: Path, relay_home: Path, dialect: str, expected: dict[str, Any]
+) -> None:
+    write(relay_home / "settings.json", {"hooks": hooks("BeforeTool", answer(REWRITE))})
+    assert tool_answer(project, dialect) == expected
+    # The same in Claude Code's own words, from a hook registered under its name.
+    claude_rewrite = {"hookSpecificOutput": {"hookEventName": "PreToolUse", "updatedInput": SAFE}}
+    write(relay_home / "settings.json", {"hooks": hooks("PreToolUse", answer(claude_rewrite))})
+    assert tool_answer(project, dialect) == expected
+
+
+@pytest.mark.parametrize("dialect", ["claude", "codex", "gemini"])
+def test_only_a_hooks_explicit_allow_is_rendered_as_allow(
+    project: Path, relay_home: Path, dialect: str
+) -> None:
+    allow_and_rewrite = {**REWRITE, "decision": "allow", "reason": "known safe"}
+    write(relay_home / "settings.json", {"hooks": hooks("BeforeTool", answer(allow_and_rewrite))})
+    answered = tool_answer(project, dialect)
+    if dialect == "gemini":
+        assert (answered["decision"], answered["reason"]) == ("allow", "known safe")
+        assert answered["hookSpecificOutput"]["tool_input"] == SAFE
+    else:
+        assert answered["hookSpecificOutput"] == {
+            "hookEventName": "PreToolUse",
+            "permissionDecision": "allow",
+            "permissionDecisionReason": "known safe",
+            "updatedInput": SAFE,
+        }
+
+
+def test_a_bare_allow_is_left_out_for_codex_which_refuses_the_answer_over_it(
+    project: Path, relay_home: Path
+) -> None:
+    """Codex reads allow only beside updatedInput and refuses the whole answer, its context
+    with it, over a bare one; Claude Code reads it as an approval."""
+    allow = {"decision": "allow", "inject": "CONTEXT"}
+    write(relay_home / "settings.json", {"hooks": hooks("BeforeTool", answer(allow))})
+    assert tool_answer(project, "codex") == {
+        "hookSpecificOutput": {"hookEventName": "PreToolUse", "additionalContext": "CONTEXT"}
+    }
+    assert tool_answer(project, "claude")["hookSpecificOutput"]["permissionDecision"] == "allow"
+
+
+@pytest.mark.parametrize(
+    ("decision", "dialect", "expected"),
+    [
+        ("ask", "claude", "ask"),  # Claude Code asks about the rewritten input: it is sent
+        ("ask", "codex", "deny"),  # Codex hooks cannot ask
+        ("defer", "claude", "defer"),  # Claude Code ignores a rewrite beside defer
+        ("deny", "claude", "deny"),
+        ("deny", "codex", "deny"),
+    ],
+)
+def test_a_rewrite_beside_ask_defer_or_deny_keeps_that_decision(
+    project: Path, relay_home: Path, decision: str, dialect: str, expected: str
+) -> None:
+    write(
+        relay_home / "settings.json",
+        {"hooks": hooks("BeforeTool", answer(REWRITE), answer({"decision": decision}))},
+    )
+    specific = tool_answer(project, dialect)["hookSpecificOutput"]
+    assert specific["permissionDecision"] == expected
+    assert specific.get("updatedInput") == (SAFE if expected == "ask" else None)

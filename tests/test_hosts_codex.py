@@ -173,6 +173,23 @@ def test_a_rewritten_command_is_the_one_codex_runs(codex: Codex) -> None:
     assert [item["command"] for item in run.commands] == ["/bin/bash -lc 'echo REWRITTEN'"]
 
 
+def test_a_hooks_allow_keeps_its_context_though_codex_has_no_allow_without_a_rewrite(
+    codex: Codex,
+) -> None:
+    """Codex refuses a bare permissionDecision allow, and with it the whole answer: relay
+    leaves it out (spec/hosts.md §5), so the rest of the answer reaches the model."""
+    allow = codex.script(
+        "allow.sh", 'cat >/dev/null; echo \'{"decision": "allow", "inject": "ALLOW-CONTEXT"}\'\n'
+    )
+    codex.settings(
+        {"PreToolUse": [{"matcher": "Bash", "hooks": [{"name": "allow", "command": allow}]}]}
+    )
+    codex.install("--trust")
+    run = codex.run("say it", shell("echo allowed"))
+    assert "allowed" in run.function_outputs()["call_1_0"], run.describe()
+    assert "ALLOW-CONTEXT" in json.dumps([request.json for request in run.main_requests])
+
+
 def test_ask_is_a_deny_that_says_why_not_a_silent_allow(codex: Codex) -> None:
     asker = codex.script(
         "ask.sh", 'cat >/dev/null; echo \'{"decision": "ask", "reason": "ASK-ME"}\'\n'

@@ -64,6 +64,9 @@ HOST = Host(
         }
     ),
     permission_events=frozenset({"PreToolUse"}),
+    # An allow skips Claude Code's permission prompt and rules: for a hook's allow only. A
+    # rewrite alone (`updatedInput`, no decision) is applied and then checked by them.
+    allow_means="approve",
     behavior_events=frozenset({"PermissionRequest"}),
     block_events=frozenset(
         {"UserPromptSubmit", "PostToolUse", "PostToolUseFailure", "Stop", "SubagentStop"}

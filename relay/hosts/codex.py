@@ -57,7 +57,9 @@ HOST = Host(
     behavior_events=frozenset({"PermissionRequest"}),
     block_events=frozenset({"UserPromptSubmit", "PostToolUse", "Stop", "SubagentStop"}),
     permission_values=frozenset({"allow", "deny"}),
-    rewrite_needs_allow=True,
+    # permissionDecision allow only makes Codex apply updatedInput (refused without one);
+    # its approval policy and sandbox still judge the rewritten command.
+    allow_means="rewrite",
     entry_timeouts={"SessionEnd": 3},
     accepted=ACCEPTED,
     gate_events=frozenset({"PreToolUse", "PermissionRequest", "UserPromptSubmit"}),

@@ -46,5 +46,7 @@ HOST = Host(
     # `ask` is read on BeforeTool only; elsewhere, and `defer` everywhere, an unknown
     # decision is an allow to Gemini CLI (see relay.hosts.model._gemini_decision).
     permission_values=frozenset({"allow", "deny"}),
+    # A hook's allow skips nothing: the policy engine judges the (rewritten) call.
+    allow_means="nothing",
     decision_style="gemini",
 )

@@ -16,6 +16,7 @@ from relay.protocol.dialects import Dialect, wire_name
 from relay.protocol.output import AggregatedResult
 
 DecisionStyle = Literal["claude", "gemini"]
+AllowMeaning = Literal["approve", "rewrite", "nothing"]
 
 _RELAY_SPECIFIC = frozenset(
     {"tool_input", "llm_request", "llm_response", "toolConfig", "clearContext", "body"}
@@ -57,9 +58,17 @@ class Host(msgspec.Struct, frozen=True, kw_only=True):
     permission_values: frozenset[str] = frozenset({"allow", "deny", "ask", "defer"})
     """The `permissionDecision` values it accepts; `defer` where it has none becomes `ask`
     (the host's own approval flow decides, never a silent allow)."""
-    rewrite_needs_allow: bool = False
-    """Whether a rewritten tool input (`updatedInput`) is applied only with an explicit
-    `permissionDecision: "allow"` (Codex: otherwise the rewrite is ignored)."""
+    allow_means: AllowMeaning = "approve"
+    """What a hook's allow does in the host, and so what a rewrite costs there. `approve`
+    (Claude Code's `permissionDecision: "allow"`): the call runs without the host's own
+    permission prompt and rules, so relay renders allow for a hook's explicit allow only,
+    and a rewrite alone as `updatedInput` with no decision (the host applies it, then its
+    rules judge the rewritten input). `rewrite` (Codex's `permissionDecision: "allow"`):
+    it grants nothing, it is what makes the host apply `updatedInput` (its approval policy
+    and sandbox still judge the rewritten command) and a bare one is refused with the whole
+    answer, so a rewrite carries allow and an allow without one is left out. `nothing`
+    (Gemini CLI's `decision: "allow"`): the policy engine judges every call, rewritten or
+    not; a hook's allow approves nothing."""
     accepted: dict[str, tuple[frozenset[str], frozenset[str]]] | None = None
     """Per event, the top-level and `hookSpecificOutput` fields it accepts, for a host that
     rejects a whole answer over one unknown field (Codex); None: it ignores unknown ones."""
@@ -134,18 +143,14 @@ def _render_claude(host: Host, result: AggregatedResult) -> HostAnswer:
     merged = dict(result.hookSpecificOutput or {})
     hook_decision = merged.pop("decision", None)
     if event in host.permission_events:
-        value, reason = _permission(host, decision, reason)
-        rewritten = "tool_input" in merged and value not in ("deny", "ask", "defer")
-        if rewritten and host.rewrite_needs_allow:
-            value = "allow"
-        if value in ("deny", "defer", "ask", "allow") and (
-            value != "allow" or rewritten or explicit_allow(result)
-        ):
+        mapped, reason = _permission(host, decision, reason)
+        value, rewrite = _permission_answer(host, mapped, result, merged.get("tool_input"))
+        if value is not None:
             specific["permissionDecision"] = value
             if reason:
                 specific["permissionDecisionReason"] = reason
-        if rewritten:
-            specific["updatedInput"] = merged["tool_input"]
+        if rewrite is not None:
+            specific["updatedInput"] = rewrite
     elif event in host.behavior_events:
         if decision == "deny" or explicit_allow(result):
             answer = dict(hook_decision) if isinstance(hook_decision, dict) else {}
@@ -169,6 +174,24 @@ def _render_claude(host: Host, result: AggregatedResult) -> HostAnswer:
     if len(specific) > 1:
         out["hookSpecificOutput"] = specific
     return HostAnswer(stdout=_accepted(host, event, out))
+
+
+def _permission_answer(
+    host: Host, decision: str, result: AggregatedResult, rewrite: dict[str, Any] | None
+) -> tuple[str | None, dict[str, Any] | None]:
+    """The `permissionDecision` (None: no opinion) and `updatedInput` (None: the input as
+    the model gave it) of a PreToolUse answer, given the decision in a value the host
+    accepts. A rewrite never approves: where allow approves, a rewrite goes without a
+    decision and the host's own rules judge the rewritten input."""
+    value: str | None = decision
+    if value == "allow" and not explicit_allow(result):
+        value = None  # no hook said allow: no opinion, whatever was rewritten
+    if value in ("deny", "defer"):
+        rewrite = None  # nothing runs now: Claude Code ignores a rewrite with these too
+    if host.allow_means == "rewrite" and value in (None, "allow"):
+        # There allow only carries a rewrite, and a bare allow has the whole answer refused.
+        value = "allow" if rewrite is not None else None
+    return value, rewrite
 
 
 def _permission(host: Host, decision: str, reason: str | None) -> tuple[str, str | None]:

@@ -321,8 +321,10 @@ def run_claude(
     timeout: float = 120,
     extra_args: Sequence[str] = (),
     final_text: str = "Done.",
+    allowed_tools: Sequence[str] = ("Bash", "Write", "Read", "Edit"),
 ) -> ClaudeRun:
-    """Run `claude -p` once in `project` against a fresh scripted server."""
+    """Run `claude -p` once in `project` against a fresh scripted server; the tools in
+    `allowed_tools` (permission rules: `Bash(echo:*)`) run without asking."""
     app = MessagesApp(script, final_text=final_text)
     if not (home / ".claude.json").exists():
         prepare_home(home, project)
@@ -337,10 +339,7 @@ def run_claude(
             "--debug",
             "hooks",
             "--allowedTools",
-            "Bash",
-            "Write",
-            "Read",
-            "Edit",
+            *allowed_tools,
             *extra_args,
         ]
         completed = subprocess.run(

@@ -394,8 +394,10 @@ def run_codex(
     model: str = DEFAULT_MODEL,
     extra_args: Sequence[str] = (),
     final_text: str = "Done.",
+    sandbox: str = "workspace-write",
 ) -> CodexRun:
-    """Run `codex exec --json` once in `project` against a fresh scripted server."""
+    """Run `codex exec --json` once in `project` against a fresh scripted server, its
+    commands in `sandbox` (read-only: a command that writes fails)."""
     app = ResponsesApp(script, final_text=final_text)
     with ModelServer(app) as server:
         write_provider_config(codex_home, server.url, model=model)
@@ -404,7 +406,7 @@ def run_codex(
             "exec",
             "--skip-git-repo-check",
             "-s",
-            "workspace-write",
+            sandbox,
             "--json",
             "--color",
             "never",

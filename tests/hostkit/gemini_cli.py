@@ -2,8 +2,8 @@
 
 Gemini CLI is pointed at a `ModelServer` with GOOGLE_GEMINI_BASE_URL and, through
 HTTPS_PROXY/HTTP_PROXY, at the same server for everything else (refused and listed). It
-runs as `gemini -p PROMPT --output-format stream-json --yolo` in a throwaway HOME whose
-~/.gemini/settings.json selects API-key auth and turns folder trust off.
+runs as `gemini -p PROMPT --output-format stream-json --approval-mode yolo` in a throwaway
+HOME whose ~/.gemini/settings.json selects API-key auth and turns folder trust off.
 
 The script is a list of model turns, one per main-conversation request (one that offers
 the model function declarations): a `str` is a text answer, a `FunctionCall` (see
@@ -227,8 +227,11 @@ def run_gemini(
     timeout: float = 120,
     extra_args: Sequence[str] = (),
     final_text: str = "Done.",
+    approval_mode: str = "yolo",
 ) -> GeminiRun:
-    """Run `gemini -p` once in `project` against a fresh scripted server."""
+    """Run `gemini -p` once in `project` against a fresh scripted server, in
+    `approval_mode` (yolo: every call approved; default: the policy engine decides, and
+    headless a call it would ask about is refused)."""
     app = GeminiApp(script, final_text=final_text)
     prepare_home(home)
     with ModelServer(app) as server:
@@ -238,7 +241,8 @@ def run_gemini(
             prompt,
             "--output-format",
             "stream-json",
-            "--yolo",
+            "--approval-mode",
+            approval_mode,
             *extra_args,
         ]
         completed = subprocess.run(
