@@ -445,6 +445,26 @@ def test_undecodable_message_is_dropped_and_reported(server: NatsServer) -> None
     assert store.bodies("bob") == ["fine"]
 
 
+def test_a_published_status_header_is_a_message_not_the_servers_word(
+    server: NatsServer,
+) -> None:
+    """An empty message with `Status: 404` published on the stream was taken for the
+    server's "no messages": each pull ended there, unacknowledged, to come back again."""
+    store = FakeStore()
+
+    async def go() -> None:
+        async with connect(server, "mallory", "b") as mallory:
+            await mallory.ensure_agent("bob")
+            subject = message_subject("b", "bob", "mallory")
+            await mallory.js.publish(subject, b"", headers={"Status": "404", "Description": "x"})
+            await mallory.publish(message("mallory", "bob", "fine", team="b"))
+            await receive_until(mallory, "bob", store, lambda: len(store.stored), 1)
+            assert any("not a relay message" in problem for problem in mallory.problems)
+
+    run(go)
+    assert store.bodies("bob") == ["fine"]
+
+
 # -- presence -----------------------------------------------------------------------------
 
 

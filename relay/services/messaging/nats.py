@@ -220,9 +220,12 @@ def agent_permissions(team: str, name: str) -> NatsPermissions:
     )
 
 
-def _status(msg: Msg) -> str | None:
-    """The status code of a JetStream control message, or None for a real message."""
-    if msg.headers is None or msg.data:
+def _status(msg: Msg, inbox: str) -> str | None:
+    """The status code of a JetStream control message, or None for a real message. Only
+    the server sends on a pull request's own inbox: a message delivered from the stream
+    comes with its own subject, and a Status header on it is its publisher's (a forged
+    "404" would end every pull and leave the message unacknowledged, again and again)."""
+    if msg.subject != inbox or msg.headers is None or msg.data:
         return None
     return msg.headers.get(js_api.Header.STATUS.value)
 
@@ -280,7 +283,7 @@ class _Puller:
         messages: list[Msg] = []
         while len(messages) < limit and not self.queue.empty():
             msg = self.queue.get_nowait()
-            status = _status(msg)
+            status = _status(msg, self.inbox)
             if status is None:
                 self.outstanding -= 1
                 messages.append(msg)
