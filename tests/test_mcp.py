@@ -16,7 +16,7 @@ import anyio
 import pytest
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
-from scripted_sessions import RELAY, agent, reads, run_session
+from scripted_sessions import RELAY, agent, finish, reads, run_session, wait_for
 
 BUILTIN_TOOLS = {
     "send_message",
@@ -264,3 +264,165 @@ def test_relay_mcp_has_help(argv: list[str]) -> None:
         [sys.executable, "-m", "relay", *argv], capture_output=True, text=True, check=False
     )
     assert done.returncode == 0 and "MCP" in done.stdout
+
+
+# -- who may speak as whom (issue 29) ------------------------------------------------------
+
+CLIENT = """
+import json, os, sys
+import anyio
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+async def main():
+    relay, result = sys.argv[1], sys.argv[2]
+    params = StdioServerParameters(command=relay, args=["mcp"], env=dict(os.environ))
+    with open(os.devnull, "w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                sent = await session.call_tool("send_message", {"to": "Bob", "body": "from inside"})
+    text = "".join(part.text for part in sent.content if hasattr(part, "text"))
+    with open(result, "w") as out:
+        json.dump({"error": bool(sent.is_error), "text": text}, out)
+
+anyio.run(main)
+"""
+"""An agent that starts `relay mcp` as its MCP server (as a host does, passing its own
+environment on) and sends one message through it."""
+
+
+def _agents(project: Path) -> dict[str, dict[str, Any]]:
+    listed = subprocess.run(
+        [RELAY, "agents", "--json"], cwd=project, capture_output=True, text=True, check=True
+    )
+    return {agent["name"]: agent for agent in json.loads(listed.stdout)}
+
+
+def _register_bob(project: Path, relay_home: Path) -> None:
+    async def main() -> None:
+        async with connect(project, relay_home, "--name", "Bob") as bob:
+            assert (await call(bob, "list_agents"))[0] is False
+
+    anyio.run(main)
+
+
+def _bobs_mail(project: Path) -> list[tuple[str, str]]:
+    inbox = subprocess.run(
+        [RELAY, "inbox", "Bob", "--all", "--json"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return [
+        (delivery["message"]["sender"], delivery["message"]["body"])
+        for delivery in json.loads(inbox.stdout)
+    ]
+
+
+def test_a_server_cannot_speak_as_a_live_agent_by_claiming_its_session(
+    project: Path, relay_home: Path, user_settings: Path
+) -> None:
+    """Issue 29: `RELAY_AGENT_NAME=Alice relay mcp` with a made-up session id (or with
+    Alice's real one, which other processes of the user can read) sent as Alice while she
+    was live. Only a server started inside her session may."""
+    _register_bob(project, relay_home)
+    alice = subprocess.Popen(
+        [RELAY, "run", "--headless", "--name", "Alice", "--", "sleep", "600"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        cwd=project,
+    )
+    try:
+        wait_for(lambda: _agents(project).get("Alice", {}).get("state") == "live", "Alice live")
+        real_session = _agents(project)["Alice"]["session_id"]
+
+        async def claim(session_id: str) -> list[tuple[bool, str]]:
+            env = {"RELAY_AGENT_NAME": "Alice", "RELAY_SESSION_ID": session_id}
+            async with connect(project, relay_home, env=env) as session:
+                return [
+                    await call(session, "send_message", to="Bob", body="I am Alice"),
+                    await call(session, "check_inbox"),
+                    await call(session, "deploy", target="prod", message="as Alice"),
+                ]
+
+        for session_id in ("made-up-session", real_session):
+            (sent_error, sent), (inbox_error, inbox), _ = anyio.run(claim, session_id)
+            assert sent_error and "belongs to a live agent" in sent, sent
+            assert inbox_error and "belongs to a live agent" in inbox, inbox
+        assert _bobs_mail(project) == []
+        # The hooks of its other tools are not told the name it could not take up either.
+        events = [json.loads(line) for line in user_settings.read_text().splitlines()]
+        assert [event["agent_name"] for event in events] == [None, None]
+        assert _agents(project)["Alice"]["session_id"] == real_session  # her presence stays
+    finally:
+        alice.terminate()
+        finish(alice)
+
+
+def test_a_server_inside_its_agents_session_speaks_as_that_agent(
+    project: Path, relay_home: Path, tmp_path: Path
+) -> None:
+    """The agent `relay run --name Alice` wraps starts `relay mcp` (a host's MCP server):
+    the server descends from Alice's relay process, so it acts for Alice."""
+    _register_bob(project, relay_home)
+    client, result = tmp_path / "client.py", tmp_path / "result.json"
+    client.write_text(CLIENT)
+    command = [sys.executable, str(client), RELAY, str(result)]
+    alice = subprocess.Popen(
+        [RELAY, "run", "--headless", "--name", "Alice", "--", *command],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        cwd=project,
+    )
+    code, err = finish(alice, timeout=120)
+    assert code == 0, err
+    sent = json.loads(result.read_text())
+    assert not sent["error"] and sent["text"].startswith("✓ Queued for Bob"), sent
+    assert _bobs_mail(project) == [("Alice", "from inside")]
+
+
+def test_arguments_over_their_limits_are_refused_before_any_hook_runs(
+    project: Path, relay_home: Path, user_settings: Path
+) -> None:
+    """Issue 29: a 20 MB target ran the handler with a 41 MB event, and logged it. Every
+    argument is capped as `relay send` and a directive cap it; the refusal names it."""
+    huge = "x" * 2_000_000
+
+    async def main() -> list[tuple[bool, str]]:
+        async with connect(project, relay_home, "--name", "Alice") as session:
+            return [
+                await call(session, "deploy", target=huge, message="now"),
+                await call(session, "deploy", target="two words", message="now"),
+                await call(session, "send_message", to=huge, body="hi"),
+                await call(session, "send_message", to="Bob", body="hi", thread=huge),
+                await call(session, "send_message", to="Bob", body="é" * 40_000),
+                await call(session, "memory_save", content="fact", tags=["t"] * 100),
+                await call(session, "memory_search", query=huge),
+                await call(session, "memory_forget", id=huge),
+            ]
+
+    answers = anyio.run(main)
+    assert all(error for error, _ in answers), answers
+    # The SDK puts "Error executing tool NAME: " before the refusal.
+    texts = [text.partition(": ")[2] for _, text in answers]
+    assert texts[0] == "`target` is 2,000,000 characters; at most 200"
+    assert "one word" in texts[1]
+    assert texts[2] == "`to` is 2,000,000 characters; at most 64"
+    assert texts[3] == "`thread` is 2,000,000 characters; at most 200"
+    assert "not sent: message body is 80000 bytes; the limit is 65536" in texts[4]
+    assert texts[5] == "`tags` has 100 entries; at most 64"
+    assert texts[6] == "`query` is 2,000,000 characters; at most 100,000"
+    assert texts[7] == "`id` is 2,000,000 characters; at most 200"
+    assert not user_settings.exists()  # the handler never ran
+    logged = subprocess.run(
+        [RELAY, "hooks", "log", "--all", "--json"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(logged.stdout) == []  # and nothing was logged

@@ -12,6 +12,7 @@ import click
 
 from relay.cli.options import cwd_option
 from relay.hosts import HOST_NAMES
+from relay.protocol.display import visible
 
 host_argument = click.argument("host_name", metavar="HOST", type=click.Choice(HOST_NAMES))
 scope_option = click.option(
@@ -94,7 +95,7 @@ def install(  # noqa: PLR0917 (click passes options positionally)
         if as_json:
             lines.append(line.strip())
         else:
-            click.echo(line, err=err)
+            click.echo(visible(line), err=err)
 
     chosen_host = host(host_name)
     start = cwd or Path.cwd()
@@ -186,7 +187,7 @@ def uninstall(host_name: str, user: bool, dry_run: bool, as_json: bool, cwd: Pat
         if as_json:
             lines.append(line.strip())
         else:
-            click.echo(line)
+            click.echo(visible(line))
 
     chosen_host = host(host_name)
     start = cwd or Path.cwd()
@@ -308,7 +309,7 @@ def _codex_forget(keys: list[str]) -> None:
     try:
         write_text(config, untrusted_text(text, keys, file=str(config)))
     except CodexError as exc:
-        click.echo(f"  left Codex's trust entries as they are: {exc}", err=True)
+        click.echo(visible(f"  left Codex's trust entries as they are: {exc}"), err=True)
 
 
 def _codex_executable() -> str | None:
@@ -350,6 +351,7 @@ def doctor(no_measure: bool, as_json: bool, cwd: Path | None) -> None:
             "fail": click.style("FAIL", fg="red", bold=True),
         }
         for finding in findings:
-            click.echo(f"{marks[finding.level]}  {finding.topic:8}  {finding.text}")
+            text = visible(f"{finding.topic:8}  {finding.text}")  # it quotes settings
+            click.echo(f"{marks[finding.level]}  {text}")
     if any(finding.level == "fail" for finding in findings):
         raise SystemExit(1)

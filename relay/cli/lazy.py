@@ -40,12 +40,16 @@ class LazyGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         from relay.errors import RelayError
+        from relay.protocol.display import visible
 
         try:
             return super().invoke(ctx)
         except RelayError as exc:
             # Expected failures (bad input, bad settings): a clear message, no traceback.
-            click.echo(f"{click.style('relay: error:', fg='red', bold=True)} {exc}", err=True)
+            # Its message may quote a project's settings or a stored text: made visible.
+            click.echo(
+                f"{click.style('relay: error:', fg='red', bold=True)} {visible(str(exc))}", err=True
+            )
             ctx.exit(1)
         except KeyboardInterrupt:
             click.echo("relay: interrupted", err=True)

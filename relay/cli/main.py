@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         exc.show()
         return exc.exit_code
     except click.ClickException as exc:
-        exc.show()
+        _error(f"Error: {exc.format_message()}")
         return exc.exit_code
     except (KeyboardInterrupt, click.exceptions.Abort):
         click.echo("relay: interrupted", err=True)
@@ -70,13 +70,11 @@ def main(argv: list[str] | None = None) -> int:
 
         request = exit_request(group)  # e.g. SIGTERM's SystemExit raised inside a task
         if request is None:
-            click.echo(f"relay: internal error: {group!r} (please report this)", err=True)
+            _error(f"relay: internal error: {group!r} (please report this)")
             return 3
         return request.code if isinstance(request.code, int) else 1
     except Exception as exc:
-        click.echo(
-            f"relay: internal error: {type(exc).__name__}: {exc} (please report this)", err=True
-        )
+        _error(f"relay: internal error: {type(exc).__name__}: {exc} (please report this)")
         return 3
     return result if isinstance(result, int) else 0
 
@@ -88,6 +86,13 @@ def run() -> None:
 
 if __name__ == "__main__":
     run()
+
+
+def _error(text: str) -> None:
+    """An error on stderr; it may quote an argument, a setting or a stored text."""
+    from relay.protocol.display import visible
+
+    click.echo(visible(text), err=True)
 
 
 def _as_relays(exc: click.UsageError) -> click.UsageError:

@@ -26,6 +26,7 @@ def mcp(*, name: str | None, cwd: Path | None, settings_files: tuple[Path, ...])
     from relay.engine.system import HookSystem
     from relay.mcp.channel import Channel
     from relay.mcp.server import build_server
+    from relay.protocol.display import visible
 
     hooks = HookSystem(cwd=cwd, settings=settings_files)
     channel = Channel(hooks, name=name)
@@ -35,7 +36,7 @@ def mcp(*, name: str | None, cwd: Path | None, settings_files: tuple[Path, ...])
         await channel.start()
         await channel.sync_team_memory()
         for notice in channel.notices:  # stdout is the MCP stream: the user reads stderr
-            click.echo(f"relay: {notice}", err=True)
+            click.echo(visible(f"relay: {notice}"), err=True)
         messenger = channel.messenger
         if not messenger.uses_nats:
             await server.run_stdio_async()

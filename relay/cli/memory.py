@@ -117,7 +117,7 @@ def save(
             extra |= {"shared": saved.shared, "problem": saved.problem}
         _print_json({**msgspec.to_builtins(saved.memory), **extra})
     else:
-        click.echo(saved_answer(saved))
+        click.echo(visible(saved_answer(saved)))  # a team's problem may quote a server
 
 
 @memory.command("search")
@@ -152,12 +152,12 @@ def search(
     hits = service.search(" ".join(query), project=project, limit=limit, explain=explain)
     notice = getattr(service, "semantic_notice", None)
     if notice:
-        click.echo(f"relay: note: {notice}", err=True)
+        click.echo(visible(f"relay: note: {notice}"), err=True)
     if as_json:
         _print_json(hits)
         return
     if not hits:
-        click.echo(f"No memory matches “{' '.join(query)}”.")
+        click.echo(visible(f"No memory matches “{' '.join(query)}”."))
     for hit in hits:
         _print_memory(hit.memory, extra=f"  (score {hit.score:.2f})")
         if explain:
@@ -237,9 +237,9 @@ def forget(
         click.echo(json.dumps(answer))
         ctx.exit(0 if forgotten else 1)
     if forgotten:
-        click.echo(forget_answer(result, memory_id))
+        click.echo(visible(forget_answer(result, memory_id)))
     else:
-        click.echo(f"No memory with id {memory_id}.", err=True)
+        click.echo(visible(f"No memory with id {memory_id}."), err=True)
         ctx.exit(1)
 
 

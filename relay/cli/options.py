@@ -38,5 +38,8 @@ class UsageError(click.UsageError):
 
     def show(self, file: Any = None) -> None:
         command = self.ctx.command_path if self.ctx is not None else "relay"
+        from relay.protocol.display import visible
+
         prefix = click.style("relay: error:", fg="red", bold=True)
-        click.echo(f"{prefix} {self.format_message()} ({command} --help)", err=True, file=file)
+        message = visible(f"{self.format_message()} ({command} --help)")  # it quotes arguments
+        click.echo(f"{prefix} {message}", err=True, file=file)

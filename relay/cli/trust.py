@@ -44,10 +44,11 @@ def trust(yes: bool, revoke: bool, all_files: bool, as_json: bool, cwd: Path | N
     import msgspec
 
     from relay.config.paths import NO_PROJECT
-    from relay.config.review import changes, visible
+    from relay.config.review import changes
     from relay.config.trust import TrustGrant, TrustStore, assess, hook_key, hook_slot
     from relay.engine.system import HookSystem
     from relay.errors import RelayError
+    from relay.protocol.display import visible
 
     def say(line: str) -> None:
         if not as_json:
@@ -104,14 +105,14 @@ def trust(yes: bool, revoke: bool, all_files: bool, as_json: bool, cwd: Path | N
             "changed": None,
         }
         report.append(reviewed)
-        matcher = f" [{visible(hook.matcher.text)}]" if hook.matcher.text else ""
+        matcher = f" [{visible(hook.matcher.text, one_line=True)}]" if hook.matcher.text else ""
         colour = {"trusted": "green", "NOT TRUSTED": "yellow"}.get(state, "red")
         say(
-            f"{click.style(f'{state:12}', fg=colour, bold=True)} {hook.event}{matcher}  {visible(hook.name)}"
+            f"{click.style(f'{state:12}', fg=colour, bold=True)} {hook.event}{matcher}  {visible(hook.name, one_line=True)}"
         )
-        say(f"{INDENT}command: {visible(hook.command)}   ({hook.file})")
+        say(f"{INDENT}command: {visible(hook.command, one_line=True)}   ({hook.file})")
         if assessed.refusal is not None:
-            say(f"{INDENT}why: {visible(assessed.refusal)}")
+            say(f"{INDENT}why: {visible(assessed.refusal, one_line=True)}")
             refused.append(hook.name)
             continue
         for line in _fingerprinted(assessed, all_files):
@@ -160,24 +161,27 @@ def trust(yes: bool, revoke: bool, all_files: bool, as_json: bool, cwd: Path | N
         answer = {"root": str(root), "hooks": report, "trusted_now": granted}
         click.echo(msgspec.json.encode(answer, enc_hook=str))
     if refused:
-        names = ", ".join(visible(name) for name in refused)
+        names = ", ".join(visible(name, one_line=True) for name in refused)
         raise RelayError(f"{len(refused)} hook(s) cannot be trusted (see why above): {names}")
 
 
 def _fingerprinted(assessed: HookFingerprint, all_files: bool) -> list[str]:
     """Lines that list the files a hook's fingerprint covers, and why the whole tree."""
-    from relay.config.review import visible
+    from relay.protocol.display import visible
 
     lines: list[str] = []
     if assessed.tree:
-        reasons = "; ".join(visible(reason) for reason in assessed.tree)
+        reasons = "; ".join(visible(reason, one_line=True) for reason in assessed.tree)
         lines.append(f"reaches the whole project (fingerprints every file) through: {reasons}")
     count = len(assessed.files)
     lines.append(f"fingerprints {count} file(s)" + (":" if count else ""))
     names = list(assessed.files) if all_files else list(assessed.files)[:FILES_SHOWN]
     for name in names:
         note = assessed.files[name].note
-        lines.append(f"  {visible(name)}" + (f"  ({visible(note)})" if note else ""))
+        lines.append(
+            f"  {visible(name, one_line=True)}"
+            + (f"  ({visible(note, one_line=True)})" if note else "")
+        )
     if len(names) < count:
         lines.append(f"  … and {count - len(names)} more (--all-files lists them)")
     return lines
@@ -186,7 +190,7 @@ def _fingerprinted(assessed: HookFingerprint, all_files: bool) -> list[str]:
 def _contents(assessed: HookFingerprint, all_files: bool) -> list[str]:
     """The text of the files a hook runs (the first CONTENT_FILES, at most CONTENT_LINES
     lines each, control characters made visible); binary files are named only."""
-    from relay.config.review import visible
+    from relay.protocol.display import visible
 
     if assessed.tree:
         return []  # the whole project: listed above, too much to show
@@ -195,9 +199,9 @@ def _contents(assessed: HookFingerprint, all_files: bool) -> list[str]:
     shown = names if all_files else names[:CONTENT_FILES]
     for name in shown:
         text = assessed.contents[name].decode("utf-8", "replace").splitlines()
-        lines.append(f"--- {visible(name)} ({len(text)} line(s)):")
+        lines.append(f"--- {visible(name, one_line=True)} ({len(text)} line(s)):")
         limit = len(text) if all_files else CONTENT_LINES
-        lines.extend(f"  {visible(line)}" for line in text[:limit])
+        lines.extend(f"  {visible(line, one_line=True)}" for line in text[:limit])
         if len(text) > limit:
             lines.append(f"  … {len(text) - limit} more line(s) (--all-files shows them all)")
     if len(shown) < len(names):

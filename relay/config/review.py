@@ -13,7 +13,7 @@ import difflib
 from collections.abc import Callable
 
 from relay.config.trust import FileState, HookFingerprint, TrustManifest
-from relay.protocol.display import visible as shown
+from relay.protocol.display import visible
 
 MAX_DIFF_LINES_PER_FILE = 120
 """Lines of unified diff shown for one changed file; the rest is counted, not shown."""
@@ -31,7 +31,7 @@ def changes(
     `copy_of(sha256)` gives the kept copy of a trusted text file."""
     lines: list[str] = []
     if previous.command != command:
-        lines += [f"command was: {visible(previous.command)}"]
+        lines += [f"command was: {visible(previous.command, one_line=True)}"]
     if list(previous.tree) != list(current.tree):
         lines += [
             f"the whole tree: was {'yes' if previous.tree else 'no'}, now "
@@ -42,11 +42,11 @@ def changes(
     for name in sorted(before.keys() | after.keys()):
         old, new = before.get(name), after.get(name)
         if old is None:
-            lines.append(f"added    {visible(name)}")
+            lines.append(f"added    {visible(name, one_line=True)}")
         elif new is None:
-            lines.append(f"removed  {visible(name)}")
+            lines.append(f"removed  {visible(name, one_line=True)}")
         elif old.value != new.value:
-            lines.append(f"changed  {visible(name)}")
+            lines.append(f"changed  {visible(name, one_line=True)}")
             kept = copy_of(old.sha256) if old.text else None
             lines += _file_diff(name, (old, kept), (new, current.contents.get(name)), budget)
     return lines
@@ -74,7 +74,7 @@ def _file_diff(
     )
     shown = min(len(diff), MAX_DIFF_LINES_PER_FILE, budget[0])
     budget[0] -= shown
-    lines = [f"  {visible(line)}" for line in diff[:shown]]
+    lines = [f"  {visible(line, one_line=True)}" for line in diff[:shown]]
     if shown < len(diff):
         lines.append(f"  … {len(diff) - shown} more line(s) of diff not shown")
     return lines
@@ -82,15 +82,9 @@ def _file_diff(
 
 def _why_no_diff(old: FileState, new: FileState, kept: bytes | None) -> str:
     if not old.sha256 or not new.sha256:
-        return f"was: {visible(old.value)}; now: {visible(new.value)}"
+        return f"was: {visible(old.value, one_line=True)}; now: {visible(new.value, one_line=True)}"
     if not (old.text and new.text):
         return f"binary or over the copy limit: {old.size:,} bytes -> {new.size:,} bytes"
     if kept is None:
         return "no copy of the trusted version was kept"
     return "not readable now"
-
-
-def visible(text: str) -> str:
-    """`text` safe to print as one line of a review: control and format characters
-    shown (see relay.protocol.display), line breaks too."""
-    return shown(text, keep_newlines=False)

@@ -29,3 +29,31 @@ def process_alive(pid: int | None, started_ticks: int | None) -> bool:
         pass  # alive, owned by someone else
     ticks = process_start_ticks(pid)
     return started_ticks is None or ticks is None or ticks == started_ticks
+
+
+def descends_from(pid: int, started_ticks: int | None, *, child: int | None = None) -> bool:
+    """Whether `child` (default: this process) is a descendant of the process `pid` that
+    started at `started_ticks` (None: the pid alone decides): its chain of parents, read
+    from /proc, reaches it. A process cannot choose its parents, so this proves that it was
+    started inside that process's tree, as a claim in the environment cannot."""
+    current = os.getpid() if child is None else child
+    for _ in range(_MAX_DEPTH):
+        parent = _parent(current)
+        if parent is None or parent <= 0:
+            return False
+        if parent == pid:
+            return started_ticks is None or process_start_ticks(pid) == started_ticks
+        current = parent
+    return False
+
+
+_MAX_DEPTH = 256
+"""Parents followed at most (a process tree is never this deep)."""
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return int(stat.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None

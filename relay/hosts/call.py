@@ -36,6 +36,7 @@ from relay.hosts.channel import host_turn
 from relay.hosts.model import Host
 from relay.protocol.codec import EventEnvelope, EventError, decode_event
 from relay.protocol.dialects import UnknownEventError
+from relay.protocol.display import visible
 from relay.protocol.output import AggregatedResult
 from relay.server.client import Call, Reply
 
@@ -286,8 +287,10 @@ def _render(
 
 
 def _warnings(system: HookSystem, result: AggregatedResult, envelope: EventEnvelope) -> list[str]:
-    lines = system.warnings(untrusted=_untrusted(system, result, envelope))
-    return lines
+    """The warnings for the user's stderr: they name a project's hooks, made visible."""
+    return [
+        visible(line) for line in system.warnings(untrusted=_untrusted(system, result, envelope))
+    ]
 
 
 def _untrusted(system: HookSystem, result: AggregatedResult, envelope: EventEnvelope) -> list[str]:

@@ -28,7 +28,12 @@ from relay.services.memory.namespace import BUILTIN_NAME as MEMORY_BUILTIN
 from relay.services.memory.namespace import MemoryDirectives
 from relay.services.memory.sharing import TeamMemoryError, TeamSharing, team_sharing
 from relay.services.messaging.messenger import Messenger, messaging_config
-from relay.services.messaging.model import MessagingError, NameTakenError, check_name
+from relay.services.messaging.model import (
+    MessagingError,
+    NameTakenError,
+    check_name,
+    new_message,
+)
 from relay.services.messaging.namespace import BUILTIN_NAME as RELAY_BUILTIN
 from relay.services.messaging.namespace import MessagingDirectives, delivery_text
 
@@ -37,10 +42,47 @@ INBOX_LIMIT = 20
 ACK_EVIDENCE = "returned by relay mcp check_inbox"
 MAX_TEXT = 100_000
 """Longest text a tool takes (a message body, a memory): a bigger one is refused."""
+MAX_WORD = 200
+"""Longest one-word argument (a namespace tool's target, a memory id): as a thread id."""
+MAX_TAGS = 64
+"""Tags one memory_save takes at most (as a team memory keeps), each at most MAX_NAME."""
+MAX_NAME = 64
+"""Longest agent name (`relay send`'s check: 1 to 64 characters)."""
+ARGUMENT_LIMITS: dict[str, int] = {
+    "to": MAX_NAME,
+    "thread": MAX_WORD,
+    "target": MAX_WORD,
+    "id": MAX_WORD,
+    "body": MAX_TEXT,
+    "message": MAX_TEXT,
+    "content": MAX_TEXT,
+    "query": MAX_TEXT,
+}
+"""The characters each tool argument may have: checked before any hook runs or any event
+is logged (the mailbox's own checks then apply to a message, as for `relay send`)."""
 
 
 class ChannelError(Exception):
     """A call the channel refuses, with the reason the agent reads."""
+
+
+def check_arguments(arguments: Mapping[str, object]) -> None:
+    """Refuse (ChannelError) a tool argument over its limit (ARGUMENT_LIMITS), a target
+    that is not one word (a directive's target never is), or more or longer tags than a
+    memory keeps; the refusal names the argument and its size, never repeats it."""
+    for name, value in arguments.items():
+        if isinstance(value, str):
+            limit = ARGUMENT_LIMITS[name]
+            if len(value) > limit:
+                raise ChannelError(f"`{name}` is {len(value):,} characters; at most {limit:,}")
+            if name == "target" and any(char.isspace() for char in value):
+                raise ChannelError("`target` is one word, as in @NAMESPACE:TARGET: no spaces")
+        elif isinstance(value, list):  # tags
+            if len(value) > MAX_TAGS:
+                raise ChannelError(f"`{name}` has {len(value):,} entries; at most {MAX_TAGS}")
+            for entry in value:
+                if not isinstance(entry, str) or len(entry) > MAX_NAME:
+                    raise ChannelError(f"each of `{name}` is text of at most {MAX_NAME} characters")
 
 
 class Channel:
@@ -60,7 +102,8 @@ class Channel:
         chosen = name or env.get("RELAY_AGENT_NAME") or None
         self.name = check_name(chosen) if chosen else None
         self.in_session = bool(env.get("RELAY_SESSION_ID"))
-        """Started by an agent under `relay run`, which keeps the agent's presence."""
+        """Started by an agent under `relay run`, which keeps the agent's presence: as the
+        environment claims it, until `start` proves it or takes it back."""
         self.session_id = session_id or env.get("RELAY_SESSION_ID") or uuid.uuid4().hex
         self._identity_problem: str | None = None
         # The project's team unless messaging.team is set: the same as `relay run`'s there.
@@ -125,11 +168,21 @@ class Channel:
             )
 
     async def start(self) -> None:
-        """Outside a `relay run` session, the named agent is registered with the team for
-        as long as this server runs (others can write to it; its presence is this process)."""
-        if self.name is None or self.in_session:
+        """Take up the named agent's identity, for `relay mcp`. Inside that agent's own
+        `relay run` session (proved: see `_proven_session`), the session keeps its presence
+        and this server acts for it. Otherwise the name is registered with the team for as
+        long as this server runs (others can write to it; its presence is this process),
+        under a session id of its own; a name a live agent holds is refused."""
+        if self.name is None:
             return
         mailbox, team = self.messenger.mailbox, self.messenger.team
+        if self.in_session:
+            if await anyio.to_thread.run_sync(self._proven_session):
+                return
+            # $RELAY_SESSION_ID is a claim anyone can make (or read from another
+            # process): not that session's, this server speaks for itself.
+            self.in_session = False
+            self.session_id = uuid.uuid4().hex
         try:
             await anyio.to_thread.run_sync(
                 lambda: mailbox.register_agent(
@@ -143,6 +196,31 @@ class Channel:
             )
         except MessagingError as exc:
             self._identity_problem = f"the mailbox is unavailable: {exc.message}"
+
+    def _proven_session(self) -> bool:
+        """Whether this process runs inside the `relay run` session that holds the name:
+        the team's live agent of that name has this session id, lives on this machine, and
+        its relay process (pid and start time, as it registered) is one of this process's
+        ancestors. A session id alone proves nothing: it is in the agent's environment,
+        which other processes of the user can read."""
+        from relay.engine.processes import descends_from
+
+        mailbox, team = self.messenger.mailbox, self.messenger.team
+        try:
+            agents = mailbox.agents(team)
+        except MessagingError:
+            return False
+        for agent in agents:
+            if agent.name == self.name:
+                return (
+                    agent.kind == "agent"
+                    and agent.state != "offline"
+                    and agent.session_id == self.session_id
+                    and agent.host == mailbox.host
+                    and agent.pid is not None
+                    and descends_from(agent.pid, agent.started_ticks)
+                )
+        return False
 
     async def enroll(self) -> None:
         """Make the named agent known to its team, so others can write to it, without a
@@ -205,10 +283,12 @@ class Channel:
         return self.name
 
     def _payload(self, **fields: object) -> dict[str, object]:
+        # A name this server could not take up is not the caller's: hooks never see it.
+        name = self.name if self._identity_problem is None else None
         return {
             "session_id": self.session_id,
             "cwd": str(self.hooks.cwd or Path.cwd()),
-            "agent_name": self.name,
+            "agent_name": name,
             **fields,
         }
 
@@ -245,7 +325,16 @@ class Channel:
         return _answer(result, namespace)
 
     async def send_message(self, to: str, body: str, thread: str | None = None) -> str:
-        self._agent("send a message in its name")
+        """Send as the agent: the arguments checked as `relay send` checks them (names,
+        body, thread) before any hook runs."""
+        name = self._agent("send a message in its name")
+        check_arguments({"to": to, "body": body, "thread": thread})
+        try:
+            new_message(
+                team=self.messenger.team, sender=name, recipient=to, body=body, thread=thread
+            )
+        except MessagingError as exc:
+            raise ChannelError(f"not sent: {exc.message}") from None
         text = f"[thread:{thread}] {body}" if thread else body
         return await self.directive("relay", to, text)
 

@@ -9,13 +9,13 @@ host clients never pay for it.
 from __future__ import annotations
 
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-from relay.mcp.channel import Channel, ChannelError
+from relay.mcp.channel import Channel, ChannelError, check_arguments
 from relay.services.memory.namespace import GLOBAL_FLAG
 from relay.version import VERSION
 
@@ -44,7 +44,7 @@ def build_server(channel: Channel) -> MCPServer:
     async def send_message(to: str, body: str, thread: str | None = None) -> str:
         """Send a message to another agent of your team by name, or to "*" for everyone.
         An optional thread id groups a conversation."""
-        return await _call(channel.send_message, to, body, thread)
+        return await _call(channel.send_message, to, body, thread)  # checked there
 
     async def check_inbox() -> str:
         """The messages waiting for you, oldest first; each is returned once."""
@@ -57,12 +57,13 @@ def build_server(channel: Channel) -> MCPServer:
     async def memory_save(content: str, tags: list[str] | None = None) -> str:
         """Save a fact for later sessions of this project. Tags may also be written as
         #words in the content."""
-        text = " ".join([content.strip(), *(f"#{tag.lstrip('#')}" for tag in tags or ())])
-        return await _call(channel.directive, "memory", "save", text)
+        check = {"content": content, "tags": tags}
+        text = " ".join([content.strip(), *(f"#{str(tag).lstrip('#')}" for tag in tags or ())])
+        return await _call(channel.directive, "memory", "save", text, check=check)
 
     async def memory_search(query: str) -> str:
         """Saved facts of this project (and global ones) that match the query, best first."""
-        return await _call(channel.directive, "memory", "search", query)
+        return await _call(channel.directive, "memory", "search", query, check={"query": query})
 
     async def memory_list() -> str:
         """The newest saved facts of this project (and global ones)."""
@@ -72,7 +73,7 @@ def build_server(channel: Channel) -> MCPServer:
         """Forget the saved fact of this project with this id (as memory_list shows it).
         A global fact, shown in every project, is forgotten only with everywhere=true."""
         text = f"{id} {GLOBAL_FLAG}" if everywhere else id
-        return await _call(channel.directive, "memory", "forget", text)
+        return await _call(channel.directive, "memory", "forget", text, check={"id": id})
 
     for tool in (
         send_message,
@@ -104,14 +105,19 @@ def build_server(channel: Channel) -> MCPServer:
 
 def _namespace_tool(channel: Channel, namespace: str) -> Callable[..., Awaitable[str]]:
     async def run(target: str, message: str = "") -> str:
-        return await _call(channel.directive, namespace, target, message)
+        check = {"target": target, "message": message}
+        return await _call(channel.directive, namespace, target, message, check=check)
 
     return run
 
 
-async def _call(function: Callable[..., Awaitable[str]], *args: Any) -> str:
-    """A channel call; its refusals reach the model as the tool's error text."""
+async def _call(
+    function: Callable[..., Awaitable[str]], *args: Any, check: Mapping[str, object] | None = None
+) -> str:
+    """A channel call, its arguments (`check`) within their limits first; its refusals
+    reach the model as the tool's error text."""
     try:
+        check_arguments(check or {})
         return await function(*args)
     except ChannelError as exc:
         raise ToolError(str(exc)) from exc

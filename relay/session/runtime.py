@@ -36,6 +36,7 @@ from relay.engine.processes import process_start_ticks
 from relay.engine.system import HookSystem
 from relay.engine.telemetry import debug, debug_enabled
 from relay.protocol.codec import utc_timestamp
+from relay.protocol.display import visible
 from relay.protocol.output import AggregatedResult
 from relay.services.memory.backends import memory_config, open_memory
 from relay.services.memory.model import MemoryService, MemoryStoreError
@@ -948,8 +949,9 @@ class Session:
         return bool(self.hooks.registry.for_event(event))
 
     def _tell_user(self, text: str) -> None:
-        # stderr, and \r\n: the user's terminal may be in raw mode.
-        sys.stderr.write("relay: " + text.replace("\n", "\r\n") + "\r\n")
+        # stderr, and \r\n: the user's terminal may be in raw mode. It may quote a hook's
+        # name or answer, a message: made visible (relay.protocol.display).
+        sys.stderr.write("relay: " + visible(text).replace("\n", "\r\n") + "\r\n")
         sys.stderr.flush()
         self._record("system", text)
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, cast
 import click
 
 from relay.cli.options import cwd_option, json_option
+from relay.protocol.display import json_visible, visible
 
 if TYPE_CHECKING:
     from relay.config.importing import ImportResult, ImportScope, ImportSource, MergeResult
@@ -70,9 +71,10 @@ def import_hooks(  # noqa: PLR0917 (click passes options positionally)
         click.echo(_json(imported, merged, agent, chosen))
         return
     sources_read = ", ".join(imported.files)
-    click.echo(f"converted {imported.hook_count} hook(s) from {sources_read}", err=True)
+    # A host's settings, maybe a project's: its hook names and commands made visible.
+    click.echo(visible(f"converted {imported.hook_count} hook(s) from {sources_read}"), err=True)
     for line in imported.report:
-        click.echo(f"  {line}", err=True)
+        click.echo(visible(f"  {line}"), err=True)
     if merged is None:
         _print_settings(imported)
         return
@@ -81,7 +83,7 @@ def import_hooks(  # noqa: PLR0917 (click passes options positionally)
     if any(result.added for result in merged) and chosen == "project":
         click.echo("project hooks run only once trusted: review and trust them with `relay trust`")
     if imported.hook_count:
-        click.echo(_originals_note(imported, agent, chosen))
+        click.echo(visible(_originals_note(imported, agent, chosen)))
 
 
 def _sources(
@@ -115,15 +117,18 @@ def _sources(
 
 def _print_settings(imported: ImportResult) -> None:
     """Without --write: each relay file's converted settings on stdout, announced on stderr
-    when there is more than one (a project's shared and personal files)."""
+    when there is more than one (a project's shared and personal files). The JSON is exact,
+    with the characters a terminal would act on written as JSON escapes."""
     if len(imported.parts) <= 1:
         if imported.parts:
-            click.echo(f"for {imported.parts[0].target} (--write adds them there)", err=True)
-        click.echo(imported.settings_text(), nl=False)
+            click.echo(
+                visible(f"for {imported.parts[0].target} (--write adds them there)"), err=True
+            )
+        click.echo(json_visible(imported.settings_text()), nl=False)
         return
     for part in imported.parts:
-        click.echo(f"for {part.target} (--write adds them there):", err=True)
-        click.echo(part.settings_text(), nl=False)
+        click.echo(visible(f"for {part.target} (--write adds them there):"), err=True)
+        click.echo(json_visible(part.settings_text()), nl=False)
 
 
 def _print_merge(result: MergeResult) -> None:
@@ -131,9 +136,9 @@ def _print_merge(result: MergeResult) -> None:
     added = f"{len(result.names)} hook(s) added"
     if result.names:
         added += f" ({', '.join(result.names)})"
-    click.echo(f"{verb} {result.file}: {added}, {result.present} already there")
+    click.echo(visible(f"{verb} {result.file}: {added}, {result.present} already there"))
     for line in result.report:
-        click.echo(f"  {line}", err=True)
+        click.echo(visible(f"  {line}"), err=True)
 
 
 def _originals_note(imported: ImportResult, agent: str, scope: ImportScope) -> str:

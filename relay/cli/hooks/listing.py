@@ -76,6 +76,7 @@ def list_hooks(
     from relay.engine.system import HookSystem
     from relay.errors import InputError
     from relay.protocol.dialects import UnknownEventError, canonical_name
+    from relay.protocol.display import visible
 
     canonical = None
     if event is not None:
@@ -87,7 +88,7 @@ def list_hooks(
     system.initialize()
     # Settings warnings only: untrusted hooks are listed as such, not skipped, here.
     for warning in system.settings.warnings:
-        click.echo(f"relay: warning: {warning}", err=True)
+        click.echo(visible(f"relay: warning: {warning}"), err=True)
     rows = hook_rows(system.registry, canonical)
     if as_json:
         click.echo(msgspec.json.format(msgspec.json.encode(rows), indent=2).decode())
@@ -102,17 +103,23 @@ def list_hooks(
 
 
 def table(rows: list[HookRow]) -> Iterable[str]:
-    """Aligned text lines: an event heading, then one line per hook, then a count."""
+    """Aligned text lines: an event heading, then one line per hook, then a count. Names,
+    matchers, commands and files come from settings a project wrote: made visible."""
+    from relay.protocol.display import visible
+
     header = ("NAME", "REGISTERED AS", "MATCHER", "SCOPE", "STATUS", "COMMAND", "SOURCE")
     cells = [
-        (
-            row.name,
-            row.event,
-            row.matcher or "*",
-            row.scope,
-            _status(row),
-            _shorten(row.command),
-            row.source,
+        tuple(
+            visible(cell, one_line=True)
+            for cell in (
+                row.name,
+                row.event,
+                row.matcher or "*",
+                row.scope,
+                _status(row),
+                _shorten(visible(row.command, one_line=True)),
+                row.source,
+            )
         )
         for row in rows
     ]
@@ -128,7 +135,7 @@ def table(rows: list[HookRow]) -> Iterable[str]:
             if current is not None:
                 yield ""
             current = row.canonical
-            yield row.canonical
+            yield visible(row.canonical)
             yield aligned(header)
         yield aligned(line)
     counts = [f"{len(rows)} hook{'s' if len(rows) != 1 else ''}"]

@@ -104,7 +104,7 @@ def replay(
     finally:
         system.close()
     for warning in system.warnings():
-        click.echo(f"relay: warning: {warning}", err=True)
+        click.echo(visible(f"relay: warning: {warning}"), err=True)
     if as_json:
         click.echo(_json(outcome))
         return

@@ -15,7 +15,7 @@ import click
 from relay.cli.options import UsageError, cwd_option, settings_option
 from relay.engine.trial import EXPECTATIONS
 from relay.errors import did_you_mean
-from relay.protocol.display import visible
+from relay.protocol.display import json_visible, visible
 
 SHOWN_LINES = 12
 SHOWN_CHARS = 1200
@@ -130,7 +130,7 @@ def test(
         click.echo(json.dumps(answer, ensure_ascii=False))
     else:
         for warning in system.warnings():
-            click.secho(f"relay: warning: {warning}", fg="yellow", err=True)
+            _say(f"relay: warning: {warning}", fg="yellow", err=True)
         _print_trial(trial, expect, ok)
     ctx.exit(0 if ok else 1)
 
@@ -173,71 +173,71 @@ def _as_json(trial: Any) -> dict[str, Any]:
 
 def _print_trial(trial: Any, expect: str | None, ok: bool) -> None:
     result = trial.result
-    click.secho(f"Event {result.hook_event_name}", bold=True)
-    click.echo(_indent(json.dumps(trial.event, indent=2, ensure_ascii=False)))
+    _say(f"Event {result.hook_event_name}", bold=True)
+    _say(_indent(json_visible(json.dumps(trial.event, indent=2, ensure_ascii=False))))
     if not trial.hooks:
-        click.secho("\nNo hook ran.", fg="yellow")
+        _say("\nNo hook ran.", fg="yellow")
     for tried in trial.hooks:
         _print_hook(tried)
     for skipped in trial.skipped:
-        click.secho(f"\n○ {skipped.name}", fg="bright_black", bold=True)
-        click.echo(f"  from {skipped.source} (registered under {skipped.registered_as})")
-        click.secho(f"  not run: {skipped.reason}", fg="bright_black")
-    click.secho("\nResult", bold=True)
+        _say(f"\n○ {skipped.name}", fg="bright_black", bold=True)
+        _say(f"  from {skipped.source} (registered under {skipped.registered_as})")
+        _say(f"  not run: {skipped.reason}", fg="bright_black")
+    _say("\nResult", bold=True)
     colour = {"allow": "green", "ask": "yellow", "deny": "red"}[result.decision]
     line = click.style(result.decision, fg=colour, bold=True)
     click.echo(f"  decision: {line}" + (f"  ({visible(result.reason)})" if result.reason else ""))
     if not result.continue_:
-        stop_reason = visible(result.stopReason or "no reason given")
-        click.secho(f"  continue: false ({stop_reason})", fg="red")
+        _say(f"  continue: false ({result.stopReason or 'no reason given'})", fg="red")
     for name in ("inject", "systemMessage", "stopped_by"):
         value = getattr(result, name)
         if value:
-            click.echo(f"  {name}: " + _indent(_shorten(str(value)), 4).lstrip())
+            _say(f"  {name}: " + _indent(_shorten(str(value)), 4).lstrip())
     if result.tool_input is not None:
-        click.echo(f"  tool_input: {json.dumps(result.tool_input, ensure_ascii=False)}")
+        tool_input = json.dumps(result.tool_input, ensure_ascii=False)
+        _say(f"  tool_input: {json_visible(tool_input)}")
     if result.suppressOutput:
-        click.echo("  suppressOutput: true")
+        _say("  suppressOutput: true")
     for error in result.errors:
-        click.secho(visible(f"  error from {error.hook}: {error.message}"), fg="red")
+        _say(f"  error from {error.hook}: {error.message}", fg="red")
     for warning in result.warnings:
-        click.secho(visible(f"  warning: {warning}"), fg="yellow")
+        _say(f"  warning: {warning}", fg="yellow")
     if expect:
         verdict = click.style(
             "holds" if ok else "does NOT hold", fg="green" if ok else "red", bold=True
         )
-        click.echo(f"\nexpected {expect}: {verdict}")
+        click.echo(f"\nexpected {visible(expect)}: {verdict}")
 
 
 def _print_hook(tried: Any) -> None:
     trace = tried.trace
     report = trace.report
     failed = report.error is not None
-    click.secho(
-        f"\n{'✗' if failed else '●'} {trace.name}", fg="red" if failed else "cyan", bold=True
-    )
-    click.echo(
-        f"  from {trace.source} (registered under {trace.registered_as}, {trace.dialect} dialect)"
-    )
-    click.echo(f"  matched: {trace.matched}")
+    _say(f"\n{'✗' if failed else '●'} {trace.name}", fg="red" if failed else "cyan", bold=True)
+    _say(f"  from {trace.source} (registered under {trace.registered_as}, {trace.dialect} dialect)")
+    _say(f"  matched: {trace.matched}")
     started = " ".join(trace.argv) if trace.mode != "shell" else trace.argv[-1]
-    click.echo(
-        f"  started: {trace.mode}: {started}" + (f"   [cwd {trace.cwd}]" if trace.cwd else "")
-    )
+    _say(f"  started: {trace.mode}: {started}" + (f"   [cwd {trace.cwd}]" if trace.cwd else ""))
     outcome = _exit_words(report)
-    click.echo(f"  {outcome} in {report.duration_ms:.1f} ms (timeout {trace.timeout:g}s)")
+    _say(f"  {outcome} in {report.duration_ms:.1f} ms (timeout {trace.timeout:g}s)")
     for label, text in (("stdin", trace.stdin), ("stdout", trace.stdout), ("stderr", trace.stderr)):
-        click.echo(
+        _say(
             f"  {label}:" + (" (empty)" if not text.strip() else "\n" + _indent(_shorten(text), 4))
         )
     if report.output is not None:
         import msgspec
 
-        click.echo(f"  answer: {msgspec.json.encode(report.output).decode()}")
+        _say(f"  answer: {json_visible(msgspec.json.encode(report.output).decode())}")
     if report.error:
-        click.secho(visible(f"  error: {report.error}"), fg="red")
+        _say(f"  error: {report.error}", fg="red")
     for warning in tried.warnings:
-        click.secho(f"  ⚠ {warning}", fg="yellow")
+        _say(f"  ⚠ {warning}", fg="yellow")
+
+
+def _say(text: str, *, err: bool = False, **style: Any) -> None:
+    """A line of the report: hooks' names, commands, output and answers are a project's or
+    a hook's text, made visible before relay's own colours go on."""
+    click.secho(visible(text), err=err, **style)
 
 
 def _exit_words(report: Any) -> str:

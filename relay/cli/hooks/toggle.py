@@ -18,41 +18,41 @@ def _toggle(
     import msgspec
 
     from relay.config.editing import ToggleScope, set_hook_disabled
+    from relay.protocol.display import visible
 
     result = set_hook_disabled(
         name, disabled, scope=cast(ToggleScope | None, scope), cwd=cwd, force=force
     )
     hint = f" (did you mean {result.suggestion!r}?)" if result.suggestion else ""
+
+    def say(text: str) -> None:  # the name is an argument, the files' names a project's
+        click.echo(visible(text), err=text.startswith("relay: "))
+
     if as_json:
         click.echo(msgspec.json.encode(result, enc_hook=str).decode())
     elif result.action == "unknown":
-        click.echo(
+        say(
             f"relay: error: no hook named {name!r} in the settings that apply here{hint}; "
-            f"nothing changed (relay hooks list shows the names; --force disables it anyway)",
-            err=True,
+            f"nothing changed (relay hooks list shows the names; --force disables it anyway)"
         )
     else:
         if not result.known:
-            click.echo(
-                f"relay: warning: no hook named {name!r} in the settings that apply here{hint}",
-                err=True,
-            )
+            say(f"relay: warning: no hook named {name!r} in the settings that apply here{hint}")
         messages = {
             "disabled": f"disabled {name} in {result.file}",
             "enabled": f"enabled {name} in {result.file}",
             "already-disabled": f"{name} is already disabled in {result.file}; nothing changed",
             "not-disabled": f"{name} is not disabled in {result.file}; nothing changed",
         }
-        click.echo(messages[result.action])
+        say(messages[result.action])
         if result.outside_project:
-            click.echo(
+            say(
                 f"relay: warning: {name} is a user or system hook, which project settings "
-                f"cannot turn off; it still runs. Use: relay hooks disable {name} --scope user",
-                err=True,
+                f"cannot turn off; it still runs. Use: relay hooks disable {name} --scope user"
             )
         for other in result.still_disabled_by:
             # hooksConfig.disabled is joined over every file: one entry anywhere keeps it off.
-            click.echo(f"relay: warning: {name} is still disabled in {other}", err=True)
+            say(f"relay: warning: {name} is still disabled in {other}")
     if result.action == "unknown":
         raise click.exceptions.Exit(1)
 

@@ -10,6 +10,7 @@ import msgspec
 
 from relay.cli.options import cwd_option, settings_option
 from relay.config.loader import render_path
+from relay.protocol.display import visible
 
 if TYPE_CHECKING:
     from relay.config.loader import SettingsReport
@@ -79,7 +80,7 @@ def validate(
         click.echo(msgspec.json.format(msgspec.json.encode(output), indent=2).decode())
     else:
         if not reports:
-            click.echo(f"no settings files apply in {start}")
+            click.echo(visible(f"no settings files apply in {start}"))
         for report in reports:
             _print_report(report)
         warnings = sum(len(report.warnings) for report in reports)
@@ -144,16 +145,17 @@ def _unrunnable_programs(report: SettingsReport, root: Path) -> list[ConfigWarni
 
 def _print_report(report: SettingsReport) -> None:
     if report.ok and not report.warnings:
-        click.echo(f"{report.file}: {click.style('ok', fg='green')} ({report.scope})")
+        click.echo(f"{visible(report.file)}: {click.style('ok', fg='green')} ({report.scope})")
         return
+    # A message may quote what the file says (a key, a matcher): made visible.
     for error in _in_file_order(report.errors):
-        where = _where(error.file, error.line, error.column)
+        where = visible(_where(error.file, error.line, error.column))
         label = click.style("error:", fg="red", bold=True)
-        click.echo(f"{where}: {label} {_with_path(error.path, error.message)}")
+        click.echo(f"{where}: {label} {visible(_with_path(error.path, error.message))}")
     for warning in sorted(report.warnings, key=lambda warning: warning.line or 0):
-        where = _where(warning.file, warning.line, None)
+        where = visible(_where(warning.file, warning.line, None))
         label = click.style("warning:", fg="yellow", bold=True)
-        click.echo(f"{where}: {label} {_with_path(warning.path, warning.message)}")
+        click.echo(f"{where}: {label} {visible(_with_path(warning.path, warning.message))}")
 
 
 def _file_result(report: SettingsReport) -> _FileResult:
