@@ -818,3 +818,32 @@ def test_hostile_sources_neither_crash_nor_hang(project: Path) -> None:
     found = reach(entry, project)
     assert "deep.py" in found.files and "Makefile" in found.files
     assert {item.place for item in found.unpinned} >= {"deep.py", "nested.py:2"}
+
+
+def test_make_includes_and_recursive_make(project: Path) -> None:
+    write(project / "Makefile", "include mk/common.mk\nall:\n\t$(MAKE) go\n")
+    write(project / "mk" / "common.mk", "go: $(DEP)\n\tsh run.sh\nother:\n\tsh never.sh\nDEP = d\n")
+    for name in ("run.sh", "never.sh", "d"):
+        write(project / name, "")
+    found = reach(HookEntry(command="make"), project)
+    assert found.files == ("Makefile", "d", "mk/common.mk", "run.sh")
+    write(project / "Makefile", "include mk/$(NAME).mk\nall:\n")
+    (item,) = reach(HookEntry(command="make"), project).unpinned
+    assert (item.place, item.what) == (
+        "Makefile",
+        "include mk/$(NAME).mk: a file relay cannot name",
+    )
+
+
+def test_npm_reads_the_files_that_make_it_load_code(project: Path) -> None:
+    write(project / "package.json", json.dumps({"scripts": {"t": "node js/t.js"}}))
+    write(project / ".npmrc", "node-options=--require ./js/pre.js\n")
+    write(project / "js" / "pre.js", "require('./more')\n")
+    write(project / "js" / "more.js", "")
+    write(project / "js" / "t.js", "")
+    write(project / "node_modules" / ".bin" / "tool", "#!/usr/bin/env node\nrequire('lodash')\n")
+    write(project / "node_modules" / "lodash" / "index.js", "")
+    found = reach(HookEntry(command="npm run t"), project).files
+    assert found == (".npmrc", "js/more.js", "js/pre.js", "js/t.js", "package.json")
+    found = reach(HookEntry(command="npx tool"), project).files
+    assert "node_modules/.bin/tool" in found and "node_modules/lodash/index.js" in found

@@ -804,6 +804,12 @@ class _CommandReader:
             for name in _MANIFESTS:  # one that appears later changes the fingerprint
                 reader.plan.globs.append((glob_escape(name), str(folder)))
             makefiles = [name for name in _MANIFESTS if _exists(folder / name)][:1]
+        builtins = {
+            **self.known,
+            **sources.MAKE_BUILTINS,
+            "CURDIR": str(folder),
+            "MAKECMDGOALS": " ".join(goals),
+        }
         makefile = sources.Makefile()
         pending = list(makefiles)
         seen: set[str] = set()
@@ -818,14 +824,20 @@ class _CommandReader:
             if text is None:
                 continue
             sources.read_makefile(text, makefile)
-            pending.extend(makefile.includes)
+            for include in makefile.includes:
+                expanded = sources.make_expand(include, {**builtins, **makefile.variables})
+                if "$" in expanded:
+                    where = self.state.inside(path) or name
+                    what = f"include {include}: a file relay cannot name"
+                    self.state.unpinned(where, what, self.state.inside(folder) or ".")
+                else:
+                    pending.append(expanded)
             makefile.includes.clear()
         for value in makefile.assignment_words:
             for word in value.split():
                 reader.path_word(word, code=False)  # SHELL = ./my-shell
-        variables = {**self.known, **overrides}
         commands, files, missing = sources.make_commands(
-            makefile, goals, {**variables, **makefile.variables, **overrides}
+            makefile, goals, {**builtins, **makefile.variables, **overrides}
         )
         for file in files:
             reader.path_word(file)

@@ -365,6 +365,16 @@ _MAKE_ASSIGNMENT = re.compile(
 _MAKE_RULE = re.compile(r"^([^:=#\t][^:=#]*?)\s*::?\s*(?![=])(.*)$")
 _MAKE_INCLUDE = re.compile(r"^-?(?:include|sinclude)\s+(.+)$")
 _MAKE_REFERENCE = re.compile(r"\$(?:\(([^()$]*)\)|\{([^{}$]*)\}|([^({$]))")
+MAKE_BUILTINS: Mapping[str, str] = {
+    "MAKE": "make",
+    "SHELL": "/bin/sh",
+    "CC": "cc",
+    "CXX": "g++",
+    "RM": "rm -f",
+    "MAKEFLAGS": "",
+    "MFLAGS": "",
+}
+"""Variables make sets itself, as it sets them (`$(MAKE) -C sub` is read as `make -C sub`)."""
 MAKE_DEPTH = 16
 """How deeply make variables that name variables, and targets that need targets, are read."""
 
@@ -443,7 +453,7 @@ def make_commands(
             missing.append(target)
             continue
         prerequisites, recipes = rule
-        expanded_prerequisites = _make_expand(" ".join(prerequisites), variables, {}).split()
+        expanded_prerequisites = make_expand(" ".join(prerequisites), variables, {}).split()
         automatic = {
             "@": target,
             "<": expanded_prerequisites[0] if expanded_prerequisites else "",
@@ -456,12 +466,14 @@ def make_commands(
             else:
                 files.append(prerequisite)
         for line in (line for recipe in recipes for line in recipe):
-            command = _make_expand(line.lstrip().lstrip("@-+"), variables, automatic)
+            command = make_expand(line.lstrip().lstrip("@-+"), variables, automatic)
             commands.append(command)
     return commands, files, missing
 
 
-def _make_expand(text: str, variables: Mapping[str, str], automatic: Mapping[str, str]) -> str:
+def make_expand(
+    text: str, variables: Mapping[str, str], automatic: Mapping[str, str] | None = None
+) -> str:
     """Expand make references that relay knows; leave the rest as `$(…)`."""
 
     def expand(value: str, depth: int) -> str:
@@ -471,7 +483,7 @@ def _make_expand(text: str, variables: Mapping[str, str], automatic: Mapping[str
             if single is not None:
                 if single == "$":
                     return "$"
-                if single in automatic:
+                if automatic and single in automatic:
                     return automatic[single]
                 return f"$({single})"
             if name is None:
