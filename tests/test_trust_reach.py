@@ -773,6 +773,7 @@ def test_a_dynamic_import_is_unpinned_until_reach_names_its_folder(project: Path
         ("python3 -c 'import a'", {}, ["a.py"], []),
         ("python3 -m pkg", {}, ["pkg/__init__.py", "pkg/__main__.py", "pkg/mod.py"], []),
         ("python3 -W ignore -c 'exec(\"import a\")'", {}, ["a.py"], []),
+        ("python3 -Bc 'import a'", {}, ["a.py"], []),
         ("python3 -c 'import b' ", {"PYTHONPATH": "lib"}, ["lib/b.py", "lib/c.py", "lib/x.so"], []),
         ("python3 -c '__import__(x)'", {}, [], ["the command:1"]),
         ("python3 broken.py", {}, ["broken.py"], ["broken.py:1"]),
@@ -827,6 +828,9 @@ def test_make_includes_and_recursive_make(project: Path) -> None:
         write(project / name, "")
     found = reach(HookEntry(command="make"), project)
     assert found.files == ("Makefile", "d", "mk/common.mk", "run.sh")
+    write(project / "sub" / "Makefile", "all:\n\tsh ../never.sh\n")  # make runs in sub/
+    found = reach(HookEntry(command="cd sub && make"), project)
+    assert found.files == ("Makefile", "never.sh", "sub/Makefile")
     write(project / "Makefile", "include mk/$(NAME).mk\nall:\n")
     (item,) = reach(HookEntry(command="make"), project).unpinned
     assert (item.place, item.what) == (

@@ -242,6 +242,7 @@ _SHELL_COMMAND_OPTION = re.compile(r"[-+][A-Za-z]*c[A-Za-z]*")
 _GLOB_MAGIC = re.compile(r"[*?[]")
 _OUTPUT_REDIRECTION = re.compile(r"&?>[>&|]?")
 _ASSIGNMENT_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+_FLAG_CLUSTER = re.compile(r"-[A-Za-z]{2,}")
 
 
 class Unpinned(msgspec.Struct, frozen=True, kw_only=True):
@@ -455,8 +456,12 @@ class _CommandReader:
                 self.read_command(raw_words[index], depth + 1)
             if _SHELL_COMMAND_OPTION.fullmatch(word) and _after_shell(words, index):
                 shell_strings = True
+        reader = self
         for command in _simple_commands(words):
-            self.simple_command(command, depth)
+            if command[0] == "cd" and len(command) == 2:
+                # `cd hooks && python3 x.py`: what follows runs there.
+                reader = _CommandReader(self.state, Path(os.path.normpath(reader.cwd / command[1])))
+            reader.simple_command(command, depth)
 
     def path_word(self, word: str, *, code: bool = True) -> None:
         """A word that may name a file, a folder, or files through a glob; a file in a
@@ -529,6 +534,11 @@ class _CommandReader:
         while index < len(operands):
             word = operands[index]
             following = operands[index + 1] if index + 1 < len(operands) else None
+            if _FLAG_CLUSTER.fullmatch(word) and f"-{word[-1]}" in (
+                *program.code_options,
+                *program.module_options,
+            ):
+                word = f"-{word[-1]}"  # `python3 -Bc CODE`, `perl -ne CODE`, `python3 -Im a`
             code = _option_value(word, following, program.code_options)
             if code is not None:
                 if language == "shell":
