@@ -744,17 +744,17 @@ def test_a_dynamic_import_is_unpinned_until_reach_names_its_folder(project: Path
     write(
         project / "hooks" / "x.py",
         "import importlib, sys\nsys.path.insert(0, 'plugins')\n"
-        "importlib.import_module('p' + 'lugin').run()\n",
+        "importlib.import_module(sys.argv[1]).run()\n",
     )
     plugin = write(project / "plugins" / "plugin.py", "def run():\n    print('original')\n")
-    hook: dict[str, Any] = {"name": "dyn", "command": f"{PY} hooks/x.py"}
+    hook: dict[str, Any] = {"name": "dyn", "command": f"{PY} hooks/x.py plugin"}
     settings(project, hook)
     refused = invoke(["trust", "--yes", "--cwd", str(project)])
     assert refused.exit_code == 1
     lines = [line.strip() for line in refused.stdout.splitlines()]
     assert "why: relay cannot pin what it loads:" in lines
     assert (
-        "hooks/x.py:3: importlib.import_module('p' + 'lugin'): a module name relay "
+        "hooks/x.py:3: importlib.import_module(sys.argv[1]): a module name relay "
         "cannot compute" in lines
     )
     assert any('"reach": ["hooks"]' in line for line in lines)
@@ -776,6 +776,10 @@ def test_a_dynamic_import_is_unpinned_until_reach_names_its_folder(project: Path
         ("python3 -Bc 'import a'", {}, ["a.py"], []),
         ("python3 -c 'import b' ", {"PYTHONPATH": "lib"}, ["lib/b.py", "lib/c.py", "lib/x.so"], []),
         ("python3 -c '__import__(x)'", {}, [], ["the command:1"]),
+        ('python3 -c \'__import__("a" + "")\'', {}, ["a.py"], []),
+        ("python3 s/paths.py", {"LIB": "lib"}, ["lib/b.py", "lib/c.py", "s/paths.py"], []),
+        ("python3 s/paths.py", {}, ["s/paths.py"], ["s/paths.py:2"]),
+        ("node js/dirname.js", {}, ["js/a.js", "js/dirname.js"], []),
         ("python3 broken.py", {}, ["broken.py"], ["broken.py:1"]),
         ("node -p 'require(`./a`)'", {}, [], ["the command:1"]),
         ("node -r ./js/a js/b.mjs", {}, ["js/a.js", "js/b.mjs", "js/c.cjs"], []),
@@ -803,6 +807,12 @@ def test_what_programs_load(
     write(project / "s" / "lib.sh", "")
     write(project / "s" / "tool", "#!/usr/bin/env python3\nimport helper\n")
     write(project / "s" / "helper.py", "")
+    write(
+        project / "s" / "paths.py",
+        "import os, sys\nsys.path.insert(0, os.path.join(os.environ['RELAY_PROJECT_DIR'],"
+        " os.getenv('LIB')))\nimport b\n",
+    )
+    write(project / "js" / "dirname.js", "require(path.join(__dirname, 'a'))\n")
     found = reach(HookEntry(command=command, env=env), project)
     assert [name for name in found.files if not name.startswith(".")] == files
     assert [item.place for item in found.unpinned] == unpinned

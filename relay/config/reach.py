@@ -75,7 +75,7 @@ class Language(msgspec.Struct, frozen=True, kw_only=True):
 
 LANGUAGES: Mapping[str, Language] = {
     "python": Language(
-        read=lambda text, file, known: sources.python_loads(text, file),
+        read=sources.python_loads,
         suffixes=(".py", ".pyw"),
         interpreters=("python", "pypy"),
         module_folders="script",
@@ -1066,7 +1066,7 @@ def _read_source(
     rule: Language, language: str, text: str, path: Path, known: Mapping[str, str]
 ) -> sources.Loads:
     """What a file loads, kept with its text: a server reads each version of a script once."""
-    key = (str(path), language, tuple(sorted(known.items())) if language == "shell" else ())
+    key = (str(path), language, tuple(sorted(known.items())))  # what a variable names
     cached = _LOADS_CACHE.get(key)
     if cached is not None and cached[0] is text:
         return cached[1]  # the very text _source_text kept: the file is the same

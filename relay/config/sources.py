@@ -77,10 +77,11 @@ _PYTHON_CALL_HINTS = re.compile(
 """Text that a loading call needs: without it, only import statements are looked for."""
 
 
-def python_loads(text: str, file: str | None) -> Loads:
+def python_loads(text: str, file: str | None, known: Mapping[str, str] | None = None) -> Loads:
     """What Python code loads: its imports, and calls that load code (PYTHON_LOADERS).
 
-    `file`: the file's path (for `__file__`); None for a `-c` string."""
+    `file`: the file's path (for `__file__`); None for a `-c` string. `known`: the
+    environment variables relay knows (the project folder, the hook's `env`)."""
     import ast  # only for a hook that runs Python
 
     loads = Loads()
@@ -94,13 +95,15 @@ def python_loads(text: str, file: str | None) -> Loads:
         loads.unpinned.append((line, f"relay cannot read it as Python ({exc.__class__.__name__})"))
         return loads
     try:
-        _python_nodes(tree, file, loads, calls=calls)
+        _python_nodes(tree, file, loads, calls=calls, known=known or {})
     except RecursionError:  # an expression nested deeper than relay reads
         loads.unpinned.append((0, "nested too deeply for relay to read"))
     return loads
 
 
-def _python_nodes(tree: object, file: str | None, loads: Loads, *, calls: bool) -> None:
+def _python_nodes(
+    tree: object, file: str | None, loads: Loads, *, calls: bool, known: Mapping[str, str]
+) -> None:
     """Imports and (with `calls`) loading calls anywhere in the tree; without, only the
     statements are walked (imports are statements), not every expression: faster."""
     import ast
@@ -119,7 +122,7 @@ def _python_nodes(tree: object, file: str | None, loads: Loads, *, calls: bool) 
                 else:
                     loads.relative.extend(up + alias.name for alias in node.names)
         elif isinstance(node, ast.Call):
-            _python_call(node, file, loads)
+            _python_call(node, file, loads, known)
 
 
 def _statements(tree: object) -> list[object]:
@@ -138,7 +141,7 @@ def _statements(tree: object) -> list[object]:
     return found
 
 
-def _python_call(node: object, file: str | None, loads: Loads) -> None:
+def _python_call(node: object, file: str | None, loads: Loads, known: Mapping[str, str]) -> None:
     import ast
 
     assert isinstance(node, ast.Call)
@@ -169,7 +172,7 @@ def _python_call(node: object, file: str | None, loads: Loads) -> None:
             loads.unpinned.append((line, f"{name}(…) with keyword arguments"))
         return
     argument = node.args[index]
-    value = _python_path_value(argument, file)
+    value = _python_path_value(argument, file, known)
     if value is None:
         shown = ast.unparse(node)
         shown = shown if len(shown) <= 80 else shown[:77] + "..."
@@ -180,7 +183,7 @@ def _python_call(node: object, file: str | None, loads: Loads) -> None:
         else:
             loads.modules.append(value.partition(".")[0])
     elif kind == "code":
-        inner = python_loads(value, file)
+        inner = python_loads(value, file, known)
         loads.extend(inner)
     elif kind == "search":
         loads.search.append(value)
@@ -191,23 +194,38 @@ def _python_call(node: object, file: str | None, loads: Loads) -> None:
 _KIND_WORDS = {"module": "module name", "path": "path", "search": "folder", "code": "code string"}
 
 
-def _python_path_value(node: object, file: str | None) -> str | None:
+def _python_path_value(node: object, file: str | None, known: Mapping[str, str]) -> str | None:
     """The string an expression evaluates to, for the forms scripts use to name their own
-    folder (`os.path.join(os.path.dirname(__file__), "lib")`, `Path(__file__).parent / "lib"`);
+    folder (`os.path.join(os.path.dirname(__file__), "lib")`, `Path(__file__).parent / "lib"`)
+    or the project's (`os.environ["CLAUDE_PROJECT_DIR"]`, `os.getenv(…)`, with `known`);
     None for anything else."""
     import ast
     import os
+
+    def value(node: object) -> str | None:
+        return _python_path_value(node, file, known)
 
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
     if isinstance(node, ast.Name) and node.id == "__file__" and file is not None:
         return file
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
-        left, right = _python_path_value(node.left, file), _python_path_value(node.right, file)
-        return None if left is None or right is None else os.path.join(left, right)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Div, ast.Add)):
+        left, right = value(node.left), value(node.right)
+        if left is None or right is None:
+            return None
+        return os.path.join(left, right) if isinstance(node.op, ast.Div) else left + right
+    if isinstance(node, ast.JoinedStr):
+        parts = [
+            value(part.value) if isinstance(part, ast.FormattedValue) else value(part)
+            for part in node.values
+        ]
+        return None if any(part is None for part in parts) else "".join(map(str, parts))
     if isinstance(node, ast.Attribute) and node.attr == "parent":
-        inner = _python_path_value(node.value, file)
+        inner = value(node.value)
         return None if inner is None else os.path.dirname(inner)
+    if isinstance(node, ast.Subscript) and ast.unparse(node.value) in ("os.environ", "environ"):
+        key = value(node.slice)
+        return None if key is None else known.get(key)
     if not isinstance(node, ast.Call):
         return None
     function = node.func
@@ -219,12 +237,18 @@ def _python_path_value(node: object, file: str | None) -> str | None:
         else ""
     )
     if isinstance(function, ast.Attribute) and name in ("resolve", "absolute") and not node.args:
-        return _python_path_value(function.value, file)
-    values = [_python_path_value(argument, file) for argument in node.args]
-    if node.keywords or any(value is None for value in values):
+        return value(function.value)
+    values = [value(argument) for argument in node.args]
+    if node.keywords or not values or values[0] is None:
         return None
-    strings = [value for value in values if value is not None]
-    if name == "join" and strings:
+    if name in ("getenv", "get") and (
+        name == "getenv" or ast.unparse(function).endswith("environ.get")
+    ):
+        return known.get(values[0])  # one relay does not know may name anything
+    if any(part is None for part in values):
+        return None
+    strings = [part for part in values if part is not None]
+    if name == "join":
         return os.path.join(*strings)
     if len(strings) != 1:
         return None
@@ -244,9 +268,21 @@ _JS_SPECIFIER = re.compile(
 _JS_DYNAMIC = re.compile(r"""(?<![\w.$])(require|import)\s*\(\s*(?!['"\s])([^)\n]{0,60})""")
 
 
+_JS_DIRNAME = re.compile(
+    r"""(?<![\w.$])(?:require|import)\s*\(\s*(?:path\.(?:join|resolve)\s*\(\s*__dirname\s*,\s*"""
+    r"""(['"])([^'"\n]+)\1\s*\)|__dirname\s*\+\s*(['"])(/[^'"\n]+)\3)\s*\)"""
+)
+"""`require(path.join(__dirname, "lib"))`, `require(__dirname + "/lib")`: beside the file."""
+
+
 def javascript_loads(text: str, file: str | None) -> Loads:
-    """What JavaScript code loads: `require("…")`, `import … from "…"`, `import("…")`."""
+    """What JavaScript code loads: `require("…")`, `import … from "…"`, `import("…")`,
+    and `require(path.join(__dirname, "…"))`."""
     loads = Loads()
+    resolved: set[int] = set()
+    for match in _JS_DIRNAME.finditer(text):
+        resolved.add(match.start())
+        loads.relative.append("./" + (match.group(2) or match.group(4)).lstrip("/"))
     for match in _JS_SPECIFIER.finditer(text):
         specifier = match.group(2)
         if specifier.startswith(("./", "../")) or specifier in (".", ".."):
@@ -257,6 +293,8 @@ def javascript_loads(text: str, file: str | None) -> Loads:
             parts = specifier.split("/")
             loads.modules.append("/".join(parts[:2]) if specifier.startswith("@") else parts[0])
     for match in _JS_DYNAMIC.finditer(text):
+        if match.start() in resolved:
+            continue
         call = f"{match.group(1)}({match.group(2).strip()}"
         line = text.count("\n", 0, match.start()) + 1
         loads.unpinned.append((line, f"{call}…): a specifier relay cannot compute"))
