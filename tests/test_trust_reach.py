@@ -838,6 +838,13 @@ def test_make_includes_and_recursive_make(project: Path) -> None:
         write(project / name, "")
     found = reach(HookEntry(command="make"), project)
     assert found.files == ("Makefile", "d", "mk/common.mk", "run.sh")
+    write(project / "Makefile", "export V != sh gen.sh\nW := $(shell sh w.sh)\nall:\n")
+    write(project / "gen.sh", "")
+    write(project / "w.sh", "")
+    found = reach(HookEntry(command="make"), project)
+    assert [name for name in found.files if name.endswith(".sh")] == ["gen.sh", "w.sh"]
+    write(project / "Makefile", "all:\n\t@echo $$HOME\n")
+    assert reach(HookEntry(command="make"), project).tree == ("$HOME",)  # $$ is the shell's
     write(project / "sub" / "Makefile", "all:\n\tsh ../never.sh\n")  # make runs in sub/
     found = reach(HookEntry(command="cd sub && make"), project)
     assert found.files == ("Makefile", "never.sh", "sub/Makefile")

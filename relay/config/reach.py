@@ -851,7 +851,10 @@ class _CommandReader:
         )
         for file in files:
             reader.path_word(file)
-        for command in commands:
+        variables = {**builtins, **makefile.variables, **overrides}
+        for command in makefile.commands:  # `$(shell …)`, `X != …`: run as make reads
+            reader.read_command(sources.make_expand(command, variables), depth + 1)
+        for command in commands:  # expanded already
             reader.read_command(command, depth + 1)
         place = self.state.inside(folder / (makefiles[0] if makefiles else "Makefile")) or "make"
         for goal in missing:

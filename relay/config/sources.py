@@ -398,11 +398,14 @@ def literal_loads(text: str, file: str | None) -> Loads:
 # --- tools: make, npm -----------------------------------------------------------------------
 
 _MAKE_ASSIGNMENT = re.compile(
-    r"^(?:override\s+|export\s+)?([A-Za-z_.][\w.]*)\s*(?:::=|:=|\?=|\+=|!=|=)\s*(.*)$"
+    r"^(?:override\s+|export\s+)?([A-Za-z_.][\w.]*)\s*(?P<operator>::=|:=|\?=|\+=|!=|=)\s*(.*)$"
 )
+_MAKE_SHELL = re.compile(r"\$[({]shell\s+((?:[^()]|\([^()]*\))*)[)}]")
+"""`$(shell CMD)`: make runs CMD wherever the reference is expanded, even in a variable."""
 _MAKE_RULE = re.compile(r"^([^:=#\t][^:=#]*?)\s*::?\s*(?![=])(.*)$")
 _MAKE_INCLUDE = re.compile(r"^-?(?:include|sinclude)\s+(.+)$")
-_MAKE_REFERENCE = re.compile(r"\$(?:\(([^()$]*)\)|\{([^{}$]*)\}|([^({$]))")
+_MAKE_REFERENCE = re.compile(r"\$(?:\(([^()$]*)\)|\{([^{}$]*)\}|([^({]))")
+"""`$(NAME)`, `${NAME}`, or one character (`$@`, `$$`)."""
 MAKE_BUILTINS: Mapping[str, str] = {
     "MAKE": "make",
     "SHELL": "/bin/sh",
@@ -428,11 +431,14 @@ class Makefile(msgspec.Struct, kw_only=True):
     includes: list[str] = msgspec.field(default_factory=list)
     assignment_words: list[str] = msgspec.field(default_factory=list)
     """The values of every variable (SHELL = ./my-shell): read as words too."""
+    commands: list[str] = msgspec.field(default_factory=list)
+    """Shell commands make runs while it reads the file (`$(shell …)`, `X != …`)."""
 
 
 def read_makefile(text: str, into: Makefile | None = None) -> Makefile:
     """Variables, rules and includes of one makefile (added to `into` for included ones)."""
     makefile = into or Makefile()
+    makefile.commands.extend(match.group(1) for match in _MAKE_SHELL.finditer(text))
     recipe: list[str] | None = None
     for line in text.replace("\\\n", " ").splitlines():
         if line.startswith("\t"):
@@ -449,8 +455,10 @@ def read_makefile(text: str, into: Makefile | None = None) -> Makefile:
         if include:
             makefile.includes.extend(include.group(1).split())
         elif assignment:
-            name, value = assignment.group(1), assignment.group(2).strip()
-            operator = stripped[len(name) :].lstrip()
+            name, value = assignment.group(1), assignment.group(3).strip()
+            operator = assignment.group("operator")
+            if operator == "!=":
+                makefile.commands.append(value)  # `X != cmd` runs cmd as make reads it
             if operator.startswith("+="):
                 value = f"{makefile.variables.get(name, '')} {value}".strip()
             if not operator.startswith("?=") or name not in makefile.variables:
