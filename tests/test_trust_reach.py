@@ -774,6 +774,7 @@ def test_a_dynamic_import_is_unpinned_until_reach_names_its_folder(project: Path
         ("python3 -m pkg", {}, ["pkg/__init__.py", "pkg/__main__.py", "pkg/mod.py"], []),
         ("python3 -W ignore -c 'exec(\"import a\")'", {}, ["a.py"], []),
         ("python3 -Bc 'import a'", {}, ["a.py"], []),
+        ("uv run --with x python -c 'import a'", {}, ["a.py"], []),
         ("python3 -c 'import b' ", {"PYTHONPATH": "lib"}, ["lib/b.py", "lib/c.py", "lib/x.so"], []),
         ("python3 -c '__import__(x)'", {}, [], ["the command:1"]),
         ('python3 -c \'__import__("a" + "")\'', {}, ["a.py"], []),

@@ -215,9 +215,13 @@ WRAPPERS: Mapping[str, tuple[tuple[str, ...], int]] = {
     "timeout": (("-s", "--signal", "-k", "--kill-after"), 1),
     "stdbuf": (("-i", "-o", "-e"), 0),
     "xargs": (("-I", "-n", "-P", "-d", "-L", "-s", "-E"), 0),
+    "uv": (("--with", "--python", "-p", "--project", "--directory", "--extra", "--group"), 1),
+    "poetry": (("-C", "--directory", "-P", "--project"), 1),
+    "pipenv": ((), 1),
+    "pdm": (("-p", "--project"), 1),
 }
 """Programs that run the command after them: (their options that take a value, how many
-operands come before the command)."""
+operands come before the command: `timeout 5 CMD`, `uv run CMD`)."""
 
 _OPERATORS = frozenset({"&&", "||", ";", "|", "&", "|&", ";;", "(", ")", "{", "}", "!"})
 _KEYWORDS = frozenset({"if", "then", "else", "elif", "do", "while", "until", "time", "!"})
@@ -510,8 +514,10 @@ class _CommandReader:
                 self.environment(name, value, f"{name} on the command line")
                 index += 1
             elif os.path.basename(word) in WRAPPERS:
-                options, skipped = WRAPPERS[os.path.basename(word)]
-                index = _skip_options(words, index + 1, options) + skipped
+                options, leading = WRAPPERS[os.path.basename(word)]
+                index = _skip_options(words, index + 1, options)
+                for _ in range(leading):  # `timeout 5`, `uv run`, options on either side
+                    index = _skip_options(words, index + 1, options)
             else:
                 break
         if index >= len(words):
