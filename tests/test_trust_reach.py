@@ -869,3 +869,25 @@ def test_npm_reads_the_files_that_make_it_load_code(project: Path) -> None:
     assert found == (".npmrc", "js/more.js", "js/pre.js", "js/t.js", "package.json")
     found = reach(HookEntry(command="npx tool"), project).files
     assert "node_modules/.bin/tool" in found and "node_modules/lodash/index.js" in found
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_ignored_bytecode_caches_do_not_unpin_an_expansion(tmp_path: Path) -> None:
+    project = repository_ignoring_build(tmp_path / "repo")
+    write(project / ".gitignore", "__pycache__/\n")
+    write(project / "hooks" / "x.sh", shell_script("original"))
+    write(project / "tool" / "m.py", "")
+    py_compile.compile(
+        str(project / "tool" / "m.py"), cfile=str(project / "tool" / "__pycache__" / "m.pyc")
+    )
+    settings(project, {"name": "sub", "command": "sh $(echo hooks)/x.sh"})
+    trust(project)
+    assert fire(project)["inject"] == "original"
+    # An unchecked .pyc runs whatever it holds: an ignored file the expansion may name.
+    py_compile.compile(
+        str(project / "tool" / "m.py"),
+        cfile=str(project / "tool" / "__pycache__" / "m.pyc"),
+        invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+    )
+    refused = invoke(["trust", "--yes", "--cwd", str(project)])
+    assert refused.exit_code == 1 and "(tool/__pycache__/)" in refused.stdout
