@@ -767,11 +767,14 @@ def test_a_dynamic_import_is_unpinned_until_reach_names_its_folder(project: Path
     check_walk_around(project, "dyn", plugin, changed)
 
 
+PKG = ["pkg/__init__.py", "pkg/__main__.py", "pkg/mod.py"]
+
+
 @pytest.mark.parametrize(
     ("command", "env", "files", "unpinned"),
     [
         ("python3 -c 'import a'", {}, ["a.py"], []),
-        ("python3 -m pkg", {}, ["pkg/__init__.py", "pkg/__main__.py", "pkg/mod.py"], []),
+        ("python3 -m pkg", {}, PKG, []),
         ("python3 -W ignore -c 'exec(\"import a\")'", {}, ["a.py"], []),
         ("python3 -Bc 'import a'", {}, ["a.py"], []),
         ("uv run --with x python -c 'import a'", {}, ["a.py"], []),
@@ -782,7 +785,23 @@ def test_a_dynamic_import_is_unpinned_until_reach_names_its_folder(project: Path
         ("python3 s/paths.py", {}, ["s/paths.py"], ["s/paths.py:2"]),
         ("node js/dirname.js", {}, ["js/a.js", "js/dirname.js"], []),
         ("python3 broken.py", {}, ["broken.py"], ["broken.py:1"]),
-        ("node -p 'require(`./a`)'", {}, [], ["the command:1"]),
+        ("node -p 'require(`./${a}`)'", {}, [], ["the command:1"]),
+        ("node -p 'require(x)'", {}, [], ["the command:1"]),
+        ("node -p 'require(`./a`)'", {}, ["a.py"], []),
+        (
+            "node -e 'require(\"./js/\" + name)'",
+            {},
+            ["js/a.js", "js/b.mjs", "js/c.cjs", "js/dirname.js"],
+            [],
+        ),
+        ("python3 -c 'import importlib as i; i.import_module(f\"pkg.{x}\")'", {}, PKG, []),
+        ("python3 -c 'runpy.run_path(\"lib/\" + x)'", {}, ["lib/b.py", "lib/c.py", "lib/x.so"], []),
+        (
+            "sh s/plugins.sh",
+            {},
+            ["s/helper.py", "s/lib.sh", "s/paths.py", "s/plugins.sh", "s/run.sh", "s/tool"],
+            ["s/run.sh:2"],
+        ),
         ("node -r ./js/a js/b.mjs", {}, ["js/a.js", "js/b.mjs", "js/c.cjs"], []),
         ("true", {"LD_PRELOAD": "lib/x.so", "PYTHONSTARTUP": "a.py"}, ["a.py", "lib/x.so"], []),
         ("env PERL5OPT=-Ilib perl -e 1", {}, ["lib/b.py", "lib/c.py", "lib/x.so"], []),
@@ -814,6 +833,7 @@ def test_what_programs_load(
         " os.getenv('LIB')))\nimport b\n",
     )
     write(project / "js" / "dirname.js", "require(path.join(__dirname, 'a'))\n")
+    write(project / "s" / "plugins.sh", 'for p in x; do . "$(dirname "$0")/$p"; done\n')
     found = reach(HookEntry(command=command, env=env), project)
     assert [name for name in found.files if not name.startswith(".")] == files
     assert [item.place for item in found.unpinned] == unpinned

@@ -669,8 +669,33 @@ class _CommandReader:
                     if not _is_folder(target):
                         sourced = language if language == "shell" else None
                         self.source_file(target, sourced, depth + 1)
+        computed = [(line, Path(self.cwd, path)) for line, path in loads.folders]
+        computed += [(line, folder / relative) for line, relative in loads.relative_folders]
+        for line, target in computed:
+            where = f"{place}:{line}" if line else place
+            self.computed_folder(Path(os.path.normpath(target)), language, where, depth)
         for command in loads.commands:
             self.read_command(command, depth + 1)
+
+    def computed_folder(self, folder: Path, language: str | None, place: str, depth: int) -> None:
+        """A folder a source loads a computed name from (`"plugins/" + name`): all its
+        files, each read; the project folder itself, or one outside it, cannot pin it."""
+        inside = self.state.inside(folder)
+        if inside is None or inside == ".":
+            where = "the project folder" if inside == "." else f"{folder}, outside the project"
+            self.state.unpinned(place, f"loads a name relay cannot compute from {where}", ".")
+            return
+        self.plan.globs.append((glob_escape(inside), str(self.root)))  # one that appears later
+        if not _is_folder(folder):
+            return
+        rule = LANGUAGES.get(language or "")
+        try:
+            listed = _walk(self.root, inside)
+        except _TooManyFiles:
+            return  # the folder's listing refuses the hook
+        for file in listed:
+            if rule is not None and file.endswith(rule.suffixes):
+                self.source_file(self.root / file, language, depth + 1)
 
     def add_module(self, language: str, name: str) -> None:
         """A top-level module name a source of `language` imports: looked up in every

@@ -14,6 +14,7 @@ until the user names the folders it loads from.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from collections.abc import Mapping
@@ -35,6 +36,11 @@ class Loads(msgspec.Struct, kw_only=True):
     Python's `from . import x` as "x", `from .. import x` as "../x")."""
     paths: list[str] = msgspec.field(default_factory=list)
     """Paths relative to the working directory (`. lib.sh`, `runpy.run_path("x.py")`)."""
+    folders: list[tuple[int, str]] = msgspec.field(default_factory=list)
+    """(line, folder) it loads a computed name from (`"plugins/" + name`): each
+    fingerprinted whole, as a path from the working directory (or absolute)."""
+    relative_folders: list[tuple[int, str]] = msgspec.field(default_factory=list)
+    """The same, as paths from the file's own folder (`require("./plugins/" + name)`)."""
     search: list[str] = msgspec.field(default_factory=list)
     """Folders put on the module search path (`sys.path.insert(0, "lib")`), as paths."""
     commands: list[str] = msgspec.field(default_factory=list)
@@ -48,6 +54,8 @@ class Loads(msgspec.Struct, kw_only=True):
         self.relative.extend(other.relative)
         self.paths.extend(other.paths)
         self.search.extend(other.search)
+        self.folders.extend(other.folders)
+        self.relative_folders.extend(other.relative_folders)
         self.commands.extend(other.commands)
         self.unpinned.extend(other.unpinned)
 
@@ -174,6 +182,14 @@ def _python_call(node: object, file: str | None, loads: Loads, known: Mapping[st
     argument = node.args[index]
     value = _python_path_value(argument, file, known)
     if value is None:
+        prefix = _python_prefix(argument, file, known)
+        if kind == "module" and "." in prefix.lstrip("."):
+            if not prefix.startswith("."):  # relay.hosts.{name}: inside the package relay
+                loads.modules.append(prefix.partition(".")[0])
+                return
+        elif kind in ("path", "search") and os.path.dirname(prefix):
+            loads.folders.append((line, os.path.dirname(prefix)))  # plugins/{name}.py
+            return
         shown = ast.unparse(node)
         shown = shown if len(shown) <= 80 else shown[:77] + "..."
         loads.unpinned.append((line, f"{shown}: a {_KIND_WORDS[kind]} relay cannot compute"))
@@ -192,6 +208,40 @@ def _python_call(node: object, file: str | None, loads: Loads, known: Mapping[st
 
 
 _KIND_WORDS = {"module": "module name", "path": "path", "search": "folder", "code": "code string"}
+
+
+def _python_prefix(node: object, file: str | None, known: Mapping[str, str]) -> str:
+    """The known start of a string relay cannot compute whole: `f"relay.hosts.{name}"` and
+    `"plugins/" + name` start with "relay.hosts." and "plugins/"; "" when nothing is known."""
+    import ast
+    import os
+
+    if isinstance(node, ast.JoinedStr):
+        prefix = ""
+        for part in node.values:
+            inner = part.value if isinstance(part, ast.FormattedValue) else part
+            value = _python_path_value(inner, file, known)
+            if value is None:
+                break
+            prefix += value
+        return prefix
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Div)):
+        left = _python_path_value(node.left, file, known)
+        if left is None:
+            return _python_prefix(node.left, file, known)
+        return os.path.join(left, "") if isinstance(node.op, ast.Div) else left
+    if isinstance(node, ast.Call) and node.args and not node.keywords:
+        function = node.func
+        name = function.attr if isinstance(function, ast.Attribute) else ""
+        if name == "join":  # os.path.join(HERE, "plugins", name)
+            known_parts: list[str] = []
+            for argument in node.args:
+                value = _python_path_value(argument, file, known)
+                if value is None:
+                    break
+                known_parts.append(value)
+            return os.path.join(*known_parts, "") if known_parts else ""
+    return ""
 
 
 def _python_path_value(node: object, file: str | None, known: Mapping[str, str]) -> str | None:
@@ -261,13 +311,13 @@ def _python_path_value(node: object, file: str | None, known: Mapping[str, str])
 
 # --- JavaScript -----------------------------------------------------------------------------
 
-_JS_SPECIFIER = re.compile(
-    r"""(?:(?<![\w.$])require\s*\(\s*|(?<![\w.$])import\s*\(\s*|\bfrom\s*|(?<![\w.$])import\s*)"""
-    r"""(['"])([^'"\n]+)\1"""
-)
-_JS_DYNAMIC = re.compile(r"""(?<![\w.$])(require|import)\s*\(\s*(?!['"\s])([^)\n]{0,60})""")
-
-
+_JS_STATEMENT = re.compile(r"""(?:\bfrom\s*|(?<![\w.$])import\s*)(['"])([^'"\n]+)\1""")
+"""`import … from "x"`, `export … from "x"`, `import "x"`."""
+_JS_CALL = re.compile(r"""(?<![\w.$])(require|import)\s*\(\s*([^)\n]{0,200}?)\s*\)""")
+"""`require(…)`, `import(…)`: the argument, to its first `)`."""
+_JS_LITERAL = re.compile(r"""(['"])([^'"\n]*)\1|`([^`$\n]*)`""")
+_JS_PREFIX = re.compile(r"""(?:['"]|`)(\.{1,2}/[^'"`$\n]*)(?:['"]\s*\+|\$\{)""")
+"""The known start of a computed relative specifier: `"./plugins/" + name`, `` `./p/${n}` ``."""
 _JS_DIRNAME = re.compile(
     r"""(?<![\w.$])(?:require|import)\s*\(\s*(?:path\.(?:join|resolve)\s*\(\s*__dirname\s*,\s*"""
     r"""(['"])([^'"\n]+)\1\s*\)|__dirname\s*\+\s*(['"])(/[^'"\n]+)\3)\s*\)"""
@@ -277,28 +327,42 @@ _JS_DIRNAME = re.compile(
 
 def javascript_loads(text: str, file: str | None) -> Loads:
     """What JavaScript code loads: `require("…")`, `import … from "…"`, `import("…")`,
-    and `require(path.join(__dirname, "…"))`."""
+    and `require(path.join(__dirname, "…"))`; a computed specifier whose known start
+    names a folder (`require("./plugins/" + name)`) loads from that folder."""
     loads = Loads()
     resolved: set[int] = set()
     for match in _JS_DIRNAME.finditer(text):
         resolved.add(match.start())
         loads.relative.append("./" + (match.group(2) or match.group(4)).lstrip("/"))
-    for match in _JS_SPECIFIER.finditer(text):
-        specifier = match.group(2)
-        if specifier.startswith(("./", "../")) or specifier in (".", ".."):
-            loads.relative.append(specifier)
-        elif specifier.startswith("/"):
-            loads.paths.append(specifier)
-        elif not specifier.startswith(("node:", "data:", "http:", "https:")):
-            parts = specifier.split("/")
-            loads.modules.append("/".join(parts[:2]) if specifier.startswith("@") else parts[0])
-    for match in _JS_DYNAMIC.finditer(text):
+    for match in _JS_STATEMENT.finditer(text):
+        _javascript_specifier(match.group(2), loads)
+    for match in _JS_CALL.finditer(text):
         if match.start() in resolved:
             continue
-        call = f"{match.group(1)}({match.group(2).strip()}"
+        argument = match.group(2)
+        literal = _JS_LITERAL.fullmatch(argument)
+        if literal:
+            _javascript_specifier(literal.group(2) or literal.group(3) or "", loads)
+            continue
+        prefix = _JS_PREFIX.match(argument)
         line = text.count("\n", 0, match.start()) + 1
-        loads.unpinned.append((line, f"{call}…): a specifier relay cannot compute"))
+        if prefix and "/" in prefix.group(1):
+            loads.relative_folders.append((line, prefix.group(1).rpartition("/")[0] or "."))
+            continue
+        shown = argument if len(argument) <= 60 else argument[:57] + "..."
+        what = f"{match.group(1)}({shown}): a specifier relay cannot compute"
+        loads.unpinned.append((line, what))
     return loads
+
+
+def _javascript_specifier(specifier: str, loads: Loads) -> None:
+    if specifier.startswith(("./", "../")) or specifier in (".", ".."):
+        loads.relative.append(specifier)
+    elif specifier.startswith("/"):
+        loads.paths.append(specifier)
+    elif specifier and not specifier.startswith(("node:", "data:", "http:", "https:")):
+        parts = specifier.split("/")
+        loads.modules.append("/".join(parts[:2]) if specifier.startswith("@") else parts[0])
 
 
 # --- shell ----------------------------------------------------------------------------------
@@ -353,8 +417,15 @@ def shell_loads(text: str, file: str | None, known: Mapping[str, str]) -> Loads:
             words[0],
         )
         if "$" in word or "`" in word:
-            shown = written.replace(_SCRIPT_FOLDER, "$(dirname $0)")
-            loads.unpinned.append((line, f". {shown}: a path relay cannot compute"))
+            known_part = re.split(r"[$`]", word, maxsplit=1)[0]
+            folder = known_part.rpartition("/")[0] if "/" in known_part else ""
+            if folder.startswith(_SCRIPT_FOLDER):
+                loads.relative_folders.append((line, "." + folder[len(_SCRIPT_FOLDER) :]))
+            elif folder:
+                loads.folders.append((line, folder))  # . lib/$name.sh: the folder lib
+            else:
+                shown = written.replace(_SCRIPT_FOLDER, "$(dirname $0)")
+                loads.unpinned.append((line, f". {shown}: a path relay cannot compute"))
         elif word.startswith(_SCRIPT_FOLDER):
             loads.relative.append("." + word[len(_SCRIPT_FOLDER) :])
         else:
