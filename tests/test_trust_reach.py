@@ -911,3 +911,16 @@ def test_ignored_bytecode_caches_do_not_unpin_an_expansion(tmp_path: Path) -> No
     )
     refused = invoke(["trust", "--yes", "--cwd", str(project)])
     assert refused.exit_code == 1 and "(tool/__pycache__/)" in refused.stdout
+
+
+def test_long_hostile_lines_cost_one_pass(project: Path) -> None:
+    """Readers are linear in what they read: a long line without the token a pattern waits
+    for does not make relay backtrack over it (a Makefile line of 400,000 spaces took
+    minutes with a lazy pattern)."""
+    write(project / "Makefile", "a" + " " * 400_000 + "b\nall:\n\tsh x.sh\n")
+    write(project / "x.sh", ". " + "$" * 400_000 + "\n")
+    write(project / "x.js", "require(" * 60_000)
+    entry = HookEntry(command="make && node x.js")
+    found = reach(entry, project)
+    assert "x.sh" in found.files and "x.js" in found.files
+    assert [item.place for item in found.unpinned] == ["x.sh:1"]

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 import msgspec
 
-READ_LIMIT = 1024 * 1024
+READ_LIMIT = 512 * 1024
 """Source files over this size are not read for what they load: the hook is unpinned."""
 
 
@@ -313,8 +313,8 @@ def _python_path_value(node: object, file: str | None, known: Mapping[str, str])
 
 _JS_STATEMENT = re.compile(r"""(?:\bfrom\s*|(?<![\w.$])import\s*)(['"])([^'"\n]+)\1""")
 """`import … from "x"`, `export … from "x"`, `import "x"`."""
-_JS_CALL = re.compile(r"""(?<![\w.$])(require|import)\s*\(\s*([^)\n]{0,200}?)\s*\)""")
-"""`require(…)`, `import(…)`: the argument, to its first `)`."""
+_JS_CALL = re.compile(r"""(?<![\w.$])(require|import)\s*\(""")
+"""`require(…)`, `import(…)`: the argument runs to the first `)` (at most 200 characters)."""
 _JS_LITERAL = re.compile(r"""(['"])([^'"\n]*)\1|`([^`$\n]*)`""")
 _JS_PREFIX = re.compile(r"""(?:['"]|`)(\.{1,2}/[^'"`$\n]*)(?:['"]\s*\+|\$\{)""")
 """The known start of a computed relative specifier: `"./plugins/" + name`, `` `./p/${n}` ``."""
@@ -337,9 +337,12 @@ def javascript_loads(text: str, file: str | None) -> Loads:
     for match in _JS_STATEMENT.finditer(text):
         _javascript_specifier(match.group(2), loads)
     for match in _JS_CALL.finditer(text):
-        if match.start() in resolved:
+        close = text.find(")", match.end(), match.end() + 200)
+        if match.start() in resolved or close < 0:
+            continue  # no `)` near: not a call relay reads (nor, mostly, one at all)
+        argument = text[match.end() : close].strip()
+        if "\n" in argument:
             continue
-        argument = match.group(2)
         literal = _JS_LITERAL.fullmatch(argument)
         if literal:
             _javascript_specifier(literal.group(2) or literal.group(3) or "", loads)
@@ -400,7 +403,7 @@ def shell_loads(text: str, file: str | None, known: Mapping[str, str]) -> Loads:
         if _unquoted(match.group(2).strip()) == _SCRIPT_FOLDER
     }
     for match in _SOURCE.finditer(text):
-        written = match.group(1).split("#", 1)[0].strip()
+        written = match.group(1)[:4096].split("#", 1)[0].strip()  # shlex is slow: bounded
         line = text.count("\n", 0, match.start(1)) + 1
         try:
             words = shlex.split(written)
@@ -473,7 +476,8 @@ _MAKE_ASSIGNMENT = re.compile(
 )
 _MAKE_SHELL = re.compile(r"\$[({]shell\s+((?:[^()]|\([^()]*\))*)[)}]")
 """`$(shell CMD)`: make runs CMD wherever the reference is expanded, even in a variable."""
-_MAKE_RULE = re.compile(r"^([^:=#\t][^:=#]*?)\s*::?\s*(?![=])(.*)$")
+_MAKE_RULE = re.compile(r"^([^:=#\t][^:=#]*)::?(?!=)(.*)$")
+"""`targets: prerequisites`; greedy, so a long line costs one pass (no backtracking)."""
 _MAKE_INCLUDE = re.compile(r"^-?(?:include|sinclude)\s+(.+)$")
 _MAKE_REFERENCE = re.compile(r"\$(?:\(([^()$]*)\)|\{([^{}$]*)\}|([^({]))")
 """`$(NAME)`, `${NAME}`, or one character (`$@`, `$$`)."""
