@@ -225,7 +225,6 @@ operands come before the command: `timeout 5 CMD`, `uv run CMD`)."""
 
 _OPERATORS = frozenset({"&&", "||", ";", "|", "&", "|&", ";;", "(", ")", "{", "}", "!"})
 _KEYWORDS = frozenset({"if", "then", "else", "elif", "do", "while", "until", "time", "!"})
-_VERSION = re.compile(r"(?P<name>.+?)[\d.]*")
 _SOURCE_CACHE: dict[str, tuple[Identity, str | None]] = {}
 _LOADS_CACHE: dict[tuple[str, str, tuple[tuple[str, str], ...]], tuple[str, sources.Loads]] = {}
 _MANIFESTS = ("GNUmakefile", "makefile", "Makefile")
@@ -991,14 +990,18 @@ def glob_escape(name: str) -> str:
 
 
 def _program(word: str) -> Program | None:
-    """The PROGRAMS rule for a command word (`python3.12` is `python3`)."""
+    """The PROGRAMS rule for a command word (`python3.12` is `python`)."""
     basename = os.path.basename(word) or word
-    versioned = _VERSION.fullmatch(basename)
-    for candidate in (basename, versioned.group("name") if versioned else basename):
+    for candidate in (basename, _unversioned(basename)):
         for program in PROGRAMS:
             if candidate in program.names:
                 return program
     return None
+
+
+def _unversioned(name: str) -> str:
+    """A program name without the version after it (`python3.12`, `perl5.36`)."""
+    return name.rstrip("0123456789.") or name
 
 
 def _option_value(word: str, following: str | None, options: Iterable[str]) -> str | None:
@@ -1052,8 +1055,7 @@ def _language_of(name: str, text: str) -> str | None:
         words = [word for word in words[1:] if not word.startswith("-")]
     if not words:
         return None
-    program = _VERSION.fullmatch(os.path.basename(words[0]))
-    interpreter = program.group("name") if program else words[0]
+    interpreter = _unversioned(os.path.basename(words[0]))
     for language, rule in LANGUAGES.items():
         if interpreter in rule.interpreters or os.path.basename(words[0]) in rule.interpreters:
             return language
