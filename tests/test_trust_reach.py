@@ -162,10 +162,13 @@ def repository_ignoring_build(folder: Path) -> Path:
 
 def expanding_hook(project: Path, *, built: str) -> Path:
     """A hook `sub` whose command expands (so it reaches the whole project), its script,
-    and a file `build/out.bin` holding `built`; the script's path."""
+    and a file `build/out.bin` holding `built`; the script's path. Its `reach` names
+    hooks/: an expansion may name a git-ignored file, and the user pins where it runs
+    code from."""
     script = write(project / "hooks" / "x.sh", shell_script("original"))
     write(project / "build" / "out.bin", built)
-    settings(project, {"name": "sub", "command": "sh $(echo hooks)/x.sh"})
+    command = {"name": "sub", "command": "sh $(echo hooks)/x.sh", "reach": ["hooks"]}
+    settings(project, command)
     return script
 
 
@@ -574,3 +577,350 @@ def test_trust_in_json_reviews_and_trusts_only_with_yes(project: Path) -> None:
     assert changed["hooks"][0]["changed"]["lines"][0] == "changed  hooks/a.sh"
     revoked = json.loads(invoke(["trust", "--revoke", "--json", "--cwd", str(project)]).stdout)
     assert revoked == {"root": str(project), "revoked": 0, "older": 1}
+
+
+# --- what interpreters and tools load by themselves (issue 29, point 4) -----------------
+
+MARKER_PY = "open({marker!r}, 'w').close()\nprint('changed')\n"
+needs_node = pytest.mark.skipif(shutil.which("node") is None, reason="needs node")
+
+
+def python_changed(project: Path) -> str:
+    return MARKER_PY.format(marker=str(project.parent / "changed-ran"))
+
+
+def node_changed(project: Path) -> str:
+    marker = json.dumps(str(project.parent / "changed-ran"))
+    return f"require('fs').writeFileSync({marker}, '');\nconsole.log('changed');\n"
+
+
+def test_a_python_c_string_imports_a_module(project: Path) -> None:
+    module = write(project / "helper.py", "print('original')\n")
+    settings(project, {"name": "c", "command": f'{PY} -c "import helper"'})
+    check_walk_around(project, "c", module, python_changed(project))
+
+
+def test_a_python_import_beside_the_script(project: Path) -> None:
+    write(project / "hooks" / "x.py", "import helper\nhelper.run()\n")
+    helper = write(project / "hooks" / "helper.py", "def run():\n    print('original')\n")
+    settings(project, {"name": "import", "command": f"{PY} hooks/x.py"})
+    changed = "def run():\n    " + python_changed(project).replace("\n", "\n    ")
+    check_walk_around(project, "import", helper, changed)
+
+
+def test_a_python_import_through_a_package_and_sys_path(project: Path) -> None:
+    write(
+        project / "hooks" / "x.py",
+        "import os, sys\n"
+        "sys.path.insert(0, os.path.join(os.path.dirname(__file__), 'lib'))\n"
+        "from pkg import run\nrun()\n",
+    )
+    write(project / "hooks" / "lib" / "pkg" / "__init__.py", "from deep import run\n")
+    deep = write(project / "hooks" / "lib" / "deep.py", "def run():\n    print('original')\n")
+    settings(project, {"name": "path", "command": f"{PY} hooks/x.py"})
+    changed = "def run():\n    " + python_changed(project).replace("\n", "\n    ")
+    check_walk_around(project, "path", deep, changed)
+
+
+def test_a_module_that_appears_beside_the_script(project: Path) -> None:
+    write(
+        project / "hooks" / "x.py",
+        "try:\n    import plugin\nexcept ImportError:\n    print('original')\n",
+    )
+    settings(project, {"name": "plugin", "command": f"{PY} hooks/x.py"})
+    trust(project)
+    assert fire(project)["inject"] == "original"
+    marker = project.parent / "changed-ran"
+    write(project / "hooks" / "plugin.py", python_changed(project))
+    assert_skipped(project, "plugin", marker)
+
+
+@needs_node
+def test_a_node_e_string_requires_a_file(project: Path) -> None:
+    lib = write(project / "lib" / "x.js", "console.log('original');\n")
+    settings(project, {"name": "e", "command": """node -e "require('./lib/x')" """})
+    check_walk_around(project, "e", lib, node_changed(project))
+
+
+@needs_node
+def test_a_node_require_beside_the_script(project: Path) -> None:
+    write(project / "hooks" / "x.js", "require('./lib');\n")
+    lib = write(project / "hooks" / "lib.js", "console.log('original');\n")
+    settings(project, {"name": "require", "command": "node hooks/x.js"})
+    check_walk_around(project, "require", lib, node_changed(project))
+
+
+@needs_node
+def test_node_options_in_the_hook_env(project: Path) -> None:
+    write(project / "hooks" / "x.js", "")
+    preload = write(project / "hooks" / "pre.js", "console.log('original');\n")
+    settings(
+        project,
+        {
+            "name": "options",
+            "command": "node hooks/x.js",
+            "env": {"NODE_OPTIONS": "--require ./hooks/pre.js"},
+        },
+    )
+    check_walk_around(project, "options", preload, node_changed(project))
+
+
+def test_bash_env_in_the_hook_env(project: Path) -> None:
+    write(project / "hooks" / "x.sh", "true\n")
+    sourced = write(project / "hooks" / "env.sh", "echo original\n")
+    settings(
+        project,
+        {"name": "bash-env", "command": "bash hooks/x.sh", "env": {"BASH_ENV": "hooks/env.sh"}},
+    )
+    check_walk_around(
+        project, "bash-env", sourced, shell_script("changed", project.parent / "changed-ran")
+    )
+
+
+def test_a_file_a_script_sources(project: Path) -> None:
+    write(project / "hooks" / "x.sh", '. "$(dirname "$0")/lib.sh"\nsay\n')
+    lib = write(project / "hooks" / "lib.sh", "say() { echo original; }\n")
+    settings(project, {"name": "source", "command": "sh hooks/x.sh"})
+    marker = shlex.quote(str(project.parent / "changed-ran"))
+    check_walk_around(project, "source", lib, f"say() {{ touch {marker}; echo changed; }}\n")
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_a_make_target_and_its_makefile(project: Path) -> None:
+    script = write(project / "hooks" / "x.sh", "echo original\n")
+    makefile = write(project / "Makefile", "hook: prepare\n\t@sh hooks/x.sh\nprepare:\n\t@true\n")
+    settings(project, {"name": "make", "command": "make -s hook"})
+    check_walk_around(
+        project, "make", script, shell_script("changed", project.parent / "changed-ran")
+    )
+    marker = project.parent / "makefile-ran"
+    write(makefile, f"hook:\n\t@touch {shlex.quote(str(marker))}; echo changed\n")
+    assert_skipped(project, "make", marker)
+
+
+@pytest.mark.skipif(shutil.which("npm") is None, reason="needs npm")
+def test_an_npm_script_and_its_package_json(project: Path) -> None:
+    script = write(project / "hooks" / "x.sh", "echo original\n")
+    manifest = write(project / "package.json", json.dumps({"scripts": {"hook": "sh hooks/x.sh"}}))
+    settings(project, {"name": "npm", "command": "npm run --silent hook"})
+    check_walk_around(
+        project, "npm", script, shell_script("changed", project.parent / "changed-ran")
+    )
+    marker = project.parent / "manifest-ran"
+    hook = f"touch {shlex.quote(str(marker))}; echo changed"
+    write(manifest, json.dumps({"scripts": {"hook": hook}}))
+    assert_skipped(project, "npm", marker)
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_an_expansion_that_may_name_a_git_ignored_file_is_pinned_by_reach(
+    tmp_path: Path,
+) -> None:
+    project = repository_ignoring_build(tmp_path / "repo")
+    write(project / "build" / "hook.sh", "echo original\n")
+    write(project / "hooks" / "which", "build/hook.sh\n")
+    hook: dict[str, Any] = {"name": "cat", "command": "sh $(cat hooks/which)"}
+    settings(project, hook)
+    refused = invoke(["trust", "--yes", "--cwd", str(project)])
+    assert refused.exit_code == 1
+    assert "CANNOT TRUST SessionStart  cat" in refused.stdout
+    assert "may name a git-ignored file, which the project's tree leaves out (build/)" in (
+        refused.stdout
+    )
+    assert 'to pin it: name the folders it loads code from in the hook\'s "reach" field' in (
+        refused.stdout
+    )
+    assert '"reach": ["build"]' in refused.stdout
+    settings(project, {**hook, "reach": ["build"]})
+    listed = trust(project).stdout
+    assert 'pinned by its "reach" (build)' in listed and "build/hook.sh" in listed
+    assert fire(project)["inject"] == "original"
+    marker = tmp_path / "changed-ran"
+    write(project / "build" / "hook.sh", shell_script("changed", marker))
+    assert_skipped(project, "cat", marker)
+
+
+def test_a_dynamic_import_is_unpinned_until_reach_names_its_folder(project: Path) -> None:
+    write(
+        project / "hooks" / "x.py",
+        "import importlib, sys\nsys.path.insert(0, 'plugins')\n"
+        "importlib.import_module(sys.argv[1]).run()\n",
+    )
+    plugin = write(project / "plugins" / "plugin.py", "def run():\n    print('original')\n")
+    hook: dict[str, Any] = {"name": "dyn", "command": f"{PY} hooks/x.py plugin"}
+    settings(project, hook)
+    refused = invoke(["trust", "--yes", "--cwd", str(project)])
+    assert refused.exit_code == 1
+    lines = [line.strip() for line in refused.stdout.splitlines()]
+    assert "why: relay cannot pin what it loads:" in lines
+    assert (
+        "hooks/x.py:3: importlib.import_module(sys.argv[1]): a module name relay "
+        "cannot compute" in lines
+    )
+    assert any('"reach": ["hooks"]' in line for line in lines)
+    assert fire(project)["untrusted"] == ["dyn"]
+    review = json.loads(invoke(["trust", "--json", "--cwd", str(project)]).stdout)
+    assert review["hooks"][0]["state"] == "cannot-trust"
+    assert review["hooks"][0]["unpinned"][0]["place"] == "hooks/x.py:3"
+    settings(project, {**hook, "reach": ["plugins"]})
+    changed = "def run():\n    " + python_changed(project).replace("\n", "\n    ")
+    check_walk_around(project, "dyn", plugin, changed)
+
+
+PKG = ["pkg/__init__.py", "pkg/__main__.py", "pkg/mod.py"]
+
+
+@pytest.mark.parametrize(
+    ("command", "env", "files", "unpinned"),
+    [
+        ("python3 -c 'import a'", {}, ["a.py"], []),
+        ("python3 -m pkg", {}, PKG, []),
+        ("python3 -W ignore -c 'exec(\"import a\")'", {}, ["a.py"], []),
+        ("python3 -Bc 'import a'", {}, ["a.py"], []),
+        ("uv run --with x python -c 'import a'", {}, ["a.py"], []),
+        ("python3 -c 'import b' ", {"PYTHONPATH": "lib"}, ["lib/b.py", "lib/c.py", "lib/x.so"], []),
+        ("python3 -c '__import__(x)'", {}, [], ["the command:1"]),
+        ('python3 -c \'__import__("a" + "")\'', {}, ["a.py"], []),
+        ("python3 s/paths.py", {"LIB": "lib"}, ["lib/b.py", "lib/c.py", "s/paths.py"], []),
+        ("python3 s/paths.py", {}, ["s/paths.py"], ["s/paths.py:2"]),
+        ("node js/dirname.js", {}, ["js/a.js", "js/dirname.js"], []),
+        ("python3 broken.py", {}, ["broken.py"], ["broken.py:1"]),
+        ("node -p 'require(`./${a}`)'", {}, [], ["the command:1"]),
+        ("node -p 'require(x)'", {}, [], ["the command:1"]),
+        ("node -p 'require(`./a`)'", {}, ["a.py"], []),
+        (
+            "node -e 'require(\"./js/\" + name)'",
+            {},
+            ["js/a.js", "js/b.mjs", "js/c.cjs", "js/dirname.js"],
+            [],
+        ),
+        ("python3 -c 'import importlib as i; i.import_module(f\"pkg.{x}\")'", {}, PKG, []),
+        ("python3 -c 'runpy.run_path(\"lib/\" + x)'", {}, ["lib/b.py", "lib/c.py", "lib/x.so"], []),
+        (
+            "sh s/plugins.sh",
+            {},
+            ["s/helper.py", "s/lib.sh", "s/paths.py", "s/plugins.sh", "s/run.sh", "s/tool"],
+            ["s/run.sh:2"],
+        ),
+        ("node -r ./js/a js/b.mjs", {}, ["js/a.js", "js/b.mjs", "js/c.cjs"], []),
+        ("true", {"LD_PRELOAD": "lib/x.so", "PYTHONSTARTUP": "a.py"}, ["a.py", "lib/x.so"], []),
+        ("env PERL5OPT=-Ilib perl -e 1", {}, ["lib/b.py", "lib/c.py", "lib/x.so"], []),
+        ("timeout 5 bash -o pipefail s/run.sh", {}, ["s/lib.sh", "s/run.sh"], ["s/run.sh:2"]),
+        ("./s/tool", {}, ["s/helper.py", "s/tool"], []),
+    ],
+)
+def test_what_programs_load(
+    project: Path, command: str, env: dict[str, str], files: list[str], unpinned: list[str]
+) -> None:
+    write(project / "a.py", "x = 1\n")
+    write(project / "broken.py", "import (\n")
+    write(project / "pkg" / "__init__.py", "")
+    write(project / "pkg" / "__main__.py", "from pkg import mod\n")
+    write(project / "pkg" / "mod.py", "")
+    write(project / "lib" / "b.py", "import c\n")
+    write(project / "lib" / "c.py", "")
+    write(project / "lib" / "x.so", "\0binary")
+    write(project / "js" / "a.js", "")
+    write(project / "js" / "b.mjs", "import c from './c.cjs';\n")
+    write(project / "js" / "c.cjs", "")
+    write(project / "s" / "run.sh", "source s/lib.sh\n. $UNKNOWN/x.sh\n")
+    write(project / "s" / "lib.sh", "")
+    write(project / "s" / "tool", "#!/usr/bin/env python3\nimport helper\n")
+    write(project / "s" / "helper.py", "")
+    write(
+        project / "s" / "paths.py",
+        "import os, sys\nsys.path.insert(0, os.path.join(os.environ['RELAY_PROJECT_DIR'],"
+        " os.getenv('LIB')))\nimport b\n",
+    )
+    write(project / "js" / "dirname.js", "require(path.join(__dirname, 'a'))\n")
+    write(project / "s" / "plugins.sh", 'for p in x; do . "$(dirname "$0")/$p"; done\n')
+    found = reach(HookEntry(command=command, env=env), project)
+    assert [name for name in found.files if not name.startswith(".")] == files
+    assert [item.place for item in found.unpinned] == unpinned
+    assert (found.refusal is None) == (not unpinned)
+
+
+def test_hostile_sources_neither_crash_nor_hang(project: Path) -> None:
+    write(project / "deep.py", "import sys\nsys.path.insert(0, " + "'a'/" * 5000 + "'b')\n")
+    write(project / "nested.py", "import os\nx = " + "(" * 300 + ")" * 300 + "\n")
+    os.mkfifo(project / "fifo.py")
+    write(project / "bad.sh", ". '\n\0\xff")
+    write(project / "Makefile", "a: a\n\t$(A)\nA = $(B)\nB = $(A)\n")
+    entry = HookEntry(command=f"{PY} deep.py nested.py fifo.py && sh bad.sh && make a")
+    found = reach(entry, project)
+    assert "deep.py" in found.files and "Makefile" in found.files
+    assert {item.place for item in found.unpinned} >= {"deep.py", "nested.py:2"}
+
+
+def test_make_includes_and_recursive_make(project: Path) -> None:
+    write(project / "Makefile", "include mk/common.mk\nall:\n\t$(MAKE) go\n")
+    write(project / "mk" / "common.mk", "go: $(DEP)\n\tsh run.sh\nother:\n\tsh never.sh\nDEP = d\n")
+    for name in ("run.sh", "never.sh", "d"):
+        write(project / name, "")
+    found = reach(HookEntry(command="make"), project)
+    assert found.files == ("Makefile", "d", "mk/common.mk", "run.sh")
+    write(project / "Makefile", "export V != sh gen.sh\nW := $(shell sh w.sh)\nall:\n")
+    write(project / "gen.sh", "")
+    write(project / "w.sh", "")
+    found = reach(HookEntry(command="make"), project)
+    assert [name for name in found.files if name.endswith(".sh")] == ["gen.sh", "w.sh"]
+    write(project / "Makefile", "all:\n\t@echo $$HOME\n")
+    assert reach(HookEntry(command="make"), project).tree == ("$HOME",)  # $$ is the shell's
+    write(project / "sub" / "Makefile", "all:\n\tsh ../never.sh\n")  # make runs in sub/
+    found = reach(HookEntry(command="cd sub && make"), project)
+    assert found.files == ("Makefile", "never.sh", "sub/Makefile")
+    write(project / "Makefile", "include mk/$(NAME).mk\nall:\n")
+    (item,) = reach(HookEntry(command="make"), project).unpinned
+    assert (item.place, item.what) == (
+        "Makefile",
+        "include mk/$(NAME).mk: a file relay cannot name",
+    )
+
+
+def test_npm_reads_the_files_that_make_it_load_code(project: Path) -> None:
+    write(project / "package.json", json.dumps({"scripts": {"t": "node js/t.js"}}))
+    write(project / ".npmrc", "node-options=--require ./js/pre.js\n")
+    write(project / "js" / "pre.js", "require('./more')\n")
+    write(project / "js" / "more.js", "")
+    write(project / "js" / "t.js", "")
+    write(project / "node_modules" / ".bin" / "tool", "#!/usr/bin/env node\nrequire('lodash')\n")
+    write(project / "node_modules" / "lodash" / "index.js", "")
+    found = reach(HookEntry(command="npm run t"), project).files
+    assert found == (".npmrc", "js/more.js", "js/pre.js", "js/t.js", "package.json")
+    found = reach(HookEntry(command="npx tool"), project).files
+    assert "node_modules/.bin/tool" in found and "node_modules/lodash/index.js" in found
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_ignored_bytecode_caches_do_not_unpin_an_expansion(tmp_path: Path) -> None:
+    project = repository_ignoring_build(tmp_path / "repo")
+    write(project / ".gitignore", "__pycache__/\n")
+    write(project / "hooks" / "x.sh", shell_script("original"))
+    write(project / "tool" / "m.py", "")
+    py_compile.compile(
+        str(project / "tool" / "m.py"), cfile=str(project / "tool" / "__pycache__" / "m.pyc")
+    )
+    settings(project, {"name": "sub", "command": "sh $(echo hooks)/x.sh"})
+    trust(project)
+    assert fire(project)["inject"] == "original"
+    # An unchecked .pyc runs whatever it holds: an ignored file the expansion may name.
+    py_compile.compile(
+        str(project / "tool" / "m.py"),
+        cfile=str(project / "tool" / "__pycache__" / "m.pyc"),
+        invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+    )
+    refused = invoke(["trust", "--yes", "--cwd", str(project)])
+    assert refused.exit_code == 1 and "(tool/__pycache__/)" in refused.stdout
+
+
+def test_long_hostile_lines_cost_one_pass(project: Path) -> None:
+    """Readers are linear in what they read: a long line without the token a pattern waits
+    for does not make relay backtrack over it (a Makefile line of 400,000 spaces took
+    minutes with a lazy pattern)."""
+    write(project / "Makefile", "a" + " " * 400_000 + "b\nall:\n\tsh x.sh\n")
+    write(project / "x.sh", ". " + "$" * 400_000 + "\n")
+    write(project / "x.js", "require(" * 60_000)
+    entry = HookEntry(command="make && node x.js")
+    found = reach(entry, project)
+    assert "x.sh" in found.files and "x.js" in found.files
+    assert [item.place for item in found.unpinned] == ["x.sh:1"]

@@ -102,6 +102,8 @@ def trust(yes: bool, revoke: bool, all_files: bool, as_json: bool, cwd: Path | N
             "files": list(assessed.files),
             "whole_tree_through": list(assessed.tree),
             "refusal": assessed.refusal,
+            "unpinned": [msgspec.to_builtins(item) for item in assessed.unpinned],
+            "reach": list(entry.reach),
             "changed": None,
         }
         report.append(reviewed)
@@ -112,9 +114,16 @@ def trust(yes: bool, revoke: bool, all_files: bool, as_json: bool, cwd: Path | N
         )
         say(f"{INDENT}command: {visible(hook.command, one_line=True)}   ({hook.file})")
         if assessed.refusal is not None:
-            say(f"{INDENT}why: {visible(assessed.refusal, one_line=True)}")
+            if assessed.unpinned and not entry.reach:
+                for line in _unpinned(assessed, hook.file, entry.reach):
+                    say(f"{INDENT}{line}")
+            else:
+                say(f"{INDENT}why: {visible(assessed.refusal, one_line=True)}")
             refused.append(hook.name)
             continue
+        if assessed.unpinned:
+            for line in _unpinned(assessed, hook.file, entry.reach):
+                say(f"{INDENT}{line}")
         for line in _fingerprinted(assessed, all_files):
             say(f"{INDENT}{line}")
         if trusted:
@@ -184,6 +193,33 @@ def _fingerprinted(assessed: HookFingerprint, all_files: bool) -> list[str]:
         )
     if len(names) < count:
         lines.append(f"  … and {count - len(names)} more (--all-files lists them)")
+    return lines
+
+
+def _unpinned(assessed: HookFingerprint, file: str | None, pins: list[str]) -> list[str]:
+    """Lines that say what a hook loads that relay cannot resolve, and how it is pinned:
+    by the hook's `reach` field, or (not yet) how to name it there."""
+    import msgspec
+
+    from relay.protocol.display import visible
+
+    lines = [
+        "why: relay cannot pin what it loads:"
+        if assessed.digest is None
+        else "relay cannot pin what it loads:"
+    ]
+    lines.extend(f"  {visible(item.place)}: {visible(item.what)}" for item in assessed.unpinned)
+    if assessed.digest is not None:
+        named = ", ".join(visible(path) for path in pins)
+        lines.append(f'pinned by its "reach" ({named}): every file under it is fingerprinted')
+        return lines
+    folders = sorted({item.folder for item in assessed.unpinned})
+    example = ", ".join(msgspec.json.encode(folder).decode() for folder in folders)
+    where = f" in {file}" if file else ""
+    lines.append(
+        f'to pin it: name the folders it loads code from in the hook\'s "reach" field{where},'
+        f' for example "reach": [{visible(example)}]; relay fingerprints every file under them'
+    )
     return lines
 
 

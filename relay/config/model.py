@@ -61,6 +61,10 @@ class HookEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
     enabled: bool = True
     description: str | None = None
     signal: str = "SIGTERM"
+    reach: list[str] = msgspec.field(default_factory=list)
+    """Project paths (files, folders, globs; from the root) that the hook loads code from
+    where relay cannot see it: its trust fingerprint covers every file under them, and a
+    hook whose reach relay cannot pin (a dynamic import) can be trusted once it names them."""
 
     @property
     def display_name(self) -> str:

@@ -16,7 +16,7 @@ import msgspec
 from relay.config.filecache import RACY_SECONDS, FileCache, identity_of
 from relay.config.model import DEFAULT_TIMEOUT, HookEntry, LoadedSettings
 from relay.config.paths import private_dir, state_dir
-from relay.config.reach import Plan, plan_reach
+from relay.config.reach import Plan, Unpinned, plan_reach
 from relay.errors import RelayError
 
 PATTERN_EVENT = "PatternMatch"
@@ -80,6 +80,8 @@ class HookFingerprint(msgspec.Struct, kw_only=True):
     """The hook without the files it reaches (hook_key)."""
     files: dict[str, FileState]
     tree: tuple[str, ...] = ()
+    unpinned: tuple[Unpinned, ...] = ()
+    """What the hook loads that relay cannot resolve (reach.Unpinned)."""
     refusal: str | None = None
     contents: dict[str, bytes] = msgspec.field(default_factory=dict)
     """Text files read while hashing (with keep_contents): their content, for copies."""
@@ -159,7 +161,12 @@ def assess(
     key = hook_key(event, matcher, entry, sequential=sequential)
     if found.refusal is not None:
         return HookFingerprint(
-            digest=None, key=key, files={}, tree=found.tree, refusal=found.refusal
+            digest=None,
+            key=key,
+            files={},
+            tree=found.tree,
+            unpinned=found.unpinned,
+            refusal=found.refusal,
         )
     # Strings, not Paths, from here: a check stats every reached file on every event.
     prefix = os.path.join(os.path.abspath(root), "")
@@ -184,6 +191,7 @@ def assess(
         key=key,
         files=files,
         tree=found.tree,
+        unpinned=found.unpinned,
         contents=contents.files if contents is not None else {},
     )
 
@@ -754,6 +762,8 @@ def _identity(
     for name, value in behaviour.items():
         if value != _BEHAVIOUR_DEFAULTS[name]:
             identity[name] = value
+    if entry.reach:
+        identity["reach"] = entry.reach
     return identity
 
 
