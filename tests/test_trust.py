@@ -77,6 +77,7 @@ def test_the_same_hook_has_the_same_fingerprint(root: Path) -> None:
         ("BeforeTool", "Bash", HookEntry(command="./a.sh", timeout=0.05)),
         ("BeforeTool", "Bash", HookEntry(command="./a.sh", failClosed=True)),
         ("BeforeTool", "Bash", HookEntry(command="./a.sh", signal="SIGKILL")),
+        ("BeforeTool", "Bash", HookEntry(command="./a.sh", reach=["hooks"])),
     ],
 )
 def test_what_a_hook_runs_changes_its_fingerprint(
