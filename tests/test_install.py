@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -599,3 +600,18 @@ def test_folders_relay_creates_are_private_whatever_the_umask(
     for folder in (relay_home / "state" / "bin", claude_file(env).parent):
         assert folder.stat().st_mode & 0o777 == 0o700, folder
     assert claude_file(env).stat().st_mode & 0o777 == 0o600
+
+
+def test_entries_an_older_relay_wrote_without_a_record_still_come_out_cleanly(
+    env: dict[str, str], relay_home: Path
+) -> None:
+    path = claude_file(env)
+    path.parent.mkdir()
+    path.write_text(ORIGINAL)
+    first = relay(env, "install", "claude", "--python-client", "--no-mcp", "--events", "PreToolUse")
+    assert first.returncode == 0, first.stderr
+    shutil.rmtree(relay_home / "state" / "installed")  # as an older relay left things
+    again = relay(env, "install", "claude", "--python-client", "--no-mcp")
+    assert again.returncode == 0 and "3 added, 1 already there" in again.stdout
+    assert relay(env, "uninstall", "claude").returncode == 0
+    assert path.read_text() == ORIGINAL

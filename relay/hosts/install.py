@@ -376,6 +376,8 @@ class Change(msgspec.Struct, kw_only=True):
     """Objects and arrays this edit creates to hold relay's entries."""
     items: list[tuple[FieldPath, str]] = msgspec.field(default_factory=list)
     """Array items this edit adds (none for hook entries, which say they are relay's)."""
+    found_relay: bool = False
+    """relay's own entries were in the file before this edit."""
 
 
 class Edit(Protocol):
@@ -393,6 +395,8 @@ class Edit(Protocol):
     def containers(self) -> list[FieldPath]: ...
     @property
     def items(self) -> list[tuple[FieldPath, str]]: ...
+    @property
+    def found_relay(self) -> bool: ...
 
 
 E = TypeVar("E", bound=Edit)
@@ -452,6 +456,7 @@ def install_text(
             change.containers.append(("hooks", event))
             continue
         found = list(_relay_hooks(groups, host, event))
+        change.found_relay = change.found_relay or bool(found)
         if any(hook.get("command") == command for _, _, hook in found):
             change.kept.append(event)
         elif found:
@@ -712,7 +717,9 @@ def apply_edits(
         edit = update_file(path, compute, where=where)
         done.append(edit)
         if edit.changed and not undo:
-            record = ledger.load(path, env) or FileRecord(file=str(path.absolute()))
+            record = ledger.load(path, env) or FileRecord(
+                file=str(path.absolute()), adopted=edit.found_relay
+            )
             ledger.save(
                 record.merged(
                     created=edit.created_file, containers=edit.containers, items=edit.items

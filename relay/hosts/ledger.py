@@ -34,10 +34,14 @@ class FileRecord(msgspec.Struct, kw_only=True):
     """Objects and arrays relay created to hold its entries (removed once empty)."""
     items: list[tuple[list[str | int], str]] = msgspec.field(default_factory=list)
     """Array items relay added: (the array's path, the item)."""
+    adopted: bool = False
+    """relay's entries were in the file before this record began (an older relay, which kept
+    none, wrote them): the containers they leave empty are taken to be relay's too."""
 
     def created_container(self, path: FieldPath) -> bool:
-        """Whether relay created the object or array at `path`."""
-        return list(path) in self.containers
+        """Whether relay created the object or array at `path` (or, for a record adopted from
+        an older relay, may have)."""
+        return self.adopted or list(path) in self.containers
 
     def added_item(self, path: FieldPath, item: str) -> bool:
         """Whether relay added `item` to the array at `path`."""
@@ -52,7 +56,11 @@ class FileRecord(msgspec.Struct, kw_only=True):
         added = [(list(where), value) for where, value in self.items]
         added += [(list(path), item) for path, item in items if (list(path), item) not in added]
         return FileRecord(
-            file=self.file, created=self.created or created, containers=known, items=added
+            file=self.file,
+            created=self.created or created,
+            containers=known,
+            items=added,
+            adopted=self.adopted,
         )
 
 

@@ -57,6 +57,8 @@ class McpChange(msgspec.Struct, kw_only=True):
     """Objects and arrays this edit creates."""
     items: list[tuple[FieldPath, str]] = msgspec.field(default_factory=list)
     """Array items this edit adds."""
+    found_relay: bool = False
+    """relay's own entry was in the file before this edit."""
 
     @property
     def changed(self) -> bool:
@@ -152,7 +154,9 @@ def install_json(text: str | None, entry: dict[str, Any], *, file: Path) -> McpC
         expected["mcpServers"][SERVER_NAME] = entry
         what = "updated"
     new = _checked(document, expected, file)
-    return McpChange(file=file, text=new, what=what, containers=containers)
+    return McpChange(
+        file=file, text=new, what=what, containers=containers, found_relay=what == "updated"
+    )
 
 
 def _theirs(file: Path) -> InstallError:
