@@ -475,6 +475,17 @@ def test_a_look_alike_of_relays_entry_is_not_taken_for_it(env: dict[str, str]) -
     assert path.read_text() == original
 
 
+def test_comments_next_to_what_relay_adds_and_removes_stay_put(env: dict[str, str]) -> None:
+    path = Path(env["HOME"]) / ".gemini" / "settings.json"
+    path.parent.mkdir()
+    original = '{\n  "theme": "Dracula" // the dark one\n}\n'
+    path.write_text(original)
+    assert relay(env, "install", "gemini", "--python-client").returncode == 0
+    assert '"theme": "Dracula", // the dark one\n  "hooks": {' in path.read_text()
+    assert relay(env, "uninstall", "gemini").returncode == 0
+    assert path.read_text() == original
+
+
 def test_gemini_settings_with_comments_keep_them(env: dict[str, str]) -> None:
     path = Path(env["HOME"]) / ".gemini" / "settings.json"
     path.parent.mkdir()
@@ -483,14 +494,15 @@ def test_gemini_settings_with_comments_keep_them(env: dict[str, str]) -> None:
         "{\n"
         '  "theme": "Dracula", // the dark one\n'
         "  /* hooks of my own */\n"
-        '  "hooks": {"BeforeTool": [{"hooks": [{"type": "command", "command": "./guard // x"}]}]}\n'
+        '  "hooks": {"BeforeTool": [{"hooks": [{"type": "command", "command": "./guard // x"}]}]}'
+        " // the last\n"
         "}\n"
     )
     path.write_text(original)
     done = relay(env, "install", "gemini", "--python-client")
     assert done.returncode == 0, done.stderr
     text = path.read_text()
-    for comment in ("// my Gemini settings", "// the dark one", "/* hooks of my own */"):
+    for comment in ("// my", "// the dark one", "/* hooks of my own */", "// the last"):
         assert comment in text
     assert "--dialect gemini BeforeTool" in text and '"mcpServers"' in text
     assert relay(env, "doctor", "--no-measure").stdout.count("Gemini CLI (user") >= 1

@@ -108,13 +108,38 @@ class JsonText:
         index = siblings.index(path)
         span = self._spans[path]
         first = self._start_of(path)
+        # Comments around the element (not inside it) are the user's notes on its
+        # neighbours or the container: they stay, and only the separator goes.
         if len(siblings) == 1:
             container = self._spans[parent]
-            self._splice(container.start + 1, container.end - 1, "")
-        elif index == 0:
-            self._splice(first, self._start_of(siblings[1]), "")
+            kept = self._comments(container.start + 1, first) + self._comments(
+                span.end, container.end - 1
+            )
+            self._splice(container.start + 1, container.end - 1, kept)
         else:
-            self._splice(self._spans[siblings[index - 1]].end, span.end, "")
+            previous = self._spans[siblings[index - 1]].end if index else first
+            before = self._comments(previous, first, drop_comma=True).rstrip()
+            if index == 0 or (before and index < len(siblings) - 1):
+                # From the element to the next one: the separator before it stays, with
+                # any comment on it.
+                following = self._start_of(siblings[index + 1])
+                kept = self._comments(span.end, following, drop_comma=True).lstrip(" \t")
+                self._splice(first, following, kept)
+            else:
+                rest = self._plain[span.end :].split("\n", 1)[0]
+                if "//" in before.rsplit("\n", 1)[-1] and rest.strip():
+                    # The line comment now ends the text before what closed the container.
+                    before += self._newline + self._line_indent(self._spans[parent].start)
+                self._splice(previous, span.end, before)
+
+    def _comments(self, start: int, end: int, *, drop_comma: bool = False) -> str:
+        """The text between `start` and `end` if it holds a comment (without the one comma
+        there when `drop_comma`), else nothing."""
+        text, plain = self._text[start:end], self._plain[start:end]
+        if text == plain:
+            return ""
+        comma = plain.find(",") if drop_comma else -1
+        return text[:comma] + text[comma + 1 :] if comma >= 0 else text
 
     # --- layout ----------------------------------------------------------------------------
 
@@ -135,7 +160,20 @@ class JsonText:
             indent = self._line_indent(self._start_of(last))
             inline = inline or "\n" not in separator
             member = self._member(key, value, indent, inline=inline, colon=colon)
-            self._splice(self._spans[last].end, self._spans[last].end, separator + member)
+            end = self._spans[last].end
+            line_end = self._text.find("\n", end)
+            line_end = len(self._text) if line_end < 0 else line_end
+            line_end -= self._text[line_end - 1 : line_end] == "\r"
+            trailing = self._text[end:line_end]
+            newline = separator.find("\n")
+            plain = self._plain[end:line_end]
+            if trailing != plain and not plain.strip() and newline > 0:
+                # A comment ends the last member's line: it stays on that line, and the new
+                # member goes on the next.
+                start = newline - (separator[newline - 1 : newline] == "\r")
+                self._splice(end, line_end, "," + trailing + separator[start:] + member)
+                return
+            self._splice(end, end, separator + member)
             return
         parent_inline = self._inline(path[:-1]) if path else False
         if inline and parent_inline:
