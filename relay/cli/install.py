@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from relay.cli.options import cwd_option
 from relay.hosts import HOST_NAMES
 from relay.protocol.display import visible
+
+if TYPE_CHECKING:
+    from relay.hosts.install import Client, Target
 
 host_argument = click.argument("host_name", metavar="HOST", type=click.Choice(HOST_NAMES))
 scope_option = click.option(
@@ -81,13 +84,14 @@ def install(  # noqa: PLR0917 (click passes options positionally)
     from relay.errors import RelayError
     from relay.hosts import host
     from relay.hosts.install import (
+        apply_edits,
         ensure_client,
         host_events,
+        install_lock,
         install_text,
-        read_text,
         target,
-        write_text,
     )
+    from relay.hosts.mcp_config import install_edits
 
     lines: list[str] = []
 
@@ -111,49 +115,59 @@ def install(  # noqa: PLR0917 (click passes options positionally)
                 f"(it knows: {', '.join(known.events)})"
             )
         events = tuple(event for event in known.events if event in wanted)
-    if import_hooks:
-        from relay.hosts.moving import import_host_hooks
-
-        for line in import_host_hooks(where, dry_run=dry_run):
-            say(line)
     client = ensure_client(native=not python_client)
-    change = install_text(read_text(where.file), chosen_host, events, client, file=str(where.file))
-    if change.changed and not dry_run:
-        write_text(where.file, change.text)
-    verb = "would install" if dry_run else "installed"
-    say(f"relay {verb} into {chosen_host.title} ({where.scope}): {where.file}")
-    say(f"  events: {known.source}")
-    parts = [f"{len(change.added)} added", f"{len(change.kept)} already there"]
-    if change.updated:
-        parts.append(f"{len(change.updated)} updated to this client")
-    say(f"  entries: {', '.join(parts)}")
-    say(f"  client: {client.argv[-1]} ({client.kind})")
-    if client.note:
-        say(f"  note: {client.note}")
-    if change.foreign and not import_hooks:
-        say(
-            f"  {chosen_host.title} hooks of its own also run on {', '.join(change.foreign)}; "
-            f"`relay install {host_name} --import` moves them into relay"
-        )
+    file = where.file
+    edits: list[Any] = [
+        (file, lambda text: install_text(text, chosen_host, events, client, file=str(file)))
+    ]
     if mcp:
-        from relay.hosts.mcp_config import install_mcp
+        edits += install_edits(where)
+    with install_lock():
+        if import_hooks:
+            from relay.hosts.moving import import_host_hooks
 
-        for edit in install_mcp(where, dry_run=dry_run):
+            apply_edits(edits, where, dry_run=True)  # a refusal comes before anything moves
+            for line in import_host_hooks(where, dry_run=dry_run):
+                say(line)
+        done = apply_edits(edits, where, dry_run=dry_run)
+        change = done[0]
+        verb = "would install" if dry_run else "installed"
+        say(f"relay {verb} into {chosen_host.title} ({where.scope}): {file}")
+        say(f"  events: {known.source}")
+        parts = [f"{len(change.added)} added", f"{len(change.kept)} already there"]
+        if change.updated:
+            parts.append(f"{len(change.updated)} updated to this client")
+        say(f"  entries: {', '.join(parts)}")
+        say(f"  client: {client.argv[-1]} ({client.kind})")
+        if client.note:
+            say(f"  note: {client.note}")
+        if change.theirs:
+            say(
+                f"  your own entries that run relay on {', '.join(change.theirs)} are left as "
+                "they are; relay's entry runs beside them (`relay doctor` says more)"
+            )
+        if change.foreign and not import_hooks:
+            say(
+                f"  {chosen_host.title} hooks of its own also run on {', '.join(change.foreign)}; "
+                f"`relay install {host_name} --import` moves them into relay"
+            )
+        for edit in done[1:]:
             say(f"  mcp: {edit.what}: {_mcp_part(edit.file)} in {edit.file}")
-    if chosen_host.name == "codex" and not dry_run:
-        _codex_trust(where.file, start, trust, say=say)
+        if chosen_host.name == "codex" and not dry_run:
+            _codex_trust(where, start, trust, client, say=say)
     say("  check it: relay doctor")
     if as_json:
         report = {
             "host": chosen_host.name,
             "scope": where.scope,
-            "file": str(where.file),
+            "file": str(file),
             "dry_run": dry_run,
             "added": list(change.added),
             "kept": list(change.kept),
             "updated": list(change.updated),
             "client": {"path": client.argv[-1], "kind": client.kind},
             "foreign": list(change.foreign),
+            "theirs": list(change.theirs),
             "lines": lines,
         }
         click.echo(json.dumps(report, default=str))
@@ -178,8 +192,9 @@ def _mcp_part(file: Path) -> str:
 @cwd_option
 def uninstall(host_name: str, user: bool, dry_run: bool, as_json: bool, cwd: Path | None) -> None:
     """Remove relay's entries from HOST's settings (and nothing else)."""
-    from relay.hosts import host
-    from relay.hosts.install import read_text, target, uninstall_text, write_text
+    from relay.hosts import host, ledger
+    from relay.hosts.install import apply_edits, install_lock, target, uninstall_text
+    from relay.hosts.mcp_config import uninstall_edits
 
     lines: list[str] = []
 
@@ -192,33 +207,37 @@ def uninstall(host_name: str, user: bool, dry_run: bool, as_json: bool, cwd: Pat
     chosen_host = host(host_name)
     start = cwd or Path.cwd()
     where = target(chosen_host, "user" if user else "project", start)
-    stale_keys: list[str] = []
-    if chosen_host.name == "codex" and not dry_run:
-        stale_keys = _codex_keys(where.file, start)
-    change = uninstall_text(read_text(where.file), chosen_host, file=str(where.file))
-    if change.changed and not dry_run:
-        write_text(where.file, change.text)
-    if stale_keys:
-        _codex_forget(stale_keys)
-    verb = "would remove" if dry_run else "removed"
-    from relay.hosts.mcp_config import uninstall_mcp
+    file = where.file
+    with install_lock():
+        record = ledger.load(file)
+        stale_keys: list[str] = []
+        if chosen_host.name == "codex" and not dry_run:
+            stale_keys = _codex_keys(where, start)
+        edits: list[Any] = [
+            (file, lambda text: uninstall_text(text, chosen_host, file=str(file), record=record)),
+            *uninstall_edits(where),
+        ]
+        done = apply_edits(edits, where, dry_run=dry_run, undo=True)
+        change = done[0]
+        if stale_keys:
+            _codex_forget(stale_keys)
+        verb = "would remove" if dry_run else "removed"
+        for edit in done[1:]:
+            if edit.changed:
+                say(f"{verb} {_mcp_part(edit.file)} from {edit.file}")
+        if not change.removed:
+            say(f"relay is not installed in {file}")
+        else:
+            say(f"{verb} relay's entries for {len(change.removed)} event(s) from {file}")
+            from relay.hosts.moving import restore_host_hooks
 
-    for edit in uninstall_mcp(where, dry_run=dry_run):
-        if edit.changed:
-            say(f"{verb} {_mcp_part(edit.file)} from {edit.file}")
-    if not change.removed:
-        say(f"relay is not installed in {where.file}")
-    else:
-        say(f"{verb} relay's entries for {len(change.removed)} event(s) from {where.file}")
-        from relay.hosts.moving import restore_host_hooks
-
-        for line in restore_host_hooks(where, dry_run=dry_run):
-            say(f"  {line}")
+            for line in restore_host_hooks(where, dry_run=dry_run):
+                say(f"  {line}")
     if as_json:
         report = {
             "host": chosen_host.name,
             "scope": where.scope,
-            "file": str(where.file),
+            "file": str(file),
             "dry_run": dry_run,
             "removed": list(change.removed),
             "lines": lines,
@@ -227,13 +246,26 @@ def uninstall(host_name: str, user: bool, dry_run: bool, as_json: bool, cwd: Pat
 
 
 def _codex_trust(
-    file: Path, cwd: Path, trust: bool | None, *, say: Callable[..., None] = click.echo
+    where: Target,
+    cwd: Path,
+    trust: bool | None,
+    client: Client,
+    *,
+    say: Callable[..., None] = click.echo,
 ) -> None:
-    """Record Codex's trust in relay's entries of `file`, with the user's consent."""
+    """Record Codex's trust in relay's entries of the target's file (exactly those, and
+    only those whose command is this install's client), with the user's consent."""
     from relay.errors import RelayError
-    from relay.hosts.codex_trust import CodexError, codex_home, list_hooks, trusted_text
-    from relay.hosts.install import is_relay_command, read_text, write_text
+    from relay.hosts.codex_trust import (
+        CodexError,
+        codex_home,
+        list_hooks,
+        relay_hooks,
+        trusted_text,
+    )
+    from relay.hosts.install import Change, read_text, update_file
 
+    file = where.file
     executable = _codex_executable()
     if executable is None:
         say(
@@ -242,15 +274,18 @@ def _codex_trust(
         )
         return
     try:
+        before = read_text(file)
         hooks = list_hooks(executable, cwd)
+        after = read_text(file)
     except CodexError as exc:
         say(f"  cannot ask Codex which hooks it trusts: {exc}", err=True)
         return
-    ours = [
-        hook
-        for hook in hooks
-        if is_relay_command(hook.command) and _same_file(hook.source_path, file)
-    ]
+    if before != after:
+        say(f"  {file} changed while Codex was asked; run `relay install codex` again", err=True)
+        return
+    ours = relay_hooks(
+        hooks, file, after, where.host, lambda event: client.command(where.host, event)
+    )
     pending = [hook for hook in ours if not hook.trusted]
     if not ours:
         say(f"  warning: Codex does not list relay's entries in {file}", err=True)
@@ -271,18 +306,22 @@ def _codex_trust(
         )
         return
     config = codex_home() / "config.toml"
-    try:
-        text = trusted_text(read_text(config) or "", pending, file=str(config))
-    except CodexError as exc:
-        raise RelayError(str(exc)) from None
-    write_text(config, text)
+
+    def record(text: str | None) -> Change:
+        try:
+            new = trusted_text(text or "", pending, file=str(config))
+        except CodexError as exc:
+            raise RelayError(str(exc)) from None
+        return Change(file=config, text=new, changed=new != (text or ""))
+
+    update_file(config, record)
     say(f"  Codex trust recorded for {len(pending)} entries in {config}")
 
 
-def _codex_keys(file: Path, cwd: Path) -> list[str]:
-    """The trust keys of relay's entries in `file`, to forget once they are removed."""
-    from relay.hosts.codex_trust import CodexError, list_hooks
-    from relay.hosts.install import is_relay_command
+def _codex_keys(where: Target, cwd: Path) -> list[str]:
+    """The trust keys of relay's entries in the target's file, to forget once removed."""
+    from relay.hosts.codex_trust import CodexError, list_hooks, relay_hooks
+    from relay.hosts.install import read_text
 
     executable = _codex_executable()
     if executable is None:
@@ -291,23 +330,21 @@ def _codex_keys(file: Path, cwd: Path) -> list[str]:
         hooks = list_hooks(executable, cwd)
     except CodexError:
         return []
-    return [
-        hook.key
-        for hook in hooks
-        if is_relay_command(hook.command) and _same_file(hook.source_path, file)
-    ]
+    return [hook.key for hook in relay_hooks(hooks, where.file, read_text(where.file), where.host)]
 
 
 def _codex_forget(keys: list[str]) -> None:
     from relay.hosts.codex_trust import CodexError, codex_home, untrusted_text
-    from relay.hosts.install import read_text, write_text
+    from relay.hosts.install import Change, update_file
 
     config = codex_home() / "config.toml"
-    text = read_text(config)
-    if text is None:
-        return
+
+    def forget(text: str | None) -> Change:
+        new = untrusted_text(text, keys, file=str(config)) if text is not None else None
+        return Change(file=config, text=new, changed=new != text)
+
     try:
-        write_text(config, untrusted_text(text, keys, file=str(config)))
+        update_file(config, forget)
     except CodexError as exc:
         click.echo(visible(f"  left Codex's trust entries as they are: {exc}"), err=True)
 
@@ -316,13 +353,6 @@ def _codex_executable() -> str | None:
     import shutil
 
     return shutil.which("codex")
-
-
-def _same_file(left: str, right: Path) -> bool:
-    try:
-        return os.path.samefile(left, right)
-    except OSError:
-        return os.path.abspath(left) == os.path.abspath(right)
 
 
 @click.command()

@@ -36,6 +36,9 @@ ToggleAction = Literal["disabled", "enabled", "already-disabled", "not-disabled"
 NEW_FILE_INDENT = 2
 _DEFAULT_UNIT = "  "
 _KEY_THEN_COLON = re.compile(r'"(?:[^"\\]|\\.)*"(\s*:\s*)', re.DOTALL)
+_TRAILING_BLANKS = re.compile(r"[ \t]+(\r?\n)")
+_COMMENT_OR_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*|/\*.*?\*/|/\*', re.DOTALL)
+_KEY_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]:,]|[^\s{}\[\]:,"]+', re.DOTALL)
 
 
 class JsonText:
@@ -47,8 +50,11 @@ class JsonText:
     so a mistake can never reach the disk as broken JSON.
     """
 
-    def __init__(self, text: str, *, file: str) -> None:
+    def __init__(self, text: str, *, file: str, comments: bool = False) -> None:
         self.file = file
+        self.comments = comments
+        """Whether `//` and `/* */` comments are allowed (JSON with comments, as Gemini CLI
+        reads its settings); they are kept where they are, as any other text outside an edit."""
         self._bom = "\ufeff" if text.startswith("\ufeff") else ""
         self._newline = "\r\n" if "\r\n" in text else "\n"
         self._cached_unit: str | None = None
@@ -102,13 +108,38 @@ class JsonText:
         index = siblings.index(path)
         span = self._spans[path]
         first = self._start_of(path)
+        # Comments around the element (not inside it) are the user's notes on its
+        # neighbours or the container: they stay, and only the separator goes.
         if len(siblings) == 1:
             container = self._spans[parent]
-            self._splice(container.start + 1, container.end - 1, "")
-        elif index == 0:
-            self._splice(first, self._start_of(siblings[1]), "")
+            kept = self._comments(container.start + 1, first) + self._comments(
+                span.end, container.end - 1
+            )
+            self._splice(container.start + 1, container.end - 1, kept)
         else:
-            self._splice(self._spans[siblings[index - 1]].end, span.end, "")
+            previous = self._spans[siblings[index - 1]].end if index else first
+            before = self._comments(previous, first, drop_comma=True).rstrip()
+            if index == 0 or (before and index < len(siblings) - 1):
+                # From the element to the next one: the separator before it stays, with
+                # any comment on it.
+                following = self._start_of(siblings[index + 1])
+                kept = self._comments(span.end, following, drop_comma=True).lstrip(" \t")
+                self._splice(first, following, kept)
+            else:
+                rest = self._plain[span.end :].split("\n", 1)[0]
+                if "//" in before.rsplit("\n", 1)[-1] and rest.strip():
+                    # The line comment now ends the text before what closed the container.
+                    before += self._newline + self._line_indent(self._spans[parent].start)
+                self._splice(previous, span.end, before)
+
+    def _comments(self, start: int, end: int, *, drop_comma: bool = False) -> str:
+        """The text between `start` and `end` if it holds a comment (without the one comma
+        there when `drop_comma`), else nothing."""
+        text, plain = self._text[start:end], self._plain[start:end]
+        if text == plain:
+            return ""
+        comma = plain.find(",") if drop_comma else -1
+        return text[:comma] + text[comma + 1 :] if comma >= 0 else text
 
     # --- layout ----------------------------------------------------------------------------
 
@@ -120,7 +151,8 @@ class JsonText:
         if siblings:
             last = siblings[-1]
             if len(siblings) >= 2:
-                separator = self._text[self._spans[siblings[-2]].end : self._start_of(last)]
+                between = self._plain[self._spans[siblings[-2]].end : self._start_of(last)]
+                separator = _TRAILING_BLANKS.sub(r"\1", between)
             elif inline:
                 separator = self._comma()
             else:
@@ -128,7 +160,20 @@ class JsonText:
             indent = self._line_indent(self._start_of(last))
             inline = inline or "\n" not in separator
             member = self._member(key, value, indent, inline=inline, colon=colon)
-            self._splice(self._spans[last].end, self._spans[last].end, separator + member)
+            end = self._spans[last].end
+            line_end = self._text.find("\n", end)
+            line_end = len(self._text) if line_end < 0 else line_end
+            line_end -= self._text[line_end - 1 : line_end] == "\r"
+            trailing = self._text[end:line_end]
+            newline = separator.find("\n")
+            plain = self._plain[end:line_end]
+            if trailing != plain and not plain.strip() and newline > 0:
+                # A comment ends the last member's line: it stays on that line, and the new
+                # member goes on the next.
+                start = newline - (separator[newline - 1 : newline] == "\r")
+                self._splice(end, line_end, "," + trailing + separator[start:] + member)
+                return
+            self._splice(end, end, separator + member)
             return
         parent_inline = self._inline(path[:-1]) if path else False
         if inline and parent_inline:
@@ -175,7 +220,7 @@ class JsonText:
 
     def _colon(self) -> str:
         """What follows a key: the spacing of the document's first member, else `": "`."""
-        match = _KEY_THEN_COLON.search(self._text)
+        match = _KEY_THEN_COLON.search(self._plain)
         return ":" + match.group(1).split(":", 1)[1] if match else ": "
 
     def _comma(self) -> str:
@@ -183,7 +228,7 @@ class JsonText:
         for path in self._containers_in_order():
             children = self._children(path)
             if len(children) >= 2:
-                between = self._text[self._spans[children[0]].end : self._start_of(children[1])]
+                between = self._plain[self._spans[children[0]].end : self._start_of(children[1])]
                 if "\n" not in between:
                     return between
         return ", " if self._colon() != ":" else ","
@@ -191,26 +236,31 @@ class JsonText:
     def _inline(self, path: FieldPath) -> bool:
         """Whether the container at `path` is written on one line."""
         span = self._spans[path]
-        return "\n" not in self._text[span.start : span.end]
+        return "\n" not in self._plain[span.start : span.end]
 
     def _line_indent(self, offset: int) -> str:
-        line_start = self._text.rfind("\n", 0, offset) + 1
-        line = self._text[line_start:offset]
+        line_start = self._plain.rfind("\n", 0, offset) + 1
+        line = self._plain[line_start:offset]
         return line[: len(line) - len(line.lstrip(" \t"))]
 
     def _starts_line(self, offset: int) -> bool:
-        line_start = self._text.rfind("\n", 0, offset) + 1
-        return not self._text[line_start:offset].strip()
+        line_start = self._plain.rfind("\n", 0, offset) + 1
+        return not self._plain[line_start:offset].strip()
 
     # --- the scanned document --------------------------------------------------------------
 
     def _load(self, text: str) -> None:
-        _, value = decode_document(text.encode(), file=self.file)
+        # Comments become spaces of the same length, so every offset into the plain text
+        # is an offset into the text as written, where the edits are spliced.
+        plain = blank_comments(text, file=self.file) if self.comments else text
+        _, value = decode_document(plain.encode(), file=self.file)
         if is_empty_document(value):
             raise SettingsError("cannot edit an empty document", file=self.file)
+        _refuse_duplicate_keys(plain, self.file)
         self._text = text
+        self._plain = plain
         self._value = value
-        self._spans = scan_json(text)
+        self._spans = scan_json(plain)
         self._child_index: dict[FieldPath, list[FieldPath]] = {}
         for path in self._spans:
             if path:
@@ -226,12 +276,73 @@ class JsonText:
         return self._child_index.get(path, [])
 
     def _containers_in_order(self) -> Iterator[FieldPath]:
-        containers = [path for path, span in self._spans.items() if self._text[span.start] in "{["]
+        containers = [path for path, span in self._spans.items() if self._plain[span.start] in "{["]
         yield from sorted(containers, key=lambda path: self._spans[path].start)
 
     def _start_of(self, path: FieldPath) -> int:
         span = self._spans[path]
         return span.start if span.key is None else span.key
+
+
+def blank_comments(text: str, *, file: str) -> str:
+    """The text with each `//` and `/* */` comment outside strings turned into spaces (line
+    breaks kept), so that offsets, lines and columns stay those of the text as written."""
+
+    def blank(match: re.Match[str]) -> str:
+        found = match.group()
+        if found.startswith('"'):
+            return found
+        if found == "/*":
+            line = text.count("\n", 0, match.start()) + 1
+            column = match.start() - text.rfind("\n", 0, match.start())
+            raise SettingsError("unterminated /* comment", file=file, line=line, column=column)
+        return re.sub(r"[^\r\n]", " ", found)
+
+    return _COMMENT_OR_STRING.sub(blank, text)
+
+
+def decode_with_comments(text: str, *, file: str) -> Any:
+    """The value of a JSON text that may hold comments; SettingsError (with line and
+    column) when it is not valid, or when an object repeats a key."""
+    plain = blank_comments(text, file=file)
+    _, value = decode_document(plain.encode(), file=file)
+    if is_empty_document(value):
+        return None
+    _refuse_duplicate_keys(plain, file)
+    return value
+
+
+def _refuse_duplicate_keys(text: str, file: str) -> None:
+    """SettingsError at the second of two equal keys in one object: readers disagree on
+    which one counts (the last, the first, or an error), so an edit could change the wrong one."""
+    seen: list[set[str] | None] = []  # per open container: its keys so far (None: an array)
+    expect_key = False
+    for match in _KEY_TOKEN.finditer(text):
+        token = match.group()
+        if token in ("{", "["):
+            seen.append(set() if token == "{" else None)
+            expect_key = token == "{"
+        elif token in ("}", "]"):
+            seen.pop()
+            expect_key = False
+        elif token == ",":
+            expect_key = bool(seen) and seen[-1] is not None
+        elif token != ":" and expect_key:
+            expect_key = False
+            keys = seen[-1]
+            key = msgspec.json.decode(token)
+            if keys is not None and key in keys:
+                line = text.count("\n", 0, match.start()) + 1
+                column = match.start() - text.rfind("\n", 0, match.start())
+                raise SettingsError(
+                    f"the key {token} appears twice in one object; relay cannot tell which "
+                    "one counts, so it leaves the file as it is",
+                    file=file,
+                    line=line,
+                    column=column,
+                )
+            if keys is not None:
+                keys.add(key)
 
 
 # --- hooksConfig.disabled ------------------------------------------------------------------

@@ -8,7 +8,14 @@ Trust is a table per hook in `$CODEX_HOME/config.toml`:
     [hooks.state."<key>"]
     trusted_hash = "sha256:…"
 
-relay records it only for the entries it wrote itself, and only with the user's consent.
+relay records it only for its own entries, and only with the user's consent. Which listed
+hooks are relay's is decided by the file, not by what a command looks like: Codex's key
+names the place of a hook in its file (`<file>:<event>:<group>:<hook>`), and a hook is
+relay's only when that place holds relay's entry in exactly the form install writes
+(relay.hosts.install.is_relay_entry), with the exact command of this install's client, and
+Codex lists that same command. A look-alike planted in a repository's `.codex/hooks.json`
+(`sh -c '…' relay-hook --dialect …`, `/opt/x/relay-hook --dialect x; curl …`) is never
+trusted.
 """
 
 from __future__ import annotations
@@ -20,13 +27,15 @@ import selectors
 import subprocess
 import time
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from relay.errors import RelayError
+from relay.errors import RelayError, SettingsError
+from relay.hosts.install import decode_host_json, is_relay_entry
+from relay.hosts.model import Host
 
 APP_SERVER_TIMEOUT = 30.0
 
@@ -164,6 +173,74 @@ class _Rpc:
                 if not chunk:
                     raise CodexError("codex app-server exited without answering")
                 self.buffer += chunk
+
+
+def relay_hooks(
+    listed: Iterable[CodexHook],
+    file: Path,
+    text: str | None,
+    host: Host,
+    command: Callable[[str], str] | None = None,
+) -> list[CodexHook]:
+    """The hooks of `listed` that are relay's entries in `file`, whose text is `text` (read
+    around the listing): the place each key names holds relay's entry for that event, word
+    for word the command Codex lists, and (with `command`) exactly `command(event)`."""
+    try:
+        document = decode_host_json(text or "", file=str(file)) if text else None
+    except SettingsError:
+        return []
+    hooks = document.get("hooks") if isinstance(document, dict) else None
+    if not isinstance(hooks, dict):
+        return []
+    events = {_snake(event): event for event in host.events}
+    ours: list[CodexHook] = []
+    for hook in listed:
+        if not _same_file(hook.source_path, file):
+            continue
+        parts = hook.key.rsplit(":", 3)  # <file>:<event_snake_case>:<group>:<hook>
+        if len(parts) != 4 or not (parts[2].isdigit() and parts[3].isdigit()):
+            continue
+        source, snake, group_index, hook_index = parts[0], parts[1], int(parts[2]), int(parts[3])
+        event = events.get(snake)
+        if event is None or not _same_file(source, file):
+            continue
+        entry = _at(hooks, event, group_index, hook_index)
+        if entry is None:
+            continue
+        group, found = entry
+        if group.get("matcher") not in (None, "", "*") or not is_relay_entry(found, host, event):
+            continue
+        if found["command"] != hook.command:
+            continue
+        if command is not None and found["command"] != command(event):
+            continue
+        ours.append(hook)
+    return ours
+
+
+def _snake(event: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", event).lower()
+
+
+def _at(
+    hooks: dict[str, Any], event: str, group_index: int, hook_index: int
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    groups = hooks.get(event)
+    if not isinstance(groups, list) or group_index >= len(groups):
+        return None
+    group = groups[group_index]
+    inner = group.get("hooks") if isinstance(group, dict) else None
+    if not isinstance(inner, list) or hook_index >= len(inner):
+        return None
+    found = inner[hook_index]
+    return (group, found) if isinstance(found, dict) else None
+
+
+def _same_file(left: str, right: Path) -> bool:
+    try:
+        return os.path.samefile(left, right)
+    except OSError:
+        return os.path.abspath(left) == os.path.abspath(right)
 
 
 # --- config.toml -----------------------------------------------------------------------------

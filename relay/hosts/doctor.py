@@ -22,11 +22,13 @@ import msgspec
 from relay.hosts import HOST_NAMES, host
 from relay.hosts.install import (
     Client,
+    Target,
     current_client,
     host_events,
     installed_events,
     read_text,
     target,
+    their_relay_entries,
 )
 from relay.server import client as server_client
 
@@ -126,12 +128,21 @@ def _host_checks(
         except Exception as exc:  # an unreadable file is a finding, not a crash
             yield Finding("fail", chosen.name, f"{where.file}: {exc}")
             continue
+        label = f"{chosen.title} ({scope}, {where.file})"
+        for event, commands in their_relay_entries(text, chosen).items():
+            yield Finding(
+                "warn",
+                chosen.name,
+                f"{label}: {event} has an entry of yours that runs relay ({commands[0]}); relay "
+                "leaves it as it is (install adds its own beside it, and the events run "
+                "relay twice): if it is meant to be relay's, remove it and run "
+                f"`relay install {name}{' --project' if scope == 'project' else ''}`",
+            )
         entries = installed_events(text, chosen)
         if not entries:
             continue
         if known is None:
             known = host_events(chosen, env)
-        label = f"{chosen.title} ({scope}, {where.file})"
         missing = [event for event in known.events if event not in entries]
         stale = sorted(
             event
@@ -157,23 +168,23 @@ def _host_checks(
         if not stale and not missing:
             yield Finding("ok", chosen.name, f"{label}: installed for {len(entries)} event(s)")
         if name == "codex" and known.executable:
-            yield from _codex_trust(known.executable, where.file, cwd)
+            yield from _codex_trust(known.executable, where, text, cwd, client)
     if known is None:
         yield Finding("ok", chosen.name, f"{chosen.title}: relay is not installed")
 
 
-def _codex_trust(executable: str, file: Path, cwd: Path) -> Iterator[Finding]:
-    from relay.hosts.codex_trust import CodexError, list_hooks
-    from relay.hosts.install import is_relay_command
+def _codex_trust(
+    executable: str, where: Target, text: str | None, cwd: Path, client: Client | None
+) -> Iterator[Finding]:
+    from relay.hosts.codex_trust import CodexError, list_hooks, relay_hooks
 
+    file = where.file
     try:
         hooks = list_hooks(executable, cwd)
     except CodexError as exc:
         yield Finding("warn", "codex", f"cannot ask Codex which hooks it trusts: {exc}")
         return
-    ours = [
-        hook for hook in hooks if is_relay_command(hook.command) and _same(hook.source_path, file)
-    ]
+    ours = relay_hooks(hooks, file, text, where.host)
     untrusted = [hook for hook in ours if not hook.trusted]
     if untrusted:
         yield Finding(
@@ -246,10 +257,3 @@ def _cost(client: Client, cwd: Path, env: Mapping[str, str]) -> Iterator[Finding
         f"an event with no hook: {statistics.median(rest):.1f} ms (median of {len(rest)}; "
         f"the first call {first:.1f} ms) through {client.kind} client {client.argv[-1]}",
     )
-
-
-def _same(left: str, right: Path) -> bool:
-    try:
-        return os.path.samefile(left, right)
-    except OSError:
-        return os.path.abspath(left) == os.path.abspath(right)

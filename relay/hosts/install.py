@@ -2,10 +2,15 @@
 
 `relay install <host>` writes one entry per event into the host's settings file: a hook
 group with no matcher (every tool) whose command is relay's client with `--dialect <host>
-<Event>`. The edit is minimal (JsonText: only the spans it changes; layout, order and
-other keys kept), idempotent (an entry that is already there is left alone; one whose
-client path is stale is updated in place), and reversible: `relay uninstall` removes
-exactly the entries recognised as relay's, and the containers it emptied.
+<Event>`. The edit is minimal (JsonText: only the spans it changes; layout, order, other
+keys and comments kept), idempotent (an entry that is already there is left alone; one
+whose client path is stale is updated in place), and reversible: `relay uninstall`
+removes exactly what install added, and no more.
+
+relay's entries say they are relay's by their exact form (`is_relay_entry`); an entry the
+user wrote, even one that runs relay, is never changed, removed or trusted. What has no
+such form (a permission, a file or container relay created) is relay's only where relay's
+record says relay added it (relay.hosts.ledger).
 
 Which events: those the installed host knows. relay reads the host's own code (its
 package's bundle or native binary) for each event name relay has for that host, so an
@@ -16,23 +21,29 @@ was checked against is used, and the caller is told.
 
 from __future__ import annotations
 
+import contextlib
 import copy
-import json
+import fcntl
+import functools
 import mmap
 import os
 import re
 import shlex
 import shutil
 import sys
+import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypeVar
 
 import msgspec
 
-from relay.config.editing import JsonText, new_settings_text
-from relay.config.paths import find_project_root, state_dir
+from relay.config.editing import JsonText, decode_with_comments, new_settings_text
+from relay.config.loader import FieldPath
+from relay.config.paths import find_project_root, private_dir, state_dir
 from relay.errors import RelayError, SettingsError
+from relay.hosts import ledger
+from relay.hosts.ledger import FileRecord
 from relay.hosts.model import Host
 from relay.hosts.waiter import WAIT_TIMEOUT
 from relay.native import BuildError
@@ -67,6 +78,8 @@ class Target(msgspec.Struct, frozen=True, kw_only=True):
     scope: Scope
     folder: Path
     """The host's folder: its per-user one, or `<project>/<config_dir>`."""
+    root: Path | None = None
+    """The project (project scope): nothing is written outside it."""
 
     @property
     def file(self) -> Path:
@@ -86,7 +99,7 @@ def target(host: Host, scope: Scope, cwd: Path, env: Mapping[str, str] | None = 
     env = os.environ if env is None else env
     if scope == "project":
         root = find_project_root(cwd) or cwd
-        return Target(host=host, scope=scope, folder=root / host.config_dir)
+        return Target(host=host, scope=scope, folder=root / host.config_dir, root=root)
     configured = env.get(host.config_dir_env) if host.config_dir_env else None
     if configured:
         return Target(host=host, scope=scope, folder=Path(configured).expanduser())
@@ -136,6 +149,12 @@ def ensure_client(env: Mapping[str, str] | None = None, *, native: bool = True) 
     if existing is not None and (existing.kind == "native" or not native):
         return existing
     folder = client_folder(env)
+    try:
+        # 0700 whatever the umask: a folder others could write to would let them swap the
+        # program every host event runs.
+        private_dir(folder, top=state_dir(env))
+    except OSError as exc:
+        raise InstallError(f"{folder}: cannot create: {exc}") from None
     note = "the native client was not asked for"
     if native:
         try:
@@ -146,11 +165,42 @@ def ensure_client(env: Mapping[str, str] | None = None, *, native: bool = True) 
     return Client(argv=(sys.executable, "-I", "-S", str(script)), kind="python", note=note)
 
 
-def is_relay_command(command: object, host: Host | None = None) -> bool:
-    """Whether a host hook's command is one of relay's entries (for `host`, if given).
+def is_relay_entry(hook: object, host: Host, event: str) -> bool:
+    """Whether a hook entry is relay's own for `event`: exactly the form install writes.
 
-    relay's client (`relay-hook`, `relay-hook.py`) or `relay hooks run`, with `--dialect`.
+    That is `{"type": "command", "command": …, "timeout": …}` (plus the host's own extra
+    fields), whose command is, word for word and quoted as relay quotes it, an absolute
+    path to relay's client (`relay-hook`, or `python -I -S …/relay-hook.py`) followed by
+    `--dialect <host> <event>` and nothing else. An entry the user wrote, even one that
+    runs relay (`relay hooks run … --settings strict.json`), has another form and is
+    never changed or removed by install and uninstall.
     """
+    if not isinstance(hook, dict) or hook.get("type") != "command":
+        return False
+    extra = dict(host.entry_extra)
+    if set(hook) - {"type", "command", "timeout", *extra}:
+        return False
+    if any(key in hook and hook[key] != value for key, value in extra.items()):
+        return False
+    words = _canonical_words(hook.get("command"))
+    if words is None or words[-3:] != ["--dialect", host.name, event]:
+        return False
+    head = words[:-3]
+    if len(head) == 1:
+        return os.path.isabs(head[0]) and os.path.basename(head[0]) == NATIVE_NAME
+    return (
+        len(head) == 4
+        and os.path.isabs(head[0])
+        and head[1:3] == ["-I", "-S"]
+        and os.path.isabs(head[3])
+        and os.path.basename(head[3]) == PYTHON_NAME
+    )
+
+
+def runs_relay(command: object) -> bool:
+    """Whether a hook's command looks like it runs relay (relay's client, `relay hooks
+    run`, the mail waiter) with a `--dialect`: for telling the user about entries of theirs
+    that run relay; never a reason to change, remove or trust one."""
     if not isinstance(command, str):
         return False
     try:
@@ -161,14 +211,21 @@ def is_relay_command(command: object, host: Host | None = None) -> bool:
     ours = (
         any(name in CLIENT_NAMES for name in names[:4])
         or (bool(names) and names[0] == "relay" and words[1:3] == ["hooks", "run"])
-        or is_waiter_command(command)
+        or "wait-mail" in words[:6]
     )
-    if not ours or "--dialect" not in words:
-        return False
-    if host is None:
-        return True
-    dialect = words[words.index("--dialect") + 1 : words.index("--dialect") + 2]
-    return dialect == [host.name]
+    return ours and "--dialect" in words
+
+
+def _canonical_words(command: object) -> list[str] | None:
+    """The words of a command written as relay writes commands (each word quoted only as
+    `shlex.quote` does, one space between): no shell syntax can hide in it."""
+    if not isinstance(command, str):
+        return None
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    return words if words and shlex.join(words) == command else None
 
 
 WAITER_EVENTS = frozenset({"SessionStart", "Stop"})
@@ -181,15 +238,19 @@ def waiter_command(host: Host) -> str:
     return " ".join(shlex.quote(word) for word in words)
 
 
-def is_waiter_command(command: object) -> bool:
-    """Whether a hook's command is relay's mail waiter (`… -m relay hooks wait-mail`)."""
-    if not isinstance(command, str):
+def is_waiter_entry(hook: object, host: Host) -> bool:
+    """Whether a hook entry is relay's mail waiter, in exactly the form install writes."""
+    if not isinstance(hook, dict) or hook.get("type") != "command":
         return False
-    try:
-        words = shlex.split(command)
-    except ValueError:
+    if set(hook) - {"type", "command", "asyncRewake", "timeout"}:
         return False
-    return words[1:5] == ["-m", "relay", "hooks", "wait-mail"]
+    words = _canonical_words(hook.get("command"))
+    return (
+        words is not None
+        and len(words) == 7
+        and os.path.isabs(words[0])
+        and words[1:] == ["-m", "relay", "hooks", "wait-mail", "--dialect", host.name]
+    )
 
 
 def _waiter_group(host: Host) -> dict[str, Any]:
@@ -307,6 +368,38 @@ class Change(msgspec.Struct, kw_only=True):
     removed: list[str] = msgspec.field(default_factory=list)
     foreign: list[str] = msgspec.field(default_factory=list)
     """Events whose other (non-relay) hooks still run beside relay."""
+    theirs: list[str] = msgspec.field(default_factory=list)
+    """Events with an entry of the user's own that runs relay: left as it is."""
+    created_file: bool = False
+    """The file did not exist: this edit creates it."""
+    containers: list[FieldPath] = msgspec.field(default_factory=list)
+    """Objects and arrays this edit creates to hold relay's entries."""
+    items: list[tuple[FieldPath, str]] = msgspec.field(default_factory=list)
+    """Array items this edit adds (none for hook entries, which say they are relay's)."""
+    found_relay: bool = False
+    """relay's own entries were in the file before this edit."""
+
+
+class Edit(Protocol):
+    """One file's edit, as install and uninstall compute it."""
+
+    @property
+    def file(self) -> Path: ...
+    @property
+    def text(self) -> str | None: ...
+    @property
+    def changed(self) -> bool: ...
+    @property
+    def created_file(self) -> bool: ...
+    @property
+    def containers(self) -> list[FieldPath]: ...
+    @property
+    def items(self) -> list[tuple[FieldPath, str]]: ...
+    @property
+    def found_relay(self) -> bool: ...
+
+
+E = TypeVar("E", bound=Edit)
 
 
 def read_text(path: Path) -> str | None:
@@ -334,7 +427,14 @@ def install_text(
                 for event in events
             }
         }
-        return Change(file=path, text=new_settings_text(document), changed=True, added=list(events))
+        return Change(
+            file=path,
+            text=new_settings_text(document),
+            changed=True,
+            added=list(events),
+            created_file=text is None,
+            containers=[("hooks",), *(("hooks", event) for event in events)],
+        )
     editable = _editable(text, file)
     expected = copy.deepcopy(editable.value)
     change = Change(file=path, text=text, changed=False)
@@ -342,6 +442,7 @@ def install_text(
     if hooks is None:
         editable.insert((), "hooks", {})
         expected["hooks"] = {}
+        change.containers.append(("hooks",))
     for event in events:
         command = client.command(host, event)
         groups = _container(editable, ("hooks", event), list)
@@ -352,11 +453,15 @@ def install_text(
             editable.insert(("hooks",), event, entries)
             expected["hooks"][event] = copy.deepcopy(entries)
             change.added.append(event)
+            change.containers.append(("hooks", event))
             continue
-        found = list(_relay_hooks(groups, host))
+        found = list(_relay_hooks(groups, host, event))
+        change.found_relay = change.found_relay or bool(found)
         if any(hook.get("command") == command for _, _, hook in found):
             change.kept.append(event)
         elif found:
+            # relay's own entry with another client's path (another relay install, or a
+            # teammate's in a shared project file): only its command is brought up to date.
             group_index, hook_index, _ = found[0]
             where = ("hooks", event, group_index, "hooks", hook_index, "command")
             editable.replace(where, command)
@@ -368,7 +473,9 @@ def install_text(
             change.added.append(event)
         if _wants_waiter(host, event):
             _ensure_waiter(editable, expected, host, event)
-        if _foreign_hooks(expected["hooks"][event], host):
+        if _their_relay_hooks(expected["hooks"][event], host, event):
+            change.theirs.append(event)
+        if _foreign_hooks(expected["hooks"][event], host, event):
             change.foreign.append(event)
     change.text = _checked(editable, expected, file)
     change.changed = change.text != text
@@ -379,7 +486,7 @@ def _ensure_waiter(editable: JsonText, expected: dict[str, Any], host: Host, eve
     """relay's mail waiter in `event`, current (its Python path updated in place)."""
     wanted = waiter_command(host)
     found = list(
-        _hooks_in(expected["hooks"][event], lambda hook: is_waiter_command(hook.get("command")))
+        _hooks_in(expected["hooks"][event], lambda group, hook: _waiter(group, hook, host))
     )
     if any(hook.get("command") == wanted for _, _, hook in found):
         return
@@ -392,18 +499,37 @@ def _ensure_waiter(editable: JsonText, expected: dict[str, Any], host: Host, eve
     expected["hooks"][event].append(_waiter_group(host))
 
 
-def uninstall_text(text: str | None, host: Host, *, file: str) -> Change:
-    """The host settings text without relay's entries (and the containers they leave empty)."""
-    return remove_hooks_text(
-        text, lambda hook: is_relay_command(hook.get("command"), host), file=file
+def uninstall_text(
+    text: str | None, host: Host, *, file: str, record: FileRecord | None = None
+) -> Change:
+    """The host settings text without relay's entries, and without the containers relay
+    created that they leave empty (with no record of what relay created, as an older relay
+    left things: the event arrays and `hooks` they leave empty). A file relay created that
+    is left holding nothing is removed (`text` None)."""
+    change = remove_hooks_text(
+        text,
+        lambda event, group, hook: (
+            _relay_hook(group, hook, host, event) or _waiter(group, hook, host)
+        ),
+        file=file,
+        prune=None if record is None else record.created_container,
     )
+    left = change.text
+    if record is not None and record.created and change.removed and left is not None:
+        change.text = None if decode_host_json(left, file=file) == {} else left
+    return change
 
 
 def remove_hooks_text(
-    text: str | None, chosen: Callable[[dict[str, Any]], bool], *, file: str
+    text: str | None,
+    chosen: Callable[[str, dict[str, Any], dict[str, Any]], bool],
+    *,
+    file: str,
+    prune: Callable[[FieldPath], bool] | None = None,
 ) -> Change:
-    """The host settings text without the hooks `chosen` picks, and the groups, event
-    arrays and `hooks` object they leave empty. `removed` lists the events touched."""
+    """The host settings text without the hooks `chosen(event, group, hook)` picks, the
+    groups they leave empty, and the event arrays and `hooks` object they leave empty that
+    `prune` names (all of them when `prune` is None). `removed` lists the events touched."""
     path = Path(file)
     change = Change(file=path, text=text, changed=False)
     if text is None or not text.strip():
@@ -417,7 +543,7 @@ def remove_hooks_text(
         groups = hooks[event]
         if not isinstance(groups, list):
             continue
-        found = list(_hooks_in(groups, chosen))
+        found = list(_hooks_in(groups, functools.partial(chosen, event)))
         if not found:
             continue
         change.removed.append(event)
@@ -430,10 +556,10 @@ def remove_hooks_text(
             else:
                 editable.remove(("hooks", event, group_index, "hooks", hook_index))
                 del group_hooks[hook_index]
-        if not expected["hooks"][event]:
+        if not expected["hooks"][event] and (prune is None or prune(("hooks", event))):
             editable.remove(("hooks", event))
             del expected["hooks"][event]
-    if change.removed and not expected["hooks"]:
+    if change.removed and not expected["hooks"] and (prune is None or prune(("hooks",))):
         editable.remove(("hooks",))
         del expected["hooks"]
     change.text = _checked(editable, expected, file)
@@ -476,49 +602,203 @@ def append_groups_text(text: str | None, groups: dict[str, list[Any]], *, file: 
     return change
 
 
-def installed_events(text: str | None, host: Host) -> dict[str, list[str]]:
-    """Per event, the commands of relay's entries in a host settings text (unreadable: {})."""
+def _hooks_object(text: str | None) -> dict[str, Any]:
+    """The `hooks` object of a host settings text ({} when unreadable or absent)."""
     if text is None or not text.strip():
         return {}
     try:
-        value = json.loads(text)
-    except ValueError:
+        value = decode_host_json(text, file="")
+    except SettingsError:
         return {}
     hooks = value.get("hooks") if isinstance(value, dict) else None
-    if not isinstance(hooks, dict):
-        return {}
+    return hooks if isinstance(hooks, dict) else {}
+
+
+def installed_events(text: str | None, host: Host) -> dict[str, list[str]]:
+    """Per event, the commands of relay's entries in a host settings text (unreadable: {})."""
     entries = {
-        event: [
-            str(hook["command"])
-            for _, _, hook in _relay_hooks(groups, host)
-            if not is_waiter_command(hook.get("command"))
-        ]
-        for event, groups in hooks.items()
+        event: [str(hook["command"]) for _, _, hook in _relay_hooks(groups, host, event)]
+        for event, groups in _hooks_object(text).items()
         if isinstance(groups, list)
     }
     return {event: commands for event, commands in entries.items() if commands}
 
 
-def write_text(path: Path, text: str | None) -> None:
-    """Replace the file atomically (same mode as before, else 0600 for a new one; through
-    a symbolic link, its target)."""
+def their_relay_entries(text: str | None, host: Host) -> dict[str, list[str]]:
+    """Per event, the commands of the user's own entries that run relay (not relay's form)."""
+    entries = {
+        event: [
+            str(hook.get("command"))
+            for _, _, hook in _hooks_in(groups, functools.partial(_theirs, host=host, event=event))
+        ]
+        for event, groups in _hooks_object(text).items()
+        if isinstance(groups, list)
+    }
+    return {event: commands for event, commands in entries.items() if commands}
+
+
+def decode_host_json(text: str, *, file: str) -> Any:
+    """A host settings file's value: JSON, `//` and `/* */` comments allowed (Gemini CLI
+    reads its settings so), no key twice in one object. SettingsError when it is not."""
+    return decode_with_comments(text, file=file)
+
+
+# --- writing --------------------------------------------------------------------------------
+
+_ATTEMPTS = 5
+_LOCK_WAIT = 60.0
+
+
+@contextlib.contextmanager
+def install_lock(env: Mapping[str, str] | None = None) -> Iterator[None]:
+    """Held by every relay install and uninstall while it edits host files, so that two of
+    relay's own writers never interleave (others are caught by `update_file`'s re-read)."""
     try:
-        if text is None:
+        folder = private_dir(state_dir(env) / "locks", top=state_dir(env))
+        fd = os.open(folder / "install.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise InstallError(f"cannot take relay's install lock: {exc}") from None
+    try:
+        deadline = time.monotonic() + _LOCK_WAIT
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise InstallError(
+                        f"another relay install or uninstall has held {folder / 'install.lock'} "
+                        f"for {_LOCK_WAIT:.0f} s; try again once it is done"
+                    ) from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def check_inside(where: Target, path: Path) -> None:
+    """For a project install, refuse a file that is (or is reached through) a symbolic link
+    out of the project, or a link to nothing: relay writes nothing outside the project, and
+    creates no file at a link's target (a cloned repository chooses its links)."""
+    if where.root is None:
+        return
+    root = Path(os.path.realpath(where.root))
+    real = Path(os.path.realpath(path))
+    if real != root and root not in real.parents:
+        raise InstallError(
+            f"{path} leads out of the project (to {real}) through a symbolic link; relay "
+            "writes nothing outside the project: remove the link, or install with --user"
+        )
+    if path.is_symlink() and not path.exists():
+        raise InstallError(
+            f"{path} is a symbolic link to {real}, which does not exist; relay does not "
+            "create files through links: remove the link"
+        )
+
+
+def apply_edits(
+    edits: list[tuple[Path, Callable[[str | None], E]]],
+    where: Target,
+    *,
+    dry_run: bool = False,
+    undo: bool = False,
+    env: Mapping[str, str] | None = None,
+) -> list[E]:
+    """Compute every edit first (so one that fails leaves every file as it was), then write
+    each with `update_file`, and keep relay's record of what it added (`undo`: forget it
+    once relay's parts are out). Returns the edits as written (or as they would be)."""
+    for path, _ in edits:
+        check_inside(where, path)
+    planned = [compute(read_text(path)) for path, compute in edits]
+    if dry_run:
+        return planned
+    done: list[E] = []
+    for path, compute in edits:
+        edit = update_file(path, compute, where=where)
+        done.append(edit)
+        if edit.changed and not undo:
+            record = ledger.load(path, env) or FileRecord(
+                file=str(path.absolute()), adopted=edit.found_relay
+            )
+            ledger.save(
+                record.merged(
+                    created=edit.created_file, containers=edit.containers, items=edit.items
+                ),
+                env,
+            )
+    if undo:
+        for path in dict.fromkeys(path for path, _ in edits):
+            ledger.forget(path, env)
+    return done
+
+
+def update_file(
+    path: Path, compute: Callable[[str | None], E], *, where: Target | None = None
+) -> E:
+    """Read the file, compute its edit, and replace it only if nobody changed it meanwhile
+    (else read it again and recompute): another program's update made between relay's read
+    and its write is not lost. InstallError if it keeps changing."""
+    if where is not None:
+        check_inside(where, path)
+    folder_mode = 0o755 if where is not None and where.scope == "project" else 0o700
+    for _ in range(_ATTEMPTS):
+        before = read_text(path)
+        edit = compute(before)
+        if not edit.changed or _replace_if_unchanged(path, before, edit.text, folder_mode):
+            return edit
+    raise InstallError(
+        f"{path}: another program changed it each time relay was about to write it "
+        f"({_ATTEMPTS} tries); nothing was written, run this again"
+    )
+
+
+def write_text(path: Path, text: str | None) -> None:
+    """Replace the file at once (same mode as before, else 0600 for a new one; through a
+    symbolic link, its target), whatever is there now."""
+    _replace_if_unchanged(path, read_text(path), text, 0o700)
+
+
+def _replace_if_unchanged(
+    path: Path, before: str | None, text: str | None, folder_mode: int
+) -> bool:
+    """Put `text` in place of the file (None: remove it) if it still holds `before`."""
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))  # a dotfiles link stays a link: its target is edited
+    staged: Path | None = None
+    try:
+        if text is not None:
+            _make_folders(path.parent, folder_mode)
+            try:
+                mode = path.stat().st_mode & 0o777
+            except FileNotFoundError:
+                mode = 0o600
+            staged = path.with_name(f".{path.name}.relay-{os.getpid()}")
+            fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as stream:
+                stream.write(text)
+            os.chmod(staged, mode)
+        # Compared as late as possible: the window for a lost update is this line and the next.
+        if read_text(path) != before:
+            return False
+        if staged is None:
             path.unlink(missing_ok=True)
-            return
-        if path.is_symlink():
-            path = path.resolve()  # a dotfiles link stays a link: its target is edited
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            mode = path.stat().st_mode & 0o777
-        except FileNotFoundError:
-            mode = 0o600
-        staged = path.with_name(f".{path.name}.relay-{os.getpid()}")
-        staged.write_text(text, encoding="utf-8")
-        staged.chmod(mode)
-        staged.replace(path)
+        else:
+            staged.replace(path)
+            staged = None
+        return True
     except OSError as exc:
         raise InstallError(f"{path}: cannot write: {exc}") from None
+    finally:
+        if staged is not None:
+            staged.unlink(missing_ok=True)
+
+
+def _make_folders(folder: Path, mode: int) -> None:
+    """Create `folder` and its missing parents with `mode` (never wider: a umask of 000
+    must not leave a host's folder writable by everyone)."""
+    missing = [parent for parent in (folder, *folder.parents) if not parent.exists()]
+    for parent in reversed(missing):
+        parent.mkdir(mode=mode, exist_ok=True)
 
 
 def _group(host: Host, client: Client, event: str) -> dict[str, Any]:
@@ -529,34 +809,62 @@ def _group(host: Host, client: Client, event: str) -> dict[str, Any]:
     return {"hooks": [hook]}
 
 
-def _relay_hooks(groups: list[Any], host: Host) -> Iterator[tuple[int, int, dict[str, Any]]]:
-    return _hooks_in(groups, lambda hook: is_relay_command(hook.get("command"), host))
+def _plain_group(group: dict[str, Any]) -> bool:
+    """A group for every tool, as relay writes its own (a matcher is the user's choice)."""
+    return group.get("matcher") in (None, "", "*")
+
+
+def _relay_hook(group: dict[str, Any], hook: dict[str, Any], host: Host, event: str) -> bool:
+    return _plain_group(group) and is_relay_entry(hook, host, event)
+
+
+def _waiter(group: dict[str, Any], hook: dict[str, Any], host: Host) -> bool:
+    return _plain_group(group) and is_waiter_entry(hook, host)
+
+
+def _theirs(group: dict[str, Any], hook: dict[str, Any], host: Host, event: str) -> bool:
+    return runs_relay(hook.get("command")) and not (
+        _relay_hook(group, hook, host, event) or _waiter(group, hook, host)
+    )
+
+
+def _relay_hooks(
+    groups: list[Any], host: Host, event: str
+) -> Iterator[tuple[int, int, dict[str, Any]]]:
+    return _hooks_in(groups, lambda group, hook: _relay_hook(group, hook, host, event))
 
 
 def _hooks_in(
-    groups: list[Any], chosen: Callable[[dict[str, Any]], bool]
+    groups: list[Any], chosen: Callable[[dict[str, Any], dict[str, Any]], bool]
 ) -> Iterator[tuple[int, int, dict[str, Any]]]:
     for group_index, group in enumerate(groups):
         inner = group.get("hooks") if isinstance(group, dict) else None
         if not isinstance(inner, list):
             continue
         for hook_index, hook in enumerate(inner):
-            if isinstance(hook, dict) and chosen(hook):
+            if isinstance(hook, dict) and chosen(group, hook):
                 yield group_index, hook_index, hook
 
 
-def _foreign_hooks(groups: list[Any], host: Host) -> bool:
+def _their_relay_hooks(groups: list[Any], host: Host, event: str) -> bool:
+    return any(_hooks_in(groups, lambda group, hook: _theirs(group, hook, host, event)))
+
+
+def _foreign_hooks(groups: list[Any], host: Host, event: str) -> bool:
     for group in groups:
         inner = group.get("hooks") if isinstance(group, dict) else None
         for hook in inner if isinstance(inner, list) else ():
-            if not (isinstance(hook, dict) and is_relay_command(hook.get("command"), host)):
+            if not (
+                isinstance(hook, dict)
+                and (_relay_hook(group, hook, host, event) or _waiter(group, hook, host))
+            ):
                 return True
     return False
 
 
 def _editable(text: str, file: str) -> JsonText:
     try:
-        document = JsonText(text, file=file)
+        document = JsonText(text, file=file, comments=True)
     except SettingsError as exc:
         raise InstallError(f"{exc} (fix the file, then run this again)") from None
     if not isinstance(document.value, dict):

@@ -11,20 +11,32 @@ and only then taken out of the host file. What was taken out is kept in relay's 
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from relay.config.importing import Agent, convert, merge_into_file
-from relay.config.paths import PROJECT_DIR_NAME, find_project_root, relay_home, state_dir
+from relay.config.paths import (
+    PROJECT_DIR_NAME,
+    find_project_root,
+    private_dir,
+    relay_home,
+    state_dir,
+)
+from relay.errors import SettingsError
 from relay.hosts.install import (
+    Change,
     InstallError,
     Target,
     append_groups_text,
-    is_relay_command,
+    check_inside,
+    decode_host_json,
     read_text,
     remove_hooks_text,
+    runs_relay,
+    update_file,
     write_text,
 )
 from relay.server.client import fnv1a64
@@ -54,8 +66,9 @@ def import_host_hooks(
     for host_file in (where.file, where.local_file):
         if host_file is None:
             continue
+        check_inside(where, host_file)
         text = read_text(host_file)
-        moved = _foreign_groups(text, host, host_file)
+        moved = _foreign_groups(text, host_file)
         if not moved:
             continue
         converted = convert(agent, [(str(host_file), {"hooks": moved})])
@@ -72,15 +85,21 @@ def import_host_hooks(
         if dry_run:
             lines.append(f"would move {count} hook(s) from {host_file} into {target_file}")
             continue
+        check_inside(where, target_file)
         merged = merge_into_file(converted.settings, target_file, generated=converted.generated)
         record = record_path(host_file, env)
         previous = _read_record(record)
         for event, groups in moved.items():
             previous.setdefault(event, []).extend(groups)
-        record.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            private_dir(record.parent, top=state_dir(env))
+        except OSError as exc:
+            raise InstallError(f"{record.parent}: cannot create: {exc}") from None
         write_text(record, json.dumps({"file": str(host_file), "moved": previous}, indent=2))
-        stripped = remove_hooks_text(text, lambda hook: _movable(hook, host), file=str(host_file))
-        write_text(host_file, stripped.text)
+        # Exactly the hooks recorded above: one added meanwhile by another program stays.
+        update_file(
+            host_file, functools.partial(_without_moved, moved=moved, file=host_file), where=where
+        )
         lines.append(
             f"moved {count} {host.title} hook(s) from {host_file} into {target_file} "
             f"({merged.added} group(s) added, {merged.skipped} already there)"
@@ -105,13 +124,15 @@ def restore_host_hooks(
         moved = _read_record(record)
         if not moved:
             continue
-        change = append_groups_text(read_text(host_file), moved, file=str(host_file))
         count = sum(len(groups) for groups in moved.values())
         if dry_run:
             lines.append(f"would put {count} imported hook group(s) back into {host_file}")
             continue
-        if change.changed:
-            write_text(host_file, change.text)
+        update_file(
+            host_file,
+            functools.partial(append_groups_text, groups=moved, file=str(host_file)),
+            where=where,
+        )
         record.unlink(missing_ok=True)
         lines.append(
             f"put {count} hook group(s) moved by --import back into {host_file}; "
@@ -120,14 +141,15 @@ def restore_host_hooks(
     return lines
 
 
-def _foreign_groups(text: str | None, host: Any, host_file: Path) -> dict[str, list[Any]]:
-    """Per event, the groups of the host file with relay's own entries left out."""
+def _foreign_groups(text: str | None, host_file: Path) -> dict[str, list[Any]]:
+    """Per event, the groups of the host file with only the hooks that can move (not
+    relay's own entries, nor any other entry that runs relay)."""
     if text is None or not text.strip():
         return {}
     try:
-        document = json.loads(text)
-    except ValueError as exc:
-        raise InstallError(f"{host_file}: not valid JSON ({exc}); nothing imported") from None
+        document = decode_host_json(text, file=str(host_file))
+    except SettingsError as exc:
+        raise InstallError(f"{exc}; nothing imported") from None
     hooks = document.get("hooks") if isinstance(document, dict) else None
     if not isinstance(hooks, dict):
         return {}
@@ -138,18 +160,40 @@ def _foreign_groups(text: str | None, host: Any, host_file: Path) -> dict[str, l
         for group in groups:
             if not isinstance(group, dict) or not isinstance(group.get("hooks"), list):
                 continue
-            inner = [hook for hook in group["hooks"] if _movable(hook, host)]
+            inner = [hook for hook in group["hooks"] if _movable(hook)]
             if inner:
                 moved.setdefault(event, []).append({**group, "hooks": inner})
     return moved
 
 
-def _movable(hook: object, host: Any) -> bool:
-    """A command hook of the host's own (prompt, agent or http hooks stay with the host)."""
+def _without_moved(text: str | None, *, moved: dict[str, list[Any]], file: Path) -> Change:
+    """The host file's text without the hooks that were copied into relay."""
+
+    def chosen(event: str, group: dict[str, Any], hook: dict[str, Any]) -> bool:
+        return _movable(hook) and _was_moved(moved, event, group, hook)
+
+    return remove_hooks_text(text, chosen, file=str(file))
+
+
+def _movable(hook: object) -> bool:
+    """A command hook of the host's own (prompt, agent or http hooks stay with the host, and
+    so does any entry that runs relay: moved into relay, relay would run itself)."""
     return (
         isinstance(hook, dict)
         and hook.get("type", "command") == "command"
-        and not is_relay_command(hook.get("command"), host)
+        and not runs_relay(hook.get("command"))
+    )
+
+
+def _was_moved(
+    moved: dict[str, list[Any]], event: str, group: dict[str, Any], hook: dict[str, Any]
+) -> bool:
+    """Whether `hook`, in `group` under `event`, is one of those copied into relay."""
+    return any(
+        hook in copied["hooks"]
+        and {k: v for k, v in copied.items() if k != "hooks"}
+        == {k: v for k, v in group.items() if k != "hooks"}
+        for copied in moved.get(event, ())
     )
 
 
