@@ -451,3 +451,56 @@ def test_file_cache_does_not_keep_a_file_changed_just_now(tmp_path: Path) -> Non
     cache.get(file)
     cache.get(file)
     assert len(reads) == 2  # within the racy window: read every time
+
+
+# ---- relay doctor on the socket folder ---------------------------------------------------
+
+
+@pytest.fixture
+def short_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A short RELAY_HOME of its own, so the socket folder is this test's (a long path would
+    move it to the shared /tmp/agent-relay-<uid>/, which other tests use)."""
+    short = Path(tempfile.mkdtemp(prefix="rs-", dir="/tmp"))
+    monkeypatch.setenv("RELAY_HOME", str(short))
+    try:
+        yield short
+    finally:
+        stop_server(client.socket_path())
+        shutil.rmtree(short, ignore_errors=True)
+
+
+def doctor_server_findings(tmp_path: Path) -> list[dict[str, str]]:
+    done = subprocess.run(
+        [sys.executable, "-m", "relay", "doctor", "--json", "--no-measure"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        check=False,
+    )
+    findings = [f for f in json.loads(done.stdout) if f["topic"] == "server"]
+    if any(f["level"] == "fail" for f in findings):
+        assert done.returncode == 1
+    return findings
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to give the folder to another user")
+def test_doctor_fails_when_another_user_holds_the_socket_folder(
+    short_home: Path, tmp_path: Path
+) -> None:
+    folder = os.path.dirname(client.socket_path())
+    assert doctor_server_findings(tmp_path)[0]["level"] == "ok"  # no folder yet
+    os.makedirs(folder, mode=0o700)
+    os.chown(folder, 65534, 65534)  # another user made it first (nobody)
+    (finding,) = doctor_server_findings(tmp_path)
+    assert finding["level"] == "fail"
+    assert f"the socket folder {folder} belongs to" in finding["text"]
+    assert "(uid 65534), not you: another user took it" in finding["text"]
+    assert "every event runs in-process" in finding["text"]
+    os.chown(folder, 0, 0)
+    os.chmod(folder, 0o755)
+    (finding,) = doctor_server_findings(tmp_path)
+    assert finding["level"] == "fail" and "is mode 0755, open to other users" in finding["text"]
+    assert f"chmod 700 {folder}" in finding["text"]
+    os.chmod(folder, 0o700)
+    assert [f["level"] for f in doctor_server_findings(tmp_path)] == ["ok"]
