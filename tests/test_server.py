@@ -3,6 +3,7 @@ never waits on a dead, hung or foreign server (DESIGN §11, STYLE §16)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -248,6 +249,48 @@ def test_clients_answer_as_in_process_with_and_without_a_server(
         assert wait_for_status(path)["calls"] >= len(cases)
     finally:
         stop_server(path)
+
+
+@pytest.mark.parametrize("kind", ["native", "python"])
+def test_clients_under_a_file_size_limit_answer_and_leave_python_working(
+    kind: str, project: Path, relay_home: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """`ulimit -f 8` and no server: the client neither dies of SIGXFSZ nor fails with EFBIG
+    putting a 20 KB event on relay's stdin, so the failClosed guard denies; no server is
+    started (it would keep the limit), and the relay it runs writes no bytecode (CPython
+    would replace a good .pyc with one cut short at the limit, breaking every later run)."""
+    import importlib.util
+
+    import relay.hosts.call
+
+    guard = "import sys; sys.stdin.read(); sys.stderr.write('no'); sys.exit(2)"
+    settings = {"command": sys.executable, "args": ["-c", guard], "failClosed": True}
+    write(relay_home / "settings.json", {"hooks": {"PreToolUse": [{"hooks": [settings]}]}})
+    if kind == "native":
+        command = [str(request.getfixturevalue("native"))]
+    else:
+        command = [sys.executable, "-I", "-S", str(write_python_client(tmp_path / "bin"))]
+    event = json.dumps(
+        {
+            "session_id": "s",
+            "cwd": str(project),
+            "tool_name": "Bash",
+            "tool_input": {"command": "x" * 20_000},
+        }
+    ).encode()
+    bytecode = importlib.util.cache_from_source(relay.hosts.call.__file__)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(bytecode)  # relay will compile it again, and must not write it cut short
+    limited = ["sh", "-c", 'ulimit -f 8 && exec "$@"', "sh", *command, "--dialect", "claude"]
+    for _ in range(2):
+        reply = run_client([*limited, "PreToolUse"], project, event)
+        assert reply.exit_code == 0, reply
+        answer = json.loads(reply.stdout)["hookSpecificOutput"]
+        assert answer["permissionDecision"] == "deny" and "no" in answer["permissionDecisionReason"]
+    assert not os.path.exists(client.socket_path())
+    unlimited = run_client([*command, "--dialect", "claude", "PreToolUse"], project, event)
+    assert json.loads(unlimited.stdout)["hookSpecificOutput"]["permissionDecision"] == "deny"
+    stop_server(client.socket_path())
 
 
 def test_native_client_says_what_it_was_built_for(native: Path, relay_home: Path) -> None:

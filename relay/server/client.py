@@ -370,7 +370,9 @@ def _parse_result(payload: bytes) -> Reply:
 
 def start_server(path: str, python: str | None = None) -> None:
     """Start `relay serve` for `path`, fully detached (own session, no inherited stdio), at
-    most once per SPAWN_INTERVAL; never waits for it."""
+    most once per SPAWN_INTERVAL, and not under a file size limit; never waits for it."""
+    if file_size_limited():
+        return
     folder = os.path.dirname(path)
     if not make_private_dir(folder):
         return
@@ -424,17 +426,12 @@ def run_in_process(argv: list[str], stdin: bytes) -> NoReturn:
     """Become `python -I -m relay hooks run ARGV`, the event on stdin again (as the native
     client does): the answer is then exactly relay's in-process one. Never returns."""
     if stdin:
-        fd = os.memfd_create("relay-event") if hasattr(os, "memfd_create") else None
-        if fd is None:
-            import tempfile
-
-            fd, name = tempfile.mkstemp(prefix="relay-event-")
-            os.unlink(name)
-        os.write(fd, stdin)
-        os.lseek(fd, 0, os.SEEK_SET)
-        os.dup2(fd, 0)
-        os.close(fd)
-    command = [sys.executable, "-I", "-m", "relay", "hooks", "run", *argv]
+        fd = _event_input(stdin)
+        if fd is not None:
+            os.dup2(fd, 0)
+            os.close(fd)
+    flags = ["-B"] if file_size_limited() else []
+    command = [sys.executable, "-I", *flags, "-m", "relay", "hooks", "run", *argv]
     try:
         os.execv(sys.executable, command)
     except OSError as exc:
@@ -445,6 +442,64 @@ def run_in_process(argv: list[str], stdin: bytes) -> NoReturn:
         sys.stdout.write(json.dumps({"systemMessage": message}) + "\n")
         sys.stdout.flush()
         os._exit(0)
+
+
+def file_size_limited() -> bool:
+    """Whether this process may write only so much to a file (`ulimit -f`): then no server
+    is started (it would keep the limit for every later call, its hook log cut short) and
+    Python writes no bytecode (CPython writes a .pyc cut short at the limit and replaces the
+    good one with it: every later import of that module fails)."""
+    import resource
+
+    return resource.getrlimit(resource.RLIMIT_FSIZE)[0] != resource.RLIM_INFINITY
+
+
+def _event_input(data: bytes) -> int | None:
+    """A descriptor that reads as `data` from its start: a memfd or a temporary file, else
+    (the file size limit reached, a full disk) a pipe; None when there is none at all."""
+    try:
+        if hasattr(os, "memfd_create"):
+            fd = os.memfd_create("relay-event")
+        else:
+            import tempfile
+
+            fd, name = tempfile.mkstemp(prefix="relay-event-")
+            os.unlink(name)
+    except OSError:
+        return _event_pipe(data)
+    try:
+        _write_all(fd, data)
+        os.lseek(fd, 0, os.SEEK_SET)
+    except OSError:  # EFBIG past `ulimit -f` (Python ignores SIGXFSZ), ENOSPC
+        os.close(fd)
+        return _event_pipe(data)
+    return fd
+
+
+def _event_pipe(data: bytes) -> int | None:
+    """The read end of a pipe that a detached process of its own fills with `data` (so
+    the relay that execs here has no child it did not start)."""
+    try:
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+    except OSError:
+        return None
+    if pid:
+        os.close(write_end)
+        os.waitpid(pid, 0)
+        return read_end
+    try:  # the child: no return from here
+        os.close(read_end)
+        if os.fork() == 0:
+            _write_all(write_end, data)
+    finally:
+        os._exit(0)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _cwd() -> str:

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -297,8 +298,18 @@ fail:
 
 /* ---- when no server answers ---------------------------------------------------------- */
 
+/* Whether this process may write only so much to a file (`ulimit -f`): then no server is
+ * started (it would keep the limit for every later call, its hook log cut short) and
+ * Python writes no bytecode (CPython writes a .pyc cut short at the limit and replaces the
+ * good one with it: every later import of that module fails). */
+static int file_size_limited(void) {
+    struct rlimit limit;
+    return !getrlimit(RLIMIT_FSIZE, &limit) && limit.rlim_cur != RLIM_INFINITY;
+}
+
 /* Start `relay serve` for `path`, detached, at most once per SPAWN_INTERVAL. */
 static void start_server(const char *path) {
+    if (file_size_limited()) return;
     char folder[4200], stamp[4300];
     parent_of(path, folder, sizeof folder);
     if (!make_private_dir(folder)) return;
@@ -348,24 +359,60 @@ static int host_dialect(int argc, char **argv) {
     return 0;
 }
 
-/* Run the call in this process's place: relay itself, with the event on stdin. */
-static int run_here(int argc, char **argv, const buffer *event) {
+/* A pipe whose read end gives `event`, written by a process of its own (detached, so the
+ * relay that execs here has no child it did not start): for when no file can hold it. */
+static int event_pipe(const buffer *event) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC)) return -1;
+    pid_t child = fork();
+    if (child < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return -1;
+    }
+    if (child == 0) {
+        close(fds[0]);
+        if (fork() == 0) {
+            signal(SIGPIPE, SIG_DFL); /* the reader gone: nothing left to do */
+            write_all(fds[1], event->data ? event->data : "", event->len);
+            _exit(0);
+        }
+        _exit(0);
+    }
+    close(fds[1]);
+    waitpid(child, NULL, 0);
+    return fds[0];
+}
+
+/* A descriptor that reads as `event` from its start: a memfd, else a temporary file, else
+ * (the file size limit reached, a full disk) a pipe. */
+static int event_input(const buffer *event) {
     int fd = -1;
 #ifdef MFD_CLOEXEC
-    fd = memfd_create("relay-event", 0);
+    fd = memfd_create("relay-event", MFD_CLOEXEC);
 #endif
     if (fd < 0) {
         FILE *file = tmpfile();
-        fd = file ? dup(fileno(file)) : -1;
+        fd = file ? fcntl(fileno(file), F_DUPFD_CLOEXEC, 0) : -1;
+        if (file) fclose(file);
     }
-    if (fd >= 0 && (write_all(fd, event->data ? event->data : "", event->len) || lseek(fd, 0, SEEK_SET)))
+    if (fd >= 0 && (write_all(fd, event->data ? event->data : "", event->len) || lseek(fd, 0, SEEK_SET))) {
+        close(fd);
         fd = -1;
-    if (fd >= 0) dup2(fd, STDIN_FILENO);
-    char **args = calloc((size_t)argc + 6, sizeof *args);
+    }
+    return fd >= 0 ? fd : event_pipe(event);
+}
+
+/* Run the call in this process's place: relay itself, with the event on stdin. */
+static int run_here(int argc, char **argv, const buffer *event) {
+    int fd = event_input(event);
+    if (fd >= 0) dup2(fd, STDIN_FILENO); /* dup2 clears close-on-exec on stdin */
+    char **args = calloc((size_t)argc + 7, sizeof *args);
     if (args) {
         int n = 0;
         args[n++] = (char *)RELAY_PYTHON;
         args[n++] = "-I";
+        if (file_size_limited()) args[n++] = "-B";
         args[n++] = "-m";
         args[n++] = "relay";
         args[n++] = "hooks";
@@ -413,6 +460,9 @@ int main(int argc, char **argv) {
         return 0;
     }
     signal(SIGPIPE, SIG_IGN);
+    /* A write past `ulimit -f` fails (EFBIG) instead of killing the client (SIGXFSZ): the
+     * event then goes through a pipe. relay's Python ignores SIGXFSZ too; hooks get it back. */
+    signal(SIGXFSZ, SIG_IGN);
     buffer event = {0};
     read_event(&event);
     char path[4200];
