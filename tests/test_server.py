@@ -437,6 +437,89 @@ def test_an_idle_server_exits(relay_home: Path) -> None:
             process.wait()
 
 
+def server_threads(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    raise AssertionError("no thread count")
+
+
+def test_silent_connections_hold_a_bounded_number_of_threads(
+    server: str, project: Path, relay_home: Path
+) -> None:
+    """Connections past the bound are told "busy" at once (their clients run the call
+    themselves), without a thread each; a silent one is closed after READ_TIMEOUT."""
+    from relay.server.server import MAX_CONNECTIONS
+
+    pid = wait_for_status(server)["pid"]
+    extra = 40
+    silent = []
+    try:
+        for _ in range(MAX_CONNECTIONS + extra):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(60)
+            sock.connect(server)
+            silent.append(sock)
+        # Accepted in order: once the last is answered, every one was accepted.
+        for sock in silent[MAX_CONNECTIONS:]:
+            assert sock.recv(1) == b"F"  # "busy"
+        assert server_threads(pid) <= MAX_CONNECTIONS + 4  # the main thread and a few more
+        assert silent[0].recv(1) == b""  # closed, unanswered, after READ_TIMEOUT
+    finally:
+        for sock in silent:
+            sock.close()
+    write(relay_home / "settings.json", {"hooks": {"SessionStart": [{"hooks": [hook("hi")]}]}})
+    call = call_for(project, "relay", "SessionStart", b"{}")
+    deadline = time.monotonic() + 60
+    reply = client.request(server, call)
+    while reply is None and time.monotonic() < deadline:  # the silent ones' threads free up
+        time.sleep(0.1)
+        reply = client.request(server, call)
+    assert reply is not None and json.loads(reply.stdout)["inject"] == "hi"
+
+
+def test_a_client_that_sends_a_byte_at_a_time_does_not_keep_the_server_alive(
+    relay_home: Path,
+) -> None:
+    """Its connection is closed READ_TIMEOUT after it began, however the bytes trickle in,
+    and only calls count against idling: a server idle for 1 s exits under the drip."""
+    path = client.socket_path()
+    process = subprocess.Popen(
+        [sys.executable, "-I", "-m", "relay", "serve", "--socket", path, "--idle-seconds", "1"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_status(path)
+        deadline = time.monotonic() + 45
+        sock: socket.socket | None = None
+        while process.poll() is None and time.monotonic() < deadline:
+            try:
+                if sock is None:
+                    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    sock.connect(path)
+                sock.send(b"R")  # the start of "RELAY-CALL 1\n", never finished
+                if sock.recv(1, socket.MSG_DONTWAIT) == b"":
+                    raise ConnectionResetError
+            except BlockingIOError:
+                pass  # nothing to read: still open
+            except OSError:  # closed by the server (or it is gone): start again
+                if sock is not None:
+                    sock.close()
+                sock = None
+            time.sleep(0.2)
+        if sock is not None:
+            sock.close()
+        assert process.poll() == 0
+        assert not os.path.exists(path)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
 def test_serve_status_and_stop_from_the_command_line(relay_home: Path) -> None:
     relay = shutil.which("relay", path=str(Path(sys.executable).parent))
     assert relay is not None
