@@ -290,7 +290,7 @@ def test_clients_under_a_file_size_limit_answer_and_leave_python_working(
     assert not os.path.exists(client.socket_path())
     unlimited = run_client([*command, "--dialect", "claude", "PreToolUse"], project, event)
     assert json.loads(unlimited.stdout)["hookSpecificOutput"]["permissionDecision"] == "deny"
-    stop_server(client.socket_path())
+    wait_for_status(client.socket_path())  # without the limit, it started one
 
 
 def test_native_client_says_what_it_was_built_for(native: Path, relay_home: Path) -> None:
@@ -351,20 +351,177 @@ def fake_server(path: str, behaviour: str) -> tuple[socket.socket, threading.Thr
 def test_a_hung_or_vanishing_server_costs_a_bounded_wait(
     behaviour: str, project: Path, relay_home: Path, native: Path
 ) -> None:
+    """A server that never accepts: the client runs the call itself. One that accepts the
+    call and then closes: the hooks may have run there, so the client does not run them
+    again; it answers with relay's failure, visibly."""
     write(relay_home / "settings.json", {"hooks": {"SessionStart": [{"hooks": [hook("hi")]}]}})
     path = client.socket_path()
     listener, _ = fake_server(path, behaviour)
     try:
         started = time.monotonic()
-        assert client.request(path, call_for(project, "claude", "SessionStart", b"{}")) is None
+        answer = client.request(path, call_for(project, "claude", "SessionStart", b"{}"))
+        if behaviour == "hang":
+            assert answer is None
+        else:
+            assert isinstance(answer, client.Lost) and "gave no result" in answer.reason
         assert time.monotonic() - started < client.ACK_TIMEOUT + 5
         started = time.monotonic()
         reply = run_client([str(native), "--dialect", "claude", "SessionStart"], project, b"{}")
         assert time.monotonic() - started < client.ACK_TIMEOUT + 30  # + the in-process run
-        assert json.loads(reply.stdout)["hookSpecificOutput"]["additionalContext"] == "hi"
+        if behaviour == "hang":
+            assert json.loads(reply.stdout)["hookSpecificOutput"]["additionalContext"] == "hi"
+        else:
+            message = json.loads(reply.stdout)["systemMessage"]
+            assert "accepted this call and gave no result" in message
+            assert "no relay hook answered for this SessionStart" in message
     finally:
         listener.close()
-        os.unlink(path)
+        # The client started a real server in the fake one's place: stop it.
+        wait_for_status(path)
+        stop_server(path)
+
+
+def guard_settings(relay_home: Path, tmp_path: Path) -> Path:
+    """A failClosed guard on PreToolUse that records its start, and its pid and its child's
+    (a `sleep` in its process group), then waits 60 s before it would record its end."""
+    trace = tmp_path / "guard.trace"
+    script = write(
+        tmp_path / "guard.sh",
+        "#!/bin/sh\n"
+        "cat > /dev/null\n"
+        "sleep 60 &\n"
+        f'echo "start $$ $!" >> {trace}\n'
+        "wait\n"
+        f"echo end >> {trace}\n",
+    )
+    script.chmod(0o755)
+    guard = {"command": str(script), "failClosed": True, "timeout": 120}
+    write(relay_home / "settings.json", {"hooks": {"PreToolUse": [{"hooks": [guard]}]}})
+    return trace
+
+
+def wait_for_start(trace: Path, process: subprocess.Popen[bytes]) -> list[int]:
+    deadline = time.monotonic() + 60
+    while not trace.exists() or not trace.read_text().strip():
+        assert process.poll() is None and time.monotonic() < deadline, "the guard never started"
+        time.sleep(0.05)
+    _, *pids = trace.read_text().split()
+    return [int(pid) for pid in pids]
+
+
+def wait_until_gone(pids: list[int]) -> bool:
+    """Whether every pid is gone (or a zombie) within 30 s."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        alive = []
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat") as stat_file:
+                    if stat_file.read().rsplit(")", 1)[1].split()[0] != "Z":
+                        alive.append(pid)
+            except OSError:
+                continue
+        if not alive:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def kill_leftovers(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, 9)
+
+
+def client_command(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> list[str]:
+    if kind == "native":
+        return [str(request.getfixturevalue("native"))]
+    return [sys.executable, "-I", "-S", str(write_python_client(tmp_path / "bin"))]
+
+
+def bash_event(project: Path) -> bytes:
+    return json.dumps(
+        {
+            "session_id": "s",
+            "cwd": str(project),
+            "tool_name": "Bash",
+            "tool_input": {"command": "ls"},
+        }
+    ).encode()
+
+
+@pytest.mark.parametrize("kind", ["native", "python"])
+def test_a_server_killed_mid_guard_leaves_no_hook_running_and_the_guard_is_not_run_again(
+    kind: str, server: str, project: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """kill -9 of the server while a failClosed guard runs: the client kills what is left
+    of the call's hooks (the guard and its child), does not run the guard a second time,
+    and denies, saying why."""
+    trace = guard_settings(Path(os.environ["RELAY_HOME"]), tmp_path)
+    server_pid = wait_for_status(server)["pid"]
+    command = client_command(kind, tmp_path, request)
+    event = write(tmp_path / "event.json", bash_event(project).decode())
+    with event.open("rb") as stdin:
+        process = subprocess.Popen(
+            [*command, "--dialect", "claude", "PreToolUse"],
+            cwd=project,
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+    pids: list[int] = []
+    try:
+        pids = wait_for_start(trace, process)
+        os.kill(server_pid, 9)
+        stdout, _ = process.communicate(timeout=60)
+        assert wait_until_gone(pids), "the guard or its child still runs"
+        answer = json.loads(stdout)["hookSpecificOutput"]
+        assert answer["permissionDecision"] == "deny"
+        reason = answer["permissionDecisionReason"]
+        assert f"relay's server (pid {server_pid}) stopped in the middle of this call" in reason
+        assert "fail closed" in reason
+        assert [line.split()[0] for line in trace.read_text().splitlines()] == ["start"]
+        wait_for_status(server)  # the client started a server for the next call
+    finally:
+        kill_leftovers(pids)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+@pytest.mark.parametrize("kind", ["native", "python"])
+def test_killing_a_client_that_runs_the_call_itself_leaves_no_hook_running(
+    kind: str,
+    short_home: Path,
+    project: Path,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    """No server: the client becomes relay and runs the guard; the host kills it (SIGKILL)
+    mid-guard, and its watcher kills the guard and the guard's child."""
+    trace = guard_settings(short_home, tmp_path)
+    command = client_command(kind, tmp_path, request)
+    event = write(tmp_path / "event.json", bash_event(project).decode())
+    with event.open("rb") as stdin:
+        process = subprocess.Popen(
+            [*command, "--dialect", "claude", "PreToolUse"],
+            cwd=project,
+            stdin=stdin,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    pids: list[int] = []
+    try:
+        pids = wait_for_start(trace, process)
+        process.kill()
+        process.wait()
+        assert wait_until_gone(pids), "the guard or its child still runs"
+        wait_for_status(client.socket_path())  # the client started a server for the next call
+    finally:
+        kill_leftovers(pids)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 def test_a_server_of_another_install_is_not_asked(server: str, project: Path) -> None:
