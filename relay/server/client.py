@@ -578,6 +578,7 @@ def watch_call(call_id: str) -> None:
     try:  # the child: no return from here
         os.setsid()  # signals to the host's process group do not reach it
         if os.fork() == 0:
+            os.chdir("/")  # holds no folder of the host's
             null = os.open(os.devnull, os.O_RDWR)
             for fd in (0, 1, 2):
                 os.dup2(null, fd)
