@@ -297,17 +297,19 @@ class Server:
 def _reader(connection: socket.socket, deadline: float) -> Callable[[int], bytes]:
     """`read(size)` on `connection`, buffered, that raises TimeoutError once `deadline` has
     passed, however the bytes trickle in (a socket timeout alone restarts with each byte)."""
-    buffer = bytearray()
+    received = b""
+    position = 0
 
     def read(size: int) -> bytes:
-        if not buffer:
+        nonlocal received, position
+        if position >= len(received):
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError("the request took too long")
             connection.settimeout(left)
-            buffer.extend(connection.recv(1 << 16))
-        chunk = bytes(buffer[:size])
-        del buffer[:size]
+            received, position = connection.recv(1 << 16), 0
+        chunk = received[position : position + size]
+        position += len(chunk)
         return chunk
 
     return read
