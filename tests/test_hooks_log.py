@@ -405,6 +405,41 @@ def test_pruning_deletes_rarely(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert 90 <= len(count) <= 100
 
 
+def test_the_log_is_bounded_in_bytes_however_large_the_events(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """60 events of 100 KB each (6 MB) in a log bounded to 1 MiB: each entry is cut to
+    ENTRY_MAX_BYTES (the long string says how much went, the cwd is whole), the oldest
+    events go, and the files on disk stay within the bound plus one batch."""
+    from relay.engine.telemetry import ENTRY_MAX_BYTES
+
+    monkeypatch.setenv("RELAY_LOG_MAX_BYTES", str(1 << 20))
+    monkeypatch.setattr(telemetry_module, "BATCH_SECONDS", 0)
+    monkeypatch.setattr(telemetry_module, "BATCH_MAX", 5)
+    system = HookSystem(cwd=tmp_path)
+    system.register("PreToolUse", lambda event: None, name="hello")
+    for index in range(60):
+        command = f"{index} " + "x" * 100_000
+        system.run("PreToolUse", {"tool_name": "Bash", "tool_input": {"command": command}})
+    system.close()
+    assert system.telemetry is not None
+    path = system.telemetry.path
+    on_disk = sum(
+        os.path.getsize(file) for file in (path, Path(f"{path}-wal")) if os.path.exists(file)
+    )
+    assert on_disk <= (1 << 20) + 5 * 2 * ENTRY_MAX_BYTES + (256 << 10)
+    events = HookLog(path).events(limit=None)
+    ids = [event.id for event in events]
+    assert 10 <= len(ids) < 60 and ids == list(range(60, 60 - len(ids), -1))  # the newest
+    with sqlite3.connect(path) as db:
+        sizes = db.execute("SELECT max(length(CAST(input AS BLOB))) FROM events").fetchone()
+    assert sizes[0] <= ENTRY_MAX_BYTES
+    newest = events[0].input
+    assert newest["cwd"] == str(tmp_path)
+    command = newest["tool_input"]["command"]
+    assert command.startswith("59 xxx") and command.endswith(" more characters not logged]")
+
+
 def test_max_events_setting(
     project: Path, relay_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

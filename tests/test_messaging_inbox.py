@@ -3,6 +3,9 @@ claim is decided, and typed only once claimed (relay/session/inbox.py)."""
 
 from __future__ import annotations
 
+import os
+import socket
+import stat
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -13,7 +16,7 @@ import pytest
 
 from relay.config.model import MessagingConfig
 from relay.protocol.output import AggregatedResult
-from relay.services.messaging.doorbell import ring
+from relay.services.messaging.doorbell import POKE, ring
 from relay.services.messaging.mailbox import SqliteMailbox
 from relay.services.messaging.messenger import Messenger
 from relay.session.inbox import SessionInbox
@@ -410,6 +413,67 @@ async def test_a_kernel_that_does_not_vouch_for_pokes_leaves_the_session_polling
         sender.send(team=TEAM, sender="Alice", recipient="Bob", body="polled")
         await until(lambda: len(handed.texts) == 1)
         assert await handed.verdicts() == [("polled", True)]  # claimed, not handed at the send
+
+
+def poke_as(uid: int, address: bytes, pokes: int) -> tuple[int, int]:
+    """Poke `address` `pokes` times from a process of user `uid`, as fast as it can: how
+    many pokes the kernel took, and how many it refused for want of permission."""
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child process
+        try:
+            os.setuid(uid)
+            taken = refused = 0
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+                sock.setblocking(False)
+                for _ in range(pokes):
+                    try:
+                        sock.sendto(POKE, address)
+                        taken += 1
+                    except PermissionError:
+                        refused += 1
+                    except OSError:
+                        continue  # its queue full: the session has not read them yet
+            os.write(write_end, f"{taken} {refused}".encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as reader:
+        counts = reader.read().split()
+    assert os.waitpid(child, 0)[1] == 0
+    return int(counts[0]), int(counts[1])
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to poke as another user")
+async def test_another_users_flood_of_pokes_never_reaches_a_session(
+    sender: SqliteMailbox,
+) -> None:
+    """A session's doorbell is a socket in a folder only its user can enter: another
+    user's pokes are refused by the kernel at the send, so a flood of them costs the
+    session nothing (it woke and looked at its mailbox for each one when the bell was in
+    the abstract namespace, where anyone could poke it)."""
+    handed = Handed()
+    async with inbox(handed.submit) as session:
+        bell = session._bell
+        assert bell is not None
+        assert poke_as(65534, bell.address, 20_000) == (0, 20_000)  # nobody's: not one in
+        sender.send(team=TEAM, sender="Alice", recipient="Bob", body="still rung")
+        await until(lambda: len(handed.texts) == 1)
+        assert [text for text, _ in await handed.verdicts()] == ["rung"]
+    assert not os.path.exists(bell.address)  # its socket removed with it
+
+
+def test_a_doorbell_removes_its_socket_and_those_of_sessions_that_died() -> None:
+    from relay.services.messaging.doorbell import Doorbell
+
+    dead = Doorbell()
+    dead._sock.close()  # its session died: the socket's file is left behind
+    left = os.fsdecode(dead.address)
+    assert os.path.exists(left) and stat.S_IMODE(os.stat(os.path.dirname(left)).st_mode) == 0o700
+    with Doorbell() as bell:
+        assert not os.path.exists(left)  # nobody listened there: removed
+        assert os.path.exists(bell.address)
+    assert not os.path.exists(bell.address)
 
 
 async def test_a_message_handed_at_the_send_during_a_read_comes_before_later_mail(

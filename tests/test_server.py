@@ -3,6 +3,7 @@ never waits on a dead, hung or foreign server (DESIGN §11, STYLE §16)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -250,6 +251,48 @@ def test_clients_answer_as_in_process_with_and_without_a_server(
         stop_server(path)
 
 
+@pytest.mark.parametrize("kind", ["native", "python"])
+def test_clients_under_a_file_size_limit_answer_and_leave_python_working(
+    kind: str, project: Path, relay_home: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """`ulimit -f 8` and no server: the client neither dies of SIGXFSZ nor fails with EFBIG
+    putting a 20 KB event on relay's stdin, so the failClosed guard denies; no server is
+    started (it would keep the limit), and the relay it runs writes no bytecode (CPython
+    would replace a good .pyc with one cut short at the limit, breaking every later run)."""
+    import importlib.util
+
+    import relay.hosts.call
+
+    guard = "import sys; sys.stdin.read(); sys.stderr.write('no'); sys.exit(2)"
+    settings = {"command": sys.executable, "args": ["-c", guard], "failClosed": True}
+    write(relay_home / "settings.json", {"hooks": {"PreToolUse": [{"hooks": [settings]}]}})
+    if kind == "native":
+        command = [str(request.getfixturevalue("native"))]
+    else:
+        command = [sys.executable, "-I", "-S", str(write_python_client(tmp_path / "bin"))]
+    event = json.dumps(
+        {
+            "session_id": "s",
+            "cwd": str(project),
+            "tool_name": "Bash",
+            "tool_input": {"command": "x" * 20_000},
+        }
+    ).encode()
+    bytecode = importlib.util.cache_from_source(relay.hosts.call.__file__)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(bytecode)  # relay will compile it again, and must not write it cut short
+    limited = ["sh", "-c", 'ulimit -f 8 && exec "$@"', "sh", *command, "--dialect", "claude"]
+    for _ in range(2):
+        reply = run_client([*limited, "PreToolUse"], project, event)
+        assert reply.exit_code == 0, reply
+        answer = json.loads(reply.stdout)["hookSpecificOutput"]
+        assert answer["permissionDecision"] == "deny" and "no" in answer["permissionDecisionReason"]
+    assert not os.path.exists(client.socket_path())
+    unlimited = run_client([*command, "--dialect", "claude", "PreToolUse"], project, event)
+    assert json.loads(unlimited.stdout)["hookSpecificOutput"]["permissionDecision"] == "deny"
+    wait_for_status(client.socket_path())  # without the limit, it started one
+
+
 def test_native_client_says_what_it_was_built_for(native: Path, relay_home: Path) -> None:
     info = json.loads(
         subprocess.run(
@@ -308,20 +351,177 @@ def fake_server(path: str, behaviour: str) -> tuple[socket.socket, threading.Thr
 def test_a_hung_or_vanishing_server_costs_a_bounded_wait(
     behaviour: str, project: Path, relay_home: Path, native: Path
 ) -> None:
+    """A server that never accepts: the client runs the call itself. One that accepts the
+    call and then closes: the hooks may have run there, so the client does not run them
+    again; it answers with relay's failure, visibly."""
     write(relay_home / "settings.json", {"hooks": {"SessionStart": [{"hooks": [hook("hi")]}]}})
     path = client.socket_path()
     listener, _ = fake_server(path, behaviour)
     try:
         started = time.monotonic()
-        assert client.request(path, call_for(project, "claude", "SessionStart", b"{}")) is None
+        answer = client.request(path, call_for(project, "claude", "SessionStart", b"{}"))
+        if behaviour == "hang":
+            assert answer is None
+        else:
+            assert isinstance(answer, client.Lost) and "gave no result" in answer.reason
         assert time.monotonic() - started < client.ACK_TIMEOUT + 5
         started = time.monotonic()
         reply = run_client([str(native), "--dialect", "claude", "SessionStart"], project, b"{}")
         assert time.monotonic() - started < client.ACK_TIMEOUT + 30  # + the in-process run
-        assert json.loads(reply.stdout)["hookSpecificOutput"]["additionalContext"] == "hi"
+        if behaviour == "hang":
+            assert json.loads(reply.stdout)["hookSpecificOutput"]["additionalContext"] == "hi"
+        else:
+            message = json.loads(reply.stdout)["systemMessage"]
+            assert "accepted this call and gave no result" in message
+            assert "no relay hook answered for this SessionStart" in message
     finally:
         listener.close()
-        os.unlink(path)
+        # The client started a real server in the fake one's place: stop it.
+        wait_for_status(path)
+        stop_server(path)
+
+
+def guard_settings(relay_home: Path, tmp_path: Path) -> Path:
+    """A failClosed guard on PreToolUse that records its start, and its pid and its child's
+    (a `sleep` in its process group), then waits 60 s before it would record its end."""
+    trace = tmp_path / "guard.trace"
+    script = write(
+        tmp_path / "guard.sh",
+        "#!/bin/sh\n"
+        "cat > /dev/null\n"
+        "sleep 60 &\n"
+        f'echo "start $$ $!" >> {trace}\n'
+        "wait\n"
+        f"echo end >> {trace}\n",
+    )
+    script.chmod(0o755)
+    guard = {"command": str(script), "failClosed": True, "timeout": 120}
+    write(relay_home / "settings.json", {"hooks": {"PreToolUse": [{"hooks": [guard]}]}})
+    return trace
+
+
+def wait_for_start(trace: Path, process: subprocess.Popen[bytes]) -> list[int]:
+    deadline = time.monotonic() + 60
+    while not trace.exists() or not trace.read_text().strip():
+        assert process.poll() is None and time.monotonic() < deadline, "the guard never started"
+        time.sleep(0.05)
+    _, *pids = trace.read_text().split()
+    return [int(pid) for pid in pids]
+
+
+def wait_until_gone(pids: list[int]) -> bool:
+    """Whether every pid is gone (or a zombie) within 30 s."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        alive = []
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat") as stat_file:
+                    if stat_file.read().rsplit(")", 1)[1].split()[0] != "Z":
+                        alive.append(pid)
+            except OSError:
+                continue
+        if not alive:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def kill_leftovers(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, 9)
+
+
+def client_command(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> list[str]:
+    if kind == "native":
+        return [str(request.getfixturevalue("native"))]
+    return [sys.executable, "-I", "-S", str(write_python_client(tmp_path / "bin"))]
+
+
+def bash_event(project: Path) -> bytes:
+    return json.dumps(
+        {
+            "session_id": "s",
+            "cwd": str(project),
+            "tool_name": "Bash",
+            "tool_input": {"command": "ls"},
+        }
+    ).encode()
+
+
+@pytest.mark.parametrize("kind", ["native", "python"])
+def test_a_server_killed_mid_guard_leaves_no_hook_running_and_the_guard_is_not_run_again(
+    kind: str, server: str, project: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """kill -9 of the server while a failClosed guard runs: the client kills what is left
+    of the call's hooks (the guard and its child), does not run the guard a second time,
+    and denies, saying why."""
+    trace = guard_settings(Path(os.environ["RELAY_HOME"]), tmp_path)
+    server_pid = wait_for_status(server)["pid"]
+    command = client_command(kind, tmp_path, request)
+    event = write(tmp_path / "event.json", bash_event(project).decode())
+    with event.open("rb") as stdin:
+        process = subprocess.Popen(
+            [*command, "--dialect", "claude", "PreToolUse"],
+            cwd=project,
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+    pids: list[int] = []
+    try:
+        pids = wait_for_start(trace, process)
+        os.kill(server_pid, 9)
+        stdout, _ = process.communicate(timeout=60)
+        assert wait_until_gone(pids), "the guard or its child still runs"
+        answer = json.loads(stdout)["hookSpecificOutput"]
+        assert answer["permissionDecision"] == "deny"
+        reason = answer["permissionDecisionReason"]
+        assert f"relay's server (pid {server_pid}) stopped in the middle of this call" in reason
+        assert "fail closed" in reason
+        assert [line.split()[0] for line in trace.read_text().splitlines()] == ["start"]
+        wait_for_status(server)  # the client started a server for the next call
+    finally:
+        kill_leftovers(pids)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+@pytest.mark.parametrize("kind", ["native", "python"])
+def test_killing_a_client_that_runs_the_call_itself_leaves_no_hook_running(
+    kind: str,
+    short_home: Path,
+    project: Path,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    """No server: the client becomes relay and runs the guard; the host kills it (SIGKILL)
+    mid-guard, and its watcher kills the guard and the guard's child."""
+    trace = guard_settings(short_home, tmp_path)
+    command = client_command(kind, tmp_path, request)
+    event = write(tmp_path / "event.json", bash_event(project).decode())
+    with event.open("rb") as stdin:
+        process = subprocess.Popen(
+            [*command, "--dialect", "claude", "PreToolUse"],
+            cwd=project,
+            stdin=stdin,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    pids: list[int] = []
+    try:
+        pids = wait_for_start(trace, process)
+        process.kill()
+        process.wait()
+        assert wait_until_gone(pids), "the guard or its child still runs"
+        wait_for_status(client.socket_path())  # the client started a server for the next call
+    finally:
+        kill_leftovers(pids)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 def test_a_server_of_another_install_is_not_asked(server: str, project: Path) -> None:
@@ -394,6 +594,89 @@ def test_an_idle_server_exits(relay_home: Path) -> None:
             process.wait()
 
 
+def server_threads(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    raise AssertionError("no thread count")
+
+
+def test_silent_connections_hold_a_bounded_number_of_threads(
+    server: str, project: Path, relay_home: Path
+) -> None:
+    """Connections past the bound are told "busy" at once (their clients run the call
+    themselves), without a thread each; a silent one is closed after READ_TIMEOUT."""
+    from relay.server.server import MAX_CONNECTIONS
+
+    pid = wait_for_status(server)["pid"]
+    extra = 40
+    silent = []
+    try:
+        for _ in range(MAX_CONNECTIONS + extra):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(60)
+            sock.connect(server)
+            silent.append(sock)
+        # Accepted in order: once the last is answered, every one was accepted.
+        for sock in silent[MAX_CONNECTIONS:]:
+            assert sock.recv(1) == b"F"  # "busy"
+        assert server_threads(pid) <= MAX_CONNECTIONS + 4  # the main thread and a few more
+        assert silent[0].recv(1) == b""  # closed, unanswered, after READ_TIMEOUT
+    finally:
+        for sock in silent:
+            sock.close()
+    write(relay_home / "settings.json", {"hooks": {"SessionStart": [{"hooks": [hook("hi")]}]}})
+    call = call_for(project, "relay", "SessionStart", b"{}")
+    deadline = time.monotonic() + 60
+    reply = client.request(server, call)
+    while reply is None and time.monotonic() < deadline:  # the silent ones' threads free up
+        time.sleep(0.1)
+        reply = client.request(server, call)
+    assert reply is not None and json.loads(reply.stdout)["inject"] == "hi"
+
+
+def test_a_client_that_sends_a_byte_at_a_time_does_not_keep_the_server_alive(
+    relay_home: Path,
+) -> None:
+    """Its connection is closed READ_TIMEOUT after it began, however the bytes trickle in,
+    and only calls count against idling: a server idle for 1 s exits under the drip."""
+    path = client.socket_path()
+    process = subprocess.Popen(
+        [sys.executable, "-I", "-m", "relay", "serve", "--socket", path, "--idle-seconds", "1"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_status(path)
+        deadline = time.monotonic() + 45
+        sock: socket.socket | None = None
+        while process.poll() is None and time.monotonic() < deadline:
+            try:
+                if sock is None:
+                    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    sock.connect(path)
+                sock.send(b"R")  # the start of "RELAY-CALL 1\n", never finished
+                if sock.recv(1, socket.MSG_DONTWAIT) == b"":
+                    raise ConnectionResetError
+            except BlockingIOError:
+                pass  # nothing to read: still open
+            except OSError:  # closed by the server (or it is gone): start again
+                if sock is not None:
+                    sock.close()
+                sock = None
+            time.sleep(0.2)
+        if sock is not None:
+            sock.close()
+        assert process.poll() == 0
+        assert not os.path.exists(path)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
 def test_serve_status_and_stop_from_the_command_line(relay_home: Path) -> None:
     relay = shutil.which("relay", path=str(Path(sys.executable).parent))
     assert relay is not None
@@ -451,3 +734,56 @@ def test_file_cache_does_not_keep_a_file_changed_just_now(tmp_path: Path) -> Non
     cache.get(file)
     cache.get(file)
     assert len(reads) == 2  # within the racy window: read every time
+
+
+# ---- relay doctor on the socket folder ---------------------------------------------------
+
+
+@pytest.fixture
+def short_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A short RELAY_HOME of its own, so the socket folder is this test's (a long path would
+    move it to the shared /tmp/agent-relay-<uid>/, which other tests use)."""
+    short = Path(tempfile.mkdtemp(prefix="rs-", dir="/tmp"))
+    monkeypatch.setenv("RELAY_HOME", str(short))
+    try:
+        yield short
+    finally:
+        stop_server(client.socket_path())
+        shutil.rmtree(short, ignore_errors=True)
+
+
+def doctor_server_findings(tmp_path: Path) -> list[dict[str, str]]:
+    done = subprocess.run(
+        [sys.executable, "-m", "relay", "doctor", "--json", "--no-measure"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        check=False,
+    )
+    findings = [f for f in json.loads(done.stdout) if f["topic"] == "server"]
+    if any(f["level"] == "fail" for f in findings):
+        assert done.returncode == 1
+    return findings
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to give the folder to another user")
+def test_doctor_fails_when_another_user_holds_the_socket_folder(
+    short_home: Path, tmp_path: Path
+) -> None:
+    folder = os.path.dirname(client.socket_path())
+    assert doctor_server_findings(tmp_path)[0]["level"] == "ok"  # no folder yet
+    os.makedirs(folder, mode=0o700)
+    os.chown(folder, 65534, 65534)  # another user made it first (nobody)
+    (finding,) = doctor_server_findings(tmp_path)
+    assert finding["level"] == "fail"
+    assert f"the socket folder {folder} belongs to" in finding["text"]
+    assert "(uid 65534), not you: another user took it" in finding["text"]
+    assert "every event runs in-process" in finding["text"]
+    os.chown(folder, 0, 0)
+    os.chmod(folder, 0o755)
+    (finding,) = doctor_server_findings(tmp_path)
+    assert finding["level"] == "fail" and "is mode 0755, open to other users" in finding["text"]
+    assert f"chmod 700 {folder}" in finding["text"]
+    os.chmod(folder, 0o700)
+    assert [f["level"] for f in doctor_server_findings(tmp_path)] == ["ok"]

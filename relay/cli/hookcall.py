@@ -15,14 +15,17 @@ from relay.server.client import Call, Reply
 
 def main(argv: list[str]) -> None:
     """Answer `relay hooks run ARGV` and exit; returns only when click must take over."""
-    from relay.hosts.call import parse_run_args, prepare
+    from relay.hosts.call import lost_call, parse_run_args, prepare
+    from relay.server.client import LOST_VARIABLE
 
+    lost = os.environ.pop(LOST_VARIABLE, None)  # a client's server stopped mid-call
     cwd = _cwd()
     args = parse_run_args(argv, cwd)
     if args is None:
         return
     stdin = _read_stdin()
-    reply = prepare(args, Call(argv=argv, cwd=cwd, env=dict(os.environ), stdin=stdin)).finish()
+    call = Call(argv=argv, cwd=cwd, env=dict(os.environ), stdin=stdin)
+    reply = (lost_call(args, call, lost) if lost is not None else prepare(args, call)).finish()
     _emit(reply)
     # Everything is flushed and every hook reaped: skip the interpreter's teardown, which
     # costs a host tens of milliseconds per event.

@@ -30,6 +30,13 @@ if TYPE_CHECKING:
 LOG_FILE_NAME = "telemetry.db"
 DEFAULT_MAX_EVENTS = 10_000
 MAX_EVENTS_VARIABLE = "RELAY_LOG_MAX_EVENTS"
+DEFAULT_MAX_BYTES = 64 << 20
+MAX_BYTES_VARIABLE = "RELAY_LOG_MAX_BYTES"
+ENTRY_MAX_BYTES = 32 << 10
+"""The most an event's input, or its result, takes in the log: longer strings in it are
+cut (saying how much), so one large event (a Write of a big file) cannot fill the log."""
+WAL_MAX_BYTES = 4 << 20
+"""What the write-ahead log is cut back to after a checkpoint (SQLite's journal_size_limit)."""
 LOG_SETTING_SCOPES: frozenset[str] = frozenset({"system", "user", "settings"})
 """Files that may set `log.maxEvents`: the log is the user's, shared by every project."""
 BATCH_SECONDS = 0.2
@@ -95,6 +102,64 @@ def resolve_max_events(
     return configured[-1] if configured else DEFAULT_MAX_EVENTS
 
 
+def resolve_max_bytes(env: Mapping[str, str] | None = None) -> int:
+    """The log's size bound in bytes: $RELAY_LOG_MAX_BYTES, else 64 MiB."""
+    variable = (os.environ if env is None else env).get(MAX_BYTES_VARIABLE, "").strip()
+    if variable:
+        try:
+            value = int(variable)
+        except ValueError:
+            value = 0
+        if value >= 1:
+            return value
+        debug(f"ignoring {MAX_BYTES_VARIABLE}={variable!r}: expected a whole number >= 1")
+    return DEFAULT_MAX_BYTES
+
+
+def bounded_json(text: bytes, limit: int = ENTRY_MAX_BYTES) -> str:
+    """`text` (JSON) as stored in the log: as it is when it fits in `limit` bytes, else with
+    its longest strings cut to fit, each saying how much was cut; the event's `cwd`,
+    `session_id` and name are kept whole (the log is searched by them)."""
+    if len(text) <= limit:
+        return text.decode()
+    try:
+        value = msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        value = None
+    cap = limit // 4
+    while value is not None and cap >= 64:
+        encoded = msgspec.json.encode(_cut_strings(value, cap, top=True))
+        if len(encoded) <= limit:
+            return encoded.decode()
+        cap //= 2
+    # Still too long (countless small values): what finds the event, and what was cut.
+    kept = {
+        key: value[key]
+        for key in _KEPT_WHOLE
+        if isinstance(value, dict) and isinstance(value.get(key), str) and len(value[key]) < 4096
+    }
+    kept["relay_log"] = f"{len(text)} bytes, too large for the hook log: not kept"
+    return msgspec.json.encode(kept).decode()
+
+
+_KEPT_WHOLE = ("hook_event_name", "session_id", "cwd")
+
+
+def _cut_strings(value: object, cap: int, *, top: bool = False) -> object:
+    if isinstance(value, str):
+        if len(value) <= cap:
+            return value
+        return value[:cap] + f"… [{len(value) - cap} more characters not logged]"
+    if isinstance(value, dict):
+        return {
+            key: item if top and key in _KEPT_WHOLE else _cut_strings(item, cap)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [_cut_strings(item, cap) for item in value]
+    return value
+
+
 def debug_enabled() -> bool:
     """True when RELAY_DEBUG=1: callers build debug lines only then."""
     return os.environ.get("RELAY_DEBUG") == "1"
@@ -138,7 +203,8 @@ class CallRecord(msgspec.Struct, kw_only=True):
 class Telemetry:
     """The hook-call log: `$RELAY_HOME/state/telemetry.db` by default.
 
-    At most `max_events` events are kept (None: $RELAY_LOG_MAX_EVENTS, else 10,000).
+    At most `max_events` events are kept (None: $RELAY_LOG_MAX_EVENTS, else 10,000), in at
+    most about `max_bytes` (None: $RELAY_LOG_MAX_BYTES, else 64 MiB; see `_prune`).
     """
 
     def __init__(
@@ -146,12 +212,14 @@ class Telemetry:
         path: Path,
         *,
         max_events: int | None = None,
+        max_bytes: int | None = None,
         on_problem: Callable[[str], None] | None = None,
     ) -> None:
         self.path = path
         # Told once when the log cannot be written; by default a warning on stderr.
         self.on_problem = on_problem or _warn_on_stderr
         self.max_events = max_events if max_events is not None else resolve_max_events()
+        self.max_bytes = max_bytes if max_bytes is not None else resolve_max_bytes()
         # Ids at or below this are known to be gone: lets a write skip the DELETE (see _prune).
         self._pruned_through = 0
         self._queue: queue.SimpleQueue[CallRecord | None] = queue.SimpleQueue()
@@ -237,6 +305,7 @@ class Telemetry:
         connection.execute("PRAGMA journal_mode=WAL")
         connection.execute("PRAGMA synchronous=NORMAL")
         connection.execute("PRAGMA foreign_keys=ON")
+        connection.execute(f"PRAGMA journal_size_limit={WAL_MAX_BYTES}")
         connection.executescript(_SCHEMA)
         _migrate(connection)
         (oldest,) = connection.execute("SELECT MIN(id) FROM events").fetchone()
@@ -257,11 +326,11 @@ class Telemetry:
                         record.time,
                         record.session_id,
                         record.event,
-                        record.input.decode(),
+                        bounded_json(record.input),
                         result.decision,
                         result.duration_ms,
                         # Encoded here, on the writer thread, not on the thread that fired.
-                        _result_encoder.encode(result).decode(),
+                        bounded_json(_result_encoder.encode(result)),
                     ),
                 )
                 newest = cursor.lastrowid
@@ -304,12 +373,41 @@ class Telemetry:
         """
         if newest <= self._pruned_through:
             self._pruned_through = 0  # the log was emptied by hand and ids start again
-        if newest - self._pruned_through <= self.max_events:
-            return  # still room; if another process pruned meanwhile, there is only more
-        keep = self.max_events - self.max_events // 10
-        through = newest - keep
-        connection.execute("DELETE FROM events WHERE id <= ?", (through,))
-        self._pruned_through = through
+        if newest - self._pruned_through > self.max_events:
+            keep = self.max_events - self.max_events // 10
+            through = newest - keep
+            connection.execute("DELETE FROM events WHERE id <= ?", (through,))
+            self._pruned_through = through
+        self._prune_bytes(connection)
+
+    def _prune_bytes(self, connection: sqlite3.Connection) -> None:
+        """Bounded in bytes too: when the pages in use pass max_bytes, the oldest events go
+        until a tenth of it is free. Freed pages are reused, so the file stays within
+        max_bytes plus one batch (each entry at most 2 x ENTRY_MAX_BYTES), and the WAL is
+        cut back to WAL_MAX_BYTES at each checkpoint."""
+        (pages,) = connection.execute("PRAGMA page_count").fetchone()
+        (free,) = connection.execute("PRAGMA freelist_count").fetchone()
+        (page_size,) = connection.execute("PRAGMA page_size").fetchone()
+        used = (pages - free) * page_size
+        if used <= self.max_bytes:
+            return
+        excess = used - (self.max_bytes - self.max_bytes // 10)
+        rows = connection.execute(
+            "SELECT e.id, length(CAST(e.input AS BLOB))"
+            " + coalesce(length(CAST(e.result AS BLOB)), 0)"
+            " + (SELECT count(*) FROM hook_calls c WHERE c.event_id = e.id) * 200"
+            " FROM events e ORDER BY e.id"
+        ).fetchall()
+        through = None
+        freed = 0
+        for event_id, size in rows:
+            through = event_id
+            freed += size + 200  # the row's other columns, and the b-tree's keeping
+            if freed >= excess:
+                break
+        if through is not None:
+            connection.execute("DELETE FROM events WHERE id <= ?", (through,))
+            self._pruned_through = max(self._pruned_through, through)
 
     def _give_up(self, exc: BaseException) -> None:
         self._broken = True

@@ -164,6 +164,14 @@ def prepare(
         return _failed(args, call, target, exc)
 
 
+def lost_call(args: RunArgs, call: Call, reason: str) -> PreparedCall:
+    """The answer to a call that relay's server accepted and did not finish (`reason`):
+    its hooks may have run in part, so none runs again; relay's failure, a deny where the
+    user's settings ask relay to fail closed."""
+    target = host(args.dialect) if args.dialect != "relay" else None
+    return _failed(args, call, target, _Failure(reason), ran="no relay hook answered")
+
+
 def _prepare(
     args: RunArgs, call: Call, caches: Caches | None, target: Host | None, *, on_close: bool
 ) -> PreparedCall:
@@ -345,7 +353,14 @@ class _Failure(Exception):
     """relay could not answer a host's call; the message says why."""
 
 
-def _failed(args: RunArgs, call: Call, target: Host | None, exc: Exception) -> PreparedCall:
+def _failed(
+    args: RunArgs,
+    call: Call,
+    target: Host | None,
+    exc: Exception,
+    *,
+    ran: str = "no relay hook ran",
+) -> PreparedCall:
     if isinstance(exc, _Failure | RelayError):
         message = str(exc)
     else:
@@ -355,7 +370,7 @@ def _failed(args: RunArgs, call: Call, target: Host | None, exc: Exception) -> P
         return _done(Reply(code, b"", f"relay: error: {message}\n".encode()))
     result = AggregatedResult(
         hook_event_name=_canonical_or_raw(args.event),
-        systemMessage=f"relay: {message}; no relay hook ran for this {args.event}",
+        systemMessage=f"relay: {message}; {ran} for this {args.event}",
     )
     if target.wire(result.hook_event_name) in target.gate_events and _asks_fail_closed(args, call):
         result.decision = "deny"

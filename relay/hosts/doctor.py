@@ -97,6 +97,10 @@ def _copier_check(env: Mapping[str, str]) -> Finding:
 
 def _server_checks(env: Mapping[str, str]) -> Iterator[Finding]:
     path = server_client.socket_path(env)
+    squatted = _socket_folder_check(os.path.dirname(path))
+    if squatted is not None:
+        yield squatted
+        return
     answer = server_client.control(path, "status")
     if answer is None:
         yield Finding("ok", "server", f"not running (the first event starts it): {path}")
@@ -114,6 +118,46 @@ def _server_checks(env: Mapping[str, str]) -> Iterator[Finding]:
         "server",
         f"running, pid {status.get('pid')}, {status.get('calls', 0)} call(s) answered: {path}",
     )
+
+
+def _socket_folder_check(folder: str) -> Finding | None:
+    """A failure when the server's socket folder exists but is not this user's alone (mode
+    0700): another user may have made it first (in /tmp anyone can), and then neither
+    client nor server will use it, so every event runs in-process (slower)."""
+    try:
+        status = os.lstat(folder)
+    except FileNotFoundError:
+        return None  # made, private, when the first event starts the server
+    except OSError as exc:
+        return Finding("fail", "server", f"cannot look at the socket folder {folder}: {exc}")
+    import stat
+
+    fix = f"remove it (as its owner or root: rm -r {folder}) or set RELAY_HOME elsewhere"
+    if not stat.S_ISDIR(status.st_mode):
+        what = "a symbolic link" if stat.S_ISLNK(status.st_mode) else "not a directory"
+        problem = f"is {what}"
+    elif status.st_uid != os.getuid():
+        problem = f"belongs to {_user_name(status.st_uid)}, not you: another user took it"
+    elif status.st_mode & 0o077:
+        problem = f"is mode {stat.S_IMODE(status.st_mode):04o}, open to other users"
+        fix = f"chmod 700 {folder}"
+    else:
+        return None
+    return Finding(
+        "fail",
+        "server",
+        f"the socket folder {folder} {problem}; relay will not use it, so every event runs "
+        f"in-process, without the server; {fix}",
+    )
+
+
+def _user_name(uid: int) -> str:
+    import pwd
+
+    try:
+        return f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
 
 
 def _host_checks(

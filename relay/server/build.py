@@ -56,7 +56,11 @@ def write_python_client(folder: Path) -> Path:
     staged.write_text(
         '"""relay\'s hook client (Python): see relay/server/client.py."""\n'
         "import os\n"
+        "import resource\n"
         "import sys\n\n"
+        "# Under `ulimit -f` CPython would write a .pyc cut short, and later imports fail.\n"
+        "if resource.getrlimit(resource.RLIMIT_FSIZE)[0] != resource.RLIM_INFINITY:\n"
+        "    sys.dont_write_bytecode = True\n"
         f"sys.path.insert(0, {os.path.dirname(package_dir())!r})\n"
         "from relay.server.client import main  # noqa: E402\n\n"
         "os._exit(main(sys.argv[1:]))\n"

@@ -17,6 +17,14 @@ Protocol (all integers big-endian; str = u32 length + bytes):
     kind "R" = result:   payload i32(exit code) str(stdout) str(stderr)
     kind "F" = fall back: payload is the reason; the client runs the call itself
 
+A call the server accepted is never run again by the client: its hooks may have run, in
+part. When the server stops before the result (killed, say), the client kills what is
+left of the call's hooks (the processes in the server's session that carry the call's
+RELAY_CALL_ID, which the client puts in the environment it forwards) and answers with
+relay's failure: `relay hooks run` with RELAY_CALL_LOST set to the reason renders it
+(a deny where the settings ask relay to fail closed). When the client runs a call
+itself, a watcher process of its own does the same if the client is killed.
+
 The socket lives in a directory only its user can enter; both ends check that, and each
 checks the other's uid (SO_PEERCRED).
 """
@@ -46,10 +54,18 @@ RESULT_SLACK = 2.0
 MAX_STRING = 64 << 20
 MAX_ITEMS = 65_536
 SOCKET_NAME_LIMIT = 100  # sun_path holds 108 bytes on Linux, 104 on macOS
+DYING_WAIT = 1.0
+"""Seconds a client gives a server whose connection closed mid-call to be seen gone."""
 SPAWN_INTERVAL = 5.0
 """A client starts a server at most this often (a server that cannot start must not cost
 every call a fork)."""
 APP = "agent-relay"
+CALL_ID_VARIABLE = "RELAY_CALL_ID"
+"""In every hook's environment when a host's client made the call: the call's id, by which
+relay finds the hooks left running when the process that ran them died."""
+LOST_VARIABLE = "RELAY_CALL_LOST"
+"""Set for `relay hooks run` by a client whose server stopped in the middle of the call:
+why. relay then runs no hook and answers with its failure."""
 
 
 class Call:
@@ -102,6 +118,15 @@ class Reply:
         return (
             f"Reply(exit_code={self.exit_code!r}, stdout={self.stdout!r}, stderr={self.stderr!r})"
         )
+
+
+class Lost:
+    """A call the server accepted and did not answer: not to be run again."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
 
 
 class ProtocolViolation(Exception):
@@ -293,13 +318,16 @@ def _read_string(read: Callable[[int], bytes]) -> bytes:
 # ---- the client -------------------------------------------------------------------------
 
 
-def request(path: str, call: Call, *, ack_timeout: float = ACK_TIMEOUT) -> Reply | None:
-    """Send a call to the server at `path`; its reply, or None when the caller must run
-    the call itself (no server, not ours, not accepted in time, gone mid-call, or asked to)."""
+def request(path: str, call: Call, *, ack_timeout: float = ACK_TIMEOUT) -> Reply | Lost | None:
+    """Send a call to the server at `path`; its reply, None when the caller must run the
+    call itself (no server, not ours, not accepted in time, or asked to), or Lost when
+    the server accepted it and gave no result (gone mid-call, or past its deadline)."""
     import socket
 
     if not private_dir_ok(os.path.dirname(path)):
         return None
+    accepted = False
+    server: tuple[int, int, int | None] | None = None
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(ack_timeout)
@@ -307,6 +335,7 @@ def request(path: str, call: Call, *, ack_timeout: float = ACK_TIMEOUT) -> Reply
             uid = peer_uid(sock)
             if uid is not None and uid != os.getuid():
                 return None
+            server = _peer_process(sock)
             sock.sendall(encode_call(call))
             sock.shutdown(socket.SHUT_WR)
             reader = sock.makefile("rb")
@@ -316,6 +345,7 @@ def request(path: str, call: Call, *, ack_timeout: float = ACK_TIMEOUT) -> Reply
                 kind = _exactly(reader.read, 1)
                 payload = _exactly(reader.read, _read_count_any(reader.read))
                 if kind == b"A":
+                    accepted = True
                     (milliseconds,) = struct.unpack(">I", payload[:4])
                     deadline = time.monotonic() + milliseconds / 1000 + RESULT_SLACK
                 elif kind == b"R":
@@ -323,7 +353,107 @@ def request(path: str, call: Call, *, ack_timeout: float = ACK_TIMEOUT) -> Reply
                 else:
                     return None
     except (OSError, ProtocolViolation, struct.error):
+        if not accepted:
+            return None
+    return _lost(server, call.env.get(CALL_ID_VARIABLE, ""))
+
+
+def _lost(server: tuple[int, int, int | None] | None, call_id: str) -> Lost:
+    """The server accepted a call and gave no result: when it is gone, kill what is left
+    of the call's hooks (they would run on, orphaned), and say why either way."""
+    if server is not None and _ends(server[0], server[2]):
+        killed = kill_call(call_id, server[1]) if call_id else 0
+        return Lost(
+            f"relay's server (pid {server[0]}) stopped in the middle of this call "
+            f"(killed {killed} of its hook processes); its hooks may have run in part, "
+            "so relay does not run them again"
+        )
+    return Lost(
+        "relay's server accepted this call and gave no result in time; its hooks may "
+        "have run in part, so relay does not run them again"
+    )
+
+
+def _peer_process(sock: socket.socket) -> tuple[int, int, int | None] | None:
+    """The server's pid, session and start time (SO_PEERCRED; None where unsupported)."""
+    import socket
+
+    option = getattr(socket, "SO_PEERCRED", None)
+    if option is None:
         return None
+    credentials = sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i"))
+    pid = int(struct.unpack("3i", credentials)[0])
+    try:
+        return pid, os.getsid(pid), _start_ticks(pid)
+    except OSError:
+        return None
+
+
+def _start_ticks(pid: int) -> int | None:
+    """When `pid` started (clock ticks since boot); -1 for a zombie; None when unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            fields = stat_file.read().rsplit(b")", 1)[1].split()
+        return -1 if fields[0] == b"Z" else int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _ends(pid: int, started: int | None) -> bool:
+    """Whether the server has ended, or does within a second (its socket closes as a
+    killed process begins to exit, before it is done)."""
+    deadline = time.monotonic() + DYING_WAIT
+    while _alive(pid, started):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def _alive(pid: int, started: int | None) -> bool:
+    """Whether `pid` still runs and is the process that started at `started`."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False  # another user's process now: the pid was reused
+    ticks = _start_ticks(pid)
+    return ticks != -1 and (started is None or ticks is None or ticks == started)
+
+
+def kill_call(call_id: str, session: int) -> int:
+    """SIGKILL the processes of this user in `session` whose environment holds the call's
+    id (a hook and what it started, and not what went to a session of its own to outlive
+    it); how many. Linux only (/proc); elsewhere nothing is found."""
+    import signal
+
+    marker = f"\0{CALL_ID_VARIABLE}={call_id}\0".encode()
+    me, uid, killed = os.getpid(), os.getuid(), 0
+    for _ in range(3):  # a hook may fork while it is being killed
+        found = 0
+        try:
+            names = os.listdir("/proc")
+        except OSError:
+            return killed
+        for name in names:
+            if not name.isdigit() or int(name) == me:
+                continue
+            pid = int(name)
+            try:
+                if os.stat(f"/proc/{name}").st_uid != uid or os.getsid(pid) != session:
+                    continue
+                with open(f"/proc/{name}/environ", "rb") as environ:
+                    if marker not in b"\0" + environ.read():
+                        continue
+                os.kill(pid, signal.SIGKILL)
+                found += 1
+            except OSError:
+                continue  # gone meanwhile, or not ours to read
+        killed += found
+        if not found:
+            break
+    return killed
 
 
 def control(path: str, command: str, *, timeout: float = ACK_TIMEOUT) -> bytes | None:
@@ -370,7 +500,9 @@ def _parse_result(payload: bytes) -> Reply:
 
 def start_server(path: str, python: str | None = None) -> None:
     """Start `relay serve` for `path`, fully detached (own session, no inherited stdio), at
-    most once per SPAWN_INTERVAL; never waits for it."""
+    most once per SPAWN_INTERVAL, and not under a file size limit; never waits for it."""
+    if file_size_limited():
+        return
     folder = os.path.dirname(path)
     if not make_private_dir(folder):
         return
@@ -398,6 +530,7 @@ def start_server(path: str, python: str | None = None) -> None:
         for fd in (0, 1, 2):
             os.dup2(null, fd)
         os.closerange(3, 65536)
+        os.environ.pop(CALL_ID_VARIABLE, None)  # this call's, not the server's
         executable = python or sys.executable
         os.execv(executable, [executable, "-I", "-m", "relay", "serve", "--socket", path])
     finally:
@@ -407,11 +540,17 @@ def start_server(path: str, python: str | None = None) -> None:
 def main(argv: list[str]) -> int:
     """The Python hook client: forward the call, or run it here when no server answers."""
     stdin = b"" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.buffer.read()
+    os.environ[CALL_ID_VARIABLE] = os.urandom(16).hex()  # the hooks of this call carry it
     call = Call(argv=argv, cwd=_cwd(), env=dict(os.environ), stdin=stdin)
     path = socket_path()
     reply = request(path, call)
+    if isinstance(reply, Lost):
+        start_server(path)
+        os.environ[LOST_VARIABLE] = reply.reason
+        run_in_process(argv, stdin)
     if reply is None:
         start_server(path)
+        watch_call(os.environ[CALL_ID_VARIABLE])
         run_in_process(argv, stdin)
     sys.stdout.buffer.write(reply.stdout)
     sys.stdout.flush()
@@ -420,21 +559,48 @@ def main(argv: list[str]) -> int:
     return reply.exit_code
 
 
+def watch_call(call_id: str) -> None:
+    """Start a watcher for the call this process is about to run itself: when this process
+    ends, however (the host may kill it), it kills what is left of the call's hooks in
+    this process's session (nothing, when relay ended as it should). Detached: no host
+    waits on it."""
+    session = os.getsid(0)
+    try:
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+    except OSError:
+        return
+    if pid:
+        os.close(read_end)
+        os.set_inheritable(write_end, True)  # held by the relay exec'd here, until it ends
+        os.waitpid(pid, 0)
+        return
+    try:  # the child: no return from here
+        os.setsid()  # signals to the host's process group do not reach it
+        if os.fork() == 0:
+            os.chdir("/")  # holds no folder of the host's
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            os.closerange(3, read_end)
+            os.closerange(read_end + 1, 65536)
+            while os.read(read_end, 1):
+                continue
+            kill_call(call_id, session)
+    finally:
+        os._exit(0)
+
+
 def run_in_process(argv: list[str], stdin: bytes) -> NoReturn:
     """Become `python -I -m relay hooks run ARGV`, the event on stdin again (as the native
     client does): the answer is then exactly relay's in-process one. Never returns."""
     if stdin:
-        fd = os.memfd_create("relay-event") if hasattr(os, "memfd_create") else None
-        if fd is None:
-            import tempfile
-
-            fd, name = tempfile.mkstemp(prefix="relay-event-")
-            os.unlink(name)
-        os.write(fd, stdin)
-        os.lseek(fd, 0, os.SEEK_SET)
-        os.dup2(fd, 0)
-        os.close(fd)
-    command = [sys.executable, "-I", "-m", "relay", "hooks", "run", *argv]
+        fd = _event_input(stdin)
+        if fd is not None:
+            os.dup2(fd, 0)
+            os.close(fd)
+    flags = ["-B"] if file_size_limited() else []
+    command = [sys.executable, "-I", *flags, "-m", "relay", "hooks", "run", *argv]
     try:
         os.execv(sys.executable, command)
     except OSError as exc:
@@ -445,6 +611,64 @@ def run_in_process(argv: list[str], stdin: bytes) -> NoReturn:
         sys.stdout.write(json.dumps({"systemMessage": message}) + "\n")
         sys.stdout.flush()
         os._exit(0)
+
+
+def file_size_limited() -> bool:
+    """Whether this process may write only so much to a file (`ulimit -f`): then no server
+    is started (it would keep the limit for every later call, its hook log cut short) and
+    Python writes no bytecode (CPython writes a .pyc cut short at the limit and replaces the
+    good one with it: every later import of that module fails)."""
+    import resource
+
+    return resource.getrlimit(resource.RLIMIT_FSIZE)[0] != resource.RLIM_INFINITY
+
+
+def _event_input(data: bytes) -> int | None:
+    """A descriptor that reads as `data` from its start: a memfd or a temporary file, else
+    (the file size limit reached, a full disk) a pipe; None when there is none at all."""
+    try:
+        if hasattr(os, "memfd_create"):
+            fd = os.memfd_create("relay-event")
+        else:
+            import tempfile
+
+            fd, name = tempfile.mkstemp(prefix="relay-event-")
+            os.unlink(name)
+    except OSError:
+        return _event_pipe(data)
+    try:
+        _write_all(fd, data)
+        os.lseek(fd, 0, os.SEEK_SET)
+    except OSError:  # EFBIG past `ulimit -f` (Python ignores SIGXFSZ), ENOSPC
+        os.close(fd)
+        return _event_pipe(data)
+    return fd
+
+
+def _event_pipe(data: bytes) -> int | None:
+    """The read end of a pipe that a detached process of its own fills with `data` (so
+    the relay that execs here has no child it did not start)."""
+    try:
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+    except OSError:
+        return None
+    if pid:
+        os.close(write_end)
+        os.waitpid(pid, 0)
+        return read_end
+    try:  # the child: no return from here
+        os.close(read_end)
+        if os.fork() == 0:
+            _write_all(write_end, data)
+    finally:
+        os._exit(0)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _cwd() -> str:

@@ -41,8 +41,13 @@ from relay.server.client import (
 
 DEFAULT_IDLE_SECONDS = 900.0
 MAX_CONNECTIONS = 64
+"""Connections served at once, each on a thread of its own; one more is told "busy" (the
+client runs its call itself) by the accept loop, without a thread."""
 READ_TIMEOUT = 5.0
-"""Seconds a connection has to send its whole request (clients send it at once)."""
+"""Seconds a connection has, in all, to send its whole request (clients send it at once):
+a client that sends nothing, or a byte at a time, holds a thread no longer."""
+WRITE_TIMEOUT = 10.0
+"""Seconds each answer may take to go out (a client that does not read holds no thread)."""
 BOUND_SLACK_MS = 1000
 """Added to a plan's own time bound in the accept frame (rendering, the log, scheduling)."""
 
@@ -84,6 +89,9 @@ class Server:
         self.started = time.time()
         self.calls = 0
         self._active = 0
+        """Connections being served: each holds a thread."""
+        self._calls_active = 0
+        """Calls under way (their request read): only these keep the server from idling."""
         self._last = time.monotonic()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -134,19 +142,22 @@ class Server:
                 signal.signal(signum, lambda *_: self._stopping.set())
         try:
             while not self._stopping.is_set():
+                # Here, not only when accept times out: connections that come and go (and
+                # send no call) must not keep an idle server alive.
+                if self._idle():
+                    break
                 try:
                     connection, _ = self._listener.accept()
                 except TimeoutError:
-                    if self._idle():
-                        break
                     continue
                 except OSError:
                     if self._stopping.is_set():
                         break
                     raise
+                if not self._admit(connection):
+                    continue
                 with self._lock:
                     self._active += 1
-                    self._last = time.monotonic()
                     new_worker = self._idle_workers == 0
                     if new_worker:
                         self._workers += 1
@@ -158,13 +169,34 @@ class Server:
         finally:
             self.close()
 
+    def _admit(self, connection: socket.socket) -> bool:
+        """Whether a thread serves this connection: not another user's (closed unanswered),
+        and not past MAX_CONNECTIONS (told "busy" here, the client runs its call itself)."""
+        try:
+            uid = peer_uid(connection)
+        except OSError:
+            uid = None
+        if uid is not None and uid != os.getuid():
+            connection.close()  # another user's process: not a word
+            return False
+        with self._lock:
+            busy = self._active >= MAX_CONNECTIONS
+        if busy:
+            with contextlib.suppress(OSError):
+                connection.setblocking(False)  # a few bytes into an empty buffer
+                connection.send(fallback_frame("busy"))
+            connection.close()
+            return False
+        return True
+
     def _work(self) -> None:
         while True:
             connection = self._jobs.get()
             if connection is None:
                 return
             self._serve_connection(connection)
-            with self._lock:
+            with self._lock:  # at once: the accept loop never counts this thread twice
+                self._active -= 1
                 self._idle_workers += 1
 
     def stop(self) -> None:
@@ -180,7 +212,8 @@ class Server:
                 "install": self.install,
                 "started": self.started,
                 "calls": self.calls,
-                "active": self._active - 1,  # not counting the status request itself
+                "active": self._calls_active,
+                "connections": self._active - 1,  # not counting the status request itself
                 "idle_seconds": self.idle_seconds,
             }
 
@@ -205,27 +238,18 @@ class Server:
 
     def _idle(self) -> bool:
         with self._lock:
-            return self._active == 0 and time.monotonic() - self._last > self.idle_seconds
+            return self._calls_active == 0 and time.monotonic() - self._last > self.idle_seconds
 
     def _serve_connection(self, connection: socket.socket) -> None:
         try:
             with connection:
                 self._answer(connection)
         except (OSError, ProtocolViolation):
-            pass  # the client went away or spoke nonsense: nothing to answer
-        finally:
-            with self._lock:
-                self._active -= 1
-                self._last = time.monotonic()
+            pass  # the client went away, too slowly, or spoke nonsense: nothing to answer
 
     def _answer(self, connection: socket.socket) -> None:
-        uid = peer_uid(connection)
-        if uid is not None and uid != os.getuid():
-            return  # another user's process: not a word
-        connection.settimeout(READ_TIMEOUT)
-        reader = connection.makefile("rb")
-        request = read_request(reader.read)
-        connection.settimeout(None)
+        request = read_request(_reader(connection, time.monotonic() + READ_TIMEOUT))
+        connection.settimeout(WRITE_TIMEOUT)
         if isinstance(request, str):
             self._control(connection, request)
             return
@@ -234,11 +258,17 @@ class Server:
             connection.sendall(fallback_frame(f"this server is {self.install}"))
             return
         with self._lock:
-            busy = self._active > MAX_CONNECTIONS
             self.calls += 1
-        if busy:
-            connection.sendall(fallback_frame("busy"))
-            return
+            self._calls_active += 1
+            self._last = time.monotonic()
+        try:
+            self._call(connection, call)
+        finally:
+            with self._lock:
+                self._calls_active -= 1
+                self._last = time.monotonic()
+
+    def _call(self, connection: socket.socket, call: Call) -> None:
         try:
             prepared = self.handler(call)
         except Exception as exc:  # a bug: the client runs the call itself
@@ -262,3 +292,24 @@ class Server:
         else:
             answer = json.dumps({"error": f"unknown command {command!r}"}).encode()
         connection.sendall(result_frame(Reply(0, answer, b"")))
+
+
+def _reader(connection: socket.socket, deadline: float) -> Callable[[int], bytes]:
+    """`read(size)` on `connection`, buffered, that raises TimeoutError once `deadline` has
+    passed, however the bytes trickle in (a socket timeout alone restarts with each byte)."""
+    received = b""
+    position = 0
+
+    def read(size: int) -> bytes:
+        nonlocal received, position
+        if position >= len(received):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the request took too long")
+            connection.settimeout(left)
+            received, position = connection.recv(1 << 16), 0
+        chunk = received[position : position + size]
+        position += len(chunk)
+        return chunk
+
+    return read

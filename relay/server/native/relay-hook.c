@@ -22,7 +22,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -38,7 +41,11 @@
 #define RESULT_SLACK_MS 2000
 #define SOCKET_NAME_LIMIT 100
 #define SPAWN_INTERVAL 5
+#define DYING_WAIT_MS 1000
 #define MAX_FRAME (128u << 20)
+#define CALL_ID_VARIABLE "RELAY_CALL_ID"
+#define LOST_VARIABLE "RELAY_CALL_LOST"
+#define MAX_ENVIRON (8u << 20)
 
 extern char **environ;
 
@@ -219,8 +226,141 @@ static uint32_t get_u32(const char *p) {
     return (uint32_t)u[0] << 24 | (uint32_t)u[1] << 16 | (uint32_t)u[2] << 8 | u[3];
 }
 
-/* The server's answer: 1 when printed (exit code in *code), 0 to run the call here. */
-static int ask_server(const char *path, int argc, char **argv, const buffer *event, int *code) {
+/* ---- the hooks of a call whose runner died (client.py: kill_call) --------------------- */
+
+/* A fresh call id (32 hex digits) into `out`. */
+static void new_call_id(char out[33]) {
+    unsigned char bytes[16];
+    if (getrandom(bytes, sizeof bytes, 0) != (ssize_t)sizeof bytes) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t mix = (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32) ^ (uint64_t)ts.tv_sec;
+        for (size_t i = 0; i < sizeof bytes; i++) bytes[i] = (unsigned char)(mix >> (8 * (i % 8)) ^ i * 131);
+    }
+    for (size_t i = 0; i < sizeof bytes; i++) snprintf(out + 2 * i, 3, "%02x", bytes[i]);
+}
+
+/* When `pid` started (clock ticks since boot); -2 for a zombie; -1 when unknown. */
+static long long start_ticks(pid_t pid) {
+    char name[64], text[1024];
+    snprintf(name, sizeof name, "/proc/%d/stat", (int)pid);
+    int fd = open(name, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n <= 0) return -1;
+    text[n] = '\0';
+    char *field = strrchr(text, ')');
+    if (!field) return -1;
+    if (field[1] == ' ' && field[2] == 'Z') return -2; /* a zombie: it has ended */
+    /* after ")": state is field 3; starttime is field 22 */
+    for (int i = 3; i <= 22 && field; i++) field = strchr(field + 1, ' ');
+    return field ? atoll(field + 1) : -1;
+}
+
+static int process_alive(pid_t pid, long long started) {
+    if (kill(pid, 0)) return 0; /* ESRCH, or EPERM: another user's process, the pid reused */
+    long long ticks = start_ticks(pid);
+    return ticks != -2 && (started < 0 || ticks < 0 || ticks == started);
+}
+
+/* Whether /proc/PID/environ holds "\0MARKER\0" (marker given with its NULs). */
+static int environ_holds(const char *name, const char *marker, size_t marker_len) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%s/environ", name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    buffer text = {0};
+    int found = append(&text, "", 1) == 0; /* a NUL before the first entry */
+    while (found && text.len < MAX_ENVIRON) {
+        if (reserve(&text, 65536)) break;
+        ssize_t n = read(fd, text.data + text.len, text.cap - text.len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        text.len += (size_t)n;
+    }
+    close(fd);
+    found = found && memmem(text.data, text.len, marker, marker_len) != NULL;
+    free(text.data);
+    return found;
+}
+
+/* SIGKILL this user's processes in `session` whose environment holds the call's id: a
+ * hook and what it started, not what went to a session of its own. How many. */
+static int kill_call(const char *call_id, pid_t session) {
+    char marker[128];
+    int marker_len = snprintf(marker, sizeof marker, "%c%s=%s%c", 0, CALL_ID_VARIABLE, call_id, 0);
+    int killed = 0;
+    for (int pass = 0; pass < 3; pass++) { /* a hook may fork while it is being killed */
+        DIR *proc = opendir("/proc");
+        if (!proc) return killed;
+        int found = 0;
+        struct dirent *entry;
+        while ((entry = readdir(proc))) {
+            if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
+            pid_t pid = (pid_t)atoi(entry->d_name);
+            if (pid == getpid() || getsid(pid) != session) continue;
+            char path[64];
+            struct stat st;
+            snprintf(path, sizeof path, "/proc/%s", entry->d_name);
+            if (stat(path, &st) || st.st_uid != getuid()) continue;
+            if (!environ_holds(entry->d_name, marker, (size_t)marker_len)) continue;
+            if (!kill(pid, SIGKILL)) found++;
+        }
+        closedir(proc);
+        killed += found;
+        if (!found) break;
+    }
+    return killed;
+}
+
+/* A watcher for the call this process is about to run itself: when this process ends,
+ * however (the host may kill it), it kills what is left of the call's hooks in this
+ * process's session (nothing, when relay ended as it should). Detached. */
+static void watch_call(const char *call_id) {
+    pid_t session = getsid(0);
+    int fds[2];
+    if (pipe(fds)) return; /* the write end stays open in the relay exec'd here */
+    pid_t child = fork();
+    if (child < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return;
+    }
+    if (child > 0) {
+        close(fds[0]);
+        waitpid(child, NULL, 0);
+        return;
+    }
+    setsid(); /* signals to the host's process group do not reach it */
+    if (fork() != 0) _exit(0);
+    if (chdir("/")) { /* holds no folder of the host's; staying put is harmless */
+    }
+    int null = open("/dev/null", O_RDWR);
+    if (null >= 0) {
+        dup2(null, 0);
+        dup2(null, 1);
+        dup2(null, 2);
+    }
+    for (int fd = 3; fd < 1024; fd++)
+        if (fd != fds[0]) close(fd);
+    char byte;
+    for (;;) { /* until the relay exec'd in the client's place ends */
+        ssize_t n = read(fds[0], &byte, 1);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+    }
+    kill_call(call_id, session);
+    _exit(0);
+}
+
+/* The server's answer: 1 when printed (exit code in *code), 0 to run the call here, 2 when
+ * the server accepted it and gave no result (`lost` says why): not to be run again. */
+static int ask_server(const char *path, int argc, char **argv, const buffer *event, int *code,
+                      const char *call_id, char *lost, size_t lost_size) {
+    pid_t server = 0, server_session = -1;
+    long long server_started = -1;
+    int accepted = 0;
     char folder[4200];
     parent_of(path, folder, sizeof folder);
     if (!private_dir_ok(folder)) return 0;
@@ -234,6 +374,9 @@ static int ask_server(const char *path, int argc, char **argv, const buffer *eve
     struct ucred peer;
     socklen_t peer_len = sizeof peer;
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &peer_len) || peer.uid != getuid()) goto fail;
+    server = peer.pid;
+    server_session = getsid(server);
+    server_started = start_ticks(server);
 #endif
     buffer request = {0};
     char cwd[4096];
@@ -265,6 +408,7 @@ static int ask_server(const char *path, int argc, char **argv, const buffer *eve
             goto fail;
         }
         if (head[0] == 'A' && len >= 4) {
+            accepted = 1;
             deadline = now_ms() + get_u32(payload) + RESULT_SLACK_MS;
             free(payload);
             continue;
@@ -292,13 +436,42 @@ static int ask_server(const char *path, int argc, char **argv, const buffer *eve
     }
 fail:
     close(fd);
-    return 0;
+    if (!accepted) return 0;
+    /* The socket closes as a killed server begins to exit, before it is done: give it a
+     * second to be seen gone. */
+    int64_t dying = now_ms() + DYING_WAIT_MS;
+    while (server > 0 && process_alive(server, server_started) && now_ms() < dying) {
+        struct timespec pause = {0, 10 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+    }
+    if (server > 0 && server_session > 0 && !process_alive(server, server_started)) {
+        int killed = kill_call(call_id, server_session);
+        snprintf(lost, lost_size,
+                 "relay's server (pid %d) stopped in the middle of this call (killed %d of its "
+                 "hook processes); its hooks may have run in part, so relay does not run them again",
+                 (int)server, killed);
+    } else {
+        snprintf(lost, lost_size,
+                 "relay's server accepted this call and gave no result in time; its hooks may "
+                 "have run in part, so relay does not run them again");
+    }
+    return 2;
 }
 
 /* ---- when no server answers ---------------------------------------------------------- */
 
+/* Whether this process may write only so much to a file (`ulimit -f`): then no server is
+ * started (it would keep the limit for every later call, its hook log cut short) and
+ * Python writes no bytecode (CPython writes a .pyc cut short at the limit and replaces the
+ * good one with it: every later import of that module fails). */
+static int file_size_limited(void) {
+    struct rlimit limit;
+    return !getrlimit(RLIMIT_FSIZE, &limit) && limit.rlim_cur != RLIM_INFINITY;
+}
+
 /* Start `relay serve` for `path`, detached, at most once per SPAWN_INTERVAL. */
 static void start_server(const char *path) {
+    if (file_size_limited()) return;
     char folder[4200], stamp[4300];
     parent_of(path, folder, sizeof folder);
     if (!make_private_dir(folder)) return;
@@ -317,6 +490,7 @@ static void start_server(const char *path) {
     }
     setsid();
     if (fork() != 0) _exit(0);
+    unsetenv(CALL_ID_VARIABLE); /* this call's, not the server's */
     int null = open("/dev/null", O_RDWR);
     if (null >= 0) {
         dup2(null, 0);
@@ -348,24 +522,62 @@ static int host_dialect(int argc, char **argv) {
     return 0;
 }
 
-/* Run the call in this process's place: relay itself, with the event on stdin. */
-static int run_here(int argc, char **argv, const buffer *event) {
+/* A pipe whose read end gives `event`, written by a process of its own (detached, so the
+ * relay that execs here has no child it did not start): for when no file can hold it. */
+static int event_pipe(const buffer *event) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC)) return -1;
+    pid_t child = fork();
+    if (child < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return -1;
+    }
+    if (child == 0) {
+        close(fds[0]);
+        if (fork() == 0) {
+            signal(SIGPIPE, SIG_DFL); /* the reader gone: nothing left to do */
+            write_all(fds[1], event->data ? event->data : "", event->len);
+            _exit(0);
+        }
+        _exit(0);
+    }
+    close(fds[1]);
+    waitpid(child, NULL, 0);
+    return fds[0];
+}
+
+/* A descriptor that reads as `event` from its start: a memfd, else a temporary file, else
+ * (the file size limit reached, a full disk) a pipe. */
+static int event_input(const buffer *event) {
     int fd = -1;
 #ifdef MFD_CLOEXEC
-    fd = memfd_create("relay-event", 0);
+    fd = memfd_create("relay-event", MFD_CLOEXEC);
 #endif
     if (fd < 0) {
         FILE *file = tmpfile();
-        fd = file ? dup(fileno(file)) : -1;
+        fd = file ? fcntl(fileno(file), F_DUPFD_CLOEXEC, 0) : -1;
+        if (file) fclose(file);
     }
-    if (fd >= 0 && (write_all(fd, event->data ? event->data : "", event->len) || lseek(fd, 0, SEEK_SET)))
+    if (fd >= 0 && (write_all(fd, event->data ? event->data : "", event->len) || lseek(fd, 0, SEEK_SET))) {
+        close(fd);
         fd = -1;
-    if (fd >= 0) dup2(fd, STDIN_FILENO);
-    char **args = calloc((size_t)argc + 6, sizeof *args);
+    }
+    return fd >= 0 ? fd : event_pipe(event);
+}
+
+/* Run the call in this process's place: relay itself, with the event on stdin (watched
+ * by `watch_call` when `call_id` is given). */
+static int run_here(int argc, char **argv, const buffer *event, const char *call_id) {
+    int fd = event_input(event);
+    if (fd >= 0) dup2(fd, STDIN_FILENO); /* dup2 clears close-on-exec on stdin */
+    if (call_id) watch_call(call_id);
+    char **args = calloc((size_t)argc + 7, sizeof *args);
     if (args) {
         int n = 0;
         args[n++] = (char *)RELAY_PYTHON;
         args[n++] = "-I";
+        if (file_size_limited()) args[n++] = "-B";
         args[n++] = "-m";
         args[n++] = "relay";
         args[n++] = "hooks";
@@ -413,13 +625,23 @@ int main(int argc, char **argv) {
         return 0;
     }
     signal(SIGPIPE, SIG_IGN);
+    /* A write past `ulimit -f` fails (EFBIG) instead of killing the client (SIGXFSZ): the
+     * event then goes through a pipe. relay's Python ignores SIGXFSZ too; hooks get it back. */
+    signal(SIGXFSZ, SIG_IGN);
     buffer event = {0};
     read_event(&event);
-    char path[4200];
+    char path[4200], call_id[33], lost[512];
     socket_path(path, sizeof path);
+    new_call_id(call_id);
+    setenv(CALL_ID_VARIABLE, call_id, 1); /* the hooks of this call carry it */
     int code = 0;
-    if (ask_server(path, argc, argv, &event, &code)) return code;
+    int asked = ask_server(path, argc, argv, &event, &code, call_id, lost, sizeof lost);
+    if (asked == 1) return code;
     start_server(path);
     signal(SIGPIPE, SIG_DFL);
-    return run_here(argc, argv, &event);
+    if (asked == 2) {
+        setenv(LOST_VARIABLE, lost, 1);
+        return run_here(argc, argv, &event, NULL);
+    }
+    return run_here(argc, argv, &event, call_id);
 }

@@ -1,13 +1,19 @@
 """The doorbell: a Unix datagram socket a waiting recipient listens on and a sender pokes
 after its commit, so a delivery needs no polling loop.
 
-The sockets live in Linux's abstract namespace (no file to clean up after a crash, no
-108-byte path limit). Each session binds an address of its own, 128 random bits, and
-records it in the agent's row of the mailbox, which only the user can read (0600 in a
-0700 folder): senders look it up there. Another user's process cannot bind a bell
-first (it cannot know the address before the session exists, and once bound it is
-taken) nor receive its pokes; the most it can do is learn the name from /proc/net/unix
-and poke it, which only makes the session look at its mailbox.
+Each session binds a socket of its own, named by 128 random bits, in a folder only the
+user can enter (`bell_folder`: `$XDG_RUNTIME_DIR/agent-relay/bells/`, else
+`/tmp/agent-relay-<uid>/bells/`, mode 0700), and records its path in the agent's row of
+the mailbox, which only the user can read (0600 in a 0700 folder): senders look it up
+there. Another user's process can neither bind a bell first nor receive its pokes, and
+it cannot poke one either: the kernel refuses it at the folder (EACCES), so a flood of
+pokes from another user costs the session nothing (in the abstract namespace, where
+bells lived before, anyone who read the name in /proc/net/unix could make the session
+wake and look at its mailbox for every datagram). Where no such folder can be had (the
+/tmp one made first by another user), `Doorbell()` raises OSError and the session polls.
+A session removes its socket when it closes; one left by a session that died is removed
+by the next doorbell made in the folder. A bell recorded by an older relay (an abstract
+address, starting with a NUL byte) is still rung.
 
 A poke is one byte, "look at the mailbox now", or it carries a delivery that its sender
 handed to the session in its own transaction (mailbox.py, "Hand-over at the send"), as
@@ -17,11 +23,11 @@ relay from before the hand-over at the send records the address alone, and reads
 without looking at them), and the poke carries the key. The session takes what a poke
 carries only with its key, and only from a process of its own user (or root), as the
 kernel vouches for it (SO_PASSCRED: such a process could write the mailbox anyway). So a
-process that cannot read the mailbox (another user's, or an agent sandboxed away from
-it) cannot make a session hand anything over; any other poke, a poke from another user,
-and one cut short count as bare pokes: the session looks at the mailbox. A doorbell
-whose kernel does not attach the credentials refuses to start (`Doorbell()` raises
-OSError): the session polls. A lost poke costs one poll interval, never a message.
+process that cannot read the mailbox (an agent sandboxed away from it) cannot make a
+session hand anything over; any other poke, and one cut short, count as bare pokes: the
+session looks at the mailbox. A doorbell whose kernel does not attach the credentials
+refuses to start (`Doorbell()` raises OSError): the session polls. A lost poke costs one
+poll interval, never a message.
 """
 
 from __future__ import annotations
@@ -31,15 +37,77 @@ import contextlib
 import os
 import secrets
 import socket
+import stat
 import struct
 from collections.abc import Iterable, Mapping
 
 import anyio
 
+BELL_NAME_LIMIT = 100
+"""The longest socket path a bell takes (sun_path holds 108 bytes on Linux)."""
+SWEEP_LIMIT = 64
+"""Sockets of dead sessions a new doorbell removes at most (a bounded cost at a start)."""
+
+
+def bell_folder() -> str | None:
+    """The folder for this user's doorbells, made if need be; None when none is private
+    (only this user can enter it, and its parent is theirs and closed to writers)."""
+    bases = []
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    if runtime and os.path.isabs(runtime):
+        bases.append(os.path.join(runtime, "agent-relay"))
+    bases.append(f"/tmp/agent-relay-{os.getuid()}")
+    for base in bases:
+        folder = os.path.join(base, "bells")
+        if len(folder) + 33 > BELL_NAME_LIMIT:
+            continue
+        try:
+            # Each level 0700 (os.makedirs gives only the last one the mode): the /tmp
+            # one is also the server's socket folder, which must be private.
+            os.makedirs(base, mode=0o700, exist_ok=True)
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+            parent, own = os.lstat(base), os.lstat(folder)
+        except OSError:
+            continue
+        uid = os.getuid()
+        # Nobody else may rename the folder away (the parent) nor reach into it.
+        if (
+            stat.S_ISDIR(parent.st_mode)
+            and parent.st_uid == uid
+            and not parent.st_mode & 0o022
+            and stat.S_ISDIR(own.st_mode)
+            and own.st_uid == uid
+            and not own.st_mode & 0o077
+        ):
+            return folder
+    return None
+
 
 def new_bell_address() -> bytes:
-    """A fresh, unguessable abstract socket address for one session's doorbell."""
-    return b"\0relay-bell-" + secrets.token_hex(16).encode()
+    """A fresh, unguessable socket path for one session's doorbell, in `bell_folder`;
+    OSError when there is no private folder for it."""
+    folder = bell_folder()
+    if folder is None:
+        raise OSError("no folder only this user can enter for the doorbell")
+    return os.fsencode(os.path.join(folder, secrets.token_hex(16)))
+
+
+def _sweep(folder: str) -> None:
+    """Remove the sockets of sessions that died (nobody listens there any more)."""
+    try:
+        names = os.listdir(folder)[:SWEEP_LIMIT]
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(folder, name)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as probe:
+            try:
+                probe.connect(path)  # sends nothing
+            except ConnectionRefusedError:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+            except OSError:
+                continue
 
 
 _KEYED = b"#key="
@@ -122,6 +190,10 @@ class Doorbell:
 
     def __init__(self, address: bytes | None = None) -> None:
         self.address = address if address is not None else new_bell_address()
+        self._path = None if self.address.startswith(b"\0") else self.address
+        """The socket's file, removed at close (an abstract address has none)."""
+        if self._path is not None:
+            _sweep(os.path.dirname(os.fsdecode(self._path)))
         self.key = secrets.token_hex(16)
         """What a poke that carries a delivery must hold (see the module docstring)."""
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -144,7 +216,7 @@ class Doorbell:
         self._rang = False
         self._waiter: asyncio.Future[bool] | None = None
         if not self._vouched():
-            self._sock.close()
+            self.close()
             raise OSError("the kernel does not say who pokes the doorbell (SO_PASSCRED)")
 
     async def wait(self, timeout: float) -> bool:
@@ -260,10 +332,14 @@ class Doorbell:
         return False
 
     def close(self) -> None:
-        """Stop listening."""
+        """Stop listening, and remove the socket's file."""
         self._unwatch()
         with contextlib.suppress(OSError):
             self._sock.close()
+        path, self._path = self._path, None
+        if path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
 
     def __enter__(self) -> Doorbell:
         return self
