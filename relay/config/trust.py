@@ -85,16 +85,33 @@ class HookFingerprint(msgspec.Struct, kw_only=True):
     """Text files read while hashing (with keep_contents): their content, for copies."""
 
 
+class CheckedScript(msgspec.Struct, frozen=True, kw_only=True):
+    """The entry script of a hook as one check read it: the bytes hashed into the
+    fingerprint are these, and a trusted hook runs these (DESIGN §7: no gap between
+    check and exec)."""
+
+    path: str
+    text: bytes
+    executable: bool = True
+    """Whether the file read has the execute permission (run directly, it needs it)."""
+
+
 class TrustVerdict(msgspec.Struct, frozen=True, kw_only=True):
     """Whether one project hook may run, as the trust store answers for it."""
 
     fingerprint: str | None
     trusted: bool
     refusal: str | None = None
+    script: CheckedScript | None = None
+    """The checked entry script (check_trust's `entry_script`) when it is a project file
+    the fingerprint holds; None otherwise."""
 
 
 COPY_LIMIT = 256 * 1024
 """Text files up to this size are copied into the store, to show a diff on re-trust."""
+PIN_LIMIT = 64 * 1024 * 1024
+"""An entry script larger than this is not run: relay runs a trusted script from the
+bytes it checked, and holds them in memory to do so."""
 COPY_BUDGET = 64 * 1024 * 1024
 """At most this much text is copied per hook per `relay trust`; later files get no copy
 (their change is still seen, only not shown as a diff)."""
@@ -144,11 +161,15 @@ def assess(
     known: Mapping[str, FileState] | None = None,
     keep_contents: bool = False,
     plan: Plan | None = None,
+    pin: str | None = None,
+    pinned: dict[str, CheckedScript] | None = None,
 ) -> HookFingerprint:
     """Find, hash and fingerprint what a hook can reach.
 
     `known`: files as last trusted, reused while their stat identity is the same (no read);
-    `keep_contents`: also return the content of small text files (for `relay trust`)."""
+    `keep_contents`: also return the content of small text files (for `relay trust`);
+    `pin`: a reached file (absolute path) read whole whatever `known` and `digests` say,
+    its hash taken from the bytes read, which go into `pinned` by that path."""
     import hashlib
 
     found = (plan or plan_reach(entry, root)).collect()
@@ -161,7 +182,14 @@ def assess(
     prefix = os.path.join(os.path.abspath(root), "")
     files: dict[str, FileState] = {}
     contents = _Contents() if keep_contents else None
+    pin_name = _name_under(pin, prefix) if pin is not None else None
     for name in found.files:
+        if name == pin_name and pinned is not None:
+            checked, script = _read_whole(prefix + name)
+            if script is not None:
+                pinned[script.path] = script
+            files[name] = checked
+            continue
         state = _file_state(
             prefix + name,
             known=(known or {}).get(name),
@@ -192,10 +220,13 @@ def check_trust(
     *,
     store: TrustStore | None,
     digests: DigestCache | None = None,
+    entry_script: str | None = None,
 ) -> TrustVerdict:
     """Whether a project hook is trusted as it is now. Runs on every event that plans it.
 
-    Raises TrustStoreError when the store cannot be read."""
+    `entry_script`: the file the hook's launch runs (absolute); when the hook reaches it,
+    it is read once from a descriptor, hashed from what was read, and those bytes are the
+    verdict's `script`. Raises TrustStoreError when the store cannot be read."""
     key = hook_key(event, matcher, entry)
     plan = plan_reach(entry, root)
     candidate = store is not None and store.may_have_trusted(root, key)
@@ -204,11 +235,36 @@ def check_trust(
         # an untrusted clone must not cost every event a walk of its tree.
         return TrustVerdict(fingerprint=None, trusted=False)
     known = store.known_files(root, key) if store is not None and candidate else None
-    assessed = assess(event, matcher, entry, root, digests=digests, known=known, plan=plan)
+    pinned: dict[str, CheckedScript] = {}
+    assessed = assess(
+        event,
+        matcher,
+        entry,
+        root,
+        digests=digests,
+        known=known,
+        plan=plan,
+        pin=entry_script,
+        pinned=pinned,
+    )
     if assessed.digest is None:
         return TrustVerdict(fingerprint=None, trusted=False, refusal=assessed.refusal)
     trusted = store is not None and candidate and store.is_trusted(root, assessed.digest, key)
-    return TrustVerdict(fingerprint=assessed.digest, trusted=trusted)
+    name = (
+        _name_under(entry_script, os.path.join(os.path.abspath(root), "")) if entry_script else None
+    )
+    if not trusted or name is None:
+        return TrustVerdict(fingerprint=assessed.digest, trusted=trusted)
+    for script in pinned.values():
+        return TrustVerdict(fingerprint=assessed.digest, trusted=True, script=script)
+    state = assessed.files.get(name)
+    if state is None and os.path.lexists(entry_script or ""):
+        return TrustVerdict(fingerprint=assessed.digest, trusted=True)  # not a reached file
+    # The script it runs could not be read as checked: running it by path would run
+    # whatever is there by then (DESIGN §7).
+    reason = state.note if state is not None else "not found"
+    refusal = f"its script {name} cannot be run as checked ({reason})"
+    return TrustVerdict(fingerprint=assessed.digest, trusted=False, refusal=refusal)
 
 
 def project_scripts(
@@ -800,6 +856,55 @@ def _read_state(path: str, name: str, contents: _Contents | None) -> FileState:
         size=status.st_size,
         text=text,
     )
+
+
+def _read_whole(path: str) -> tuple[FileState, CheckedScript | None]:
+    """Hash a file from one read of all of it, and return what was read (None when the
+    file cannot be read, is not a regular file, or is over PIN_LIMIT)."""
+    import hashlib
+
+    try:
+        # O_NONBLOCK: a FIFO put there must not hang relay.
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return FileState(note="unreadable: it went away while being checked"), None
+    except OSError as exc:
+        return FileState(note=f"unreadable: {_reason(exc)}"), None
+    try:
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
+            return FileState(note="not a regular file"), None
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(descriptor, 1 << 20):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > PIN_LIMIT:
+                return FileState(
+                    note=f"over {PIN_LIMIT // (1 << 20)} MiB: too large to run as checked"
+                ), None
+        # Through the descriptor: the permission of the file read, not of the path's file.
+        executable = os.access(f"/proc/self/fd/{descriptor}", os.X_OK)
+    except OSError as exc:
+        return FileState(note=f"unreadable: {_reason(exc)}"), None
+    finally:
+        os.close(descriptor)
+    data = b"".join(chunks)
+    newest = max(status.st_mtime_ns, status.st_ctime_ns) / 1e9
+    settled = time.time() - newest >= RACY_SECONDS
+    state = FileState(
+        sha256=hashlib.sha256(data).hexdigest(),
+        identity=identity_of(status) if settled else None,
+        size=len(data),
+        text=len(data) <= COPY_LIMIT and _is_text(data),
+    )
+    return state, CheckedScript(path=path, text=data, executable=executable)
+
+
+def _name_under(path: str, prefix: str) -> str | None:
+    """`path` relative to the project root (`prefix` ends with a separator), or None."""
+    normal = os.path.normpath(path)
+    return normal[len(prefix) :] if normal.startswith(prefix) else None
 
 
 def _is_text(data: bytes) -> bool:
