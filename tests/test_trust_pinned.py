@@ -180,6 +180,16 @@ def test_the_servers_cached_path_and_the_cli_never_run_it_either(
             "print('trusted')\n",
             "open({marker!r}, 'a').write('untrusted'); print('untrusted')\n",
         ),
+        pytest.param(
+            (
+                "guard.mjs",
+                f"{NODE} hooks/guard.mjs",  # an ES module: a load hook answers with the text
+                "console.log('trusted');\n",
+                "import {{ appendFileSync }} from 'node:fs';\n"
+                "appendFileSync({marker!r}, 'untrusted'); console.log('untrusted');\n",
+            ),
+            marks=pytest.mark.skipif(NODE is None, reason="node is not installed"),
+        ),
         (
             "guard.awk",
             "./hooks/guard.awk",  # no rule for awk: run from a sealed copy
@@ -205,7 +215,8 @@ def test_every_way_of_feeding_the_checked_text_closes_the_gap(
     trust_all(project)
     assert fire(project)[0] == "trusted"
     with swapping(trusted, untrusted, target, tmp_path / "stop"):
-        results = [fire(project)[0] for _ in range(200)]
+        # Node starts slowly: fewer calls, as many chances for the race each.
+        results = [fire(project)[0] for _ in range(60 if name.endswith(".mjs") else 200)]
     assert not marker.exists(), _runs(results, marker)
     assert "trusted" in results, _runs(results, marker)
 
@@ -252,9 +263,11 @@ echo "dir=$here lib=$LIB"
 PYTHON_SHOW = """\
 #!/usr/bin/env python3
 '''The module docstring.'''
+import os
 import sys
 import sibling
 print("argv", sys.argv)
+print("descriptors", sorted(os.listdir("/proc/self/fd")))  # the sealed copy's is closed
 print(__file__, __name__, __doc__, __package__, __spec__, __cached__)
 print(type(__loader__).__name__, __loader__.name, __loader__.path)
 print(sys.path[0], sibling.VALUE, sibling.__file__)
@@ -268,6 +281,7 @@ const lib = require("./lib");
 console.log("argv", JSON.stringify(process.argv.slice(1)));
 console.log(__filename, __dirname, lib, require.main === module, module.id);
 console.log(module.filename, module.paths[0], require.resolve("./lib"));
+console.log("descriptors", require("fs").readdirSync("/proc/self/fd").length);
 """
 
 
@@ -329,6 +343,15 @@ def test_a_python_script_sees_its_file_argv_and_siblings(project: Path, argv: li
     assert through_relay(project, " ".join(argv)) == expected
 
 
+def test_a_python_script_longer_than_an_argument_runs_whole(project: Path) -> None:
+    padding = "# padding\n" * 20_000  # 200 KB: more than one argv word can carry
+    write(project / "hooks" / "big.py", padding + PYTHON_SHOW, executable=True)
+    write(project / "hooks" / "sibling.py", "VALUE = 'imported beside the script'\n")
+    expected = by_path(project, [sys.executable, "hooks/big.py"])
+    assert "imported beside the script" in expected
+    assert through_relay(project, f"{sys.executable} hooks/big.py") == expected
+
+
 @pytest.mark.skipif(NODE is None, reason="node is not installed")
 @pytest.mark.parametrize(
     "argv",
@@ -342,6 +365,33 @@ def test_a_node_script_sees_its_filename_and_requires_beside_it(
     write(project / "hooks" / "lib.js", "module.exports = 'required beside the script';\n")
     expected = by_path(project, argv)
     assert f"{project}/hooks/show.js {project}/hooks required beside the script true ." in expected
+    assert through_relay(project, " ".join(argv)) == expected
+
+
+NODE_MODULE_SHOW = """\
+#!/usr/bin/env node
+import { value } from "./lib.mjs";
+console.log("argv", JSON.stringify(process.argv.slice(1)));
+console.log(import.meta.url, value);
+"""
+
+
+@pytest.mark.skipif(NODE is None, reason="node is not installed")
+@pytest.mark.parametrize(
+    ("name", "package"),
+    [("show.mjs", None), ("show.js", '{"type": "module"}')],
+    ids=["mjs", "type-module"],
+)
+def test_a_node_es_module_sees_its_url_and_imports_beside_it(
+    project: Path, name: str, package: str | None
+) -> None:
+    write(project / "hooks" / name, NODE_MODULE_SHOW, executable=True)
+    write(project / "hooks" / "lib.mjs", "export const value = 'imported beside the module';\n")
+    if package is not None:
+        write(project / "hooks" / "package.json", package)
+    argv = [f"./hooks/{name}", "one"]
+    expected = by_path(project, argv)
+    assert f"file://{project}/hooks/{name} imported beside the module" in expected
     assert through_relay(project, " ".join(argv)) == expected
 
 

@@ -10,15 +10,18 @@ what it sees when run by path:
 - POSIX shells: `sh -c TEXT PATH ARGS…`, so `$0` is PATH. bash leaves `${BASH_SOURCE[0]}`
   empty under `-c` and ignores assignments to it; it names a file only when bash opens
   that file by name, which is the gap this module closes: a bash script gets `$0`;
-- Python: a bootstrap given to `-c` that compiles TEXT under PATH and runs it as
-  `__main__`, with `__file__`, `sys.argv` and `sys.path[0]` as a run by path sets them;
-- Node (CommonJS): a bootstrap given to `-e` that compiles TEXT in a `Module` whose
-  filename is PATH (`__filename`, `__dirname`, relative `require`, `require.main`).
+- Python: `python -c BOOTSTRAP COPY PATH ARGS…`: the bootstrap reads TEXT from COPY (a
+  sealed memfd the runner creates), compiles it under PATH and runs it as `__main__`,
+  with `__file__`, `sys.argv` and `sys.path[0]` as a run by path sets them;
+- Node, CommonJS: `node -e BOOTSTRAP -- COPY PATH ARGS…`: the same, in a `Module` whose
+  filename is PATH (`__filename`, `__dirname`, relative `require`, `require.main`);
+- Node, an ES module: `node --import HOOKS PATH ARGS…`, where HOOKS registers a load hook
+  that answers for PATH's URL with TEXT (`import.meta.url`, relative imports).
 
-A script these rules do not cover (perl, ruby and other interpreters, an ES module, a
-binary, a text holding NUL bytes or longer than one argument may be) runs from a sealed
-private copy (a memfd the runner creates): the checked bytes still, but the script sees
-its name as /dev/fd/N (or /proc/self/fd/N when run directly).
+A script these rules do not cover (perl, ruby and other interpreters, a binary, a shell
+script holding a NUL byte or longer than one argument may be) runs from a sealed copy
+itself: the checked bytes still, but the script sees its name as /dev/fd/N (or
+/proc/self/fd/N when run directly). An ES module too long for an argument is not run.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ Family = Literal["shell", "python", "node", "other"]
 
 ARGUMENT_LIMIT = 128 * 1024 - 1
 """The longest single argument Linux passes to a program (MAX_ARG_STRLEN, with its NUL)."""
+SEALED_COPY = "/dev/fd/SEALED"
+"""The word the runner replaces by the path of the sealed copy's descriptor."""
 
 _SHEBANG_LIMIT = 256  # the kernel reads no more of a #! line (BINPRM_BUF_SIZE)
 _FAMILIES: dict[str, Family] = {
@@ -92,7 +97,10 @@ PYTHON_BOOTSTRAP = """\
 def _relay_pinned():
     import os, sys
     from importlib.machinery import SourceFileLoader
-    text = os.fsencode(sys.argv.pop(1))
+    copy = sys.argv.pop(1)
+    with open(copy, "rb") as stream:
+        text = stream.read()
+    os.close(int(copy.rpartition("/")[2]))
     path = sys.argv[0] = sys.argv.pop(1)
     full = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
     if not getattr(sys.flags, "safe_path", False):  # -P, -I (3.11+): no script folder
@@ -107,7 +115,9 @@ exec(*globals().pop("_relay_pinned")())
 NODE_BOOTSTRAP = """\
 (() => {
   const Module = require("module"), path = require("path"), fs = require("fs");
-  let text = process.argv.splice(1, 1)[0];
+  const copy = process.argv.splice(1, 1)[0];
+  let text = fs.readFileSync(copy, "utf8");
+  fs.closeSync(Number(copy.split("/").pop()));
   let file = path.resolve(process.argv[1]);
   try { file = fs.realpathSync(file); } catch {}
   process.argv[1] = file;
@@ -120,6 +130,26 @@ NODE_BOOTSTRAP = """\
   main._compile(text, file);
   main.loaded = true;
 })();
+"""
+
+# Node, an ES module: a module loaded by `--import` registers a load hook that answers for
+# PATH's URL with TEXT, so `node PATH ARGS…` runs TEXT as the main module without reading
+# the file (its URL, import.meta and relative imports are PATH's).
+NODE_MODULE_HOOKS = """\
+let target, source;
+export async function initialize(data) { ({ url: target, source } = data); }
+export async function load(url, context, nextLoad) {
+  if (url === target) return { format: "module", source, shortCircuit: true };
+  return nextLoad(url, context);
+}
+"""
+NODE_MODULE_BOOTSTRAP = """\
+import { register } from "node:module";
+import { pathToFileURL } from "node:url";
+import { realpathSync } from "node:fs";
+let file = %(path)s;
+try { file = realpathSync(file); } catch {}
+register(%(hooks)s, { data: { url: pathToFileURL(file).href, source: %(source)s } });
 """
 
 
@@ -199,16 +229,37 @@ def pinned_launch(launch: Launch, pin: Pin, cwd: str) -> Launch:
     else:
         command, program = launch.argv[:index], 0
     family = family_of(command[program]) if command else None
-    if family in (None, "other") or not _fits_an_argument(text) or _is_module(family, path):
-        return Launch(argv=launch.argv, mode="pinned", sealed=text, sealed_word=index)
-    body = os.fsdecode(text)
-    if family == "shell":
-        feed: tuple[str, ...] = ("-c", body, word)
-    elif family == "python":
-        feed = ("-c", PYTHON_BOOTSTRAP, body, word)
-    else:
-        feed = ("-e", NODE_BOOTSTRAP, "--", body, word)
-    return Launch(argv=(*command, *feed, *arguments), mode="pinned")
+    if family == "python" or (family == "node" and not _is_module(path)):
+        # The text from a sealed copy, its descriptor's path in place of the word
+        # `SEALED_COPY` (no size limit, and the text is not in the process's argv).
+        bootstrap = ("-c", PYTHON_BOOTSTRAP) if family == "python" else ("-e", NODE_BOOTSTRAP, "--")
+        argv = (*command, *bootstrap, SEALED_COPY, word, *arguments)
+        return Launch(argv=argv, mode="pinned", sealed=text, sealed_word=argv.index(SEALED_COPY))
+    sealed = Launch(argv=launch.argv, mode="pinned", sealed=text, sealed_word=index)
+    if family in (None, "other"):
+        return sealed
+    if family == "node":
+        import json  # only for an ES module
+
+        module = _data_url(
+            NODE_MODULE_BOOTSTRAP
+            % {
+                "path": json.dumps(path),
+                "hooks": json.dumps(_data_url(NODE_MODULE_HOOKS)),
+                "source": json.dumps(text.decode("utf-8", "replace")),  # as Node reads it
+            }
+        )
+        if len(module) > ARGUMENT_LIMIT:
+            # Node reads a sealed copy as CommonJS (it has no .mjs name): refuse, clearly.
+            refusal = (
+                f"not started: {word} is an ES module of {len(text):,} bytes; relay runs a "
+                f"trusted module as checked only up to about {ARGUMENT_LIMIT * 3 // 4 // 1024} KiB"
+            )
+            return Launch(argv=launch.argv, mode="pinned", refusal=refusal)
+        return Launch(argv=(*command, "--import", module, word, *arguments), mode="pinned")
+    if not _fits_an_argument(text):
+        return sealed
+    return Launch(argv=(*command, "-c", os.fsdecode(text), word, *arguments), mode="pinned")
 
 
 def _operand(argv: Sequence[str], start: int, family: Family) -> int | None:
@@ -267,10 +318,14 @@ def _fits_an_argument(text: bytes) -> bool:
     return len(text) <= ARGUMENT_LIMIT and b"\0" not in text
 
 
-def _is_module(family: Family, path: str) -> bool:
+def _data_url(code: str) -> str:
+    import base64
+
+    return "data:text/javascript;base64," + base64.b64encode(code.encode()).decode()
+
+
+def _is_module(path: str) -> bool:
     """Whether Node loads this script as an ES module (the CommonJS bootstrap cannot run it)."""
-    if family != "node":
-        return False
     if path.endswith((".mjs", ".mts")):
         return True
     if not path.endswith(".js"):
