@@ -161,15 +161,11 @@ def assess(
     known: Mapping[str, FileState] | None = None,
     keep_contents: bool = False,
     plan: Plan | None = None,
-    pin: str | None = None,
-    pinned: dict[str, CheckedScript] | None = None,
 ) -> HookFingerprint:
     """Find, hash and fingerprint what a hook can reach.
 
     `known`: files as last trusted, reused while their stat identity is the same (no read);
-    `keep_contents`: also return the content of small text files (for `relay trust`);
-    `pin`: a reached file (absolute path) read whole whatever `known` and `digests` say,
-    its hash taken from the bytes read, which go into `pinned` by that path."""
+    `keep_contents`: also return the content of small text files (for `relay trust`)."""
     import hashlib
 
     found = (plan or plan_reach(entry, root)).collect()
@@ -182,14 +178,7 @@ def assess(
     prefix = os.path.join(os.path.abspath(root), "")
     files: dict[str, FileState] = {}
     contents = _Contents() if keep_contents else None
-    pin_name = _name_under(pin, prefix) if pin is not None else None
     for name in found.files:
-        if name == pin_name and pinned is not None:
-            checked, script = _read_whole(prefix + name)
-            if script is not None:
-                pinned[script.path] = script
-            files[name] = checked
-            continue
         state = _file_state(
             prefix + name,
             known=(known or {}).get(name),
@@ -218,15 +207,16 @@ def check_trust(
     entry: HookEntry,
     root: Path,
     *,
+    entry_script: str | None = None,
     store: TrustStore | None,
     digests: DigestCache | None = None,
-    entry_script: str | None = None,
 ) -> TrustVerdict:
     """Whether a project hook is trusted as it is now. Runs on every event that plans it.
+    `entry_script`: the file the hook's launch runs (absolute path); when it is a project
+    file, a trusted verdict holds its bytes as read once from a descriptor, whose hash is
+    the one fingerprinted (DESIGN §7: no gap between check and exec).
 
-    `entry_script`: the file the hook's launch runs (absolute); when the hook reaches it,
-    it is read once from a descriptor, hashed from what was read, and those bytes are the
-    verdict's `script`. Raises TrustStoreError when the store cannot be read."""
+    Raises TrustStoreError when the store cannot be read."""
     key = hook_key(event, matcher, entry)
     plan = plan_reach(entry, root)
     candidate = store is not None and store.may_have_trusted(root, key)
@@ -235,34 +225,32 @@ def check_trust(
         # an untrusted clone must not cost every event a walk of its tree.
         return TrustVerdict(fingerprint=None, trusted=False)
     known = store.known_files(root, key) if store is not None and candidate else None
-    pinned: dict[str, CheckedScript] = {}
-    assessed = assess(
-        event,
-        matcher,
-        entry,
-        root,
-        digests=digests,
-        known=known,
-        plan=plan,
-        pin=entry_script,
-        pinned=pinned,
-    )
+    assessed = assess(event, matcher, entry, root, digests=digests, known=known, plan=plan)
     if assessed.digest is None:
         return TrustVerdict(fingerprint=None, trusted=False, refusal=assessed.refusal)
     trusted = store is not None and candidate and store.is_trusted(root, assessed.digest, key)
-    name = (
-        _name_under(entry_script, os.path.join(os.path.abspath(root), "")) if entry_script else None
-    )
-    if not trusted or name is None:
+    if not trusted or entry_script is None:
         return TrustVerdict(fingerprint=assessed.digest, trusted=trusted)
-    for script in pinned.values():
+    return _with_script(assessed, root, entry_script)
+
+
+def _with_script(assessed: HookFingerprint, root: Path, path: str) -> TrustVerdict:
+    """The verdict on a trusted hook with its entry script read: trusted with those bytes
+    when their hash is the one its fingerprint holds, else not trusted (the file changed
+    since it was hashed, or cannot be read): running it by path would run whatever is
+    there by then."""
+    assert assessed.digest is not None
+    prefix = os.path.join(os.path.abspath(root), "")
+    name = _name_under(path, prefix)
+    if name is None:
+        return TrustVerdict(fingerprint=assessed.digest, trusted=True)  # not a project file
+    hashed = assessed.files.get(name)
+    if hashed is None and os.path.lexists(path):
+        return TrustVerdict(fingerprint=assessed.digest, trusted=True)  # not in its reach
+    state, script = _read_whole(prefix + name)
+    if script is not None and hashed is not None and state.sha256 == hashed.sha256:
         return TrustVerdict(fingerprint=assessed.digest, trusted=True, script=script)
-    state = assessed.files.get(name)
-    if state is None and os.path.lexists(entry_script or ""):
-        return TrustVerdict(fingerprint=assessed.digest, trusted=True)  # not a reached file
-    # The script it runs could not be read as checked: running it by path would run
-    # whatever is there by then (DESIGN §7).
-    reason = state.note if state is not None else "not found"
+    reason = "it changed while it was checked" if script is not None else state.note
     refusal = f"its script {name} cannot be run as checked ({reason})"
     return TrustVerdict(fingerprint=assessed.digest, trusted=False, refusal=refusal)
 

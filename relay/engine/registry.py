@@ -203,9 +203,9 @@ class Registry:
                 hook.matcher.text,
                 hook.entry,
                 self.root,
+                entry_script=entry[1] if entry is not None else None,
                 store=self._trust,
                 digests=self._digests,
-                entry_script=entry[1] if entry is not None else None,
             )
             hook.fingerprint, hook.trusted = verdict.fingerprint, verdict.trusted
             if verdict.script is not None and entry is not None:
