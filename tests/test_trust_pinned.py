@@ -425,3 +425,19 @@ def test_a_trusted_hook_whose_script_went_away_is_not_run(project: Path) -> None
     result = system.run("SessionStart", {})
     system.close()
     assert result.hooks == [] and result.untrusted == ["guard"]
+
+
+def test_hooks_test_shows_a_pinned_launch_without_the_script_text(project: Path) -> None:
+    from click.testing import CliRunner
+
+    from relay.cli.main import cli
+
+    write(project / "hooks" / "guard.sh", "#!/bin/sh\necho checked-text\n", executable=True)
+    register(project, {"name": "guard", "command": "./hooks/guard.sh one"})
+    trust_all(project)
+    shown = CliRunner().invoke(cli, ["hooks", "test", "SessionStart", "--cwd", str(project)], "{}")
+    assert shown.exit_code == 0, shown.output
+    started = [line for line in shown.stdout.splitlines() if "started:" in line]
+    assert started == [
+        f"  started: pinned: /bin/sh -c <28 bytes> ./hooks/guard.sh one   [cwd {project}]"
+    ]

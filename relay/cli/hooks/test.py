@@ -220,7 +220,7 @@ def _print_hook(tried: Any) -> None:
         f"  from {trace.source} (registered under {trace.registered_as}, {trace.dialect} dialect)"
     )
     click.echo(f"  matched: {trace.matched}")
-    started = " ".join(trace.argv) if trace.mode != "shell" else trace.argv[-1]
+    started = " ".join(map(_shown_word, trace.argv)) if trace.mode != "shell" else trace.argv[-1]
     click.echo(
         f"  started: {trace.mode}: {started}" + (f"   [cwd {trace.cwd}]" if trace.cwd else "")
     )
@@ -238,6 +238,14 @@ def _print_hook(tried: Any) -> None:
         click.secho(visible(f"  error: {report.error}"), fg="red")
     for warning in tried.warnings:
         click.secho(f"  ⚠ {warning}", fg="yellow")
+
+
+def _shown_word(word: str) -> str:
+    """One word of a launch as shown: a pinned hook's argv holds its checked script text
+    or relay's bootstrap (protocol.md §9), which are shown by their size."""
+    if "\n" in word or len(word) > 200:
+        return f"<{len(word.encode(errors='surrogateescape')):,} bytes>"
+    return word
 
 
 def _exit_words(report: Any) -> str:
