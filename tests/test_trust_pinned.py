@@ -404,6 +404,13 @@ def test_a_script_with_no_rule_runs_from_a_sealed_copy(project: Path) -> None:
     assert through_relay(project, "./hooks/show.awk") == "awk ran\n"
 
 
+@pytest.mark.skipif(shutil.which("perl") is None, reason="perl is not installed")
+def test_an_interpreter_with_no_rule_reads_the_sealed_copy(project: Path) -> None:
+    write(project / "hooks" / "show.pl", 'print "perl ran as $0 with @ARGV\\n";\n')
+    shown = through_relay(project, "perl hooks/show.pl one")
+    assert shown.startswith("perl ran as /dev/fd/") and shown.endswith(" with one\n")
+
+
 def test_user_hooks_keep_the_direct_launch(project: Path, relay_home: Path) -> None:
     # Only project hooks are trust-checked, so only they are pinned: a user's own hook
     # runs as it always did.

@@ -682,6 +682,8 @@ def _sealed_copy(data: bytes) -> int:
     and no descriptor open for writing stops it from being executed (ETXTBSY)."""
     import fcntl
 
+    if not hasattr(os, "memfd_create"):
+        raise OSError(errno.ENOSYS, "this system has no sealed memory files (memfd)")
     writable = os.memfd_create("relay-hook", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         view = memoryview(data)
