@@ -280,7 +280,7 @@ NODE_SHOW = """\
 const lib = require("./lib");
 console.log("argv", JSON.stringify(process.argv.slice(1)));
 console.log(__filename, __dirname, lib, require.main === module, module.id);
-console.log(module.filename, module.paths[0], require.resolve("./lib"));
+console.log(module.filename, module.paths[0], require.resolve("./lib"), process.execArgv);
 console.log("descriptors", require("fs").readdirSync("/proc/self/fd").length);
 """
 
@@ -372,7 +372,7 @@ NODE_MODULE_SHOW = """\
 #!/usr/bin/env node
 import { value } from "./lib.mjs";
 console.log("argv", JSON.stringify(process.argv.slice(1)));
-console.log(import.meta.url, value);
+console.log(import.meta.url, value, process.execArgv);
 """
 
 

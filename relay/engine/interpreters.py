@@ -116,6 +116,8 @@ NODE_BOOTSTRAP = """\
 (() => {
   const Module = require("module"), path = require("path"), fs = require("fs");
   const copy = process.argv.splice(1, 1)[0];
+  // What a run by path has: fork() passes execArgv on to the child.
+  process.execArgv.splice(process.execArgv.lastIndexOf("-e"), 2);
   let text = fs.readFileSync(copy, "utf8");
   fs.closeSync(Number(copy.split("/").pop()));
   let file = path.resolve(process.argv[1]);
@@ -149,6 +151,7 @@ import { pathToFileURL } from "node:url";
 import { realpathSync } from "node:fs";
 let file = %(path)s;
 try { file = realpathSync(file); } catch {}
+process.execArgv.splice(process.execArgv.lastIndexOf("--import"), 2);  // fork() passes it on
 register(%(hooks)s, { data: { url: pathToFileURL(file).href, source: %(source)s } });
 """
 
