@@ -266,7 +266,7 @@ PYTHON_SHOW = """\
 import os
 import sys
 import sibling
-print("argv", sys.argv)
+print("argv", sys.argv, sys.orig_argv)
 print("descriptors", sorted(os.listdir("/proc/self/fd")))  # the sealed copy's is closed
 print(__file__, __name__, __doc__, __package__, __spec__, __cached__)
 print(type(__loader__).__name__, __loader__.name, __loader__.path)

@@ -97,6 +97,9 @@ PYTHON_BOOTSTRAP = """\
 def _relay_pinned():
     import os, sys
     from importlib.machinery import SourceFileLoader
+    if hasattr(sys, "orig_argv"):  # 3.10+: as a run by path has it, without -c BOOTSTRAP COPY
+        first = len(sys.orig_argv) - len(sys.argv) - 1
+        del sys.orig_argv[first : first + 3]
     copy = sys.argv.pop(1)
     with open(copy, "rb") as stream:
         text = stream.read()
