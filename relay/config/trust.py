@@ -871,8 +871,12 @@ def _read_whole(path: str) -> tuple[FileState, CheckedScript | None]:
                 return FileState(
                     note=f"over {PIN_LIMIT // (1 << 20)} MiB: too large to run as checked"
                 ), None
-        # Through the descriptor: the permission of the file read, not of the path's file.
-        executable = os.access(f"/proc/self/fd/{descriptor}", os.X_OK)
+        # Through the descriptor: the permission (and the mount's noexec) of the file read,
+        # not of whatever the path names by now; its mode bits where /proc is missing.
+        link = f"/proc/self/fd/{descriptor}"
+        executable = (
+            os.access(link, os.X_OK) if os.path.exists(link) else bool(status.st_mode & 0o111)
+        )
     except OSError as exc:
         return FileState(note=f"unreadable: {_reason(exc)}"), None
     finally:
