@@ -210,7 +210,7 @@ def _print_trial(trial: Any, expect: str | None, ok: bool) -> None:
 
 
 def _print_hook(tried: Any) -> None:
-    trace = tried.trace
+    trace = _shown_launch(tried.trace)
     report = trace.report
     failed = report.error is not None
     click.secho(
@@ -220,7 +220,7 @@ def _print_hook(tried: Any) -> None:
         f"  from {trace.source} (registered under {trace.registered_as}, {trace.dialect} dialect)"
     )
     click.echo(f"  matched: {trace.matched}")
-    started = " ".join(map(_shown_word, trace.argv)) if trace.mode != "shell" else trace.argv[-1]
+    started = " ".join(trace.argv) if trace.mode != "shell" else trace.argv[-1]
     click.echo(
         f"  started: {trace.mode}: {started}" + (f"   [cwd {trace.cwd}]" if trace.cwd else "")
     )
@@ -238,14 +238,6 @@ def _print_hook(tried: Any) -> None:
         click.secho(visible(f"  error: {report.error}"), fg="red")
     for warning in tried.warnings:
         click.secho(f"  ⚠ {warning}", fg="yellow")
-
-
-def _shown_word(word: str) -> str:
-    """One word of a launch as shown: a pinned hook's argv holds its checked script text
-    or relay's bootstrap (protocol.md §9), which are shown by their size."""
-    if "\n" in word or len(word) > 200:
-        return f"<{len(word.encode(errors='surrogateescape')):,} bytes>"
-    return word
 
 
 def _exit_words(report: Any) -> str:
@@ -271,3 +263,19 @@ def _shorten(text: str) -> str:
 def _indent(text: str, spaces: int = 2) -> str:
     pad = " " * spaces
     return "\n".join(pad + line for line in text.splitlines()) if text else pad
+
+
+def _shown_launch(trace: Any) -> Any:
+    """The trace with its argv as shown: a pinned hook's argv holds its checked script's
+    text or relay's bootstrap (protocol.md §9), which are shown by their size."""
+    if trace.mode != "pinned":
+        return trace
+    import msgspec
+
+    argv = [
+        f"<{len(word.encode(errors='surrogateescape')):,} bytes>"
+        if "\n" in word or len(word) > 200
+        else word
+        for word in trace.argv
+    ]
+    return msgspec.structs.replace(trace, argv=argv)
