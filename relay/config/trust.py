@@ -87,16 +87,33 @@ class HookFingerprint(msgspec.Struct, kw_only=True):
     """Text files read while hashing (with keep_contents): their content, for copies."""
 
 
+class CheckedScript(msgspec.Struct, frozen=True, kw_only=True):
+    """The entry script of a hook as one check read it: the bytes hashed into the
+    fingerprint are these, and a trusted hook runs these (DESIGN §7: no gap between
+    check and exec)."""
+
+    path: str
+    text: bytes
+    executable: bool = True
+    """Whether the file read has the execute permission (run directly, it needs it)."""
+
+
 class TrustVerdict(msgspec.Struct, frozen=True, kw_only=True):
     """Whether one project hook may run, as the trust store answers for it."""
 
     fingerprint: str | None
     trusted: bool
     refusal: str | None = None
+    script: CheckedScript | None = None
+    """The checked entry script (check_trust's `entry_script`) when it is a project file
+    the fingerprint holds; None otherwise."""
 
 
 COPY_LIMIT = 256 * 1024
 """Text files up to this size are copied into the store, to show a diff on re-trust."""
+PIN_LIMIT = 64 * 1024 * 1024
+"""An entry script larger than this is not run: relay runs a trusted script from the
+bytes it checked, and holds them in memory to do so."""
 COPY_BUDGET = 64 * 1024 * 1024
 """At most this much text is copied per hook per `relay trust`; later files get no copy
 (their change is still seen, only not shown as a diff)."""
@@ -202,11 +219,15 @@ def check_trust(
     entry: HookEntry,
     root: Path,
     *,
+    entry_script: str | None = None,
     store: TrustStore | None,
     digests: DigestCache | None = None,
     sequential: bool = False,
 ) -> TrustVerdict:
     """Whether a project hook is trusted as it is now. Runs on every event that plans it.
+    `entry_script`: the file the hook's launch runs (absolute path); when it is a project
+    file, a trusted verdict holds its bytes as read once from a descriptor, whose hash is
+    the one fingerprinted (DESIGN §7: no gap between check and exec).
 
     Raises TrustStoreError when the store cannot be read."""
     key = hook_key(event, matcher, entry, sequential=sequential)
@@ -230,7 +251,30 @@ def check_trust(
     if assessed.digest is None:
         return TrustVerdict(fingerprint=None, trusted=False, refusal=assessed.refusal)
     trusted = store is not None and candidate and store.is_trusted(root, assessed.digest, key)
-    return TrustVerdict(fingerprint=assessed.digest, trusted=trusted)
+    if not trusted or entry_script is None:
+        return TrustVerdict(fingerprint=assessed.digest, trusted=trusted)
+    return _with_script(assessed, root, entry_script)
+
+
+def _with_script(assessed: HookFingerprint, root: Path, path: str) -> TrustVerdict:
+    """The verdict on a trusted hook with its entry script read: trusted with those bytes
+    when their hash is the one its fingerprint holds, else not trusted (the file changed
+    since it was hashed, or cannot be read): running it by path would run whatever is
+    there by then."""
+    assert assessed.digest is not None
+    prefix = os.path.join(os.path.abspath(root), "")
+    name = _name_under(path, prefix)
+    if name is None:
+        return TrustVerdict(fingerprint=assessed.digest, trusted=True)  # not a project file
+    hashed = assessed.files.get(name)
+    if hashed is None and os.path.lexists(path):
+        return TrustVerdict(fingerprint=assessed.digest, trusted=True)  # not in its reach
+    state, script = _read_whole(prefix + name)
+    if script is not None and hashed is not None and state.sha256 == hashed.sha256:
+        return TrustVerdict(fingerprint=assessed.digest, trusted=True, script=script)
+    reason = "it changed while it was checked" if script is not None else state.note
+    refusal = f"its script {name} cannot be run as checked ({reason})"
+    return TrustVerdict(fingerprint=assessed.digest, trusted=False, refusal=refusal)
 
 
 def project_scripts(
@@ -850,6 +894,59 @@ def _read_state(path: str, name: str, contents: _Contents | None) -> FileState:
         size=status.st_size,
         text=text,
     )
+
+
+def _read_whole(path: str) -> tuple[FileState, CheckedScript | None]:
+    """Hash a file from one read of all of it, and return what was read (None when the
+    file cannot be read, is not a regular file, or is over PIN_LIMIT)."""
+    import hashlib
+
+    try:
+        # O_NONBLOCK: a FIFO put there must not hang relay.
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return FileState(note="unreadable: it went away while being checked"), None
+    except OSError as exc:
+        return FileState(note=f"unreadable: {_reason(exc)}"), None
+    try:
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
+            return FileState(note="not a regular file"), None
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(descriptor, 1 << 20):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > PIN_LIMIT:
+                return FileState(
+                    note=f"over {PIN_LIMIT // (1 << 20)} MiB: too large to run as checked"
+                ), None
+        # Through the descriptor: the permission (and the mount's noexec) of the file read,
+        # not of whatever the path names by now; its mode bits where /proc is missing.
+        link = f"/proc/self/fd/{descriptor}"
+        executable = (
+            os.access(link, os.X_OK) if os.path.exists(link) else bool(status.st_mode & 0o111)
+        )
+    except OSError as exc:
+        return FileState(note=f"unreadable: {_reason(exc)}"), None
+    finally:
+        os.close(descriptor)
+    data = b"".join(chunks)
+    newest = max(status.st_mtime_ns, status.st_ctime_ns) / 1e9
+    settled = time.time() - newest >= RACY_SECONDS
+    state = FileState(
+        sha256=hashlib.sha256(data).hexdigest(),
+        identity=identity_of(status) if settled else None,
+        size=len(data),
+        text=len(data) <= COPY_LIMIT and _is_text(data),
+    )
+    return state, CheckedScript(path=path, text=data, executable=executable)
+
+
+def _name_under(path: str, prefix: str) -> str | None:
+    """`path` relative to the project root (`prefix` ends with a separator), or None."""
+    normal = os.path.normpath(path)
+    return normal[len(prefix) :] if normal.startswith(prefix) else None
 
 
 def _is_text(data: bytes) -> bool:

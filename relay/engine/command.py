@@ -19,14 +19,21 @@ PROJECT_VARS = ("RELAY_PROJECT_DIR", "CLAUDE_PROJECT_DIR", "GEMINI_PROJECT_DIR")
 
 SHELL = "/bin/sh"
 
-LaunchMode = Literal["shell", "direct", "exec"]
+LaunchMode = Literal["shell", "direct", "exec", "pinned"]
 
 
 class Launch(msgspec.Struct, frozen=True, kw_only=True):
-    """What to execute for one command hook, and how it was derived."""
+    """What to execute for one command hook, and how it was derived ("pinned": a trusted
+    hook's checked script handed to its interpreter, relay.engine.interpreters)."""
 
     argv: tuple[str, ...]
     mode: LaunchMode
+    sealed: bytes | None = None
+    """Bytes the runner puts in a sealed memfd for this process: word `sealed_word` of
+    argv is then read from it (0: the memfd is executed, argv[0] kept as its name)."""
+    sealed_word: int = 0
+    refusal: str | None = None
+    """Why this launch must not start (the runner reports it as a spawn failure)."""
 
 
 # Parameter expansion: `$NAME` takes the longest name, `${NAME}` exactly one.

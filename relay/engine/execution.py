@@ -25,6 +25,7 @@ from relay.engine.aggregator import (
     project_rewrite,
 )
 from relay.engine.command import PROJECT_VARS, Launch, prepare_launch, substitute_project_vars
+from relay.engine.interpreters import pinned_launch
 from relay.engine.registry import RegisteredHook
 from relay.engine.runner import (
     DEFAULT_EXIT_DRAIN,
@@ -180,6 +181,10 @@ class Executor:
             launch = self._launches[id(hook)] = prepare_launch(
                 hook.entry.command, hook.entry.args, self.project_vars
             )
+        if hook.pin is not None:
+            # A trusted project hook runs the script bytes its trust check read, not
+            # whatever is at the path by now (DESIGN §7).
+            return pinned_launch(launch, hook.pin, self._hook_cwd(hook))
         return launch
 
     def _environment(self, hook: RegisteredHook, envelope: EventEnvelope) -> dict[str, str]:

@@ -21,6 +21,7 @@ from relay.config.model import (
     Settings,
 )
 from relay.config.trust import DigestCache, TrustStore, TrustStoreError, check_trust
+from relay.engine.interpreters import Pin, entry_script
 from relay.protocol.dialects import Dialect, UnknownEventError, canonical_name, registered_dialect
 
 PythonHandler = Callable[..., Any]
@@ -51,6 +52,8 @@ class RegisteredHook(msgspec.Struct, kw_only=True):
     needs_trust: bool = False
     """A project hook whose fingerprint must be in the trust store."""
     trust_checked: bool = False
+    pin: Pin | None = None
+    """A trusted project hook's entry script as its check read it: what runs (DESIGN §7)."""
 
     @property
     def source(self) -> str:
@@ -164,7 +167,11 @@ class Registry:
         if enabled is None:
             self._event(canonical)
             enabled = self._index[canonical]
-        return enabled
+        if self._checked is None:
+            return enabled
+        # A view plans its own copies of project hooks: their trust answer, and the script
+        # it read, belong to this call alone.
+        return [self._own(hook) if hook.needs_trust else hook for hook in enabled]
 
     def for_event(self, canonical: str) -> list[RegisteredHook]:
         """The runnable (enabled and trusted) hooks registered for an event, in plan order."""
@@ -176,29 +183,43 @@ class Registry:
             return hook.trusted
         if self._checked is not None:
             # A view: the shared hook stays as built; this call's answer is on a copy.
-            copy = self._checked.get(id(hook))
-            if copy is None:
-                copy = msgspec.structs.replace(hook)
+            copy = self._own(hook)
+            if not copy.trust_checked:
                 self._check_trust(copy)
-                self._checked[id(hook)] = copy
             return copy.trusted
         self._check_trust(hook)
         return hook.trusted
 
+    def _own(self, hook: RegisteredHook) -> RegisteredHook:
+        """A view's copy of a shared hook (the copy itself when given one)."""
+        assert self._checked is not None
+        copy = self._checked.get(id(hook))
+        if copy is None:
+            copy = msgspec.structs.replace(hook)
+            self._checked[id(hook)] = self._checked[id(copy)] = copy
+        return copy
+
     def _check_trust(self, hook: RegisteredHook) -> None:
         assert hook.entry is not None and self.root is not None
         hook.trust_checked = True
+        entry = entry_script(hook.entry, self.root)
         try:
             verdict = check_trust(
                 hook.event,
                 hook.matcher.text,
                 hook.entry,
                 self.root,
+                entry_script=entry[1] if entry is not None else None,
                 store=self._trust,
                 digests=self._digests,
                 sequential=hook.sequential,
             )
             hook.fingerprint, hook.trusted = verdict.fingerprint, verdict.trusted
+            if verdict.script is not None and entry is not None:
+                script = verdict.script
+                hook.pin = Pin(
+                    word=entry[0], path=script.path, text=script.text, executable=script.executable
+                )
             if verdict.refusal is not None:
                 refused = f"project hook {hook.name} cannot be trusted: {verdict.refusal}"
                 if refused not in self.warnings:

@@ -607,6 +607,8 @@ def _spawn(
     launch: Launch, env: Mapping[str, str], cwd: str | None
 ) -> tuple[subprocess.Popen[bytes], Launch, int, int, int]:
     """Start the hook in its own process group with three pipes; raise _SpawnError."""
+    if launch.refusal is not None:
+        raise _SpawnError(launch, launch.refusal)
     if not launch.argv:
         raise _SpawnError(launch, "empty command")
     fds: list[int] = []
@@ -642,15 +644,56 @@ def _popen(
     launch: Launch, child_fds: tuple[int, int, int], env: Mapping[str, str], cwd: str | None
 ) -> subprocess.Popen[bytes]:
     stdin, stdout, stderr = child_fds
-    return subprocess.Popen(
-        launch.argv,
-        stdin=stdin,
-        stdout=stdout,
-        stderr=stderr,
-        env=env,
-        cwd=cwd,
-        process_group=0,
-    )
+    if launch.sealed is None:
+        return subprocess.Popen(
+            launch.argv,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            env=env,
+            cwd=cwd,
+            process_group=0,
+        )
+    copy = _sealed_copy(launch.sealed)
+    try:
+        argv = list(launch.argv)
+        executable = None
+        if launch.sealed_word == 0:
+            executable = f"/proc/self/fd/{copy}"  # argv[0] stays the script's name
+        else:
+            argv[launch.sealed_word] = f"/dev/fd/{copy}"
+        return subprocess.Popen(
+            argv,
+            executable=executable,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            env=env,
+            cwd=cwd,
+            process_group=0,
+            pass_fds=(copy,),
+        )
+    finally:
+        os.close(copy)
+
+
+def _sealed_copy(data: bytes) -> int:
+    """A read-only descriptor of a sealed memfd holding `data`: nothing can change it,
+    and no descriptor open for writing stops it from being executed (ETXTBSY)."""
+    import fcntl
+
+    if not hasattr(os, "memfd_create"):
+        raise OSError(errno.ENOSYS, "this system has no sealed memory files (memfd)")
+    writable = os.memfd_create("relay-hook", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(writable, view) :]
+        seals = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
+        fcntl.fcntl(writable, fcntl.F_ADD_SEALS, seals)
+        return os.open(f"/proc/self/fd/{writable}", os.O_RDONLY | os.O_CLOEXEC)
+    finally:
+        os.close(writable)
 
 
 def describe_spawn_error(exc: BaseException, program: str, cwd: str | None) -> str:

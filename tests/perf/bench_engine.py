@@ -165,6 +165,42 @@ def bench_hook_system_per_hook(hook: Path, runs: int, floor_ms: float, scratch: 
     return median
 
 
+def bench_pinned_per_hook(hook: Path, runs: int, floor_ms: float, scratch: Path) -> float:
+    """The same through a trusted project hook whose program is a project file: relay runs
+    the bytes its trust check read, here from a sealed memfd copy (DESIGN §7), median ms."""
+    project = scratch / "pinned-project"
+    (project / ".git").mkdir(parents=True)
+    (project / ".relay").mkdir()
+    (project / "hooks").mkdir()
+    shutil.copy2(hook, project / "hooks" / "tiny_hook")
+    hooks = {"BeforeTool": [{"hooks": [{"command": "./hooks/tiny_hook"}]}]}
+    (project / ".relay" / "settings.json").write_text(json.dumps({"hooks": hooks}))
+    _trust(project, os.environ)
+    system = HookSystem(cwd=project)
+    payload = {"tool_name": "Bash", "tool_input": {"command": "ls -la"}}
+
+    async def measure() -> list[float]:
+        times = []
+        for index in range(WARMUP + runs):
+            start = time.perf_counter()
+            result = await system.fire("BeforeTool", payload)
+            elapsed = time.perf_counter() - start
+            if result.errors or len(result.hooks) != 1:
+                raise SystemExit(f"pinned hook run failed: {result}")
+            if index >= WARMUP:
+                times.append(elapsed * 1000)
+        return times
+
+    median = statistics.median(anyio.run(measure))
+    system.close()
+    ratio = median / floor_ms
+    print(
+        f"HookSystem.fire, 1 pinned project hook {median:.2f} ms  ({ratio:.2f}x floor, "
+        f"target <= {TARGET_RATIO}x)"
+    )
+    return median
+
+
 def bench_no_match(scratch: Path, calls: int = 200_000) -> float:
     """An event with no matching hook, in-process: mean µs per fire, for two cases."""
     settings = write_settings(
@@ -377,6 +413,7 @@ def main(argv: list[str] | None = None) -> int:
         floor_ms = bench_floor(hook, options.runs)
         relay_ms = bench_relay_per_hook(hook, options.runs, floor_ms)
         system_ms = bench_hook_system_per_hook(hook, options.runs, floor_ms, scratch / "settings")
+        pinned_ms = bench_pinned_per_hook(hook, options.runs, floor_ms, scratch)
         bench_anyio_open_process(hook, options.runs, floor_ms)
         no_match_us = bench_no_match(scratch / "settings")
         sixteen_ms = bench_sixteen_sleepers(scratch / "settings")
@@ -388,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     missed = [
         name
         for name, ok in {
-            "per hook": max(relay_ms, system_ms) <= TARGET_RATIO * floor_ms,
+            "per hook": max(relay_ms, system_ms, pinned_ms) <= TARGET_RATIO * floor_ms,
             "no match": no_match_us < TARGET_NO_MATCH_US,
             "16 sleepers": sixteen_ms < TARGET_SIXTEEN_MS,
             "start-up": startup_ratio <= TARGET_STARTUP_RATIO,

@@ -210,7 +210,7 @@ def _print_trial(trial: Any, expect: str | None, ok: bool) -> None:
 
 
 def _print_hook(tried: Any) -> None:
-    trace = tried.trace
+    trace = _shown_launch(tried.trace)
     report = trace.report
     failed = report.error is not None
     _say(f"\n{'✗' if failed else '●'} {trace.name}", fg="red" if failed else "cyan", bold=True)
@@ -263,3 +263,19 @@ def _shorten(text: str) -> str:
 def _indent(text: str, spaces: int = 2) -> str:
     pad = " " * spaces
     return "\n".join(pad + line for line in text.splitlines()) if text else pad
+
+
+def _shown_launch(trace: Any) -> Any:
+    """The trace with its argv as shown: a pinned hook's argv holds its checked script's
+    text or relay's bootstrap (protocol.md §9), which are shown by their size."""
+    if trace.mode != "pinned":
+        return trace
+    import msgspec
+
+    argv = [
+        f"<{len(word.encode(errors='surrogateescape')):,} bytes>"
+        if "\n" in word or len(word) > 200
+        else word
+        for word in trace.argv
+    ]
+    return msgspec.structs.replace(trace, argv=argv)

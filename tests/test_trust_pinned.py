@@ -1,0 +1,450 @@
+"""A trusted project hook runs the script bytes its trust check read (DESIGN §7: no gap
+between check and exec), and the script still sees itself as when run by its path."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from relay.config.trust import TrustStore
+from relay.engine.system import HookSystem
+from relay.engine.trace import HookTrace
+from relay.hosts.call import Caches, answer_call
+from relay.server.client import Call
+
+NODE = shutil.which("node")
+RELAY = shutil.which("relay", path=str(Path(sys.executable).parent))
+
+# Renames the untrusted, then the trusted version over the hook's script, until told to stop.
+SWAP_LOOP = """
+import os, sys
+trusted, untrusted, target, stop = sys.argv[1:5]
+swap = target + ".swap"
+print("swapping", flush=True)
+while not os.path.exists(stop):
+    for version in (untrusted, trusted):
+        os.link(version, swap)
+        os.replace(swap, target)
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    (root / ".git").mkdir(parents=True)
+    (root / "hooks").mkdir()
+    return root
+
+
+def write(path: Path, text: str, *, executable: bool = False) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    if executable:
+        path.chmod(0o755)
+    return path
+
+
+def register(project: Path, *entries: dict[str, Any]) -> None:
+    settings = {"hooks": {"SessionStart": [{"hooks": list(entries)}]}}
+    write(project / ".relay" / "settings.json", json.dumps(settings))
+
+
+def trust_all(project: Path) -> None:
+    system = HookSystem(cwd=project, telemetry=False)
+    untrusted = [(hook.fingerprint, hook.name) for hook in system.registry.untrusted]
+    assert untrusted and all(fingerprint for fingerprint, _ in untrusted)
+    TrustStore().trust(project, [(fp, name) for fp, name in untrusted if fp])
+
+
+def fire(project: Path) -> tuple[str | None, list[HookTrace]]:
+    """SessionStart through a fresh HookSystem, as one `relay hooks run` does."""
+    traces: list[HookTrace] = []
+    system = HookSystem(cwd=project, telemetry=False)
+    try:
+        result = system.run("SessionStart", {}, trace=traces)
+    finally:
+        system.close()
+    assert not result.errors, result.errors
+    return result.inject, traces
+
+
+# ---- the rename-swap race (issue 29, point 5) ------------------------------------------
+
+
+@contextmanager
+def swapping(trusted: Path, untrusted: Path, target: Path, stop: Path) -> Iterator[None]:
+    """A real process renaming the two versions over `target` while the block runs."""
+    argv = [sys.executable, "-c", SWAP_LOOP, str(trusted), str(untrusted), str(target), str(stop)]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE) as loop:
+        try:
+            assert loop.stdout is not None and loop.stdout.readline() == b"swapping\n"
+            yield
+        finally:
+            stop.touch()
+            loop.wait(timeout=30)
+
+
+@pytest.fixture
+def swapped_guard(project: Path, tmp_path: Path) -> Iterator[Path]:
+    """hooks/guard.sh trusted, then a real process renaming an untrusted version (it
+    writes a marker file) and the trusted one over it in a loop: the marker's path."""
+    marker = tmp_path / "marker"
+    versions = tmp_path / "versions"
+    trusted = write(versions / "trusted", "#!/bin/sh\necho trusted\n", executable=True)
+    untrusted = write(
+        versions / "untrusted",
+        f"#!/bin/sh\necho untrusted >> '{marker}'\necho untrusted\n",
+        executable=True,
+    )
+    guard = project / "hooks" / "guard.sh"
+    shutil.copy2(trusted, guard)
+    register(project, {"name": "guard", "command": "./hooks/guard.sh"})
+    trust_all(project)
+    assert fire(project)[0] == "trusted"
+    with swapping(trusted, untrusted, guard, tmp_path / "stop"):
+        yield marker
+
+
+def _runs(results: list[str | None], marker: Path) -> str:
+    seen = marker.read_text().count("untrusted") if marker.exists() else 0
+    return (
+        f"untrusted text ran {seen} time(s); trusted ran {results.count('trusted')} "
+        f"of {len(results)} calls"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_script_renamed_over_a_trusted_one_never_runs_as_trusted(
+    project: Path, swapped_guard: Path
+) -> None:
+    marker = swapped_guard
+    # In process, as `relay hooks run` runs an event: 1,000 calls.
+    results = [fire(project)[0] for _ in range(1000)]
+    assert not marker.exists(), _runs(results, marker)
+    # The check saw the trusted version often enough to run it: the race was real.
+    assert results.count("trusted") >= 50, _runs(results, marker)
+    assert set(results) <= {"trusted", None}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_servers_cached_path_and_the_cli_never_run_it_either(
+    project: Path, swapped_guard: Path, relay_home: Path
+) -> None:
+    marker = swapped_guard
+    # As `relay serve` answers: one set of caches (registry views, script digests).
+    caches = Caches()
+    served: list[str | None] = []
+    for _ in range(300):
+        call = Call(["SessionStart"], str(project), dict(os.environ), b"{}")
+        reply = answer_call(call, caches)
+        assert reply is not None and reply.exit_code == 0, reply
+        served.append(json.loads(reply.stdout)["inject"])
+    assert not marker.exists(), _runs(served, marker)
+    assert served.count("trusted") >= 15, _runs(served, marker)
+    # The installed command, as a host runs it.
+    assert RELAY is not None
+    ran: list[str | None] = []
+    for _ in range(25):
+        done = subprocess.run(
+            [RELAY, "hooks", "run", "SessionStart", "--cwd", str(project)],
+            input=b"{}",
+            capture_output=True,
+            env={**os.environ, "RELAY_HOME": str(relay_home)},
+            timeout=60,
+            check=True,
+        )
+        ran.append(json.loads(done.stdout)["inject"])
+    assert not marker.exists(), _runs(ran, marker)
+    assert "trusted" in ran, _runs(ran, marker)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(
+    "case",
+    [
+        (
+            "guard.py",
+            f"{sys.executable} hooks/guard.py",
+            "print('trusted')\n",
+            "open({marker!r}, 'a').write('untrusted'); print('untrusted')\n",
+        ),
+        pytest.param(
+            (
+                "guard.mjs",
+                f"{NODE} hooks/guard.mjs",  # an ES module: a load hook answers with the text
+                "console.log('trusted');\n",
+                "import {{ appendFileSync }} from 'node:fs';\n"
+                "appendFileSync({marker!r}, 'untrusted'); console.log('untrusted');\n",
+            ),
+            marks=pytest.mark.skipif(NODE is None, reason="node is not installed"),
+        ),
+        (
+            "guard.awk",
+            "./hooks/guard.awk",  # no rule for awk: run from a sealed copy
+            '#!/usr/bin/awk -f\nBEGIN { print "trusted" }\n',
+            '#!/usr/bin/awk -f\nBEGIN {{ print "untrusted" >> "{marker}"; print "untrusted" }}\n',
+        ),
+    ],
+)
+def test_every_way_of_feeding_the_checked_text_closes_the_gap(
+    project: Path, tmp_path: Path, case: tuple[str, str, str, str]
+) -> None:
+    name, command, trusted_text, untrusted_text = case
+    marker = tmp_path / "marker"
+    trusted = write(tmp_path / "versions" / "trusted", trusted_text, executable=True)
+    untrusted = write(
+        tmp_path / "versions" / "untrusted",
+        untrusted_text.format(marker=str(marker)),
+        executable=True,
+    )
+    target = project / "hooks" / name
+    shutil.copy2(trusted, target)
+    register(project, {"name": "guard", "command": command})
+    trust_all(project)
+    assert fire(project)[0] == "trusted"
+    with swapping(trusted, untrusted, target, tmp_path / "stop"):
+        # Node starts slowly: fewer calls, as many chances for the race each.
+        results = [fire(project)[0] for _ in range(60 if name.endswith(".mjs") else 200)]
+    assert not marker.exists(), _runs(results, marker)
+    assert "trusted" in results, _runs(results, marker)
+
+
+# ---- what the script sees of itself --------------------------------------------------
+
+
+def by_path(project: Path, argv: list[str]) -> str:
+    """What the script prints run by its path, from the project root (the hook's cwd)."""
+    done = subprocess.run(
+        argv, cwd=project, input=b"{}", capture_output=True, check=True, timeout=60
+    )
+    return done.stdout.decode()
+
+
+def through_relay(project: Path, command: str) -> str:
+    """What the same script prints run as a trusted project hook (pinned)."""
+    register(project, {"name": "show", "command": command})
+    trust_all(project)
+    _, traces = fire(project)
+    (trace,) = traces
+    assert trace.mode == "pinned", trace
+    assert trace.report.exit_code == 0, trace.stderr
+    return trace.stdout
+
+
+SH_SHOW = """\
+#!/bin/sh
+echo "0=$0 args=$*"
+cd "$(dirname "$0")" && echo "dir=$(pwd)"
+. ./lib.sh
+echo "lib=$LIB"
+"""
+
+BASH_SHOW = """\
+#!/usr/bin/env bash
+set -eu
+echo "0=$0 args=$*"
+here="$(cd "$(dirname "$0")" && pwd)"
+source "$here/lib.sh"
+echo "dir=$here lib=$LIB"
+"""
+
+PYTHON_SHOW = """\
+#!/usr/bin/env python3
+'''The module docstring.'''
+import os
+import sys
+import sibling
+print("argv", sys.argv, sys.orig_argv)
+print("descriptors", sorted(os.listdir("/proc/self/fd")))  # the sealed copy's is closed
+print(__file__, __name__, __doc__, __package__, __spec__, __cached__)
+print(type(__loader__).__name__, __loader__.name, __loader__.path)
+print(sys.path[0], sibling.VALUE, sibling.__file__)
+print(sorted(name for name in globals() if name.startswith("__")))
+print(sys._getframe().f_code.co_filename, __import__("__main__").__file__)
+"""
+
+NODE_SHOW = """\
+#!/usr/bin/env node
+const lib = require("./lib");
+console.log("argv", JSON.stringify(process.argv.slice(1)));
+console.log(__filename, __dirname, lib, require.main === module, module.id);
+console.log(module.filename, module.paths[0], require.resolve("./lib"), process.execArgv);
+console.log("descriptors", require("fs").readdirSync("/proc/self/fd").length);
+"""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["./hooks/show.sh", "one", "two words"], ["sh", "hooks/show.sh", "one"]],
+    ids=["direct", "sh"],
+)
+def test_a_shell_script_sees_its_path(project: Path, argv: list[str]) -> None:
+    write(project / "hooks" / "show.sh", SH_SHOW, executable=True)
+    write(project / "hooks" / "lib.sh", "LIB=beside-the-script\n")
+    expected = by_path(project, argv)
+    assert f"0={argv[-2] if argv[0] == 'sh' else argv[0]}" in expected
+    assert "lib=beside-the-script" in expected
+    command = " ".join(f"'{word}'" for word in argv)
+    assert through_relay(project, command) == expected
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["./hooks/show.bash", "one"], ["bash", "hooks/show.bash", "one"]],
+    ids=["direct", "bash"],
+)
+def test_a_bash_script_sees_its_path_as_dollar_zero(project: Path, argv: list[str]) -> None:
+    write(project / "hooks" / "show.bash", BASH_SHOW, executable=True)
+    write(project / "hooks" / "lib.sh", "LIB=beside-the-script\n")
+    expected = by_path(project, argv)
+    assert "lib=beside-the-script" in expected
+    assert through_relay(project, " ".join(argv)) == expected
+
+
+def test_bash_source_is_empty_in_a_pinned_bash_script(project: Path) -> None:
+    # The documented difference (spec/protocol.md §7): bash names ${BASH_SOURCE[0]} only
+    # for a file it opened by name itself, and that open is the gap pinning closes.
+    show = '#!/bin/bash\necho "source=[${BASH_SOURCE[0]}] [${BASH_SOURCE[0]:-$0}]"\n'
+    write(project / "hooks" / "source.bash", show, executable=True)
+    assert (
+        by_path(project, ["./hooks/source.bash"])
+        == "source=[./hooks/source.bash] [./hooks/source.bash]\n"
+    )
+    assert through_relay(project, "./hooks/source.bash") == "source=[] [./hooks/source.bash]\n"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["./hooks/show.py", "one"],
+        [sys.executable, "hooks/show.py", "one", "--two"],
+        [sys.executable, "-B", "hooks/show.py"],
+    ],
+    ids=["direct", "python", "with-options"],
+)
+def test_a_python_script_sees_its_file_argv_and_siblings(project: Path, argv: list[str]) -> None:
+    write(project / "hooks" / "show.py", PYTHON_SHOW, executable=True)
+    write(project / "hooks" / "sibling.py", "VALUE = 'imported beside the script'\n")
+    expected = by_path(project, argv)
+    assert "hooks/show.py __main__ The module docstring." in expected
+    assert "imported beside the script" in expected
+    assert through_relay(project, " ".join(argv)) == expected
+
+
+def test_a_python_script_longer_than_an_argument_runs_whole(project: Path) -> None:
+    padding = "# padding\n" * 20_000  # 200 KB: more than one argv word can carry
+    write(project / "hooks" / "big.py", padding + PYTHON_SHOW, executable=True)
+    write(project / "hooks" / "sibling.py", "VALUE = 'imported beside the script'\n")
+    expected = by_path(project, [sys.executable, "hooks/big.py"])
+    assert "imported beside the script" in expected
+    assert through_relay(project, f"{sys.executable} hooks/big.py") == expected
+
+
+@pytest.mark.skipif(NODE is None, reason="node is not installed")
+@pytest.mark.parametrize(
+    "argv",
+    [["./hooks/show.js", "one"], ["node", "hooks/show.js", "one", "--two"]],
+    ids=["direct", "node"],
+)
+def test_a_node_script_sees_its_filename_and_requires_beside_it(
+    project: Path, argv: list[str]
+) -> None:
+    write(project / "hooks" / "show.js", NODE_SHOW, executable=True)
+    write(project / "hooks" / "lib.js", "module.exports = 'required beside the script';\n")
+    expected = by_path(project, argv)
+    assert f"{project}/hooks/show.js {project}/hooks required beside the script true ." in expected
+    assert through_relay(project, " ".join(argv)) == expected
+
+
+NODE_MODULE_SHOW = """\
+#!/usr/bin/env node
+import { value } from "./lib.mjs";
+console.log("argv", JSON.stringify(process.argv.slice(1)));
+console.log(import.meta.url, value, process.execArgv);
+"""
+
+
+@pytest.mark.skipif(NODE is None, reason="node is not installed")
+@pytest.mark.parametrize(
+    ("name", "package"),
+    [("show.mjs", None), ("show.js", '{"type": "module"}')],
+    ids=["mjs", "type-module"],
+)
+def test_a_node_es_module_sees_its_url_and_imports_beside_it(
+    project: Path, name: str, package: str | None
+) -> None:
+    write(project / "hooks" / name, NODE_MODULE_SHOW, executable=True)
+    write(project / "hooks" / "lib.mjs", "export const value = 'imported beside the module';\n")
+    if package is not None:
+        write(project / "hooks" / "package.json", package)
+    argv = [f"./hooks/{name}", "one"]
+    expected = by_path(project, argv)
+    assert f"file://{project}/hooks/{name} imported beside the module" in expected
+    assert through_relay(project, " ".join(argv)) == expected
+
+
+def test_a_script_with_no_rule_runs_from_a_sealed_copy(project: Path) -> None:
+    write(
+        project / "hooks" / "show.awk",
+        '#!/usr/bin/awk -f\nBEGIN { print "awk ran" }\n',
+        executable=True,
+    )
+    assert through_relay(project, "./hooks/show.awk") == "awk ran\n"
+
+
+@pytest.mark.skipif(shutil.which("perl") is None, reason="perl is not installed")
+def test_an_interpreter_with_no_rule_reads_the_sealed_copy(project: Path) -> None:
+    write(project / "hooks" / "show.pl", 'print "perl ran as $0 with @ARGV\\n";\n')
+    shown = through_relay(project, "perl hooks/show.pl one")
+    assert shown.startswith("perl ran as /dev/fd/") and shown.endswith(" with one\n")
+
+
+def test_user_hooks_keep_the_direct_launch(project: Path, relay_home: Path) -> None:
+    # Only project hooks are trust-checked, so only they are pinned: a user's own hook
+    # runs as it always did.
+    write(project / "hooks" / "show.sh", SH_SHOW, executable=True)
+    write(project / "hooks" / "lib.sh", "LIB=x\n")
+    user = {"hooks": {"SessionStart": [{"hooks": [{"command": f"{project}/hooks/show.sh"}]}]}}
+    write(relay_home / "settings.json", json.dumps(user))
+    _, traces = fire(project)
+    (trace,) = traces
+    assert (trace.mode, trace.argv) == ("direct", [f"{project}/hooks/show.sh"])
+
+
+def test_a_trusted_hook_whose_script_went_away_is_not_run(project: Path) -> None:
+    write(project / "hooks" / "guard.sh", "#!/bin/sh\necho trusted\n", executable=True)
+    register(project, {"name": "guard", "command": "./hooks/guard.sh"})
+    trust_all(project)
+    (project / "hooks" / "guard.sh").unlink()
+    system = HookSystem(cwd=project, telemetry=False)
+    result = system.run("SessionStart", {})
+    system.close()
+    assert result.hooks == [] and result.untrusted == ["guard"]
+
+
+def test_hooks_test_shows_a_pinned_launch_without_the_script_text(project: Path) -> None:
+    from click.testing import CliRunner
+
+    from relay.cli.main import cli
+
+    write(project / "hooks" / "guard.sh", "#!/bin/sh\necho checked-text\n", executable=True)
+    register(project, {"name": "guard", "command": "./hooks/guard.sh one"})
+    trust_all(project)
+    shown = CliRunner().invoke(cli, ["hooks", "test", "SessionStart", "--cwd", str(project)], "{}")
+    assert shown.exit_code == 0, shown.output
+    started = [line for line in shown.stdout.splitlines() if "started:" in line]
+    assert started == [
+        f"  started: pinned: /bin/sh -c <28 bytes> ./hooks/guard.sh one   [cwd {project}]"
+    ]
