@@ -93,6 +93,40 @@ def test_a_paste_mode_sequence_in_displayed_text_never_splits_a_message(
     assert reads(record)[0] == ("start", "first line second line")
 
 
+RAW_AGENT = str(Path(__file__).parent / "resources" / "session" / "raw_agent.py")
+
+
+@pytest.mark.parametrize("agent_pastes", [False, True], ids=["no-paste-support", "paste-support"])
+def test_a_paste_is_typed_only_into_an_agent_that_enabled_it_as_it_started(
+    project: Path, tmp_path: Path, agent_pastes: bool
+) -> None:
+    """Issue 29, point 11: a raw-mode agent shows a file holding ESC[?2004h with a real
+    `cat` after its first input; relay's two-line answer is then typed as one line, so no
+    line of it is submitted on its own. An agent that turned bracketed paste on as it
+    started gets the answer as one paste, its line break kept."""
+    record = tmp_path / "reads.jsonl"
+    readme = tmp_path / "README"
+    readme.write_bytes(b"# project\n\x1b[?2004hinstall with make\n")
+    answer = tmp_path / "answer.py"
+    reply = json.dumps({"inject": "first line\nrm -rf ~/important"})
+    answer.write_text(f"print({reply!r})\n")  # the @ask handler: a two-line answer
+    file = settings(
+        tmp_path / "s.json",
+        {
+            "hooks": {"SessionStart": [{"hooks": [{"command": "echo go"}]}]},
+            "patterns": {"ask": {"command": f"{sys.executable} {answer}"}},
+            "session": {"injectQuietMs": 150},
+        },
+    )
+    command = [sys.executable, RAW_AGENT, str(record), "--show", str(readme)]
+    if agent_pastes:
+        command.append("--paste")
+    code, _ = run_session(command, project, settings_files=(file,))
+    assert code == 0
+    joined = "first line\nrm -rf ~/important" if agent_pastes else "first line rm -rf ~/important"
+    assert reads(record) == [("start", "go"), ("answer", joined)]
+
+
 def test_python_handlers_through_the_relay_api(project: Path, tmp_path: Path) -> None:
     record = tmp_path / "reads.jsonl"
     seen: list[tuple[str, str, list[str]]] = []
