@@ -18,11 +18,13 @@ from typing import NamedTuple
 import msgspec
 
 from relay.session.lines import (
+    LEFT_MOVE,
     MAX_LINE_BYTES,
     LineSplitter,
     PendingLine,
     bound_line,
     clean_line,
+    first_drawn,
 )
 from relay.session.voices import PLAIN, Speaking, Voice
 
@@ -259,7 +261,22 @@ class DirectiveScanner:
             and (self._state is None or _STATE_HEAD.match(raw) is None)
         ):
             return  # the common decoy: an e-mail address, a decorator, `npm … @scope/pkg`
-        self._text_line(clean_line(raw), found)
+        text = clean_line(raw)
+        if self._state is not None and self._body is None and LEFT_MOVE.search(raw) is not None:
+            # Redrawn: a row that began as tool output stays tool output, wherever later
+            # bytes move the cursor (`  ⎿  out` + `\r● @deploy:prod go`).
+            began = first_drawn(raw)
+            if began is not None and self._speaking.voice.displayed_lead(*began):
+                self._displayed_line(text, began)
+                return
+        self._text_line(text, found)
+
+    def _displayed_line(self, text: str, began: tuple[int, str]) -> None:
+        """A line that began as displayed content: never a directive, nor a fence."""
+        column, char = began
+        self._speaking.observe(" " * column + char)  # tool output closes the assistant's text
+        if not self._fence and not self._muted and _DIRECTIVE.match(text) is not None:
+            self._refuse(text)
 
     def _text_line(self, text: str, found: list[Directive]) -> None:
         body = self._body
