@@ -269,6 +269,7 @@ async def test_paste_mode_only_for_an_agent_that_reads_key_by_key() -> None:
         ([b"\x1b[2004h"], False),  # not a private mode
         ([b"\x1b[?2004h", b"\x1bc"], False),  # a full reset
         ([b"\x1b[?2004h\x1b", b"c"], False),
+        ([b"\x1b[?2004h\x1bc", b"\x1b[?2004h"], True),  # a reset while it starts, then on
     ],
 )
 async def test_bracketed_paste_detection(chunks: list[bytes], on: bool) -> None:

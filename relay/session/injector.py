@@ -83,7 +83,7 @@ class Injector:
     was given. So ESC[?2004h counts only before the agent's first input (a key of the
     human's that is not an escape sequence or a terminal's reply, or a text relay
     typed); ESC[?2004l and ESC c (a full reset) always turn the mode off, and after the
-    first input it stays off. `line_mode` (for example `AgentPty.line_mode`) says
+    first input nothing turns it on again. `line_mode` (for example `AgentPty.line_mode`) says
     whether the agent reads a line at a time when the text is typed: its terminal driver
     would submit each line of a paste, so no paste is typed then either. It is not asked
     when the mode sequence arrives: relay reads a chunk after the agent wrote it, and
