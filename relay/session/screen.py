@@ -139,25 +139,41 @@ class _Display(pyte.Screen):
             super().draw(data)
             return
         cursor = self.cursor
-        line = self.buffer[cursor.y]
-        body = data.lstrip(BLANKS)
-        at = cursor.x + len(data) - len(body)  # where its first non-blank character goes
-        if line is not self._last_line:  # a new visit
+        y = cursor.y
+        line = self.buffer[y]
+        # Most draws go on where the last one ended: they cost two comparisons.
+        if line is not self._last_line:
             self._visit_lead = None
-            began = getattr(line, _MOVED, None)
-            if began is not None and body and at <= began:
-                self._tell(line)  # drawn afresh over its start: a repaint
-                delattr(line, _MOVED)
-        elif cursor.x < self._last_x and body:  # back over what this visit drew
-            lead = self._visit_lead
-            if lead is not None and at <= lead[0] and self._voice.displayed_lead(*lead):
-                began = getattr(line, _MOVED, None)
-                setattr(line, _MOVED, at if began is None else min(at, began))
-        if self._visit_lead is None and body:
-            self._visit_lead = (at, body[0])
+            if getattr(line, _MOVED, None) is not None:
+                self._drawn_afresh(line, data)
+        elif cursor.x < self._last_x:
+            self._drawn_back(line, data)
+        if self._visit_lead is None:
+            body = data.lstrip(BLANKS)
+            if body:
+                self._visit_lead = (cursor.x + len(data) - len(body), body[0])
         super().draw(data)
-        self._last_line = self.buffer[cursor.y]
+        self._last_line = line if cursor.y == y else self.buffer[cursor.y]
         self._last_x = cursor.x
+
+    def _drawn_afresh(self, line: Any, data: str) -> None:
+        """A new visit to a row drawn over: drawing over its start again ends that."""
+        body = data.lstrip(BLANKS)
+        if body and self.cursor.x + len(data) - len(body) <= getattr(line, _MOVED):
+            self._tell(line)  # a repaint: its text goes, told first
+            delattr(line, _MOVED)
+
+    def _drawn_back(self, line: Any, data: str) -> None:
+        """The visit draws again left of where it was: over the row's start, a row that
+        began as displayed content is drawn over."""
+        lead = self._visit_lead
+        body = data.lstrip(BLANKS)
+        if lead is None or not body:
+            return
+        at = self.cursor.x + len(data) - len(body)
+        if at <= lead[0] and self._voice.displayed_lead(*lead):
+            began = getattr(line, _MOVED, None)
+            setattr(line, _MOVED, at if began is None else min(at, began))
 
     def _tell(self, line: Any) -> None:
         text = "".join([line[x].data for x in range(self.columns)]).rstrip()
