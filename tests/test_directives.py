@@ -212,6 +212,8 @@ def test_coloured_bullet() -> None:
     [
         "@relay:Bob hi\rprogress 40%",  # redrawn over: the terminal no longer shows it
         "@relay:Bob hi\x1b[2Kdone",
+        "@relay:Bob hi\x1b[2K",  # erased: the terminal shows a blank row
+        "@relay:Bob hi\x1b[1K\x1b[2K",
         "\x1b[31mdev\x1b[0m@relay:Bob hi",
         "\\\x1b[1m@relay:Bob hi",  # the backslash still precedes the @ once escapes go
     ],

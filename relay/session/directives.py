@@ -26,7 +26,7 @@ from relay.session.lines import (
     clean_line,
     first_drawn,
 )
-from relay.session.voices import PLAIN, Speaking, Voice
+from relay.session.voices import BLANKS, PLAIN, Speaking, Voice
 
 __all__ = [
     "BODY_TRUNCATED",
@@ -262,7 +262,12 @@ class DirectiveScanner:
         ):
             return  # the common decoy: an e-mail address, a decorator, `npm … @scope/pkg`
         text = clean_line(raw)
-        if self._state is not None and self._body is None and LEFT_MOVE.search(raw) is not None:
+        if (
+            self._state is not None
+            and self._body is None
+            and self._may_speak(text)
+            and LEFT_MOVE.search(raw) is not None
+        ):
             # Redrawn: a row that began as tool output stays tool output, wherever later
             # bytes move the cursor (`  ⎿  out` + `\r● @deploy:prod go`).
             began = first_drawn(raw)
@@ -270,6 +275,14 @@ class DirectiveScanner:
                 self._displayed_line(text, began)
                 return
         self._text_line(text, found)
+
+    def _may_speak(self, text: str) -> bool:
+        """Whether where a line began can matter: it reads as a directive, a fence, or a
+        marker or tool-output line (which open and close the assistant's text)."""
+        body = text.lstrip(BLANKS)
+        # Only a marker, a tool-output character or a blank lead can put a directive or a
+        # fence where the agent speaks (Speaking.speaks); `@` and "`" start the rest.
+        return bool(body) and (body[0] in self._speaking.voice.state_chars or body[0] in "@`")
 
     def _displayed_line(self, text: str, began: tuple[int, str]) -> None:
         """A line that began as displayed content: never a directive, nor a fence."""

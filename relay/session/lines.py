@@ -46,12 +46,23 @@ def _strip_escapes(raw: bytes) -> bytes:
     raw = _OTHER_ESCAPE.sub(b"", raw)
     if b"\x1b" in raw:
         raw = _LINE_RESET.sub(b"\r", raw)
+        if b"K" in raw:
+            raw = _ERASE_AFTER_REDRAW.sub(b"", _ERASE_BEFORE_REDRAW.sub(b"", raw))
+            raw = _ERASES.sub(b"\x1b[2K", raw)
         if _COLUMN_MOVE.search(raw) is not None:
             raw = _draw_cursor_moves(raw)
         raw = _ESCAPE.sub(b"", raw)
     return raw
 
 
+_ERASE_BEFORE_REDRAW = re.compile(rb"\x1b\[[12]K(?:\x1b\[[12]K)*(?=\r(?!\n|\Z))")
+_ERASES = re.compile(rb"\x1b\[[12]K(?:\x1b\[[12]K)+")
+"""A run of erases of the line, which erases as one does."""
+_ERASE_AFTER_REDRAW = re.compile(rb"\x1b\[[12]K(?<=[\r\n]\x1b\[[12]K)(?:\x1b\[[12]K)*")
+"""Erases of the line that change no text: a redraw right after (not the \r of \r\n), or
+nothing drawn since the line's last redraw (Gemini CLI erases row after row). Taken out at once, in C, they
+cost _draw_cursor_moves nothing. Both start with the ESC: a search then jumps from one to
+the next."""
 _COLUMN_MOVE = re.compile(rb"\x1b\[([0-9]{0,4})([CDG])|\x1b\[[12]K")
 """Cursor forward (CUF, `ESC [ n C`) and cursor to column n (CHA, `ESC [ n G`, n >= 2):
 TUIs draw the blanks between words with them. Cursor back (CUB, `ESC [ n D`). And an
@@ -75,17 +86,19 @@ def _draw_cursor_moves(raw: bytes) -> bytes:
     for move in _COLUMN_MOVE.finditer(raw):
         out += raw[pos : move.start()]
         pos = move.end()
+        kind = move.group(2)
+        if kind == b"C":
+            out += b" " * min(int(move.group(1) or 1), _MAX_JUMP)
+            continue
         start = max(out.rfind(b"\r"), out.rfind(b"\n")) + 1  # since the line's last redraw
-        if move.group(2) is None:  # an erase
-            shown = _ESCAPE.sub(b"", bytes(out[start:])).decode("utf-8", "replace")
-            out[start:] = b"\r" + b" " * len(shown)  # the \r hides what was erased
+        if kind is None:  # an erase
+            if start < len(out):
+                shown = _ESCAPE.sub(b"", bytes(out[start:])).decode("utf-8", "replace")
+                out[start:] = b"\r" + b" " * len(shown)  # the \r hides what was erased
             continue
         count = min(int(move.group(1) or 1), _MAX_JUMP)
-        if move.group(2) == b"C":
-            out += b" " * count
-            continue
         shown = _ESCAPE.sub(b"", bytes(out[start:])).decode("utf-8", "replace")
-        if move.group(2) == b"D":  # back: as a move to the column it reaches
+        if kind == b"D":  # back: as a move to the column it reaches
             count = max(1, len(shown) - count + 1)
         if len(shown) < count - 1:
             out += b" " * (count - 1 - len(shown))
@@ -106,14 +119,39 @@ def first_drawn(raw: bytes) -> tuple[int, str] | None:
     """Where a raw line first drew a non-blank character, and which, before the cursor
     moved left over it (None: nothing was drawn). However later bytes redraw the row, it
     began there: `  ⎿  out` + `\r● x` began as tool output at column 2."""
+    column = 0
+    at = 0
     for move in (*LEFT_MOVE.finditer(raw), None):
         end = len(raw) if move is None else move.start()
-        # Erased characters were drawn all the same: an erase does not start a row.
-        text = clean_line(_ERASE_IN_LINE.sub(b"", raw[:end]))
+        # Between two left moves only escapes, blanks and moves forward change the
+        # column; an erase does not (erased characters were drawn all the same).
+        drawn = _ESCAPE.sub(b"", _CURSOR_FORWARD.sub(_forward_blanks, raw[at:end]))
+        text = drawn.decode("utf-8", "replace")
+        if _CONTROL.search(text) is not None:
+            text = _CONTROL.sub("", text)
         body = text.lstrip(" \t\u00a0")
         if body:
-            return len(text) - len(body), body[0]
+            return column + len(text) - len(body), body[0]
+        if move is None:
+            return None
+        column += len(text)
+        at = move.end()
+        token = move.group()
+        if token == b"\r":
+            column = 0
+        elif token == b"\x08":
+            column = max(0, column - 1)
+        else:  # ESC [ n G (to column n) or ESC [ n D (n back)
+            count = int(token[2:-1] or 1)
+            column = count - 1 if token.endswith(b"G") else max(0, column - count)
     return None
+
+
+_CURSOR_FORWARD = re.compile(rb"\x1b\[([0-9]{0,4})C")
+
+
+def _forward_blanks(move: re.Match[bytes]) -> bytes:
+    return b" " * min(int(move.group(1) or 1), _MAX_JUMP)
 
 
 def _finish(text: str) -> str:
