@@ -56,13 +56,13 @@ def _strip_escapes(raw: bytes) -> bytes:
 
 
 _ERASE_BEFORE_REDRAW = re.compile(rb"\x1b\[[12]K(?:\x1b\[[12]K)*(?=\r(?!\n|\Z))")
-_ERASES = re.compile(rb"\x1b\[[12]K(?:\x1b\[[12]K)+")
-"""A run of erases of the line, which erases as one does."""
 _ERASE_AFTER_REDRAW = re.compile(rb"\x1b\[[12]K(?<=[\r\n]\x1b\[[12]K)(?:\x1b\[[12]K)*")
-"""Erases of the line that change no text: a redraw right after (not the \r of \r\n), or
-nothing drawn since the line's last redraw (Gemini CLI erases row after row). Taken out at once, in C, they
-cost _draw_cursor_moves nothing. Both start with the ESC: a search then jumps from one to
-the next."""
+"""Erases of the line that change no text: a redraw right after (not the \r of \r\n),
+or nothing drawn since the line's last redraw (Gemini CLI erases row after row). Taken
+out at once, in C, they cost _draw_cursor_moves nothing. Both start with the ESC: a
+search jumps from one to the next."""
+_ERASES = re.compile(rb"\x1b\[[12]K(?:\x1b\[[12]K)+")
+"""A run of erases of the line, which erase as one does."""
 _COLUMN_MOVE = re.compile(rb"\x1b\[([0-9]{0,4})([CDG])|\x1b\[[12]K")
 """Cursor forward (CUF, `ESC [ n C`) and cursor to column n (CHA, `ESC [ n G`, n >= 2):
 TUIs draw the blanks between words with them. Cursor back (CUB, `ESC [ n D`). And an
@@ -112,7 +112,6 @@ LEFT_MOVE = re.compile(rb"\r(?!\Z)|\x08|\x1b\[[0-9]{0,4}[GD]")
 """What may move the cursor left on its row: a carriage return (but the one of \r\n), a
 backspace, cursor to a column (CHA) or back (CUB). Only these, and the row's line feed,
 are in a line's raw bytes; cursor addressing by row sends the stream to the screen model."""
-_ERASE_IN_LINE = re.compile(rb"\x1b\[[0-2]?K")
 
 
 def first_drawn(raw: bytes) -> tuple[int, str] | None:
