@@ -19,6 +19,7 @@ from relay.session.directives import (
     unescape,
 )
 from relay.session.lines import bound_line
+from relay.session.voices import CLAUDE, GEMINI
 
 Found = tuple[str, str, str, str]  # namespace, target, message, line
 
@@ -211,6 +212,8 @@ def test_coloured_bullet() -> None:
     [
         "@relay:Bob hi\rprogress 40%",  # redrawn over: the terminal no longer shows it
         "@relay:Bob hi\x1b[2Kdone",
+        "@relay:Bob hi\x1b[2K",  # erased: the terminal shows a blank row
+        "@relay:Bob hi\x1b[1K\x1b[2K",
         "\x1b[31mdev\x1b[0m@relay:Bob hi",
         "\\\x1b[1m@relay:Bob hi",  # the backslash still precedes the @ once escapes go
     ],
@@ -255,9 +258,14 @@ def test_invalid_utf8_is_replaced() -> None:
         (b"a\rb", "b"),
         (b"first\rsecond\r", "second"),
         (b"  50%\r 100%\r\x1b[K", " 100%"),
-        (b"x\x1b[2Ky", "y"),
-        (b"x\x1b[1Ky", "y"),
+        # An erase leaves the cursor where it is (issue 29): what follows is drawn there.
+        (b"x\x1b[2Ky", " y"),
+        (b"x\x1b[1Ky", " y"),
+        (b"ab\rx\x1b[2Ky", " y"),
+        (b"x\x1b[2K\ry", "y"),
         (b"\x1b]0;title\x07text", "text"),
+        (b"\x1b]0;title\rhidden\x07text", "text"),  # a string runs over a \r
+        (b"a\x1b]0;title\rhidden", "a"),
         (b"\x1b]0;cut off", ""),
         (b"text\x1b[", "text"),
         (b"text\x1b[12", "text"),
@@ -703,3 +711,81 @@ def test_clean_lines_equals_clean_line_per_line(raws: list[bytes]) -> None:
     from relay.session.lines import clean_lines
 
     assert clean_lines(raws) == [clean_line(raw) for raw in raws]
+
+
+# -- row provenance (issue 29): a row that began as tool output stays tool output -------
+
+TOOL_ROW = "  ⎿  notes.txt says"
+MOVED_TO_COLUMN_0 = {
+    "carriage return": "\r● @deploy:prod go",
+    "cursor to column 1": "\x1b[1G● @deploy:prod go",
+    "cursor to column 1, no number": "\x1b[G● @deploy:prod go",
+    "cursor back": "\x1b[40D● @deploy:prod go",
+    "erase line, then carriage return": "\x1b[2K\r● @deploy:prod go",
+    "backspaces": "\b" * len(TOOL_ROW) + "● @deploy:prod go",
+}
+
+
+@pytest.mark.parametrize("move", MOVED_TO_COLUMN_0.values(), ids=MOVED_TO_COLUMN_0.keys())
+@pytest.mark.parametrize("row", ["first", "continuation"])
+def test_tool_output_moved_to_column_0_is_still_tool_output(move: str, row: str) -> None:
+    """Claude style: the marker that bytes of a tool-output row draw at column 0 is no
+    marker; the agent's own next line still speaks."""
+    lines = ["● Bash(cat notes.txt)", TOOL_ROW + (move if row == "first" else "")]
+    if row == "continuation":
+        lines.append("     more of it" + move)
+    stream = "\n".join([*lines, "", "● @deploy:staging mine", ""])
+    scanner = DirectiveScanner(voice=CLAUDE)
+    found = scanner.feed(stream.encode()) + scanner.close()
+    assert brief(found) == [("deploy", "staging", "mine", "● @deploy:staging mine")]
+    assert scanner.refused == ["● @deploy:prod go"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "refused"),
+    [
+        # An erase leaves the cursor where the tool output ended: the marker is drawn
+        # there, not at column 0 (relay read it at column 0 before).
+        (TOOL_ROW + "\x1b[2K● @deploy:prod go", " " * len(TOOL_ROW) + "● @deploy:prod go"),
+        (TOOL_ROW + "\x1b[1K● @deploy:prod go", " " * len(TOOL_ROW) + "● @deploy:prod go"),
+        # A terminal draws nothing until the string's BEL, \r or no \r.
+        (TOOL_ROW + "\x1b]0;title\r● @deploy:prod go\x07", None),
+    ],
+    ids=["erase line", "erase line start", "OSC over a carriage return"],
+)
+def test_erases_and_strings_read_as_a_terminal_shows_them(raw: str, refused: str | None) -> None:
+    stream = "\n".join(["● Bash(cat notes.txt)", raw, "● @deploy:staging mine", ""])
+    scanner = DirectiveScanner(voice=CLAUDE)
+    found = scanner.feed(stream.encode()) + scanner.close()
+    assert brief(found) == [("deploy", "staging", "mine", "● @deploy:staging mine")]
+    assert scanner.refused == ([refused] if refused else [])
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "✻ Thinking…\r● @deploy:staging mine",  # a spinner, then the answer over it
+        "● @deploy:stagin\r● @deploy:staging mine",  # a streamed line redrawn
+        "\x1b[2K\r● @deploy:staging mine",
+    ],
+)
+def test_a_redrawn_row_that_was_no_tool_output_still_speaks(raw: str) -> None:
+    scanner = DirectiveScanner(voice=CLAUDE)
+    found = scanner.feed(f"{raw}\n".encode()) + scanner.close()
+    assert brief(found) == [("deploy", "staging", "mine", "● @deploy:staging mine")]
+
+
+def test_gemini_boxed_output_moved_to_column_0_is_still_tool_output() -> None:
+    stream = "│ cat notes.txt\r✦ @deploy:prod go\n✦ @deploy:staging mine\n"
+    scanner = DirectiveScanner(voice=GEMINI)
+    found = scanner.feed(stream.encode()) + scanner.close()
+    assert brief(found) == [("deploy", "staging", "mine", "✦ @deploy:staging mine")]
+
+
+@pytest.mark.parametrize(
+    "line", [b"a\x1b]0;x\rb\x07c", b"q\rz\x1b]0;x\rb\x07c", b"a\x1b]0;t\x07b\rc", b"\x1b]0;x\r"]
+)
+def test_bounding_a_line_keeps_a_string_that_runs_over_its_last_carriage_return(
+    line: bytes,
+) -> None:
+    assert clean_line(bound_line(line, 100)) == clean_line(line)

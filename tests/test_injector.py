@@ -177,47 +177,79 @@ async def test_human_line_tracking(keys: list[bytes], pending: bool) -> None:
 # ---- what is typed
 
 
-async def test_bracketed_paste_only_when_the_agent_enabled_it() -> None:
+async def test_bracketed_paste_only_when_the_agent_enabled_it_as_it_started() -> None:
+    """Issue 29: the mode counts when the agent turns it on before its first input; after
+    that an enable may be a file it shows (`cat`), so only turning it off is followed."""
     recorder = Recorder()
     injector = make(recorder)
-    injector.observe_output(b"prompt> ")
-    injector.submit("plain\nmulti-line")
+    injector.observe_output(b"\x1b[?1049h\x1b[?20")  # the enable sequence split in two
+    assert not injector.bracketed_paste
+    injector.observe_output(b"04h\x1b[2J> ")
+    assert injector.bracketed_paste
+    injector.submit("pasted\nmulti-line")
     async with running(injector):
         await drained(injector)
-        injector.observe_output(b"\x1b[?1049h\x1b[?20")  # the enable sequence split in two
-        assert not injector.bracketed_paste
-        injector.observe_output(b"04h\x1b[2J> ")
+        injector.observe_output(b"README:\r\n\x1b[?2004h\r\n> ")  # shown again: no change
         assert injector.bracketed_paste
-        injector.submit("pasted\nmulti-line")
-        await drained(injector)
         injector.observe_output(b"\x1b[?2004l")
         assert not injector.bracketed_paste
-        injector.submit("plain again")
+        injector.submit("plain\nmulti-line")
+        await drained(injector)
+        injector.observe_output(b"cat README: \x1b[?2004h\r\n> ")
+        assert not injector.bracketed_paste  # after the first input: not the agent's for sure
+        injector.submit("two\nlines")
         await drained(injector)
     assert recorder.chunks == [
-        b"plain multi-line",
-        b"\r",
         PASTE_START + b"pasted\rmulti-line" + PASTE_END,
         b"\r",
-        b"plain again",
+        b"plain multi-line",
+        b"\r",
+        b"two lines",
         b"\r",
     ]
 
 
+@pytest.mark.parametrize(
+    ("keys", "started"),
+    [
+        (b"x", False),
+        (b"\r", False),
+        (b"\x03", False),  # Ctrl-C
+        (b"\x04", False),  # Ctrl-D
+        (b"\x1bx", False),  # Alt+x
+        (b"\x1b[200~text\x1b[201~", False),  # the human pasted
+        (b"\x1b[?62;22c", True),  # the terminal's answers to the agent's queries
+        (b"\x1b[12;1R", True),
+        (b"\x1bP>|xterm(380)\x1b\\", True),
+        (b"\x1b]11;rgb:0000/0000/0000\x1b\\", True),
+        (b"\x1b[I\x1b[O", True),  # focus reports
+        (b"\x1b[A", True),  # an arrow gives the agent nothing to act on
+    ],
+)
+def test_the_first_key_ends_the_agents_start_up(keys: bytes, started: bool) -> None:
+    """A key of the human's is input (an enable after it does not count); a terminal's
+    reply to the agent's queries, which comes on the same input, is not."""
+    injector = make(Recorder())
+    injector.observe_output(b"> ")
+    injector.observe_input(keys)
+    injector.observe_output(b"\x1b[?2004h")
+    assert injector.bracketed_paste is started
+
+
 async def test_paste_mode_only_for_an_agent_that_reads_key_by_key() -> None:
-    """A mode sequence printed while the agent reads lines is displayed text; and paste
-    mode is never used while the agent reads lines, whatever was printed before."""
+    """Paste mode is used only while the agent reads its terminal key by key. An enable
+    printed just before the agent leaves line mode counts (crossterm's order: the enable,
+    then raw mode)."""
     reads_lines = True
     recorder = Recorder()
     injector = make(recorder, line_mode=lambda: reads_lines)
-    injector.observe_output(b"cat README: \x1b[?2004h")
+    injector.observe_output(b"\x1b[?2004h")
     assert not injector.bracketed_paste
     reads_lines = False
-    assert not injector.bracketed_paste  # the earlier sequence did not count
-    injector.observe_output(b"\x1b[?2004h> ")  # the agent's own, in raw mode
     assert injector.bracketed_paste
     reads_lines = True  # it runs a line-mode child now
     assert not injector.bracketed_paste
+    injector.observe_output(b"> ")
     injector.submit("two\nlines")
     async with running(injector):
         await drained(injector)
@@ -237,6 +269,7 @@ async def test_paste_mode_only_for_an_agent_that_reads_key_by_key() -> None:
         ([b"\x1b[2004h"], False),  # not a private mode
         ([b"\x1b[?2004h", b"\x1bc"], False),  # a full reset
         ([b"\x1b[?2004h\x1b", b"c"], False),
+        ([b"\x1b[?2004h\x1bc", b"\x1b[?2004h"], True),  # a reset while it starts, then on
     ],
 )
 async def test_bracketed_paste_detection(chunks: list[bytes], on: bool) -> None:

@@ -18,13 +18,15 @@ from typing import NamedTuple
 import msgspec
 
 from relay.session.lines import (
+    LEFT_MOVE,
     MAX_LINE_BYTES,
     LineSplitter,
     PendingLine,
     bound_line,
     clean_line,
+    first_drawn,
 )
-from relay.session.voices import PLAIN, Speaking, Voice
+from relay.session.voices import BLANKS, PLAIN, Speaking, Voice
 
 __all__ = [
     "BODY_TRUNCATED",
@@ -259,7 +261,35 @@ class DirectiveScanner:
             and (self._state is None or _STATE_HEAD.match(raw) is None)
         ):
             return  # the common decoy: an e-mail address, a decorator, `npm … @scope/pkg`
-        self._text_line(clean_line(raw), found)
+        text = clean_line(raw)
+        if (
+            self._state is not None
+            and self._body is None
+            and self._may_speak(text)
+            and LEFT_MOVE.search(raw) is not None
+        ):
+            # Redrawn: a row that began as tool output stays tool output, wherever later
+            # bytes move the cursor (`  ⎿  out` + `\r● @deploy:prod go`).
+            began = first_drawn(raw)
+            if began is not None and self._speaking.voice.displayed_lead(*began):
+                self._displayed_line(text, began)
+                return
+        self._text_line(text, found)
+
+    def _may_speak(self, text: str) -> bool:
+        """Whether where a line began can matter: it reads as a directive, a fence, or a
+        marker or tool-output line (which open and close the assistant's text)."""
+        body = text.lstrip(BLANKS)
+        # Only a marker, a tool-output character or a blank lead can put a directive or a
+        # fence where the agent speaks (Speaking.speaks); `@` and "`" start the rest.
+        return bool(body) and (body[0] in self._speaking.voice.state_chars or body[0] in "@`")
+
+    def _displayed_line(self, text: str, began: tuple[int, str]) -> None:
+        """A line that began as displayed content: never a directive, nor a fence."""
+        column, char = began
+        self._speaking.observe(" " * column + char)  # tool output closes the assistant's text
+        if not self._fence and not self._muted and _DIRECTIVE.match(text) is not None:
+            self._refuse(text)
 
     def _text_line(self, text: str, found: list[Directive]) -> None:
         body = self._body

@@ -60,9 +60,8 @@ class Injector:
     no partial human line is pending. A delivery counts as activity too, so the next
     text waits another `quiet_ms`, for the agent's reaction.
 
-    Delivery: with bracketed paste on (the agent printed ESC[?2004h while it read its
-    terminal key by key, and still does), ESC[200~ + text + ESC[201~, line breaks sent as
-    CR like a terminal's paste; without it, every line
+    Delivery: with bracketed paste on (see Paste mode), ESC[200~ + text + ESC[201~, line
+    breaks sent as CR like a terminal's paste; without it, every line
     break (CRLF, CR or LF) becomes one space, so the text is one line that one Enter
     submits and no line of it can be submitted early; tabs become spaces too (a tab
     would trigger completion). Control characters are removed from the text in both
@@ -75,10 +74,21 @@ class Injector:
     the agent's input, so keys the human types meanwhile arrive after the Enter instead
     of inside the text; readiness is checked again once it is held.
 
-    `line_mode` (for example `AgentPty.line_mode`) says whether the agent reads a line at
-    a time. Such an agent cannot take a paste (its terminal driver submits each line of
-    one), so paste mode is never used then, and a mode sequence printed meanwhile is
-    displayed text (a shell's child `cat`-ing a file), not the agent's: it is ignored.
+    Paste mode: a paste is typed only into an agent that asked for one itself and can
+    take it. relay sees bytes, not who wrote them: a file the agent shows, by a tool that
+    writes to the same terminal (`cat`) or printed by the agent itself, can hold
+    ESC[?2004h as well. What tells them apart is when it comes: an agent that takes
+    pastes turns the mode on as it starts (Claude Code, Gemini CLI and Codex do, and
+    keep it on), before it is given any input; a file is shown while it works on what it
+    was given. So ESC[?2004h counts only before the agent's first input (a key of the
+    human's that is not an escape sequence or a terminal's reply, or a text relay
+    typed); ESC[?2004l and ESC c (a full reset) always turn the mode off, and after the
+    first input nothing turns it on again. `line_mode` (for example `AgentPty.line_mode`) says
+    whether the agent reads a line at a time when the text is typed: its terminal driver
+    would submit each line of a paste, so no paste is typed then either. It is not asked
+    when the mode sequence arrives: relay reads a chunk after the agent wrote it, and
+    agents turn the mode on just before raw mode (crossterm's EnableBracketedPaste,
+    then enable_raw_mode).
 
     Admission: a text submitted with `admit` is typed only once `admit()` returns True
     (awaited when the text is next and the agent ready); on False it is dropped and its
@@ -130,6 +140,7 @@ class Injector:
         self._last_activity = time.monotonic()
         self._output_seen = not await_first_output
         self._bracketed_paste = False
+        self._given_input = False  # the agent's start-up is over (see Paste mode)
         self._output_tail = b""
         self._line = _HumanLine()
         self._changed: anyio.Event | None = None
@@ -158,12 +169,15 @@ class Injector:
         """The human's keys, as relay passes them to the agent: track whether a partial line is pending."""
         if data:
             self._line.feed(data)
+            if self._line.keyed:
+                self._given_input = True
             if self._queue:
                 self._notify()
 
     @property
     def bracketed_paste(self) -> bool:
-        """Whether the agent has bracketed paste mode on and can take a paste now."""
+        """Whether the agent turned bracketed paste on itself (before its first input) and
+        reads its terminal key by key now: a paste is typed only then."""
         return self._bracketed_paste and not self._reads_lines()
 
     def _reads_lines(self) -> bool:
@@ -292,6 +306,7 @@ class Injector:
             for index, chunk in enumerate(_chunks(payload, self._chunk_size)):
                 if index:
                     await anyio.sleep(self._pace)
+                self._given_input = True  # before the write: the agent may answer at once
                 await self._write(chunk)
                 started = True
             await anyio.sleep(max(self._enter_delay, self._pace))
@@ -328,19 +343,24 @@ class Injector:
             changed.set()
 
     def _scan_modes(self, data: bytes, *, search: bool = True) -> None:
-        """Follow ESC[?2004h / ESC[?2004l, even when a sequence is split across chunks."""
+        """Follow ESC[?2004h (before the first input only) / ESC[?2004l / ESC c, even when a
+        sequence is split across chunks."""
         buffer = self._output_tail + data if self._output_tail else data
         # Only ESC[?…h/l and ESC c change anything here. One search first, as most output
         # has none: it stops only at ESC, half the cost of two substring tests on output
         # full of colour codes (tests/perf/bench_session.py).
         first = _PRIVATE_MODE.search(buffer) if search or self._output_tail else None
         matches = list(_PRIVATE_MODE.finditer(buffer, first.start())) if first else []
-        # Printed while the agent reads lines: displayed text, not the agent's own mode.
-        for match in matches if matches and not self._reads_lines() else ():
+        for match in matches:
             if match.group(2) is None:
                 self._bracketed_paste = False
             elif b"2004" in match.group(1).split(b";"):
-                self._bracketed_paste = match.group(2) == b"h"
+                if match.group(2) == b"l":
+                    self._bracketed_paste = False
+                elif not self._given_input:
+                    # After the first input an enable may be a file the agent shows,
+                    # which relay cannot tell from its own bytes (see Paste mode).
+                    self._bracketed_paste = True
         start = buffer.rfind(b"\x1b", max(0, len(buffer) - _PREFIX_LIMIT))
         if start >= 0 and _PRIVATE_MODE_PREFIX.match(buffer, start):
             self._output_tail = buffer[start:]
@@ -380,6 +400,9 @@ class _HumanLine:
         self._in_string = False  # inside a DCS/OSC/APC/PM/SOS string, up to ST or BEL
         self._string = bytearray()  # its bytes: typing after all, if it never ends
         self._in_paste = False
+        self.keyed = False
+        """Whether a key has been fed that is not an escape sequence (a terminal's reply,
+        an arrow, a focus report): the agent has been given input."""
 
     @property
     def pending(self) -> bool:
@@ -394,20 +417,25 @@ class _HumanLine:
                 self._end_escape()
             elif byte == 0x1B:
                 self._escape = b"\x1b"
-            elif self._in_paste:
-                self._text.append(byte)
-            elif byte in (0x0D, 0x0A, 0x03, 0x15):  # Enter, Ctrl-C, Ctrl-U
-                self._text.clear()
-            elif byte in (0x7F, 0x08):  # Backspace: one character, UTF-8 aware
-                while self._text and self._text.pop() & 0xC0 == 0x80:
-                    pass
-            elif byte == 0x17:  # Ctrl-W: trailing spaces, then a word
-                while self._text and self._text[-1] in b" \t":
-                    self._text.pop()
-                while self._text and self._text[-1] not in b" \t":
-                    self._text.pop()
-            elif byte >= 0x20 or byte == 0x09:
-                self._text.append(byte)
+            else:
+                self.keyed = True
+                self._key(byte)
+
+    def _key(self, byte: int) -> None:
+        if self._in_paste:
+            self._text.append(byte)
+        elif byte in (0x0D, 0x0A, 0x03, 0x15):  # Enter, Ctrl-C, Ctrl-U
+            self._text.clear()
+        elif byte in (0x7F, 0x08):  # Backspace: one character, UTF-8 aware
+            while self._text and self._text.pop() & 0xC0 == 0x80:
+                pass
+        elif byte == 0x17:  # Ctrl-W: trailing spaces, then a word
+            while self._text and self._text[-1] in b" \t":
+                self._text.pop()
+            while self._text and self._text[-1] not in b" \t":
+                self._text.pop()
+        elif byte >= 0x20 or byte == 0x09:
+            self._text.append(byte)
 
     def _string_byte(self, byte: int) -> None:
         ended = byte == 0x07 or (byte == 0x5C and self._string[-1:] == b"\x1b")  # BEL, ST
@@ -434,6 +462,7 @@ class _HumanLine:
                 self._escape, self._in_string = b"", True  # a terminal's string reply
                 return
             self._escape = b""  # Alt+key
+            self.keyed = True
             return
         if sequence[1:2] == b"O" or 0x40 <= sequence[-1] <= 0x7E:
             self._escape = b""

@@ -7,24 +7,26 @@ character, between `\\r` and `\\n`. Everything here works on complete lines (spl
 
 from __future__ import annotations
 
+import collections
 import re
 
 MAX_LINE_BYTES = 1 << 20
 """A longer line is cut (see `bound_line`): full-screen TUIs may never print a newline."""
 
-_LINE_RESET = re.compile(rb"\x1b\[[01]?G|\x1b\[[12]K")
-"""Cursor to column 1 and erase-line: on screen they act as a carriage return."""
+_LINE_RESET = re.compile(rb"\x1b\[[01]?G")
+"""Cursor to column 1: on screen it acts as a carriage return. (An erase of the line,
+`ESC [ 2 K`, does not: the cursor stays where it is; see _draw_cursor_moves.)"""
 
 _AFTER_ESC = (
     rb"(?:\[[0-?]*[ -/]*(?:[@-~]|\Z|(?=\n))"  # CSI: colours, cursor moves (or cut off at line end)
-    rb"|[\]PX^_][^\x07\x1b\r\n]*(?:\x07|\x1b\\)?"  # OSC, DCS, SOS, PM, APC: to BEL or ST
+    rb"|[\]PX^_][^\x07\x1b\n]*(?:\x07|\x1b\\)?"  # OSC, DCS, SOS, PM, APC: to BEL or ST
     rb"|[ -/]+[0-~]?"  # nF: charset selects such as ESC ( B
     rb"|[0-~]?)"  # ESC x (ESC 7, ESC =, ESC M, ST), or a lone ESC
 )
 _ESCAPE = re.compile(rb"\x1b" + _AFTER_ESC)  # the ESC first: a search jumps from one to the next
-# The string sequences stop at \r so that no escape spans a carriage return: dropping
-# what precedes a redraw (bound_line) then never changes the text a line shows. No escape
-# spans a \n either, so a batch of lines joined by \n is cleaned as each line would be.
+# A string sequence runs over a \r, as on a terminal (which draws nothing until its BEL or
+# ST: `ESC ] 0 ; x \r text BEL` shows no text). No escape spans a \n, so a batch of lines
+# joined by \n is cleaned as each line would be.
 
 _CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 """Control characters left after escapes and redraws are applied (tab is text)."""
@@ -44,43 +46,111 @@ def _strip_escapes(raw: bytes) -> bytes:
     raw = _OTHER_ESCAPE.sub(b"", raw)
     if b"\x1b" in raw:
         raw = _LINE_RESET.sub(b"\r", raw)
+        if b"K" in raw:
+            raw = _ERASE_AFTER_REDRAW.sub(b"", _ERASE_BEFORE_REDRAW.sub(b"", raw))
+            raw = _ERASES.sub(b"\x1b[2K", raw)
         if _COLUMN_MOVE.search(raw) is not None:
-            raw = _draw_column_moves(raw)
+            raw = _draw_cursor_moves(raw)
         raw = _ESCAPE.sub(b"", raw)
     return raw
 
 
-_COLUMN_MOVE = re.compile(rb"\x1b\[([0-9]{0,4})([CG])")
+_ERASE_BEFORE_REDRAW = re.compile(rb"\x1b\[[12]K(?:\x1b\[[12]K)*(?=\r(?!\n|\Z))")
+_ERASE_AFTER_REDRAW = re.compile(rb"\x1b\[[12]K(?<=[\r\n]\x1b\[[12]K)(?:\x1b\[[12]K)*")
+"""Erases of the line that change no text: a redraw right after (not the \r of \r\n),
+or nothing drawn since the line's last redraw (Gemini CLI erases row after row). Taken
+out at once, in C, they cost _draw_cursor_moves nothing. Both start with the ESC: a
+search jumps from one to the next."""
+_ERASES = re.compile(rb"\x1b\[[12]K(?:\x1b\[[12]K)+")
+"""A run of erases of the line, which erase as one does."""
+_COLUMN_MOVE = re.compile(rb"\x1b\[([0-9]{0,4})([CDG])|\x1b\[[12]K")
 """Cursor forward (CUF, `ESC [ n C`) and cursor to column n (CHA, `ESC [ n G`, n >= 2):
-TUIs draw the blanks between words with them."""
-_OTHER_ESCAPE = re.compile(rb"\x1b(?!\[[0-9]{0,4}[CGK])" + _AFTER_ESC)
-"""Any escape but a line reset, a column move or an erase in line (`ESC [ n C|G|K`):
+TUIs draw the blanks between words with them. Cursor back (CUB, `ESC [ n D`). And an
+erase of the line, or of its start (`ESC [ 2 K`, `ESC [ 1 K`), which leaves the cursor
+where it was."""
+_OTHER_ESCAPE = re.compile(rb"\x1b(?!\[[0-9]{0,4}[CDGK])" + _AFTER_ESC)
+"""Any escape but a line reset, a column move or an erase in line (`ESC [ n C|D|G|K`):
 removing those first leaves the text each line shows unchanged: the only escapes that
 hold an ESC past their first byte end with it (ST, `ESC \\`), so none spans one of them."""
 _MAX_JUMP = 512
 
 
-def _draw_column_moves(raw: bytes) -> bytes:
+def _draw_cursor_moves(raw: bytes) -> bytes:
     """Column moves replaced by the blanks they leave on a fresh line, so that `●` +
     `ESC[3G` + `text` reads `● text`, not `●text`. A move left (CHA to a column the text
-    already passed) cuts the text there: what follows is drawn over it."""
+    already passed) cuts the text there: what follows is drawn over it. An erase of the
+    line turns the text drawn so far into blanks: what follows is drawn after them, where
+    the cursor is (`text ESC[2K ● x` shows `     ● x`, not `● x` at column 0)."""
     out = bytearray()
     pos = 0
     for move in _COLUMN_MOVE.finditer(raw):
         out += raw[pos : move.start()]
         pos = move.end()
-        count = min(int(move.group(1) or 1), _MAX_JUMP)
-        if move.group(2) == b"C":
-            out += b" " * count
+        kind = move.group(2)
+        if kind == b"C":
+            out += b" " * min(int(move.group(1) or 1), _MAX_JUMP)
             continue
         start = max(out.rfind(b"\r"), out.rfind(b"\n")) + 1  # since the line's last redraw
+        if kind is None:  # an erase
+            if start < len(out):
+                shown = _ESCAPE.sub(b"", bytes(out[start:])).decode("utf-8", "replace")
+                out[start:] = b"\r" + b" " * len(shown)  # the \r hides what was erased
+            continue
+        count = min(int(move.group(1) or 1), _MAX_JUMP)
         shown = _ESCAPE.sub(b"", bytes(out[start:])).decode("utf-8", "replace")
+        if kind == b"D":  # back: as a move to the column it reaches
+            count = max(1, len(shown) - count + 1)
         if len(shown) < count - 1:
             out += b" " * (count - 1 - len(shown))
         elif len(shown) > count - 1:
             out[start:] = shown[: count - 1].encode()
     out += raw[pos:]
     return bytes(out)
+
+
+LEFT_MOVE = re.compile(rb"\r(?!\Z)|\x08|\x1b\[[0-9]{0,4}[GD]")
+"""What may move the cursor left on its row: a carriage return (but the one of \r\n), a
+backspace, cursor to a column (CHA) or back (CUB). Only these, and the row's line feed,
+are in a line's raw bytes; cursor addressing by row sends the stream to the screen model."""
+
+
+def first_drawn(raw: bytes) -> tuple[int, str] | None:
+    """Where a raw line first drew a non-blank character, and which, before the cursor
+    moved left over it (None: nothing was drawn). However later bytes redraw the row, it
+    began there: `  ⎿  out` + `\r● x` began as tool output at column 2."""
+    column = 0
+    at = 0
+    for move in (*LEFT_MOVE.finditer(raw), None):
+        end = len(raw) if move is None else move.start()
+        # Between two left moves only escapes, blanks and moves forward change the
+        # column; an erase does not (erased characters were drawn all the same).
+        drawn = _ESCAPE.sub(b"", _CURSOR_FORWARD.sub(_forward_blanks, raw[at:end]))
+        text = drawn.decode("utf-8", "replace")
+        if _CONTROL.search(text) is not None:
+            text = _CONTROL.sub("", text)
+        body = text.lstrip(" \t\u00a0")
+        if body:
+            return column + len(text) - len(body), body[0]
+        if move is None:
+            return None
+        column += len(text)
+        at = move.end()
+        token = move.group()
+        if token == b"\r":
+            column = 0
+        elif token == b"\x08":
+            column = max(0, column - 1)
+        else:  # ESC [ n G (to column n) or ESC [ n D (n back)
+            count = int(token[2:-1] or 1)
+            column = count - 1 if token.endswith(b"G") else max(0, column - count)
+    return None
+
+
+_CURSOR_FORWARD = re.compile(rb"\x1b\[([0-9]{0,4})C")
+
+
+def _forward_blanks(move: re.Match[bytes]) -> bytes:
+    return b" " * min(int(move.group(1) or 1), _MAX_JUMP)
 
 
 def _finish(text: str) -> str:
@@ -171,11 +241,34 @@ def bound_line(line: bytes, limit: int = MAX_LINE_BYTES) -> bytes:
     then the whole gives what bounding the whole once gives.
     """
     text = line.rstrip(b"\r")
-    redraw = text.rfind(b"\r")
+    redraw = _last_redraw(text)
     if redraw > 0:
         text = text[redraw:]
     trailing = b"\r" if line.endswith(b"\r") else b""
     return text[: max(limit, 2)] + trailing  # 2: room for the redraw \r and one character
+
+
+_STRING_OPENER = re.compile(rb"\x1b[\]PX^_]")
+
+
+def _last_redraw(text: bytes) -> int:
+    """Where the last carriage return outside a string sequence is (-1: none). A \r
+    inside one (`ESC ] 0 ; x \r … BEL`) redraws nothing: the string runs over it."""
+    end = len(text)
+    while (redraw := text.rfind(b"\r", 0, end)) >= 0:
+        openers = _STRING_OPENER.finditer(text, max(0, redraw - _MAX_STRING_SEARCH), redraw)
+        opener = collections.deque(openers, maxlen=1)  # the last string opened before it
+        if not opener or _STRING_END.search(text, opener[0].end(), redraw) is not None:
+            return redraw
+        end = opener[0].start()
+    return -1
+
+
+_MAX_STRING_SEARCH = 1 << 16
+"""How far before a \r a string sequence that holds it is looked for; a longer one is
+taken as ended (a bound: bound_line runs on lines of megabytes)."""
+_STRING_END = re.compile(rb"[\x07\x1b]")
+"""What ends a string sequence in clean_line: BEL, or any ESC (ST, or a new sequence)."""
 
 
 class PendingLine:

@@ -46,6 +46,8 @@ KEPT_ROWS = 10_000
 CONTEXT_ROWS = 400
 """Document rows before a run that are read again (unfreshly) for the voice's context:
 the marker line a continuation line belongs to."""
+KEPT_MOVED = 1_000
+"""Texts of rows drawn over from displayed content that are remembered (oldest dropped)."""
 _ALTERNATE_SCREENS = frozenset({47, 1047, 1049})
 _SYNCHRONIZED = 2026
 """Synchronized output: the rows drawn between its set and reset are one frame."""
@@ -78,12 +80,26 @@ class Row(NamedTuple):
 BLANK_ROW = Row("", "")
 
 
+_MOVED = "relay_moved"
+"""The attribute a pyte line gets when the row began as displayed content and bytes then
+drew over its start: the column they drew at."""
+
+
 class _Display(pyte.Screen):
     """pyte's Screen following a stream it must not answer, telling what leaves it.
 
     relay never answers the agent's terminal queries (the user's terminal does), private
     SGR forms (`ESC[>4;?m`, which pyte 0.8.2 would fail on) change nothing, and the
-    alternate screen is a fresh display (pyte keeps one buffer)."""
+    alternate screen is a fresh display (pyte keeps one buffer).
+
+    It keeps the provenance of rows (issue 29): a visit is the drawing the cursor does
+    on one row before it draws on another. A row whose visit began as displayed content
+    (the voice's tool output, or deeper than its text) stays displayed content when the
+    same visit moves the cursor back over its start (a carriage return, a backspace,
+    cursor to column 1 on the same row) and draws there: `  ⎿  out` + `\r● @deploy`
+    is no marker row. Its text is told (`moved`), so that the same text drawn again by a
+    repaint is displayed content too. A later visit that draws over its start afresh (a
+    repaint) ends that."""
 
     def __init__(
         self,
@@ -92,19 +108,83 @@ class _Display(pyte.Screen):
         departed: Callable[[Row], None],
         ended: Callable[[bool], None],
         framed: Callable[[bool], None],
+        *,
+        voice: Voice,
+        moved: Callable[[str], None],
     ) -> None:
         super().__init__(columns, lines)
         self._departed = departed
         self._ended = ended
         self._framed = framed
+        self._voice = voice
+        self._moved = moved
+        self._tracks = voice.follows_blocks  # only those voices tell tool output apart
+        self._last_line: object = None  # the line the last draw was on
+        self._last_x = 0
+        self._visit_lead: tuple[int, str] | None = None
+        """Where the current visit drew its first non-blank character, and which."""
 
     def row(self, y: int) -> Row:
         line = self.buffer[y]
         text = "".join([line[x].data for x in range(self.columns)]).rstrip()
         if not text:
             return BLANK_ROW
+        if getattr(line, _MOVED, None) is not None:
+            self._moved(text)
         lead = len(text) - len(text.lstrip(BLANKS))
         return Row(text, line[lead].fg)
+
+    def draw(self, data: str) -> None:
+        if not self._tracks:
+            super().draw(data)
+            return
+        cursor = self.cursor
+        y = cursor.y
+        line = self.buffer[y]
+        # Most draws go on where the last one ended: they cost two comparisons.
+        if line is not self._last_line:
+            self._visit_lead = None
+            if getattr(line, _MOVED, None) is not None:
+                self._drawn_afresh(line, data)
+        elif cursor.x < self._last_x:
+            self._drawn_back(line, data)
+        if self._visit_lead is None:
+            body = data.lstrip(BLANKS)
+            if body:
+                self._visit_lead = (cursor.x + len(data) - len(body), body[0])
+        super().draw(data)
+        self._last_line = line if cursor.y == y else self.buffer[cursor.y]
+        self._last_x = cursor.x
+
+    def _drawn_afresh(self, line: Any, data: str) -> None:
+        """A new visit to a row drawn over: drawing over its start again ends that."""
+        body = data.lstrip(BLANKS)
+        if body and self.cursor.x + len(data) - len(body) <= getattr(line, _MOVED):
+            self._tell(line)  # a repaint: its text goes, told first
+            delattr(line, _MOVED)
+
+    def _drawn_back(self, line: Any, data: str) -> None:
+        """The visit draws again left of where it was: over the row's start, a row that
+        began as displayed content is drawn over."""
+        lead = self._visit_lead
+        body = data.lstrip(BLANKS)
+        if lead is None or not body:
+            return
+        at = self.cursor.x + len(data) - len(body)
+        if at <= lead[0] and self._voice.displayed_lead(*lead):
+            began = getattr(line, _MOVED, None)
+            setattr(line, _MOVED, at if began is None else min(at, began))
+
+    def _tell(self, line: Any) -> None:
+        text = "".join([line[x].data for x in range(self.columns)]).rstrip()
+        if text:
+            self._moved(text)
+
+    def erase_in_line(self, how: int = 0, *args: Any, **kwargs: Any) -> None:
+        line = self.buffer[self.cursor.y]
+        if getattr(line, _MOVED, None) is not None:
+            self._tell(line)  # its text goes: told first
+        super().erase_in_line(how, *args, **kwargs)
 
     def select_graphic_rendition(self, *attrs: int, **kwargs: Any) -> None:
         if kwargs.get("private"):
@@ -123,6 +203,10 @@ class _Display(pyte.Screen):
     def erase_in_display(self, how: int = 0, *args: Any, **kwargs: Any) -> None:
         if how in (2, 3):
             self._ended(False)
+        for y in range(self.lines):
+            line = self.buffer.get(y)
+            if line is not None and getattr(line, _MOVED, None) is not None:
+                self._tell(line)  # its text goes: told first
         super().erase_in_display(how, *args, **kwargs)
 
     def set_mode(self, *modes: int, **kwargs: Any) -> None:
@@ -151,7 +235,18 @@ class ScreenReader:
     def __init__(self, voice: Voice, scanner: DirectiveScanner, rows: int, cols: int) -> None:
         self.voice = voice
         self._scanner = scanner
-        self._display = _Display(cols, rows, self._depart, self._end_run, self._frame)
+        self._moved_texts: dict[str, None] = {}
+        """Texts of rows that began as displayed content and were drawn over (oldest
+        first, at most KEPT_MOVED): displayed content wherever they are drawn."""
+        self._display = _Display(
+            cols,
+            rows,
+            self._depart,
+            self._end_run,
+            self._frame,
+            voice=voice,
+            moved=self._drawn_over,
+        )
         self._stream = pyte.ByteStream(self._display)
         self._rows: list[Row] = [BLANK_ROW] * rows
         self._checkpoint = self._rows  # the rows when the screen was last whole (a frame's end)
@@ -225,6 +320,13 @@ class ScreenReader:
     def screen(self) -> list[str]:
         """The rows on the screen now (for tests and debugging)."""
         return [row.text for row in self._rows]
+
+    def _drawn_over(self, text: str) -> None:
+        texts = self._moved_texts
+        if text not in texts:
+            texts[text] = None
+            if len(texts) > KEPT_MOVED:
+                del texts[next(iter(texts))]
 
     # -- what leaves the screen ----------------------------------------------------------
 
@@ -317,7 +419,9 @@ class ScreenReader:
                         break
                     text = f"{text} {more}"
                     k += 1
-            displayed = row.colour in colours and text[0] in BLANKS
+            displayed = (row.colour in colours and text[0] in BLANKS) or (
+                row.text in self._moved_texts
+            )
             lines.append(ScreenLine(text, not seen[k - 1], displayed=displayed))
         return self._scanner.screen_lines(lines)
 

@@ -45,6 +45,11 @@ class Voice:
     def __post_init__(self) -> None:
         object.__setattr__(self, "state_chars", self.markers + self.tool_starts)
 
+    def displayed_lead(self, column: int, char: str) -> bool:
+        """Whether a row that begins with `char` at `column` is displayed content (tool
+        output, or deeper than the assistant's text), in a voice that follows blocks."""
+        return self.follows_blocks and (char in self.tool_starts or column > self.indent)
+
     @property
     def follows_blocks(self) -> bool:
         """Whether lines without an `@` matter (they open or close the assistant's text)."""
