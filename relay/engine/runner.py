@@ -644,24 +644,14 @@ def _popen(
     launch: Launch, child_fds: tuple[int, int, int], env: Mapping[str, str], cwd: str | None
 ) -> subprocess.Popen[bytes]:
     stdin, stdout, stderr = child_fds
-    if launch.sealed is None:
-        return subprocess.Popen(
-            launch.argv,
-            stdin=stdin,
-            stdout=stdout,
-            stderr=stderr,
-            env=env,
-            cwd=cwd,
-            process_group=0,
-        )
-    copy = _sealed_copy(launch.sealed)
-    try:
-        argv = list(launch.argv)
-        executable = None
+    argv, executable = list(launch.argv), None
+    copy = _sealed_copy(launch.sealed) if launch.sealed is not None else None
+    if copy is not None:
         if launch.sealed_word == 0:
             executable = f"/proc/self/fd/{copy}"  # argv[0] stays the script's name
         else:
             argv[launch.sealed_word] = f"/dev/fd/{copy}"
+    try:
         return subprocess.Popen(
             argv,
             executable=executable,
@@ -671,10 +661,11 @@ def _popen(
             env=env,
             cwd=cwd,
             process_group=0,
-            pass_fds=(copy,),
+            pass_fds=() if copy is None else (copy,),
         )
     finally:
-        os.close(copy)
+        if copy is not None:
+            os.close(copy)
 
 
 def _sealed_copy(data: bytes) -> int:

@@ -85,15 +85,9 @@ def resolve_max_events(
     Project files cannot set it: an untrusted checkout must not be able to shrink the
     user's log of every other project.
     """
-    variable = (os.environ if env is None else env).get(MAX_EVENTS_VARIABLE, "").strip()
-    if variable:
-        try:
-            value = int(variable)
-        except ValueError:
-            value = 0
-        if value >= 1:
-            return value
-        debug(f"ignoring {MAX_EVENTS_VARIABLE}={variable!r}: expected a whole number >= 1")
+    chosen = _positive_variable(MAX_EVENTS_VARIABLE, env)
+    if chosen is not None:
+        return chosen
     configured = [
         loaded.settings.log.maxEvents
         for loaded in files
@@ -104,16 +98,24 @@ def resolve_max_events(
 
 def resolve_max_bytes(env: Mapping[str, str] | None = None) -> int:
     """The log's size bound in bytes: $RELAY_LOG_MAX_BYTES, else 64 MiB."""
-    variable = (os.environ if env is None else env).get(MAX_BYTES_VARIABLE, "").strip()
-    if variable:
-        try:
-            value = int(variable)
-        except ValueError:
-            value = 0
-        if value >= 1:
-            return value
-        debug(f"ignoring {MAX_BYTES_VARIABLE}={variable!r}: expected a whole number >= 1")
-    return DEFAULT_MAX_BYTES
+    chosen = _positive_variable(MAX_BYTES_VARIABLE, env)
+    return DEFAULT_MAX_BYTES if chosen is None else chosen
+
+
+def _positive_variable(name: str, env: Mapping[str, str] | None) -> int | None:
+    """The whole number >= 1 an environment variable holds; None when unset or not one
+    (said in a debug line)."""
+    variable = (os.environ if env is None else env).get(name, "").strip()
+    if not variable:
+        return None
+    try:
+        value = int(variable)
+    except ValueError:
+        value = 0
+    if value >= 1:
+        return value
+    debug(f"ignoring {name}={variable!r}: expected a whole number >= 1")
+    return None
 
 
 def bounded_json(text: bytes, limit: int = ENTRY_MAX_BYTES) -> str:
