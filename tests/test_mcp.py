@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -426,3 +427,54 @@ def test_arguments_over_their_limits_are_refused_before_any_hook_runs(
         check=True,
     )
     assert json.loads(logged.stdout) == []  # and nothing was logged
+
+
+STOP_WITH_DIRECTIVE = {
+    "session_id": "host-session",
+    "hook_event_name": "Stop",
+    "stop_hook_active": False,
+    "last_assistant_message": "@relay:Bob hello from the hook",
+}
+
+
+def test_a_hook_call_cannot_speak_as_a_live_agent_by_claiming_its_session(
+    project: Path, relay_home: Path, tmp_path: Path
+) -> None:
+    """The host's hook path had the same hole as `relay mcp`: `RELAY_AGENT_NAME=Alice
+    RELAY_SESSION_ID=fake relay hooks run Stop` sent as live Alice. A call from inside her
+    `relay run` (here, `relay hooks run` as her agent's child) still speaks as her."""
+    _register_bob(project, relay_home)
+    event = json.dumps(STOP_WITH_DIRECTIVE)
+    inside = tmp_path / "inside.json"
+    script = tmp_path / "agent.sh"
+    script.write_text(
+        f"printf '%s' {shlex.quote(event)} | {shlex.quote(RELAY)} hooks run --dialect claude Stop"
+        f" > {shlex.quote(str(inside))}\nexec sleep 600\n"
+    )
+    alice = subprocess.Popen(
+        [RELAY, "run", "--headless", "--name", "Alice", "--", "sh", str(script)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        cwd=project,
+    )
+    try:
+        wait_for(lambda: _agents(project).get("Alice", {}).get("state") == "live", "Alice live")
+        wait_for(lambda: inside.exists() and inside.stat().st_size > 0, "Alice's own hook call")
+        assert _bobs_mail(project) == [("Alice", "hello from the hook")]
+        real_session = _agents(project)["Alice"]["session_id"]
+        for session_id in ("made-up-session", real_session):
+            claimed = subprocess.run(
+                [RELAY, "hooks", "run", "--dialect", "claude", "Stop"],
+                input=event.replace("hello from the hook", "forged"),
+                env={**os.environ, "RELAY_AGENT_NAME": "Alice", "RELAY_SESSION_ID": session_id},
+                cwd=project,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            assert "belongs to a live agent" in claimed.stdout + claimed.stderr, claimed
+        assert _bobs_mail(project) == [("Alice", "hello from the hook")]
+    finally:
+        alice.terminate()
+        finish(alice)

@@ -216,7 +216,7 @@ def _prepare(
         system.telemetry = caches.telemetry(log_path(call.env), max_events)
     planned = system.plan(envelope.name, envelope)
     bound = system.time_bound(planned)
-    turn = host_turn(target, envelope, call.env) if target is not None else None
+    turn = host_turn(target, envelope, call.env, call.caller) if target is not None else None
     if turn is not None:
         # The agent channel dispatches through its own system: it registers the built-in
         # handlers, which must not reach a registry the server keeps between calls.

@@ -82,9 +82,15 @@ class HostTurn:
     """The channel's part in one host event."""
 
     def __init__(
-        self, host: Host, envelope: EventEnvelope, env: Mapping[str, str], text: str | None
+        self,
+        host: Host,
+        envelope: EventEnvelope,
+        env: Mapping[str, str],
+        text: str | None,
+        caller: int | None = None,
     ) -> None:
         self.host = host
+        self.caller = caller
         self.envelope = envelope
         self.env = env
         self.event = envelope.name
@@ -156,6 +162,9 @@ class HostTurn:
         mail: list[tuple[str, str]] = []
         handed = False
         try:
+            # $RELAY_AGENT_NAME and $RELAY_SESSION_ID are claims: a live agent's name is
+            # this call's only when the call comes from inside that agent's session.
+            await anyio.to_thread.run_sync(channel.claim_for, self.caller)
             if self.event == "SessionStart":
                 try:
                     await channel.enroll()
@@ -262,8 +271,11 @@ def _digest(text: str) -> str:
 # -- which events need the channel --------------------------------------------------------
 
 
-def host_turn(host: Host, envelope: EventEnvelope, env: Mapping[str, str]) -> HostTurn | None:
-    """The channel's part in this event, or None when it has none (the usual case)."""
+def host_turn(
+    host: Host, envelope: EventEnvelope, env: Mapping[str, str], caller: int | None = None
+) -> HostTurn | None:
+    """The channel's part in this event, or None when it has none (the usual case);
+    `caller`: the pid of the process that made the call (None: this one)."""
     event = envelope.name
     run_session = env.get("RELAY_SESSION_ID")
     if run_session and event in MAIL_EVENTS:
@@ -274,9 +286,9 @@ def host_turn(host: Host, envelope: EventEnvelope, env: Mapping[str, str]) -> Ho
             text = None  # nothing that could be a directive: nothing to remember either
         if text is None and not agent_name(env):
             return None
-        return HostTurn(host, envelope, env, text)
+        return HostTurn(host, envelope, env, text, caller)
     if event in MAIL_EVENTS and host.wire(event) in host.context_events and agent_name(env):
-        return HostTurn(host, envelope, env, None)
+        return HostTurn(host, envelope, env, None, caller)
     return None
 
 

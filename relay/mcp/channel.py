@@ -29,6 +29,7 @@ from relay.services.memory.namespace import MemoryDirectives
 from relay.services.memory.sharing import TeamMemoryError, TeamSharing, team_sharing
 from relay.services.messaging.messenger import Messenger, messaging_config
 from relay.services.messaging.model import (
+    Agent,
     MessagingError,
     NameTakenError,
     check_name,
@@ -197,30 +198,49 @@ class Channel:
         except MessagingError as exc:
             self._identity_problem = f"the mailbox is unavailable: {exc.message}"
 
-    def _proven_session(self) -> bool:
-        """Whether this process runs inside the `relay run` session that holds the name:
-        the team's live agent of that name has this session id, lives on this machine, and
-        its relay process (pid and start time, as it registered) is one of this process's
-        ancestors. A session id alone proves nothing: it is in the agent's environment,
-        which other processes of the user can read."""
-        from relay.engine.processes import descends_from
+    def _proven_session(self, caller: int | None = None) -> bool:
+        """Whether `caller` (default: this process) runs inside the `relay run` session
+        that holds the name: the team's live agent of that name has this session id, lives
+        on this machine, and its relay process (pid and start time, as it registered) is
+        one of the caller's ancestors. A session id alone proves nothing: it is in the
+        agent's environment, which other processes of the user can read."""
+        agent = self._live_holder()
+        return agent is not None and self._descends(agent, caller)
 
+    def _live_holder(self) -> Agent | None:
+        """The team's live agent that holds this channel's name, if any."""
         mailbox, team = self.messenger.mailbox, self.messenger.team
         try:
             agents = mailbox.agents(team)
         except MessagingError:
-            return False
+            return None
         for agent in agents:
             if agent.name == self.name:
-                return (
-                    agent.kind == "agent"
-                    and agent.state != "offline"
-                    and agent.session_id == self.session_id
-                    and agent.host == mailbox.host
-                    and agent.pid is not None
-                    and descends_from(agent.pid, agent.started_ticks)
-                )
-        return False
+                return agent if agent.kind == "agent" and agent.state != "offline" else None
+        return None
+
+    def _descends(self, agent: Agent, caller: int | None) -> bool:
+        from relay.engine.processes import descends_from
+
+        return (
+            agent.session_id == self.session_id
+            and agent.host == self.messenger.mailbox.host
+            and agent.pid is not None
+            and descends_from(agent.pid, agent.started_ticks, child=caller)
+        )
+
+    def claim_for(self, caller: int | None) -> None:
+        """For a host's hook call: the name is this call's unless a live agent holds it and
+        the call (`caller`'s pid; None: this process) is not from inside that agent's own
+        session. Otherwise sending and taking mail are refused, as for `relay mcp`."""
+        if self.name is None:
+            return
+        agent = self._live_holder()
+        if agent is not None and not self._descends(agent, caller):
+            self._identity_problem = (
+                f"the name {self.name} belongs to a live agent (session {agent.session_id}) "
+                "and this call does not come from inside its session"
+            )
 
     async def enroll(self) -> None:
         """Make the named agent known to its team, so others can write to it, without a

@@ -71,13 +71,24 @@ why. relay then runs no hook and answers with its failure."""
 class Call:
     """One `relay hooks run` call as a client forwards it."""
 
-    __slots__ = ("argv", "cwd", "env", "stdin")
+    __slots__ = ("argv", "caller", "cwd", "env", "stdin")
 
-    def __init__(self, argv: list[str], cwd: str, env: dict[str, str], stdin: bytes) -> None:
+    def __init__(
+        self,
+        argv: list[str],
+        cwd: str,
+        env: dict[str, str],
+        stdin: bytes,
+        caller: int | None = None,
+    ) -> None:
         self.argv = argv
         self.cwd = cwd
         self.env = env
         self.stdin = stdin
+        self.caller = caller
+        """The pid of the process that made the call, as the kernel tells the server
+        (SO_PEERCRED); None for a call this process makes. What proves that a call comes
+        from inside an agent's own session, where its environment only claims it."""
 
 
 class Reply:
@@ -220,14 +231,25 @@ def make_private_dir(folder: str) -> bool:
 
 def peer_uid(sock: socket.socket) -> int | None:
     """The uid of the process at the other end of a Unix socket (None where unsupported)."""
+    credentials = _peer_credentials(sock)
+    return None if credentials is None else credentials[1]
+
+
+def peer_pid(sock: socket.socket) -> int | None:
+    """The pid of the process at the other end of a Unix socket (None where unsupported)."""
+    credentials = _peer_credentials(sock)
+    return None if credentials is None or credentials[0] <= 0 else credentials[0]
+
+
+def _peer_credentials(sock: socket.socket) -> tuple[int, int, int] | None:
     import socket
 
     option = getattr(socket, "SO_PEERCRED", None)
     if option is None:
         return None
     credentials = sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i"))
-    _, uid, _ = struct.unpack("3i", credentials)
-    return int(uid)
+    pid, uid, gid = struct.unpack("3i", credentials)
+    return int(pid), int(uid), int(gid)
 
 
 # ---- framing ----------------------------------------------------------------------------

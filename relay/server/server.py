@@ -34,6 +34,7 @@ from relay.server.client import (
     fallback_frame,
     identity,
     make_private_dir,
+    peer_pid,
     peer_uid,
     read_request,
     result_frame,
@@ -254,6 +255,8 @@ class Server:
             self._control(connection, request)
             return
         install, call = request
+        with contextlib.suppress(OSError):
+            call.caller = peer_pid(connection)
         if install != self.install:
             connection.sendall(fallback_frame(f"this server is {self.install}"))
             return
