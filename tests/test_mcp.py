@@ -478,3 +478,71 @@ def test_a_hook_call_cannot_speak_as_a_live_agent_by_claiming_its_session(
     finally:
         alice.terminate()
         finish(alice)
+
+
+HOST = """
+import os, subprocess, sys, time
+import anyio
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+async def main():
+    relay, event, ready, stop, inside = sys.argv[1:6]
+    params = StdioServerParameters(command=relay, args=["mcp"], env=dict(os.environ))
+    with open(os.devnull, "w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                await session.call_tool("list_agents", {})
+                # One of this host's own hook calls: a sibling of its MCP server.
+                with open(inside, "w") as out:
+                    subprocess.run([relay, "hooks", "run", "--dialect", "claude", "Stop"],
+                                   input=event.encode(), stdout=out, check=False)
+                open(ready, "w").close()
+                while not os.path.exists(stop):
+                    await anyio.sleep(0.05)
+
+anyio.run(main)
+"""
+"""A host with relay installed: it starts `relay mcp` (which holds its agent's name while
+it runs) and makes one hook call of its own, then waits to be told to stop."""
+
+
+def test_a_hosts_own_hook_calls_speak_as_its_agent_and_no_one_else_does(
+    project: Path, relay_home: Path, tmp_path: Path
+) -> None:
+    """A host-installed agent's name is held by the host's MCP server; its hook calls are
+    that server's siblings, so they are inside the agent; a call from outside is not."""
+    _register_bob(project, relay_home)
+    event = json.dumps(STOP_WITH_DIRECTIVE)
+    host_script, ready, stop, inside = (
+        tmp_path / "host.py",
+        tmp_path / "ready",
+        tmp_path / "stop",
+        tmp_path / "inside.json",
+    )
+    host_script.write_text(HOST)
+    host = subprocess.Popen(
+        [sys.executable, str(host_script), RELAY, event, str(ready), str(stop), str(inside)],
+        env={**os.environ, "RELAY_AGENT_NAME": "Carol"},
+        cwd=project,
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_for(ready.exists, "the host's own hook call")
+        assert _agents(project)["Carol"]["state"] == "live"
+        forged = subprocess.run(
+            [RELAY, "hooks", "run", "--dialect", "claude", "Stop"],
+            input=event.replace("hello from the hook", "forged"),
+            env={**os.environ, "RELAY_AGENT_NAME": "Carol"},
+            cwd=project,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert "belongs to a live agent" in forged.stdout + forged.stderr, forged
+        assert _bobs_mail(project) == [("Carol", "hello from the hook")]
+    finally:
+        stop.touch()
+        finish(host)

@@ -47,6 +47,11 @@ def descends_from(pid: int, started_ticks: int | None, *, child: int | None = No
     return False
 
 
+def parent_of(pid: int) -> int | None:
+    """The parent of process `pid`, from /proc; None when it cannot be read."""
+    return _parent(pid)
+
+
 _MAX_DEPTH = 256
 """Parents followed at most (a process tree is never this deep)."""
 

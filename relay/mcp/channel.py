@@ -231,16 +231,36 @@ class Channel:
 
     def claim_for(self, caller: int | None) -> None:
         """For a host's hook call: the name is this call's unless a live agent holds it and
-        the call (`caller`'s pid; None: this process) is not from inside that agent's own
-        session. Otherwise sending and taking mail are refused, as for `relay mcp`."""
+        the call (`caller`'s pid; None: this process) does not come from inside that agent
+        (`_inside`). Otherwise sending and taking mail are refused, as for `relay mcp`."""
         if self.name is None:
             return
         agent = self._live_holder()
-        if agent is not None and not self._descends(agent, caller):
+        if agent is not None and not self._inside(agent, caller):
             self._identity_problem = (
                 f"the name {self.name} belongs to a live agent (session {agent.session_id}) "
-                "and this call does not come from inside its session"
+                "and this call does not come from inside it"
             )
+
+    def _inside(self, agent: Agent, caller: int | None) -> bool:
+        """Whether `caller` runs inside the live agent `agent`: it descends from the relay
+        process that holds the name (a `relay run`), or, where that process is the host's
+        own MCP server (`relay mcp` started by Claude Code, Gemini CLI or Codex), from the
+        host that started it, whose hook calls are its siblings. A `relay run`'s parent is
+        the user's shell, which proves nothing: only its own descendants are inside it."""
+        from relay.engine.processes import descends_from, parent_of, process_alive
+        from relay.session.sessions import list_sessions
+
+        if agent.host != self.messenger.mailbox.host or agent.pid is None:
+            return False
+        if descends_from(agent.pid, agent.started_ticks, child=caller):
+            return True
+        if not process_alive(agent.pid, agent.started_ticks):
+            return False
+        if any(record.pid == agent.pid for record in list_sessions()):
+            return False  # a relay run session: its own descendants only
+        host = parent_of(agent.pid)
+        return host is not None and host > 1 and descends_from(host, None, child=caller)
 
     async def enroll(self) -> None:
         """Make the named agent known to its team, so others can write to it, without a
