@@ -546,3 +546,53 @@ def test_a_hosts_own_hook_calls_speak_as_its_agent_and_no_one_else_does(
     finally:
         stop.touch()
         finish(host)
+
+
+def test_only_a_call_from_inside_a_session_tells_it_that_the_hosts_hooks_read_it(
+    project: Path, relay_home: Path, tmp_path: Path
+) -> None:
+    """A hook call marks a `relay run` session as read by its host's hooks, and the session
+    then leaves the directives on its screen to them: a call that only claims the session's
+    id (anyone of the user can read it) must not silence them."""
+    from relay.session.sessions import hooked_marker
+
+    prompt = {"session_id": "host", "hook_event_name": "UserPromptSubmit", "prompt": "hi"}
+    script = tmp_path / "agent.sh"
+    script.write_text(
+        f"sleep 1\nprintf '%s' {shlex.quote(json.dumps(prompt))} | {shlex.quote(RELAY)} hooks"
+        f" run --dialect claude UserPromptSubmit >/dev/null\nexec sleep 600\n"
+    )
+    outsider = subprocess.Popen(
+        [RELAY, "run", "--headless", "--name", "Alice", "--", "sleep", "600"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        cwd=project,
+    )
+    insider = subprocess.Popen(
+        [RELAY, "run", "--headless", "--name", "Dave", "--", "sh", str(script)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        cwd=project,
+    )
+    try:
+        wait_for(lambda: _agents(project).get("Alice", {}).get("state") == "live", "Alice live")
+        wait_for(lambda: _agents(project).get("Dave", {}).get("state") == "live", "Dave live")
+        alice, dave = (_agents(project)[name]["session_id"] for name in ("Alice", "Dave"))
+        wait_for(hooked_marker(dave).exists, "Dave's own hook call marks his session")
+        claimed = subprocess.run(
+            [RELAY, "hooks", "run", "--dialect", "claude", "UserPromptSubmit"],
+            input=json.dumps(prompt),
+            env={**os.environ, "RELAY_SESSION_ID": alice},
+            cwd=project,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert claimed.returncode == 0, claimed.stderr
+        assert not hooked_marker(alice).exists()
+    finally:
+        for process in (outsider, insider):
+            process.terminate()
+            finish(process)

@@ -40,7 +40,7 @@ from relay.config.paths import private_dir, state_dir
 from relay.hosts.model import Host
 from relay.protocol.codec import EventEnvelope
 from relay.protocol.output import AggregatedResult
-from relay.session.sessions import hooked_marker
+from relay.session.sessions import holds_session, hooked_marker
 
 if TYPE_CHECKING:
     from relay.engine.system import HookSystem
@@ -279,7 +279,7 @@ def host_turn(
     event = envelope.name
     run_session = env.get("RELAY_SESSION_ID")
     if run_session and event in MAIL_EVENTS:
-        _mark_hooked(run_session, env)
+        _mark_hooked(run_session, env, caller)
     if event == STOP_EVENT:
         text = assistant_text(envelope)
         if text is not None and _CANDIDATE.search(text) is None:
@@ -345,9 +345,12 @@ def _tool_results(content: object) -> bool:
     )
 
 
-def _mark_hooked(session_id: str, env: Mapping[str, str]) -> None:
+def _mark_hooked(session_id: str, env: Mapping[str, str], caller: int | None) -> None:
+    """Tell the `relay run` session that the host's hooks read it (it then leaves the
+    directives on its screen to them), once, and only for a call from inside that session:
+    a marker forged for another session would silence its directives."""
     marker = hooked_marker(session_id, env)
-    if marker.exists():
+    if marker.exists() or not holds_session(session_id, caller):
         return
     try:
         private_dir(marker.parent)

@@ -282,6 +282,7 @@ class Session:
             command=self.command,
             cwd=str(self.cwd),
             started=utc_timestamp(),
+            session_id=self.session_id,
         )
         self._session_record = record
         try:

@@ -31,6 +31,9 @@ class SessionRecord(msgspec.Struct, kw_only=True):
     command: list[str]
     cwd: str
     started: str
+    session_id: str | None = None
+    """The session's id ($RELAY_SESSION_ID in its agent's environment); None in a record
+    an older relay wrote."""
 
 
 class SessionError(RelayError):
@@ -53,6 +56,19 @@ def hooked_marker(session_id: str, env: Mapping[str, str] | None = None) -> Path
 def alive(record: SessionRecord) -> bool:
     """Whether the session's relay process is still the one that registered."""
     return process_alive(record.pid, record.started_ticks)
+
+
+def holds_session(session_id: str, caller: int | None) -> bool:
+    """Whether `caller` (a pid; None: this process) runs inside the live `relay run`
+    session with this id: it descends from that session's relay process. An id in an
+    environment is only a claim (other processes of the user can read it)."""
+    from relay.engine.processes import descends_from
+
+    return any(
+        record.session_id == session_id
+        and descends_from(record.pid, record.started_ticks, child=caller)
+        for record in list_sessions()
+    )
 
 
 def list_sessions() -> list[SessionRecord]:
