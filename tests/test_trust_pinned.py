@@ -313,16 +313,23 @@ def test_a_bash_script_sees_its_path_as_dollar_zero(project: Path, argv: list[st
     assert through_relay(project, " ".join(argv)) == expected
 
 
-def test_bash_source_is_empty_in_a_pinned_bash_script(project: Path) -> None:
-    # The documented difference (spec/protocol.md §7): bash names ${BASH_SOURCE[0]} only
-    # for a file it opened by name itself, and that open is the gap pinning closes.
-    show = '#!/bin/bash\necho "source=[${BASH_SOURCE[0]}] [${BASH_SOURCE[0]:-$0}]"\n'
-    write(project / "hooks" / "source.bash", show, executable=True)
-    assert (
-        by_path(project, ["./hooks/source.bash"])
-        == "source=[./hooks/source.bash] [./hooks/source.bash]\n"
+def test_bash_source_in_a_pinned_bash_script_is_as_run_by_path(project: Path) -> None:
+    """bash names ${BASH_SOURCE[0]} only for a file it opened by name itself (the gap
+    pinning closes); the script's own references read as $0, which is that name."""
+    show = (
+        "#!/bin/bash\n"
+        'echo "source=[${BASH_SOURCE[0]}] [${BASH_SOURCE[0]:-$0}] [$BASH_SOURCE]"\n'
+        'echo "dir=[$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)] [${BASH_SOURCE%/*}]"\n'
+        'f() { echo "in f=[${BASH_SOURCE[0]}]"; }\nf\n'
+        'source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"\n'
     )
-    assert through_relay(project, "./hooks/source.bash") == "source=[] [./hooks/source.bash]\n"
+    write(project / "hooks" / "source.bash", show, executable=True)
+    write(project / "hooks" / "lib.sh", 'echo "lib=[${BASH_SOURCE[0]}] [$BASH_SOURCE]"\n')
+    expected = by_path(project, ["./hooks/source.bash"])
+    assert "source=[./hooks/source.bash] [./hooks/source.bash] [./hooks/source.bash]" in expected
+    assert f"dir=[{project / 'hooks'}] [./hooks]" in expected
+    assert "lib=[./hooks/lib.sh] [./hooks/lib.sh]" in expected
+    assert through_relay(project, "./hooks/source.bash") == expected
 
 
 @pytest.mark.parametrize(

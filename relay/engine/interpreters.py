@@ -8,8 +8,9 @@ checked text to the interpreter itself, under the script's own name, and the scr
 what it sees when run by path:
 
 - POSIX shells: `sh -c TEXT PATH ARGS…`, so `$0` is PATH. bash leaves `${BASH_SOURCE[0]}`
-  empty under `-c` and ignores assignments to it; it names a file only when bash opens
-  that file by name, which is the gap this module closes: a bash script gets `$0`;
+  empty under `-c` and ignores assignments to it (it names a file only when bash opens
+  that file by name, which is the gap this module closes), so a bash script's own
+  `${BASH_SOURCE[0]}` is read as `$0` (`bash_source_as_zero`);
 - Python: `python -c BOOTSTRAP COPY PATH ARGS…`: the bootstrap reads TEXT from COPY (a
   sealed memfd the runner creates), compiles it under PATH and runs it as `__main__`,
   with `__file__`, `sys.argv` and `sys.path[0]` as a run by path sets them;
@@ -27,6 +28,7 @@ itself: the checked bytes still, but the script sees its name as /dev/fd/N (or
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
@@ -263,9 +265,27 @@ def pinned_launch(launch: Launch, pin: Pin, cwd: str) -> Launch:
             )
             return Launch(argv=launch.argv, mode="pinned", refusal=refusal)
         return Launch(argv=(*command, "--import", module, word, *arguments), mode="pinned")
+    if os.path.basename(command[program]) == "bash":
+        text = bash_source_as_zero(text)
     if not _fits_an_argument(text):
         return sealed
     return Launch(argv=(*command, "-c", os.fsdecode(text), word, *arguments), mode="pinned")
+
+
+_BASH_SOURCE_BRACED = re.compile(rb"\$\{BASH_SOURCE(?:\[0\])?(?![\w\[])")
+_BASH_SOURCE_BARE = re.compile(rb"\$BASH_SOURCE(?!\w)")
+
+
+def bash_source_as_zero(text: bytes) -> bytes:
+    """A bash script's text with its own `${BASH_SOURCE[0]}` (also `${BASH_SOURCE}`,
+    `$BASH_SOURCE` and their `${…%/*}`-style forms) read as `$0`. Under `bash -c TEXT
+    PATH`, `$0` is PATH, as `${BASH_SOURCE[0]}` is when bash runs the file by path, but
+    bash leaves BASH_SOURCE empty and ignores assignments to it; so the common
+    `cd "$(dirname "${BASH_SOURCE[0]}")"` works as run by path. A file the script sources
+    is read by bash and has its own BASH_SOURCE; deeper entries (`[1]`, `[@]`) are left."""
+    if b"BASH_SOURCE" not in text:
+        return text
+    return _BASH_SOURCE_BARE.sub(b"$0", _BASH_SOURCE_BRACED.sub(b"${0", text))
 
 
 def _operand(argv: Sequence[str], start: int, family: Family) -> int | None:
