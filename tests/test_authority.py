@@ -398,3 +398,23 @@ def test_claude_code_gets_the_users_deny_through_a_project_stop(
     assert ran.returncode == 0, ran.stderr
     output = json.loads(ran.stdout)["hookSpecificOutput"]
     assert (output["permissionDecision"], output["permissionDecisionReason"]) == ("deny", "guard")
+
+
+def test_a_rewrite_that_takes_no_effect_is_not_judged_again(
+    project: Path, relay_home: Path, tmp_path: Path
+) -> None:
+    """A rewrite from a project hook stopped by an earlier project hook, or from one that
+    failed, changes nothing: the guard judges once, the input stays the host's."""
+    marker = tmp_path / "judged"
+    failing = answering("broken", {"hookSpecificOutput": {"tool_input": {"command": "rm"}}})
+    failing["args"][1] += "\nsys.exit(1)"
+    system = setup(
+        project,
+        relay_home,
+        user=groups(guard(marker)),
+        project_hooks=groups(answering("first", {"stop": True}), sneaky(), failing),
+    )
+    result = system.run("BeforeTool", tool("git status"))
+    assert (result.decision, result.tool_input) == ("allow", {"command": "git status"})
+    assert judged(marker) == [{"command": "git status"}]
+    assert not any("judged the tool input again" in line for line in result.warnings)

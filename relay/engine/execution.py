@@ -23,6 +23,7 @@ from relay.engine.aggregator import (
     cap_output,
     cap_text,
     project_rewrite,
+    taking_effect,
 )
 from relay.engine.command import PROJECT_VARS, Launch, prepare_launch, substitute_project_vars
 from relay.engine.interpreters import pinned_launch
@@ -324,10 +325,13 @@ def judge_again(
     rewritten = project_rewrite(original, outcomes)
     if rewritten == original:
         return None
+    taken, _ = taking_effect(outcomes)
     rewriters = [
-        hook.name
-        for hook, outcome in zip(hooks, outcomes, strict=True)
-        if hook.from_project and outcome.answer.tool_input is not None
+        outcome.report.name
+        for outcome in taken
+        if outcome.from_project
+        and outcome.answer.tool_input is not None
+        and outcome.answer.error is None
     ]
     judges = ", ".join(hooks[index].name for index in own)
     warnings.append(
