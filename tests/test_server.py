@@ -490,6 +490,47 @@ def test_a_server_killed_mid_guard_leaves_no_hook_running_and_the_guard_is_not_r
 
 
 @pytest.mark.parametrize("kind", ["native", "python"])
+def test_a_living_server_that_drops_a_call_leaves_none_of_its_hooks_running(
+    kind: str, relay_home: Path, project: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A server that accepts a call, starts a hook for it and closes the connection while
+    it runs on (it does not die): the client does not wait on it, kills the call's hook
+    all the same (nothing will read it) and answers with relay's failure."""
+    path = client.socket_path()
+    assert client.make_private_dir(os.path.dirname(path))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+    hooks: list[subprocess.Popen[bytes]] = []
+
+    def serve() -> None:
+        connection, _ = listener.accept()
+        with connection, connection.makefile("rb") as reader:
+            request_ = client.read_request(reader.read)
+            assert not isinstance(request_, str)
+            hooks.append(subprocess.Popen(["sleep", "60"], env=request_[1].env))
+            connection.sendall(client.accepted_frame(60_000))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    command = client_command(kind, tmp_path, request)
+    try:
+        reply = run_client([*command, "--dialect", "claude", "SessionStart"], project, b"{}")
+        message = json.loads(reply.stdout)["systemMessage"]
+        assert "accepted this call and gave no result in time (killed 1 of its hook" in message
+        assert hooks and hooks[0].wait(timeout=30) == -9
+    finally:
+        listener.close()
+        thread.join(timeout=30)
+        for hook_process in hooks:
+            if hook_process.poll() is None:
+                hook_process.kill()
+                hook_process.wait()
+        wait_for_status(path)  # the client started a real server for the next call
+        stop_server(path)
+
+
+@pytest.mark.parametrize("kind", ["native", "python"])
 def test_killing_a_client_that_runs_the_call_itself_leaves_no_hook_running(
     kind: str,
     short_home: Path,

@@ -54,8 +54,9 @@ RESULT_SLACK = 2.0
 MAX_STRING = 64 << 20
 MAX_ITEMS = 65_536
 SOCKET_NAME_LIMIT = 100  # sun_path holds 108 bytes on Linux, 104 on macOS
-DYING_WAIT = 1.0
-"""Seconds a client gives a server whose connection closed mid-call to be seen gone."""
+DYING_WAIT = 3.0
+"""Seconds a client gives a server whose connection closed mid-call to be seen gone (a
+loaded machine can take more than one)."""
 SPAWN_INTERVAL = 5.0
 """A client starts a server at most this often (a server that cannot start must not cost
 every call a fork)."""
@@ -381,19 +382,26 @@ def request(path: str, call: Call, *, ack_timeout: float = ACK_TIMEOUT) -> Reply
 
 
 def _lost(server: tuple[int, int, int | None] | None, call_id: str) -> Lost:
-    """The server accepted a call and gave no result: when it is gone, kill what is left
-    of the call's hooks (they would run on, orphaned), and say why either way."""
-    if server is not None and _ends(server[0], server[2]):
-        killed = kill_call(call_id, server[1]) if call_id else 0
+    """The server accepted a call and gave no result: kill what is left of the call's hooks
+    (nothing will read them; a server gone mid-call leaves them orphaned, and a living one
+    past its deadline would kill them too), and say why."""
+    if server is None:  # no SO_PEERCRED: neither its pid nor its session is known
+        return Lost(_NO_RESULT.format(killed=0))
+    gone = _ends(server[0], server[2])
+    killed = kill_call(call_id, server[1]) if call_id else 0
+    if gone:
         return Lost(
             f"relay's server (pid {server[0]}) stopped in the middle of this call "
             f"(killed {killed} of its hook processes); its hooks may have run in part, "
             "so relay does not run them again"
         )
-    return Lost(
-        "relay's server accepted this call and gave no result in time; its hooks may "
-        "have run in part, so relay does not run them again"
-    )
+    return Lost(_NO_RESULT.format(killed=killed))
+
+
+_NO_RESULT = (
+    "relay's server accepted this call and gave no result in time (killed {killed} of its "
+    "hook processes); its hooks may have run in part, so relay does not run them again"
+)
 
 
 def _peer_process(sock: socket.socket) -> tuple[int, int, int | None] | None:

@@ -41,7 +41,7 @@
 #define RESULT_SLACK_MS 2000
 #define SOCKET_NAME_LIMIT 100
 #define SPAWN_INTERVAL 5
-#define DYING_WAIT_MS 1000
+#define DYING_WAIT_MS 3000
 #define MAX_FRAME (128u << 20)
 #define CALL_ID_VARIABLE "RELAY_CALL_ID"
 #define LOST_VARIABLE "RELAY_CALL_LOST"
@@ -437,23 +437,26 @@ static int ask_server(const char *path, int argc, char **argv, const buffer *eve
 fail:
     close(fd);
     if (!accepted) return 0;
-    /* The socket closes as a killed server begins to exit, before it is done: give it a
-     * second to be seen gone. */
+    /* The socket closes as a killed server begins to exit, before it is done: give it
+     * a few seconds to be seen gone (a loaded machine can take more than one). */
     int64_t dying = now_ms() + DYING_WAIT_MS;
     while (server > 0 && process_alive(server, server_started) && now_ms() < dying) {
         struct timespec pause = {0, 10 * 1000 * 1000};
         nanosleep(&pause, NULL);
     }
-    if (server > 0 && server_session > 0 && !process_alive(server, server_started)) {
-        int killed = kill_call(call_id, server_session);
+    /* Whatever became of the server, nothing will read what is left of the call's hooks:
+     * they are killed either way (a living server past its deadline would kill them too). */
+    int killed = server > 0 && server_session > 0 ? kill_call(call_id, server_session) : 0;
+    if (server > 0 && !process_alive(server, server_started)) {
         snprintf(lost, lost_size,
                  "relay's server (pid %d) stopped in the middle of this call (killed %d of its "
                  "hook processes); its hooks may have run in part, so relay does not run them again",
                  (int)server, killed);
     } else {
         snprintf(lost, lost_size,
-                 "relay's server accepted this call and gave no result in time; its hooks may "
-                 "have run in part, so relay does not run them again");
+                 "relay's server accepted this call and gave no result in time (killed %d of its "
+                 "hook processes); its hooks may have run in part, so relay does not run them again",
+                 killed);
     }
     return 2;
 }
