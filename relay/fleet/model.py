@@ -124,17 +124,18 @@ class AgentStatus(msgspec.Struct, kw_only=True):
 
 
 class StatusBoard(Protocol):
-    """Where a team's statuses are kept and read."""
+    """Where a team's statuses are kept and read (async: the NATS one talks to a server;
+    the SQLite one runs its queries in a worker thread)."""
 
-    def publish(self, status: AgentStatus) -> None:
+    async def publish(self, status: AgentStatus) -> None:
         """Record `status` (replacing the agent's previous one) and its heartbeat."""
         ...
 
-    def statuses(self, team: str) -> list[AgentStatus]:
+    async def statuses(self, team: str) -> list[AgentStatus]:
         """The team's agents, by name; an agent past its heartbeat's time to live reads as
         `lost` (unless it had exited or stopped)."""
         ...
 
-    def remove(self, team: str, name: str) -> None:
+    async def remove(self, team: str, name: str) -> None:
         """Forget an agent's status."""
         ...
