@@ -30,6 +30,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "uninstall": ("relay.cli.install", "uninstall"),
     "doctor": ("relay.cli.install", "doctor"),
     "mcp": ("relay.cli.mcp", "mcp"),
+    "up": ("relay.cli.fleet", "up_command"),
+    "down": ("relay.cli.fleet", "down_command"),
+    "restart": ("relay.cli.fleet", "restart_command"),
+    "ps": ("relay.cli.fleet", "ps_command"),
+    "attach": ("relay.cli.fleet", "attach_command"),
+    "logs": ("relay.cli.fleet", "logs_command"),
 }
 
 

@@ -42,6 +42,11 @@ from relay.protocol.display import visible
     help="What the session is for: given to hooks in SessionStart's `task` (a trajectory's "
     "title, for one).",
 )
+@click.option(
+    "--prompt",
+    help="Typed into the agent as its first prompt once it is ready (after the start "
+    "context); `relay up` gives an agent its task this way.",
+)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
 def run(
@@ -49,6 +54,7 @@ def run(
     *,
     name: str | None,
     task: str | None,
+    prompt: str | None,
     settings_files: tuple[Path, ...],
     cwd: Path | None,
     headless: bool,
@@ -72,6 +78,7 @@ def run(
         style=style,
         inject=False if no_inject else None,
         task=task,
+        prompt=prompt,
     )
     ctx.exit(relay.wrap(list(command)))
 

@@ -144,12 +144,16 @@ class Session:
         style: str | None = None,
         inject: bool | None = None,
         task: str | None = None,
+        prompt: str | None = None,
     ) -> None:
         if not command:
             raise ValueError("no agent command given")
         self.command = list(command)
         self.task = task or None
         """What the session is for (`relay run --task`): SessionStart's `task`."""
+        self.prompt = prompt or None
+        """Typed into the agent as its first prompt, after the start context (`relay run
+        --prompt`; `relay up` gives an agent's task)."""
         self.hooks = hooks
         # The name other agents write after @relay: (a default name is made safe for it).
         # Without --name: the command's name and a digest of the project, which no agent of
@@ -362,6 +366,8 @@ class Session:
             )
             if isinstance(summary, str):
                 self._early_injects.insert(0, summary)
+        if self.prompt is not None:
+            self._early_injects.append(self.prompt)
         if self._stop_requested.is_set():  # continue: false from SessionStart: never start
             return 0
         rows, cols = terminal_size(self.stdin_fd) if not self.headless else (24, 80)

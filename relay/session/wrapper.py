@@ -42,9 +42,11 @@ class Relay:
         style: str | None = None,
         inject: bool | None = None,
         task: str | None = None,
+        prompt: str | None = None,
     ) -> None:
         self.name = name
         self.task = task
+        self.prompt = prompt
         self.style = style
         self.inject = inject
         self.cwd = Path(cwd) if cwd is not None else None
@@ -104,6 +106,7 @@ class Relay:
             style=self.style,
             inject=self.inject,
             task=self.task,
+            prompt=self.prompt,
         )
         try:
             return await session.run()
