@@ -162,15 +162,24 @@ def up(
             "it, or use relay up --headless"
         )
     outcomes: list[Outcome] = []
-    started: list[str] = []
-    for agent in agents:
+    to_start: list[tuple[AgentSpec, Path]] = []
+    problems: list[str] = []
+    for agent in agents:  # every folder first: a worktree that cannot be made starts nothing
         record = running(team.name, agent.name)
         if record is not None:
             outcomes.append(Outcome(agent.name, "running", f"supervisor pid {record.pid}"))
             progress(agent.name, f"already running (supervisor pid {record.pid})")
             continue
         try:
-            folder = agent_folder(team, agent)
+            to_start.append((agent, agent_folder(team, agent)))
+        except (RelayError, OSError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            problems.append(f"{agent.name}: {reason}")
+    if problems:
+        raise FleetError(f"{team.file}: nothing was started, since " + "; ".join(problems))
+    started: list[str] = []
+    for agent, folder in to_start:
+        try:
             start(launch_for(team, agent, cwd=folder, mode=mode, machine=machine, grace=grace))
         except (RelayError, OSError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
