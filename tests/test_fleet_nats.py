@@ -400,7 +400,9 @@ def test_hostile_values_are_skipped_and_noted_once(server: NatsServer) -> None:
                     "a.b": good,
                     "_x": good,
                     "list": b"[1, 2, 3]",
+                    "\x1b[2J": good,
                     "zed": good,
+                    "esc": msgspec.json.encode(status("esc", last_line="\x1b]52;c;evil\x07 hi")),
                 }
                 for key, value in values.items():
                     await js.publish(f"$KV.{status_bucket(TEAM)}.{key}", value)
@@ -409,7 +411,9 @@ def test_hostile_values_are_skipped_and_noted_once(server: NatsServer) -> None:
                 # zed's heartbeat is junk, then one that names another agent: zed is lost.
                 await js.publish(f"$KV.{heartbeat_bucket(TEAM)}.zed", b"{not json")
                 first = await board.statuses(TEAM)
-                assert states(first) == {"alice": "working", "zed": "lost"}
+                assert states(first) == {"alice": "working", "esc": "lost", "zed": "lost"}
+                # A last line is made visible as model.py promises (never a raw escape).
+                assert [s.last_line for s in first if s.name == "esc"] == ["^[]52;c;evil^G hi"]
                 await js.publish(
                     f"$KV.{heartbeat_bucket(TEAM)}.zed",
                     json.dumps(
@@ -419,18 +423,21 @@ def test_hostile_values_are_skipped_and_noted_once(server: NatsServer) -> None:
                 for _ in range(3):
                     assert states(await board.statuses(TEAM)) == {
                         "alice": "working",
+                        "esc": "lost",
                         "zed": "lost",
                     }
                 problems = list(board.problems)
                 assert problems == noticed
-                for key in [*values.keys() - {"zed"}, "ghost"]:
+                assert all(p.isprintable() for p in problems), problems
+                for key in [*values.keys() - {"zed", "esc", "\x1b[2J"}, "ghost"]:
                     about = [p for p in problems if f"{status_bucket(TEAM)}/{key}:" in p]
                     if key in ("a.b", "_x"):
                         about = [p for p in problems if f"key '{key}'" in p]
                     assert len(about) == 1, (key, problems)
+                assert len([p for p in problems if "key '\\x1b[2J'" in p]) == 1, problems
                 about_zed = [p for p in problems if f"{heartbeat_bucket(TEAM)}/zed:" in p]
                 assert len(about_zed) == 2, problems  # the junk, then the other name
-                assert len(problems) == len(values) - 1 + 1 + 2, problems
+                assert len(problems) == len(values) - 2 + 1 + 2, problems
                 assert any("more than 16384" in p for p in problems)
                 assert any("names agent 'alice', not its key" in p for p in problems)
                 # Still reading and publishing.
@@ -438,6 +445,7 @@ def test_hostile_values_are_skipped_and_noted_once(server: NatsServer) -> None:
                 assert states(await board.statuses(TEAM)) == {
                     "alice": "working",
                     "bob": "working",
+                    "esc": "lost",
                     "zed": "lost",
                 }
         finally:
@@ -446,16 +454,33 @@ def test_hostile_values_are_skipped_and_noted_once(server: NatsServer) -> None:
     run(body)
 
 
-def test_a_bucket_without_a_ttl_is_refused(server: NatsServer) -> None:
+def test_heartbeat_buckets_made_by_others(server: NatsServer) -> None:
     async def body() -> None:
         nc = await nats.connect(server.url, user="op", password=password("op"))
         try:
-            await nc.jetstream().create_key_value(bucket=heartbeat_bucket(TEAM), history=1)
+            js = nc.jetstream()
+            await js.create_key_value(bucket=heartbeat_bucket(TEAM), history=1)
+            with pytest.raises(MessagingError, match="no TTL"):
+                async with open_nats_board(config_for(server, "op"), TEAM):
+                    pass
+            await js.delete_key_value(heartbeat_bucket(TEAM))
+            await js.create_key_value(bucket=heartbeat_bucket(TEAM), history=1, ttl=30)
+            async with open_nats_board(config_for(server, "op"), TEAM) as board:
+                assert board.interval == HEARTBEAT_INTERVAL
+                assert [p for p in board.problems if "TTL of 30 s" in p], board.problems
+            await js.delete_key_value(heartbeat_bucket(TEAM))
+            await js.create_key_value(bucket=heartbeat_bucket(TEAM), history=1, ttl=1.2)
+            async with open_nats_board(config_for(server, "op"), TEAM) as board:
+                assert board.interval == pytest.approx(0.4)  # a third of the TTL
+                assert board.problems == []
+            # Another program's stream under the bucket's name.
+            await js.delete_key_value(heartbeat_bucket(TEAM))
+            await js.add_stream(name=f"KV_{heartbeat_bucket(TEAM)}", subjects=["elsewhere.>"])
+            with pytest.raises(MessagingError, match="another program uses that name"):
+                async with open_nats_board(config_for(server, "op"), TEAM):
+                    pass
         finally:
             await nc.close()
-        with pytest.raises(MessagingError, match="no TTL"):
-            async with open_nats_board(config_for(server, "op"), TEAM):
-                pass
 
     run(body)
 

@@ -41,6 +41,7 @@ from nats.js.kv import KeyValue
 
 from relay.config.model import NatsConfig
 from relay.fleet.model import AgentStatus, StatusBoard
+from relay.protocol.display import visible
 from relay.services.messaging.model import NAME_PATTERN, MessagingError, check_name, utc_now
 from relay.services.messaging.nats import NatsPermissions, inbox_prefix
 from relay.services.nats_connection import describe, open_connection, without_secrets
@@ -83,6 +84,10 @@ NOT_BEATING = ENDED_STATES | {"lost"}
 READERS = 64
 """Values read at once."""
 PROBLEMS_KEPT = 100
+NOTED_KEPT = 10_000
+"""Problems remembered as said (a machine that publishes junk all day is not a leak)."""
+LOST_WITHIN = 10.0
+"""What a dead machine's agents reading lost within is promised to be (spec/fleet-nats.md)."""
 
 _TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\Z")
 _DENIED = re.compile(r'permissions violation for publish to "([^"]*)"', re.IGNORECASE)
@@ -182,7 +187,7 @@ class NatsBoard:
         self._heartbeats: KeyValue | None = None
         self._beating: dict[str, Heartbeat] = {}
         """The agents this board keeps alive (their last published state is live)."""
-        self._noted: set[str] = set()
+        self._noted: dict[str, None] = {}
         self._failing = False
         self._waiters: list[tuple[set[str], asyncio.Future[str]]] = []
 
@@ -193,7 +198,11 @@ class NatsBoard:
         key = problem if key is None else key
         if key in self._noted:
             return
-        self._noted.add(key)
+        self._noted[key] = None
+        if len(self._noted) > NOTED_KEPT:
+            del self._noted[next(iter(self._noted))]
+        # Foreign text (a key, a value's fields, a server's words) made inert for a terminal.
+        problem = visible(problem, one_line=True)
         self.problems.append(problem)
         del self.problems[:-PROBLEMS_KEPT]
         if self.on_problem is not None:
@@ -319,6 +328,11 @@ class NatsBoard:
                 )
             # Heartbeats several times a TTL, whatever TTL the bucket was made with.
             self.interval = min(self.interval, found / 3)
+            if found > LOST_WITHIN:
+                self.note(
+                    f"{self.where}: {what} was made with a TTL of {found:g} s: agents of a "
+                    f"machine that died read lost only after that long"
+                )
         return KeyValue(
             name=bucket,
             stream=stream,
@@ -498,8 +512,9 @@ class NatsBoard:
             if problem is not None:
                 self.note(f"{where}: {problem}, skipped", key=f"{where}@{revision}")
                 continue
-            if status.last_line is not None and len(status.last_line) > LAST_LINE_CHARACTERS:
-                status.last_line = status.last_line[:LAST_LINE_CHARACTERS]
+            if status.last_line is not None:
+                # As model.py promises it: visible, at most 200 characters.
+                status.last_line = visible(status.last_line, one_line=True)[:LAST_LINE_CHARACTERS]
             live = alive.get(key)
             if live is not None:
                 status.heartbeat = max(status.heartbeat, live.at)
@@ -525,8 +540,7 @@ class NatsBoard:
         for subject in sorted(info.state.subjects or {}):
             key = subject.removeprefix(prefix)
             if NAME_PATTERN.match(key) is None:
-                shown = key[:70].encode("unicode_escape").decode()
-                self.note(f"{self.where}: {bucket}: key {shown!r} is not an agent name, skipped")
+                self.note(f"{self.where}: {bucket}: key {key[:70]!r} is not an agent name, skipped")
                 continue
             keys.append(key)
         values: dict[str, tuple[int, bytes]] = {}
