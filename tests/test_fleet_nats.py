@@ -208,6 +208,7 @@ def seen(out: Path) -> dict[str, list[str]]:
         return {}
 
 
+@pytest.mark.timeout(180)  # bounds of 30 s and more, on a shared machine
 def test_two_machines_see_the_whole_team_and_a_dead_machines_agents_lost(
     tmp_path: Path, server: NatsServer
 ) -> None:
@@ -512,6 +513,7 @@ def test_no_server_is_a_clear_error_in_bounded_time() -> None:
     run(body)
 
 
+@pytest.mark.timeout(180)  # bounds of 30 s and more, on a shared machine
 def test_a_server_that_goes_down_never_stalls_a_session(server: NatsServer) -> None:
     noticed: list[str] = []
 
