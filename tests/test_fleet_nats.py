@@ -30,6 +30,7 @@ from relay.fleet.nats_board import (
     HEARTBEAT_INTERVAL,
     HEARTBEAT_TTL,
     MAX_STATUS_BYTES,
+    NotAllowedError,
     board_permissions,
     heartbeat_bucket,
     open_nats_board,
@@ -272,7 +273,7 @@ def test_a_machine_cannot_publish_another_machines_agents(server: NatsServer) ->
         async with open_nats_board(config_for(server, "m2"), TEAM, name="m2") as board:
             await board.publish(status("carol", machine="m2"))
             started = time.monotonic()
-            with pytest.raises(MessagingError, match="not allowed") as refused:
+            with pytest.raises(NotAllowedError, match="not allowed") as refused:
                 await board.publish(status("alice", machine="m2"))
             assert "relay_alive_t.alice" in str(refused.value) or "relay_fleet_t.alice" in str(
                 refused.value
@@ -280,6 +281,10 @@ def test_a_machine_cannot_publish_another_machines_agents(server: NatsServer) ->
             # Refused at once, not after the publish's timeout.
             assert time.monotonic() - started < 2.5
             assert states(await board.statuses(TEAM)) == {"carol": "working"}
+            # Its heartbeats go on for carol alone: none refused, none failing.
+            problems = len(board.problems)
+            await board.heartbeat()
+            assert len(board.problems) == problems, board.problems
 
     run(body)
 

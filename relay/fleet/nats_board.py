@@ -51,6 +51,7 @@ __all__ = [
     "HEARTBEAT_TTL",
     "Heartbeat",
     "NatsBoard",
+    "NotAllowedError",
     "board_permissions",
     "heartbeat_bucket",
     "open_nats_board",
@@ -93,6 +94,15 @@ _TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\Z")
 _DENIED = re.compile(r'permissions violation for publish to "([^"]*)"', re.IGNORECASE)
 
 Result = TypeVar("Result")
+
+
+class NotAllowedError(MessagingError):
+    """The server refused a publish: the NATS user may not write that agent's status."""
+
+    def __init__(self, message: str, *, store: str, refusal: str) -> None:
+        super().__init__(message, store=store)
+        self.refusal = refusal
+        """The server's words."""
 
 
 class Heartbeat(msgspec.Struct, kw_only=True, frozen=True):
@@ -254,7 +264,10 @@ class NatsBoard:
                 except Exception as exc:
                     raise self._error(f"{what}: {describe(exc)}") from exc
             if waiter.done():
-                raise self._error(f"{what}: not allowed: {waiter.result()}")
+                refusal = waiter.result()
+                raise NotAllowedError(
+                    f"{what}: not allowed: {refusal}", store=self.where, refusal=refusal
+                )
             raise self._error(f"{what}: timed out after {timeout:g} s")
         finally:
             if not task.done():
@@ -390,12 +403,19 @@ class NatsBoard:
                 await heartbeats.put(name, self._beat(name))
             await statuses.put(name, payload)
 
-        await self._call(
-            f"publishing the status of {name}",
-            put,
-            timeout=PUBLISH_TIMEOUT,
-            subjects=[f"$KV.{self.status_bucket}.{name}", f"$KV.{self.heartbeat_bucket}.{name}"],
-        )
+        try:
+            await self._call(
+                f"publishing the status of {name}",
+                put,
+                timeout=PUBLISH_TIMEOUT,
+                subjects=[
+                    f"$KV.{self.status_bucket}.{name}",
+                    f"$KV.{self.heartbeat_bucket}.{name}",
+                ],
+            )
+        except NotAllowedError:
+            self._beating.pop(name, None)  # not this user's agent: no heartbeats refused forever
+            raise
 
     def _beat(self, name: str) -> bytes:
         beat = msgspec.structs.replace(self._beating[name], at=utc_now())
@@ -472,16 +492,29 @@ class NatsBoard:
         """The team's agents by name; one whose last state is live and that has no
         heartbeat reads `lost`. MessagingError when NATS does not answer in READ_TIMEOUT."""
         self._check_team(team)
+        read: dict[str, dict[str, tuple[int, bytes]]] = {}
+        failures: list[MessagingError] = []
+
+        async def values(bucket: str, kv: KeyValue, limit: int) -> None:
+            try:
+                read[bucket] = await self._values(bucket, kv, limit)
+            except MessagingError as exc:
+                failures.append(exc)
+
         try:
             with anyio.fail_after(READ_TIMEOUT):
-                statuses, heartbeats = await asyncio.gather(
-                    self._values(self.status_bucket, self.statuses_kv, MAX_STATUS_BYTES),
-                    self._values(self.heartbeat_bucket, self.heartbeats_kv, MAX_HEARTBEAT_BYTES),
-                )
+                async with anyio.create_task_group() as group:
+                    group.start_soon(values, self.status_bucket, self.statuses_kv, MAX_STATUS_BYTES)
+                    group.start_soon(
+                        values, self.heartbeat_bucket, self.heartbeats_kv, MAX_HEARTBEAT_BYTES
+                    )
         except TimeoutError:
             raise self._error(
                 f"reading the statuses of team {self.team}: timed out after {READ_TIMEOUT:g} s"
             ) from None
+        if failures:
+            raise failures[0]
+        statuses, heartbeats = read[self.status_bucket], read[self.heartbeat_bucket]
         alive: dict[str, Heartbeat] = {}
         for key, (revision, value) in heartbeats.items():
             where = f"{self.where}: {self.heartbeat_bucket}/{key}"
