@@ -7,7 +7,9 @@ BLOCKS says, for each block by its first line, how it runs:
   first on PATH. Each must exit 0, and where the README shows output after a command, its
   stdout must match: `…` stands for elided text, and a line of JSON is compared as JSON (`…`
   in a string matches any text; `, …` closing an object stands for more keys). A `$ cat FILE`
-  shows a file of the project, so the set-up writes FILE as shown.
+  shows a file of the project, so the set-up writes FILE as shown. `after` runs another
+  block first in the same project; `typed` answers a command's question on a terminal;
+  `not_run` leaves a command out, with the reason; `check` asserts what no output shows.
 - `File`: the block is a file of the project (a hook, a settings file), tried with relay.
 - `Script`: a Python program, run as a script; `replace` swaps, visibly, what would start a
   real host (`claude`) for the scripted agent of tests/resources/runtime/.
