@@ -42,8 +42,11 @@ class Relay:
         style: str | None = None,
         inject: bool | None = None,
         task: str | None = None,
+        team: str | None = None,
     ) -> None:
         self.name = name
+        self.team = team
+        """The team to join (default: messaging.team, else the repository's)."""
         self.task = task
         self.style = style
         self.inject = inject
@@ -104,6 +107,7 @@ class Relay:
             style=self.style,
             inject=self.inject,
             task=self.task,
+            team=self.team,
         )
         try:
             return await session.run()
