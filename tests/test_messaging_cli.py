@@ -72,7 +72,8 @@ def test_agents_lists_presence(mailbox: SqliteMailbox) -> None:
     [bob] = json.loads(out)
     assert (bob["name"], bob["state"], bob["team"]) == ("Bob", "live", "default")
     code, out = invoke("agents")
-    assert out.splitlines()[0].split() == [
+    assert out.splitlines()[0] == "team default: 1 agent, 0 humans"
+    assert out.splitlines()[1].split() == [
         "NAME",
         "KIND",
         "STATE",
@@ -82,7 +83,7 @@ def test_agents_lists_presence(mailbox: SqliteMailbox) -> None:
         "SEEN",
         "CWD",
     ]
-    assert out.splitlines()[1].split()[:3] == ["Bob", "agent", "live"]
+    assert out.splitlines()[2].split()[:3] == ["Bob", "agent", "live"]
     code, out = invoke("agents", "--team", "nobody")
     assert "no agents yet" in out
 

@@ -12,12 +12,10 @@ from typing import Any, TypeVar
 
 import click
 
-from relay.cli.options import cwd_option, settings_option
+from relay.cli.options import cwd_option, settings_option, team_option
 from relay.protocol.display import visible
 
 Result = TypeVar("Result")
-
-team_option = click.option("--team", help="The team (default: messaging.team from the settings).")
 
 
 def _with_messenger(
@@ -28,12 +26,14 @@ def _with_messenger(
     *,
     who: str | None = None,
     network: bool = True,
+    retry: str | None = None,
 ) -> Result:
-    """Run `work(messenger)` with messaging as the settings configure it: with the nats
-    transport and `network`, connected (its reply subjects named for `who`, default $USER);
-    reading the local mailbox needs no connection."""
+    """Run `work(messenger)` with messaging as the settings configure it, in `team` (else
+    the settings' or the repository's team): with the nats transport and `network`,
+    connected (its reply subjects named for `who`, default $USER); reading the local
+    mailbox needs no connection. A name unknown to the team is an error that says which
+    other teams know it, and `retry` (see UnknownRecipientError) how to reach them."""
     import anyio
-    import msgspec
 
     from relay.config.discovery import load_settings
     from relay.services.messaging.messenger import Messenger, messaging_config
@@ -41,11 +41,20 @@ def _with_messenger(
     start = (cwd or Path.cwd()).resolve()
     settings = load_settings(start, settings_files)
     config = messaging_config(settings)
-    if team:
-        config = msgspec.structs.replace(config, team=team)
-    messenger = Messenger(config, project=settings.root or start)
+    messenger = Messenger(config, project=settings.root or start, team=team)
 
     async def run() -> Result:
+        from relay.services.messaging.model import UnknownRecipientError
+
+        try:
+            return await connected()
+        except UnknownRecipientError as exc:
+            from relay.session.sessions import whereabouts
+
+            running = await anyio.to_thread.run_sync(whereabouts, exc.recipient)
+            raise await messenger.explain(exc, running, retry=retry) from None
+
+    async def connected() -> Result:
         if not (network and messenger.uses_nats):
             return await work(messenger)
         from relay.config.model import NatsConfig
@@ -161,31 +170,39 @@ def agents(
         async def prune_work(messenger: Any) -> Any:
             import anyio.to_thread
 
-            return await anyio.to_thread.run_sync(
+            return messenger.team, await anyio.to_thread.run_sync(
                 lambda: messenger.mailbox.prune(team=messenger.team, older_than=seconds)
             )
 
-        removed = _with_messenger(cwd, settings_files, team, prune_work, network=False)
+        team_name, removed = _with_messenger(cwd, settings_files, team, prune_work, network=False)
         if as_json:
             _print_json(removed)
         elif removed:
             click.echo(
-                f"removed {len(removed)} offline for over {older_than}: {', '.join(removed)}"
+                f"removed {len(removed)} offline for over {older_than} from team {team_name}: "
+                f"{', '.join(removed)}"
             )
         else:
-            click.echo(f"no agent has been offline for over {older_than}")
+            click.echo(f"no agent of team {team_name} has been offline for over {older_than}")
         return
 
     async def work(messenger: Any) -> Any:
-        return await messenger.agents()
+        return messenger.team, await messenger.agents()
 
-    found = _with_messenger(cwd, settings_files, team, work)
+    team_name, found = _with_messenger(cwd, settings_files, team, work)
     if as_json:
         _print_json(found)
         return
     if not found:
-        click.echo("no agents yet (an agent joins with `relay run --name NAME -- …`)")
+        click.echo(
+            f"no agents yet in team {team_name} (an agent joins with "
+            f"`relay run --name NAME --team {team_name} -- COMMAND`)"
+        )
         return
+    humans = sum(agent.kind == "human" for agent in found)
+    click.echo(
+        f"team {team_name}: {_count(len(found) - humans, 'agent')}, {_count(humans, 'human')}"
+    )
     click.echo(f"{'NAME':16} {'KIND':6} {'STATE':8} {'HOST':16} {'PID':>7}  {'LAST SEEN':24}  CWD")
     for agent in found:
         click.echo(
@@ -213,7 +230,14 @@ def forget(
             lambda: messenger.mailbox.forget(name, team=messenger.team)
         )
 
-    dropped = _with_messenger(cwd, settings_files, team, work, network=False)
+    dropped = _with_messenger(
+        cwd,
+        settings_files,
+        team,
+        work,
+        network=False,
+        retry="relay agents forget --team {team} {name}",
+    )
     waiting = f"; {dropped} waiting message(s) for it are now dead" if dropped else ""
     click.echo(visible(f"forgot {name}{waiting}"))
 
@@ -243,17 +267,21 @@ def inbox(
         import anyio.to_thread
 
         states = None if show_all else ("queued", "handed")
-        return await anyio.to_thread.run_sync(
+        return messenger.team, await anyio.to_thread.run_sync(
             lambda: messenger.mailbox.inbox(who, team=messenger.team, states=states, limit=limit)
         )
 
-    deliveries = _with_messenger(cwd, settings_files, team, work, network=False)
+    team_name, deliveries = _with_messenger(cwd, settings_files, team, work, network=False)
     if as_json:
         _print_json(deliveries)
         return
+    waiting = "" if show_all else "waiting "
     if not deliveries:
-        click.echo(f"no {'' if show_all else 'waiting '}messages for {who}")
+        click.echo(visible(f"no {waiting}messages for {who} in team {team_name}"))
         return
+    click.echo(
+        visible(f"team {team_name}, {who}'s inbox: {_count(len(deliveries), waiting + 'message')}")
+    )
     for delivery in deliveries:
         message = delivery.message
         thread = f" [thread:{message.thread}]" if message.thread else ""
@@ -287,17 +315,18 @@ def messages(
     async def work(messenger: Any) -> Any:
         import anyio.to_thread
 
-        return await anyio.to_thread.run_sync(
+        return messenger.team, await anyio.to_thread.run_sync(
             lambda: messenger.mailbox.history(team=messenger.team, thread=thread, limit=limit)
         )
 
-    history = _with_messenger(cwd, settings_files, team, work, network=False)
+    team_name, history = _with_messenger(cwd, settings_files, team, work, network=False)
     if as_json:
         _print_json(history)
         return
     if not history:
-        click.echo("no messages yet")
+        click.echo(f"no messages yet in team {team_name}")
         return
+    click.echo(f"team {team_name}: {_count(len(history), 'message')}, oldest first")
     for message in history:
         thread_note = f" [thread:{message.thread}]" if message.thread else ""
         click.echo(
@@ -306,6 +335,10 @@ def messages(
                 f"{message.recipient}{thread_note}: {_one_line(message.body)}"
             )
         )
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def _one_line(text: str, limit: int = 200) -> str:

@@ -23,6 +23,14 @@ settings_option = click.option(
     help="Add a settings file at user level, after the user file (repeatable).",
 )
 
+team_option = click.option(
+    "--team",
+    envvar="RELAY_TEAM",
+    help="The team (default: $RELAY_TEAM, which `relay run` sets for its agent; else "
+    "messaging.team from the settings; else the git repository's, one team for all its "
+    "worktrees; else the project folder's).",
+)
+
 
 def json_option(help_text: str) -> Callable[[F], F]:
     """`--json` (as `as_json`), with a help text that says what it prints."""

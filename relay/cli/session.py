@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from relay.cli.options import cwd_option, settings_option
+from relay.cli.options import cwd_option, settings_option, team_option
 from relay.protocol.display import visible
 
 
@@ -17,6 +17,7 @@ from relay.protocol.display import visible
 @click.option(
     "--name", help="The agent's name (default: the command's name); unique among live sessions."
 )
+@team_option
 @settings_option
 @cwd_option
 @click.option("--headless", is_flag=True, help="Process output line by line even on a terminal.")
@@ -53,6 +54,7 @@ def run(
     ctx: click.Context,
     *,
     name: str | None,
+    team: str | None,
     task: str | None,
     prompt: str | None,
     settings_files: tuple[Path, ...],
@@ -65,7 +67,7 @@ def run(
 ) -> None:
     """Run COMMAND (an agent CLI) in a PTY with relay's hooks and directives.
 
-    Example: relay run --name Alice --task "fix the login bug" -- claude
+    Example: relay run --name Alice --team shop --task "fix the login bug" -- claude
     """
     from relay.session.wrapper import Relay
 
@@ -79,6 +81,7 @@ def run(
         inject=False if no_inject else None,
         task=task,
         prompt=prompt,
+        team=team,
     )
     ctx.exit(relay.wrap(list(command)))
 
@@ -102,7 +105,8 @@ def sessions_command(as_json: bool) -> None:
         command = " ".join(record.command)
         click.echo(
             visible(
-                f"{record.name:16} pid {record.pid:<7} {record.started}  {command}  ({record.cwd})"
+                f"{record.name:16} team {record.team or '-':24} pid {record.pid:<7} "
+                f"{record.started}  {command}  ({record.cwd})"
             )
         )
 

@@ -107,8 +107,13 @@ class Channel:
         environment claims it, until `start` proves it or takes it back."""
         self.session_id = session_id or env.get("RELAY_SESSION_ID") or uuid.uuid4().hex
         self._identity_problem: str | None = None
-        # The project's team unless messaging.team is set: the same as `relay run`'s there.
-        self.messenger = Messenger(messaging_config(hooks.settings), project=hooks.project_dir)
+        # $RELAY_TEAM (the team of the `relay run` session it is in), else messaging.team,
+        # else the repository's: the same as `relay run`'s there.
+        self.messenger = Messenger(
+            messaging_config(hooks.settings),
+            project=hooks.project_dir,
+            team=env.get("RELAY_TEAM") or None,
+        )
         self.memory: MemoryService | None = None
         self.sharing: TeamSharing | None = None
         """Where team memories are shared (memory.transport "nats"), or None."""

@@ -54,6 +54,7 @@ from relay.services.messaging.model import (
     NameTakenError,
     check_name,
     default_agent_name,
+    team_for,
 )
 from relay.services.messaging.namespace import BUILTIN_NAME as RELAY_BUILTIN_NAME
 from relay.services.messaging.namespace import MessagingDirectives
@@ -145,6 +146,7 @@ class Session:
         inject: bool | None = None,
         task: str | None = None,
         prompt: str | None = None,
+        team: str | None = None,
     ) -> None:
         if not command:
             raise ValueError("no agent command given")
@@ -194,6 +196,12 @@ class Session:
         """Where team memories are shared (memory.transport "nats"), or None."""
         self._team_memory_problem: str | None = None
         self.messaging_config = messaging_config(hooks.settings)
+        # --team, else messaging.team, else the repository's; in the agent's environment
+        # too, so its own `relay send`, hooks and MCP server use the same team.
+        self.team = check_name(
+            team_for(hooks.project_dir, self.messaging_config.team, team), what="team name"
+        )
+        self.env["RELAY_TEAM"] = self.team
         self.messenger: Messenger | None = None
         self.inbox: SessionInbox | None = None
         self._injected: collections.OrderedDict[str, float] = collections.OrderedDict()
@@ -287,6 +295,7 @@ class Session:
             cwd=str(self.cwd),
             started=utc_timestamp(),
             session_id=self.session_id,
+            team=self.team,
         )
         self._session_record = record
         try:
@@ -836,7 +845,7 @@ class Session:
             if hook.name == RELAY_BUILTIN_NAME and isinstance(hook.handler, MessagingDirectives):
                 messenger = hook.handler.messenger  # registered by an earlier session
         self.messenger = messenger or Messenger(
-            self.messaging_config, project=self.hooks.project_dir
+            self.messaging_config, project=self.hooks.project_dir, team=self.team
         )
         inbox = SessionInbox(
             self.messenger,

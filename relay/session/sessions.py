@@ -19,6 +19,7 @@ import msgspec
 from relay.config.paths import private_dir, state_dir
 from relay.engine.processes import process_alive
 from relay.errors import RelayError, did_you_mean
+from relay.services.messaging.model import Whereabouts
 
 
 class SessionRecord(msgspec.Struct, kw_only=True):
@@ -34,6 +35,9 @@ class SessionRecord(msgspec.Struct, kw_only=True):
     session_id: str | None = None
     """The session's id ($RELAY_SESSION_ID in its agent's environment); None in a record
     an older relay wrote."""
+    team: str | None = None
+    """The team the agent is in ($RELAY_TEAM in its environment); None in a record an older
+    relay wrote."""
 
 
 class SessionError(RelayError):
@@ -88,6 +92,16 @@ def list_sessions() -> list[SessionRecord]:
             with contextlib.suppress(OSError):
                 path.unlink()
     return sorted(records, key=lambda record: record.started)
+
+
+def whereabouts(name: str) -> list[Whereabouts]:
+    """The teams of the live sessions named `name` (for an error that must say where an
+    agent is when it is not in the team asked)."""
+    return [
+        Whereabouts(team=record.team, cwd=record.cwd, live=True)
+        for record in list_sessions()
+        if record.name == name and record.team is not None
+    ]
 
 
 def register(record: SessionRecord) -> Path:

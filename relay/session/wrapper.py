@@ -43,8 +43,11 @@ class Relay:
         inject: bool | None = None,
         task: str | None = None,
         prompt: str | None = None,
+        team: str | None = None,
     ) -> None:
         self.name = name
+        self.team = team
+        """The team to join (default: messaging.team, else the repository's)."""
         self.task = task
         self.prompt = prompt
         self.style = style
@@ -107,6 +110,7 @@ class Relay:
             inject=self.inject,
             task=self.task,
             prompt=self.prompt,
+            team=self.team,
         )
         try:
             return await session.run()

@@ -57,17 +57,17 @@ class SharedForget(msgspec.Struct, kw_only=True, frozen=True):
 
 def team_sharing(settings: SettingsSet, project: Path | None) -> TeamSharing | None:
     """Whether and with whom team memories are shared (None: memories stay local). The
-    team: `memory.team`, else messaging's (`messaging.team`, else the project's own);
+    team: `memory.team`, else messaging's (`messaging.team`, else the repository's);
     the server: `messaging.nats`. All from files the user controls."""
     from relay.services.memory.backends import memory_config
     from relay.services.messaging.messenger import messaging_config
-    from relay.services.messaging.model import MessagingError, check_name, project_team
+    from relay.services.messaging.model import MessagingError, check_name, team_for
 
     config = memory_config(settings)
     if config.transport != "nats":
         return None
     messaging = messaging_config(settings)
-    team = config.team or messaging.team or project_team(project or Path.cwd())
+    team = config.team or team_for(project or Path.cwd(), messaging.team)
     try:
         check_name(team, what="memory.team")
     except MessagingError as exc:

@@ -528,6 +528,21 @@ class SqliteMailbox:
 
         return self._read(work)
 
+    def agents_named(self, name: str) -> list[Agent]:
+        """The agents and humans called `name` in every team this mailbox knows, with their
+        presence (for an error that says where else a name is)."""
+
+        def work(db: sqlite3.Connection) -> list[Agent]:
+            rows = db.execute(
+                f"SELECT {_AGENT_COLUMNS} FROM agents WHERE name = ? ORDER BY team", (name,)
+            ).fetchall()
+            agents = [_agent(row) for row in rows]
+            for agent in agents:
+                agent.state = self._presence(agent)
+            return agents
+
+        return self._read(work)
+
     def _presence(self, agent: Agent) -> AgentState:
         if agent.state == "offline" or agent.pid is None:
             return "offline"

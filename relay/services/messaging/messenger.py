@@ -3,6 +3,7 @@ of it when `messaging.transport` is "nats" (imported only then)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,8 +17,10 @@ from relay.services.messaging.model import (
     Message,
     MessagingError,
     SenderIsLiveError,
+    UnknownRecipientError,
+    Whereabouts,
     check_name,
-    project_team,
+    team_for,
 )
 
 if TYPE_CHECKING:
@@ -43,11 +46,12 @@ class Messenger:
         *,
         mailbox: SqliteMailbox | None = None,
         project: Path | None = None,
+        team: str | None = None,
     ) -> None:
         self.config = config
-        # Unset: the project's own team (a `@relay:*` never reaches another project).
-        team = config.team if config.team is not None else project_team(project or Path.cwd())
-        self.team = check_name(team, what="team name")
+        # `team` (--team) wins over messaging.team; unset, the project's repository's team
+        # (a `@relay:*` never reaches another repository).
+        self.team = check_name(team_for(project or Path.cwd(), config.team, team), what="team name")
         self.mailbox = mailbox or SqliteMailbox(
             max_attempts=config.maxAttempts,
             max_per_minute=config.maxPerMinute,
@@ -80,6 +84,21 @@ class Messenger:
         agent away for long (see `SqliteMailbox.send`)."""
         if self.unavailable is not None:
             raise MessagingError(f"messaging is unavailable in this session ({self.unavailable})")
+        try:
+            return await self._send(sender, recipient, body, thread, human=human, queue=queue)
+        except UnknownRecipientError as exc:
+            raise await self.explain(exc) from None
+
+    async def _send(
+        self,
+        sender: str,
+        recipient: str,
+        body: str,
+        thread: str | None,
+        *,
+        human: bool,
+        queue: bool,
+    ) -> tuple[Message, list[str]]:
         if self.nats is None:
             return await anyio.to_thread.run_sync(
                 lambda: self.mailbox.send(
@@ -109,3 +128,28 @@ class Messenger:
         if self.nats is None:
             return await anyio.to_thread.run_sync(self.mailbox.agents, self.team)
         return await self.nats.agents()
+
+    async def explain(
+        self,
+        error: UnknownRecipientError,
+        running: Sequence[Whereabouts] = (),
+        *,
+        retry: str | None = None,
+    ) -> UnknownRecipientError:
+        """`error` saying which other teams on this machine know its name: those of
+        `running` (live sessions of that name) and of this mailbox, live ones first."""
+        try:
+            known = await anyio.to_thread.run_sync(self.mailbox.agents_named, error.recipient)
+        except MessagingError:
+            known = []  # the error stands as it is: an unusable mailbox knows nobody
+        places: dict[str, Whereabouts] = {}
+        for where in running:
+            places.setdefault(where.team, where)
+        for agent in known:
+            places.setdefault(
+                agent.team,
+                Whereabouts(team=agent.team, cwd=agent.cwd, live=agent.state != "offline"),
+            )
+        places.pop(error.team, None)
+        ordered = sorted(places.values(), key=lambda where: not where.live)
+        return error.explained(ordered, retry=retry)

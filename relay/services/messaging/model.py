@@ -46,12 +46,52 @@ def _digest(path: Path) -> str:
 
 
 def project_team(project: Path) -> str:
-    """The team of a project when `messaging.team` is unset: the root folder's name (made
-    safe, at most 40 characters) and 8 hex digits of its absolute path, so two projects
-    never share a team by accident (`/src/shop` -> `shop-1f3a9c2e`)."""
-    base = re.sub(r"[^A-Za-z0-9_-]", "-", Path(os.path.abspath(project)).name)
-    base = base.strip("-_")[:40].strip("-_")
-    return f"{base}-{_digest(project)[:8]}" if base else f"p-{_digest(project)[:8]}"
+    """The team of a project outside any git repository: the root folder's name (made safe,
+    at most 40 characters) and 8 hex digits of its absolute path, so two projects never
+    share a team by accident (`/src/shop` -> `shop-1f3a9c2e`)."""
+    return _team_name(Path(os.path.abspath(project)).name, project)
+
+
+def _team_name(label: str, identity: str | Path) -> str:
+    base = re.sub(r"[^A-Za-z0-9_-]", "-", label).strip("-_")[:40].strip("-_")
+    return f"{base}-{_digest(Path(identity))[:8]}" if base else f"p-{_digest(Path(identity))[:8]}"
+
+
+def repository_team(project: Path) -> str:
+    """The team a project is in by default: its git repository's, so every worktree of one
+    repository is one team. That is `project_team` of the main checkout (the same name as
+    a project folder there has always had), of the same folder inside it for a project
+    below a worktree's root, and for a bare repository (or one whose git folder is not
+    `<root>/.git`) a name from its common folder. Outside a repository that can be read
+    and trusted (repository.py): `project_team(project)`."""
+    from relay.services.messaging.repository import find_repository
+
+    path = os.path.abspath(project)
+    found = find_repository(path)
+    if found is None:
+        return project_team(Path(path))
+    inside = os.path.relpath(path, found.checkout)
+    if found.main is not None:
+        return project_team(Path(os.path.normpath(os.path.join(found.main, inside))))
+    if inside != ".":
+        return _team_name(os.path.basename(path), os.path.join(found.common, inside))
+    # `shop.git` -> shop; a hidden `.bare` in /src/shop -> shop.
+    common = found.common
+    label = os.path.basename(common)
+    if label.startswith("."):
+        label = os.path.basename(os.path.dirname(common))
+    return _team_name(label.removesuffix(".git"), common)
+
+
+def team_for(project: Path, settings_team: str | None = None, chosen: str | None = None) -> str:
+    """The team a command or session in `project` works in: `chosen` (`--team`, or
+    $RELAY_TEAM inside a `relay run` session), else `settings_team` (`messaging.team`),
+    else the project's repository's (`repository_team`). Not checked: see `check_name`."""
+    if chosen is not None:
+        return chosen
+    if settings_team is not None:
+        return settings_team
+    return repository_team(project)
 
 
 def default_agent_name(command: str, project: Path) -> str:
@@ -217,16 +257,70 @@ class MailboxBusy(MessagingError):
         super().__init__("the mailbox is busy", store=store)
 
 
-class UnknownRecipientError(MessagingError):
-    """Mail for a name no agent of the team has ever had."""
+class Whereabouts(msgspec.Struct, kw_only=True, frozen=True):
+    """A team on this machine that knows an agent's name, for an error that must say where
+    else the agent is."""
 
-    def __init__(self, recipient: str, *, team: str, known: list[str]) -> None:
+    team: str
+    cwd: str | None = None
+    """Where its session started (or was last seen)."""
+    live: bool = False
+
+
+class UnknownRecipientError(MessagingError):
+    """Mail for a name no agent of the team has ever had; says which other teams on this
+    machine know the name (`elsewhere`) and how to reach them, or how an agent joins."""
+
+    def __init__(
+        self,
+        recipient: str,
+        *,
+        team: str,
+        known: list[str],
+        elsewhere: Sequence[Whereabouts] | None = None,
+        retry: str = "relay send --team {team} {name} …",
+    ) -> None:
         self.recipient = recipient
         self.team = team
         self.known = known
+        self.elsewhere = None if elsewhere is None else list(elsewhere)
+        """The other teams on this machine that know the name; None: not looked for."""
+        self.retry = retry
+        """The command that reaches the agent in another team (`{team}`, `{name}` filled in)."""
         listed = ", ".join(known) if known else "none yet"
         hint = did_you_mean(recipient, known)
-        super().__init__(f"no agent named {recipient}{hint} in team {team}; known: {listed}")
+        text = f"no agent named {recipient}{hint} in team {team}; known: {listed}"
+        if self.elsewhere:
+            places = " and ".join(_place(where) for where in self.elsewhere[:3])
+            more = f" and {len(self.elsewhere) - 3} more" if len(self.elsewhere) > 3 else ""
+            command = retry.format(team=self.elsewhere[0].team, name=recipient)
+            text += f"; {recipient} is in team {places}{more}: {command}"
+        elif self.elsewhere is not None:  # looked (Messenger.explain), and found nobody
+            text += (
+                f"; no team on this machine knows {recipient}: an agent joins team {team} "
+                f"with `relay run --name {recipient} --team {team} -- COMMAND`"
+            )
+        super().__init__(text)
+
+    def explained(
+        self, elsewhere: Sequence[Whereabouts], *, retry: str | None = None
+    ) -> UnknownRecipientError:
+        """The same error saying where else the name is known."""
+        return UnknownRecipientError(
+            self.recipient,
+            team=self.team,
+            known=self.known,
+            elsewhere=elsewhere,
+            retry=retry or self.retry,
+        )
+
+
+def _place(where: Whereabouts) -> str:
+    if where.cwd is None:
+        return f"{where.team} ({'live' if where.live else 'offline'})"
+    if where.live:
+        return f"{where.team} (live, started in {where.cwd})"
+    return f"{where.team} (offline, last in {where.cwd})"
 
 
 class NameTakenError(MessagingError):
