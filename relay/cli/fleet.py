@@ -14,7 +14,10 @@ from relay.cli.options import cwd_option
 from relay.protocol.display import visible
 
 team_option = click.option(
-    "--team", help="The team (default: the team file's `team`, else the repository's team)."
+    "--team",
+    envvar="RELAY_TEAM",
+    help="The team (default: $RELAY_TEAM; else the team file's `team`; else messaging.team "
+    "from the settings; else the git repository's).",
 )
 file_option = click.option(
     "-f",
@@ -26,7 +29,10 @@ file_option = click.option(
 
 
 def _load(start: Path, team_file: Path | None, *, check_programs: bool) -> Any:
-    """The team file, read and checked (an error names the file, line and field)."""
+    """The team file, read and checked (an error names the file, line and field); a file
+    that names no team is the team of its folder (`messaging.team`, else the repository's)."""
+    import msgspec
+
     from relay.fleet.teamfile import find_team_file, load_team
 
     path = team_file or find_team_file(start)
@@ -38,20 +44,31 @@ def _load(start: Path, team_file: Path | None, *, check_programs: bool) -> Any:
             f"no {TEAM_FILE_NAME} at the project root of {start} (give one with -f FILE); "
             "spec/fleet.md shows one"
         )
-    return load_team(path, check_programs=check_programs)
+    team = load_team(path, check_programs=check_programs)
+    if not team.name:
+        team = msgspec.structs.replace(team, name=_default_team(Path(team.root)))
+    return team
+
+
+def _default_team(folder: Path) -> str:
+    """The team of `folder` when neither --team nor a team file names one."""
+    from relay.config.discovery import load_settings
+    from relay.services.messaging.messenger import messaging_config
+    from relay.services.messaging.model import team_for
+
+    settings = load_settings(folder, ())
+    return team_for(settings.root or folder, messaging_config(settings).team)
 
 
 def _team_name(start: Path, team: str | None, team_file: Path | None) -> str:
-    """The team a command acts on: --team, else the team file's, else the repository's."""
+    """The team a command acts on: --team, else the team file's, else the folder's."""
     if team:
         return team
     from relay.fleet.teamfile import find_team_file
 
     if team_file is not None or find_team_file(start) is not None:
         return str(_load(start, team_file, check_programs=False).name)
-    from relay.fleet.teamfile import default_team
-
-    return default_team(start)
+    return _default_team(start)
 
 
 def _say(name: str, what: str) -> None:
@@ -78,10 +95,12 @@ def _say(name: str, what: str) -> None:
     show_default=True,
     help="Seconds to wait for each agent to be live.",
 )
+@team_option
 @cwd_option
 def up_command(
     *,
     args: tuple[str, ...],
+    team: str | None,
     headless: bool,
     machine: str | None,
     grace: float,
@@ -91,12 +110,19 @@ def up_command(
     """Start the team of FILE (default: relay.team.toml at the project root), or only the
     agents NAME…, each under `relay run` in a tmux window of its own (--headless: detached).
     Again: starts what is not running and says what runs."""
+    import msgspec
+
     from relay.fleet import tmux
     from relay.fleet.up import chosen_agents, machine_label, up
 
     start = (cwd or Path.cwd()).resolve()
     team_file, names = _file_and_names(args)
+    chosen = team
     team = _load(start, team_file, check_programs=True)
+    if chosen:
+        from relay.services.messaging.model import check_name
+
+        team = msgspec.structs.replace(team, name=check_name(chosen, what="team name"))
     label = machine_label(machine)
     agents = chosen_agents(team, names, label)
     where = "headless" if headless else f"tmux session {tmux.session_name(team.name)}"
