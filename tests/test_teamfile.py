@@ -1020,3 +1020,22 @@ def test_any_bytes_are_a_team_or_a_team_file_error(tmp_path: Path, data: bytes) 
         load_team(path)
     except TeamFileError as error:
         assert error.errors
+
+
+def test_the_specs_example_is_a_team(tmp_path: Path) -> None:
+    spec = Path(__file__).parent.parent / "spec" / "fleet-teamfile.md"
+    example = re.search(r"```toml\n(.*?)```", spec.read_text(), re.DOTALL)
+    assert example is not None
+    path = write(tmp_path, example.group(1))
+    team = load_team(path, check_programs=False)
+    assert team.name == "builders"
+    assert [(agent.name, agent.command, agent.restart) for agent in team.agents] == [
+        ("alice", ["claude", "--model", "opus"], Restart(backoff=2.0)),
+        ("bob", ["gemini", "--yolo"], Restart(policy="always", backoff=2.0)),
+        (
+            "checker",
+            ["./scripts/check-loop.sh"],
+            Restart(policy="always", backoff=5.0, max_backoff=300.0, limit=20, healthy=120.0),
+        ),
+    ]
+    assert team.agents[1].env == {"RELAY_LEVEL": "strict", "PORT": "8081"}

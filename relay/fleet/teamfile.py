@@ -37,6 +37,7 @@ from relay.errors import RelayError, SettingsError, did_you_mean
 from relay.fleet.model import TEAM_FILE_NAME, AgentSpec, Restart, Team
 from relay.fleet.worktrees import worktree_problem
 from relay.services.messaging.model import check_name
+from relay.session.voices import STYLES
 
 Segment = str | int
 FieldPath = tuple[Segment, ...]
@@ -67,8 +68,6 @@ AGENT_KEYS = (
 )
 RESTART_KEYS = ("policy", "backoff", "max_backoff", "limit", "healthy")
 RESTART_POLICIES = ("never", "on-failure", "always")
-STYLES = ("auto", "plain", "claude", "gemini")
-"""`relay run --style` (relay/session/voices.py STYLES)."""
 KNOWN_HOSTS = ("claude", "gemini", "codex")
 """Programs a misspelt command is compared with for a did-you-mean."""
 
