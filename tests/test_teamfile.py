@@ -698,7 +698,9 @@ def test_programs_that_cannot_run_are_named(tmp_path: Path) -> None:
         '[[agent]]\nname = "e"\ncommand = "tools"\n'
         '[[agent]]\nname = "f"\ncommand = "./tools"\n'
         '[[agent]]\nname = "g"\ncommand = "./tools/ok.sh"\n'
-        f'[[agent]]\nname = "h"\ncommand = "{sys.executable}"\n',
+        f'[[agent]]\nname = "h"\ncommand = "{sys.executable}"\n'
+        '[[agent]]\nname = "i"\ncommand = "~/bin/agent"\n'
+        '[[agent]]\nname = "j"\ncommand = ["$AGENT", "-x"]\n',
     )
     assert errors(path) == [
         f"{path}:3:1: agent[0].command: agent 'a': program 'relay-no-such-program' not found"
@@ -706,12 +708,17 @@ def test_programs_that_cannot_run_are_named(tmp_path: Path) -> None:
         f"{path}:6:12: agent[1].command[0]: agent 'b': program 'claud' not found on PATH (did"
         " you mean 'claude'?)",
         f"{path}:9:1: agent[2].command: agent 'c': program './tools/missing.sh' not found"
-        f" ({tmp_path}/./tools/missing.sh does not exist)",
+        f" ({tmp_path}/tools/missing.sh does not exist)",
         f"{path}:12:1: agent[3].command: agent 'd': program './tools/plain.txt' is not"
-        f" executable ({tmp_path}/./tools/plain.txt)",
+        f" executable ({tmp_path}/tools/plain.txt)",
         f"{path}:15:1: agent[4].command: agent 'e': program 'tools' not found on PATH",
         f"{path}:18:1: agent[5].command: agent 'f': program './tools' is a folder"
-        f" ({tmp_path}/./tools)",
+        f" ({tmp_path}/tools)",
+        f"{path}:27:1: agent[8].command: agent 'i': program '~/bin/agent' not found"
+        f" ({tmp_path}/~/bin/agent does not exist); no shell runs the command: ~ and"
+        " $VARIABLES are not expanded",
+        f"{path}:30:12: agent[9].command[0]: agent 'j': program '$AGENT' not found on PATH;"
+        " no shell runs the command: ~ and $VARIABLES are not expanded",
     ]
 
 

@@ -71,6 +71,7 @@ RESTART_POLICIES = ("never", "on-failure", "always")
 KNOWN_HOSTS = ("claude", "gemini", "codex")
 """Programs a misspelt command is compared with for a did-you-mean."""
 
+_NO_SHELL = "; no shell runs the command: ~ and $VARIABLES are not expanded"
 _MACHINE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 _TOML_POSITION = re.compile(r" \(at (?:line (\d+), column (\d+)|end of document)\)$")
 
@@ -649,9 +650,10 @@ def program_problem(program: str, folder: str, search_path: str | None = None) -
     """Why `program` cannot be run from `folder` (not found on PATH, or a path that is
     missing, a folder or not executable), or None when it can."""
     if "/" in program:
-        candidate = os.path.join(folder, program)
+        candidate = os.path.normpath(os.path.join(folder, program))
         if not os.path.exists(candidate):
-            return f"program {program!r} not found ({candidate} does not exist)"
+            hint = _NO_SHELL if program.startswith(("~", "$")) else ""
+            return f"program {program!r} not found ({candidate} does not exist){hint}"
         if os.path.isdir(candidate):
             return f"program {program!r} is a folder ({candidate})"
         if not os.access(candidate, os.X_OK):
@@ -660,7 +662,8 @@ def program_problem(program: str, folder: str, search_path: str | None = None) -
     if shutil.which(program, path=search_path) is None:
         hosts = [host for host in KNOWN_HOSTS if host != program]
         where = "the agent's PATH" if search_path is not None else "PATH"
-        return f"program {program!r} not found on {where}{did_you_mean(program, hosts)}"
+        hint = _NO_SHELL if program.startswith("$") else did_you_mean(program, hosts)
+        return f"program {program!r} not found on {where}{hint}"
     return None
 
 
