@@ -368,3 +368,19 @@ def test_a_hook_that_leaves_its_session_holding_gits_output_does_not_hang_relay(
         while not pid_file.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         os.kill(int(pid_file.read_text()), 9)  # it left relay's reach: the test ends it
+
+
+def test_a_deleted_worktree_that_git_keeps_locked_is_said_so(repository: Path) -> None:
+    team = team_in(repository, "alice")
+    path = ensure_worktree(team, team.agents[0])
+    git(repository, "worktree", "lock", str(path))
+    subprocess.run(["rm", "-rf", str(path)], check=True)
+    with pytest.raises(WorktreeError) as caught:
+        ensure_worktree(team, team.agents[0])
+    assert caught.value.reason == (
+        "its folder is gone but git keeps its worktree entry (locked); `git worktree remove"
+        f" --force --force {path}` forgets it"
+    )
+    git(repository, "worktree", "remove", "--force", "--force", str(path))
+    assert ensure_worktree(team, team.agents[0]) == path
+    assert (path / "README").exists()

@@ -243,6 +243,11 @@ class _Maker:
             # (on its branch, which kept the agent's commits).
             self.check(self.git("worktree", "prune"))
             worktrees = self.worktrees()
+            if self.find(worktrees) is not None:  # a locked entry is not pruned
+                raise self.fail(
+                    f"its folder is gone but git keeps its worktree entry (locked); `git"
+                    f" worktree remove --force --force {self.path}` forgets it"
+                )
         self.check_way_is_clear()
         branch_exists = self.git("rev-parse", "--verify", "--quiet", self.ref).ok
         if branch_exists:
