@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.timeout(240)
 RELAY = [sys.executable, "-m", "relay"]
 AGENT = str(Path(__file__).resolve().parent / "resources" / "fleet" / "agent.py")
 
@@ -119,7 +120,7 @@ def test_a_headless_team_starts_talks_and_ends_with_session_end(
     records = tmp_path / "records"
     session_end_hook(relay_home, tmp_path / "ended.jsonl")
     write_team(project, [scripted(name, records) for name in ("Alice", "Bob", "Carol")])
-    done = relay("up", "--headless", cwd=project)
+    done = relay("up", "--yes", "--headless", cwd=project)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "team crew" in done.stdout
     for name in ("Alice", "Bob", "Carol"):
@@ -160,9 +161,9 @@ def test_an_agent_killed_with_sigkill_is_restarted_and_loses_no_message(
     records = tmp_path / "records"
     restart = {"policy": "on-failure", "backoff": 1.0, "limit": 3}
     write_team(project, [scripted("Bob", records, restart=restart)])
-    assert relay("up", "--headless", cwd=project).returncode == 0
-    pid = wait_for(lambda: agent_pid("Bob"), "Bob's agent")
-    os.kill(pid, signal.SIGKILL)
+    assert relay("up", "--yes", "--headless", cwd=project).returncode == 0
+    wait_for((records / "Bob.runs").exists, "Bob's first run to start")
+    os.kill(agent_pid("Bob") or 0, signal.SIGKILL)
     # Sent while Bob is down: it waits in the mailbox for Bob's next run.
     sent = relay("send", "--team", "crew", "Bob", "while you were away", cwd=project)
     assert sent.returncode == 0, sent.stderr
@@ -192,7 +193,7 @@ def test_restart_policy_and_its_limit(project: Path, tmp_path: Path) -> None:
             scripted("Steady", records, restart="never"),
         ],
     )
-    relay("up", "--headless", "--wait", "5", cwd=project)
+    relay("up", "--yes", "--headless", "--wait", "5", cwd=project)
     rows = wait_for(
         lambda: (
             (r := ps(project))["Crash"]["state"] == "exited"
@@ -220,7 +221,7 @@ def test_relay_restart_ends_a_running_agent_with_session_end_and_starts_it_at_on
     records = tmp_path / "records"
     session_end_hook(relay_home, tmp_path / "ended.jsonl")
     write_team(project, [scripted("Ann", records, restart="never")])
-    assert relay("up", "--headless", cwd=project).returncode == 0
+    assert relay("up", "--yes", "--headless", cwd=project).returncode == 0
     wait_for(lambda: agent_pid("Ann"), "Ann's agent")
     assert relay("restart", "Ann", cwd=project).returncode == 0
     wait_for(lambda: (records / "Ann.runs").read_text() == "2", "Ann's second run")
@@ -234,14 +235,27 @@ def test_bad_team_files_start_nothing(project: Path, tmp_path: Path) -> None:
         project,
         [scripted("Alice", records), {"name": "Bob", "command": ["no-such-program-xyz"]}],
     )
-    done = relay("up", "--headless", cwd=project)
+    done = relay("up", "--yes", "--headless", cwd=project)
     assert done.returncode == 1
     assert "relay.team.toml:" in done.stderr and "no-such-program-xyz" in done.stderr
     assert ps(project) == {}
-    # A worktree that cannot be made (not a git repository): nothing starts, not even Alice.
+    # Not a git repository: the file's check refuses Bob's worktree; nothing starts.
     write_team(project, [scripted("Alice", records), scripted("Bob", records, worktree=True)])
-    done = relay("up", "--headless", cwd=project)
-    assert done.returncode == 1 and "Bob" in done.stderr
+    done = relay("up", "--yes", "--headless", cwd=project)
+    assert done.returncode == 1 and "agent[1].worktree" in done.stderr
+    assert ps(project) == {}
+    # A repository where Bob's branch is checked out elsewhere: his worktree cannot be
+    # made when relay up makes it; Alice, who needs none, is not started either.
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run([*git, "init", "-q"], cwd=project, check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "first"], cwd=project, check=True)
+    elsewhere = tmp_path / "elsewhere"
+    subprocess.run(
+        [*git, "worktree", "add", "-q", "-b", "relay/Bob", str(elsewhere)], cwd=project, check=True
+    )
+    done = relay("up", "--yes", "--headless", cwd=project)
+    assert done.returncode == 1, done.stdout
+    assert "nothing was started" in done.stderr and "Bob" in done.stderr
     assert ps(project) == {}
     assert not (records / "Alice.runs").exists()
 
@@ -277,7 +291,7 @@ def test_agents_run_in_tmux_windows_and_attach_detaches_without_stopping(
 ) -> None:
     records = tmp_path / "records"
     write_team(project, [scripted("Alice", records), scripted("Bob", records)])
-    done = relay("up", cwd=project)
+    done = relay("up", "--yes", cwd=project)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "tmux session relay-crew" in done.stdout and "relay attach Alice" in done.stdout
     windows = tmux_server("list-windows", "-t", "=relay-crew", "-F", "#{window_name}").split()
@@ -312,7 +326,11 @@ def attach_and_detach(name: str, project: Path) -> str:
         os.environ["TERM"] = "xterm-256color"
         os.execv(sys.executable, [*RELAY, "attach", name])
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    screen = b""
+    import pyte
+
+    screen = pyte.Screen(120, 40)
+    stream = pyte.ByteStream(screen)
+    drawn = b""
     detached = False
     deadline = time.monotonic() + 60
     try:
@@ -327,11 +345,12 @@ def attach_and_detach(name: str, project: Path) -> str:
                     break  # the attach ended: the PTY closed
                 if not chunk:
                     break
-                screen += chunk
-            if not detached and f"ready {name} run 1".encode() in screen:
+                drawn += chunk
+                stream.feed(chunk)
+            if not detached and any(f"ready {name} run 1" in row for row in screen.display):
                 os.write(fd, b"\x02d")
                 detached = True
-        return screen.decode("utf-8", "replace")
+        return "\n".join(screen.display) + drawn.decode("utf-8", "replace")
     finally:
         os.close(fd)
         with contextlib.suppress(OSError):

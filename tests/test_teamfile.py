@@ -399,6 +399,13 @@ def test_the_team_file_is_found_at_the_project_root(tmp_path: Path) -> None:
     # A nested project (its own .relay/) is a root of its own: the outer file is not its.
     (project / "src" / ".relay").mkdir()
     assert find_team_file(deep) is None
+    # A folder in no project: its own file (not one of a folder above it).
+    loose = tmp_path / "loose"
+    (loose / "below").mkdir(parents=True)
+    assert find_team_file(loose) is None
+    path = write(loose, 'agent = [{ name = "a", command = "sh" }]\n')
+    assert find_team_file(loose) == path
+    assert find_team_file(loose / "below") is None
 
 
 def test_a_dangling_link_is_found_and_then_said_so(tmp_path: Path) -> None:

@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from relay.cli.options import cwd_option
 from relay.protocol.display import visible
+
+if TYPE_CHECKING:
+    from relay.fleet.model import Team
 
 team_option = click.option(
     "--team",
@@ -28,7 +31,9 @@ file_option = click.option(
 )
 
 
-def _load(start: Path, team_file: Path | None, *, check_programs: bool) -> Any:
+def _load(
+    start: Path, team_file: Path | None, *, check_programs: bool, machine: str | None = None
+) -> Any:
     """The team file, read and checked (an error names the file, line and field); a file
     that names no team is the team of its folder (`messaging.team`, else the repository's)."""
     import msgspec
@@ -44,7 +49,7 @@ def _load(start: Path, team_file: Path | None, *, check_programs: bool) -> Any:
             f"no {TEAM_FILE_NAME} at the project root of {start} (give one with -f FILE); "
             "spec/fleet.md shows one"
         )
-    team = load_team(path, check_programs=check_programs)
+    team = load_team(path, check_programs=check_programs, machine=machine)
     if not team.name:
         team = msgspec.structs.replace(team, name=_default_team(Path(team.root)))
     return team
@@ -95,11 +100,17 @@ def _say(name: str, what: str) -> None:
     show_default=True,
     help="Seconds to wait for each agent to be live.",
 )
+@click.option(
+    "--yes",
+    is_flag=True,
+    help="Start a team file's agents without asking, though it is new or changed.",
+)
 @team_option
 @cwd_option
 def up_command(
     *,
     args: tuple[str, ...],
+    yes: bool,
     team: str | None,
     headless: bool,
     machine: str | None,
@@ -117,21 +128,21 @@ def up_command(
 
     start = (cwd or Path.cwd()).resolve()
     team_file, names = _file_and_names(args)
-    chosen = team
-    team = _load(start, team_file, check_programs=True)
-    if chosen:
+    label = machine_label(machine)
+    loaded: Team = _load(start, team_file, check_programs=True, machine=label)
+    if team:
         from relay.services.messaging.model import check_name
 
-        team = msgspec.structs.replace(team, name=check_name(chosen, what="team name"))
-    label = machine_label(machine)
-    agents = chosen_agents(team, names, label)
-    where = "headless" if headless else f"tmux session {tmux.session_name(team.name)}"
-    click.echo(visible(f"team {team.name} ({team.file}), machine {label}, {where}:"))
+        loaded = msgspec.structs.replace(loaded, name=check_name(team, what="team name"))
+    _consent(loaded, yes=yes)
+    agents = chosen_agents(loaded, names, label)
+    where = "headless" if headless else f"tmux session {tmux.session_name(loaded.name)}"
+    click.echo(visible(f"team {loaded.name} ({loaded.file}), machine {label}, {where}:"))
     if not agents:
         click.echo(f"  no agent of the team runs on machine {label}")
         return
     outcomes = up(
-        team,
+        loaded,
         agents,
         mode="headless" if headless else "tmux",
         machine=label,
@@ -147,6 +158,31 @@ def up_command(
     click.echo("  " + " · ".join(hints))
     if failed:
         raise click.exceptions.Exit(1)
+
+
+def _consent(team: Team, *, yes: bool) -> None:
+    """Start a team file's agents only once the user has seen what they run (the first
+    time, and after a change): asked on a terminal, `--yes` elsewhere."""
+    from relay.fleet import consent
+    from relay.fleet.up import FleetError
+
+    if consent.agreed(team):
+        return
+    shown = "\n".join(consent.describe(team))
+    if not yes:
+        if not consent.on_terminal():
+            raise FleetError(
+                f"{team.file} is new to relay, or what it starts changed since you last "
+                f"started it; it starts:\n{shown}\nrelay up --yes starts them"
+            )
+        click.echo(visible(f"{team.file} is new to relay, or changed; it starts:"))
+        click.echo(shown)
+        if not click.confirm("Start these agents?", default=False):
+            raise click.exceptions.Exit(1)
+    try:
+        consent.agree(team)
+    except OSError as exc:
+        click.echo(f"relay: cannot remember that you agreed ({exc.strerror or exc})", err=True)
 
 
 def _file_and_names(args: tuple[str, ...]) -> tuple[Path | None, list[str]]:
@@ -214,7 +250,7 @@ def ps_command(
     for agent in records.supervised_names(name):
         record = records.read_record(name, agent)
         alive = records.supervisor_alive(record)
-        state = record.state if record is not None else "unknown"
+        state: str = record.state if record is not None else "unknown"
         if record is not None and not alive and state in ("running", "restarting"):
             state = "lost"  # its supervisor died without saying so
         rows.append(

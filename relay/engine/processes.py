@@ -27,8 +27,15 @@ def process_alive(pid: int | None, started_ticks: int | None) -> bool:
         return False
     except PermissionError:
         pass  # alive, owned by someone else
-    ticks = process_start_ticks(pid)
-    return started_ticks is None or ticks is None or ticks == started_ticks
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return True  # no /proc (not Linux): the signal said it exists
+    if fields[0] == b"Z":
+        return False  # it ended; its parent (maybe an init that never reaps) has not reaped it
+    ticks = int(fields[19])
+    return started_ticks is None or ticks == started_ticks
 
 
 def descends_from(pid: int, started_ticks: int | None, *, child: int | None = None) -> bool:

@@ -99,10 +99,9 @@ class TeamFileError(SettingsError):
 
 def find_team_file(start: Path) -> Path | None:
     """`relay.team.toml` at the project root of `start` (relay/config/paths.py
-    find_project_root), or None when there is no root or no such file there."""
-    root = find_project_root(start)
-    if root is None:
-        return None
+    find_project_root), or in `start` itself when it is in no project; None when there
+    is no such file there."""
+    root = find_project_root(start) or Path(os.path.abspath(start))
     candidate = root / TEAM_FILE_NAME
     # A dangling link or a folder of that name is returned: load_team says what is wrong.
     return candidate if os.path.lexists(candidate) else None

@@ -140,8 +140,11 @@ def start(launch: Launch) -> None:
 
 
 def running(team: str, name: str) -> records.SupervisorRecord | None:
-    """The supervisor's record when it runs; None when none does."""
+    """The supervisor's record when it runs and supervises; None when none does (one that
+    wrote `exited` or `stopped` is ending, whatever its pid still says)."""
     record = records.read_record(team, name)
+    if record is None or record.state in ("exited", "stopped"):
+        return None
     return record if records.supervisor_alive(record) else None
 
 
