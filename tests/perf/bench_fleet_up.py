@@ -51,7 +51,7 @@ def one_run(agents: int) -> float:
         command = [sys.executable, "-m", "relay"]
         started = time.perf_counter()
         done = subprocess.run(
-            [*command, "up", "--headless"],
+            [*command, "up", "--yes", "--headless"],
             cwd=project,
             env=env,
             capture_output=True,
