@@ -1037,7 +1037,7 @@ def test_any_bytes_are_a_team_or_a_team_file_error(tmp_path: Path, data: bytes) 
 
 
 def test_the_specs_example_is_a_team(tmp_path: Path) -> None:
-    spec = Path(__file__).parent.parent / "spec" / "fleet-teamfile.md"
+    spec = Path(__file__).parent.parent / "spec" / "fleet.md"
     example = re.search(r"```toml\n(.*?)```", spec.read_text(), re.DOTALL)
     assert example is not None
     path = write(tmp_path, example.group(1))

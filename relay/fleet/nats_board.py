@@ -1,5 +1,5 @@
 """The team's statuses across machines: a StatusBoard on two NATS JetStream key-value
-buckets per team (spec/fleet-nats.md).
+buckets per team (spec/fleet.md).
 
 - `relay_fleet_<team>`, the roster: one key per agent holding its last published
   `AgentStatus`, kept until `remove` (no TTL), so an agent never vanishes from the
@@ -88,7 +88,7 @@ PROBLEMS_KEPT = 100
 NOTED_KEPT = 10_000
 """Problems remembered as said (a machine that publishes junk all day is not a leak)."""
 LOST_WITHIN = 10.0
-"""What a dead machine's agents reading lost within is promised to be (spec/fleet-nats.md)."""
+"""What a dead machine's agents reading lost within is promised to be (spec/fleet.md)."""
 
 _TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\Z")
 _DENIED = re.compile(r'permissions violation for publish to "([^"]*)"', re.IGNORECASE)
