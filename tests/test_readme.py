@@ -207,6 +207,7 @@ class Commands:
     typed: Mapping[str, str] = field(default_factory=dict)  # a command's keyboard input
     not_run: Mapping[str, str] = field(default_factory=dict)  # a command left out, and why
     check: Step = nothing  # what the README says that no shown output covers
+    teardown: Step = nothing  # stops what the block started, whether it passed or not
 
 
 @dataclass(frozen=True)
@@ -352,7 +353,83 @@ def agent_read_the_deploy_answer(project: Project) -> None:
 
 # -- every block, by its first line ---------------------------------------------------------
 
+# A team of agents: the README's team file names real hosts; the console block runs the
+# same commands on a team of two scripted agents (tests/resources/fleet/agent.py).
+TEAM_FILE = (
+    "[[agent]]                              # the team is the repository's, as for relay send"
+)
+TEAM_TOUR = (
+    "$ relay up                    # each agent under relay run, in a tmux window of its own"
+)
+FLEET_AGENT = ROOT / "tests" / "resources" / "fleet" / "agent.py"
+
+
+def team_file_is_read_as_shown(project: Project) -> None:
+    from relay.fleet.teamfile import load_team
+
+    team = load_team(project.root / "relay.team.toml", check_programs=False)
+    assert team.name == ""  # relay up uses the repository's team
+    assert [(a.name, a.command, a.worktree) for a in team.agents] == [
+        ("alice", ["claude", "--permission-mode", "acceptEdits"], True),
+        ("bob", ["gemini"], True),
+    ]
+    assert team.agents[0].task == "Write the tests for the login page, then tell bob."
+    assert (team.agents[1].restart.backoff, team.agents[1].restart.limit) == (2.0, 5)
+
+
+def scripted_team(project: Project) -> None:
+    """alice and bob as scripted agents, and a tmux server of the test's own."""
+    import tempfile
+
+    agents = "".join(
+        f'[[agent]]\nname = "{name}"\ncommand = {json.dumps([sys.executable, str(FLEET_AGENT)])}\n'
+        f"env = {{ AGENT_RECORD = {json.dumps(str(project.root / (name + '.jsonl')))} }}\n\n"
+        for name in ("alice", "bob")
+    )
+    project.write("relay.team.toml", agents)
+    project.env["TMUX_TMPDIR"] = tempfile.mkdtemp(prefix="rt", dir="/tmp")
+    project.env.pop("TMUX", None)
+
+
+def team_stopped(project: Project) -> None:
+    rows = json.loads(project.relay("ps", "--json"))
+    assert [(row["name"], row["state"]) for row in rows] == [
+        ("alice", "stopped"),
+        ("bob", "stopped"),
+    ]
+    assert "rebase on main before you push" in project.relay("messages")
+
+
+def stop_team(project: Project) -> None:
+    subprocess.run(
+        [str(RELAY), "down"],
+        cwd=project.root,
+        env=project.env,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    subprocess.run(
+        ["tmux", "kill-server"], env=project.env, capture_output=True, timeout=30, check=False
+    )
+    shutil.rmtree(project.env.get("TMUX_TMPDIR", "/nonexistent"), ignore_errors=True)
+
+
 BLOCKS: dict[str, Entry] = {
+    TEAM_FILE: File("relay.team.toml", team_file_is_read_as_shown),
+    TEAM_TOUR: Commands(
+        setup=scripted_team,
+        typed={
+            "relay up                    # each agent under relay run, in a tmux window of its own": "y\n"
+        },
+        not_run={
+            "relay attach alice          # alice's terminal; tmux's Ctrl-b d leaves her running": (
+                "takes over the terminal: tests/test_fleet_up.py attaches and detaches on a real PTY"
+            )
+        },
+        check=team_stopped,
+        teardown=stop_team,
+    ),
     "make demo   # creates .venv, installs relay, runs a scripted agent under `relay run` (no network)": Listed(
         "run by CI itself (make test; make demo is also "
         "tests/test_examples.py::test_demo_runs_a_whole_session)"
@@ -428,6 +505,13 @@ def run_block(block: Block, project: Project) -> None:
 
 
 def run_commands(block: Block, entry: Commands, project: Project) -> None:
+    try:
+        _run_commands(block, entry, project)
+    finally:
+        entry.teardown(project)
+
+
+def _run_commands(block: Block, entry: Commands, project: Project) -> None:
     if entry.after is not None:
         run_block(block_by_first_line(entry.after), project)
     entry.setup(project)
@@ -554,7 +638,7 @@ def test_readme_block(block: Block, project: Project) -> None:
 
 
 # relay's packages the Layout leaves out, and why.
-NOT_IN_LAYOUT = {"relay/fleet/": "in the making; the section on a team of agents will add it"}
+NOT_IN_LAYOUT: dict[str, str] = {}
 
 
 def test_the_layout_names_folders_that_exist() -> None:

@@ -138,6 +138,14 @@ def up_command(
     agents = chosen_agents(loaded, names, label)
     where = "headless" if headless else f"tmux session {tmux.session_name(loaded.name)}"
     click.echo(visible(f"team {loaded.name} ({loaded.file}), machine {label}, {where}:"))
+    if loaded.name != _default_team(Path(loaded.root)):
+        # A project file cannot choose your own commands' team (spec/messaging.md, Teams).
+        click.echo(
+            visible(
+                f"  (your own relay send/agents/messages here need --team {loaded.name}, "
+                f"or export RELAY_TEAM={loaded.name})"
+            )
+        )
     if not agents:
         click.echo(f"  no agent of the team runs on machine {label}")
         return
