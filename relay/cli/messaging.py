@@ -177,22 +177,49 @@ def agents(
         return
 
     async def work(messenger: Any) -> Any:
-        return await messenger.agents()
+        from relay.fleet.boards import open_board
+        from relay.fleet.roster import read_team
 
-    found = _with_messenger(cwd, settings_files, team, work)
+        async with open_board(messenger.config) as board:
+            return await read_team(messenger, board)
+
+    found, problem = _with_messenger(cwd, settings_files, team, work)
+    if problem is not None:
+        click.echo(visible(f"relay: {problem}"), err=True)
     if as_json:
         _print_json(found)
         return
     if not found:
         click.echo("no agents yet (an agent joins with `relay run --name NAME -- …`)")
         return
-    click.echo(f"{'NAME':16} {'KIND':6} {'STATE':8} {'HOST':16} {'PID':>7}  {'LAST SEEN':24}  CWD")
-    for agent in found:
+    _print_members(found)
+
+
+def _print_members(members: list[Any]) -> None:
+    """The `relay agents` table: live state, how long, where, what it does."""
+    from datetime import UTC, datetime
+
+    from relay.fleet.roster import age, shown_state, uptime
+
+    now = datetime.now(UTC)
+    click.echo(
+        f"{'NAME':16} {'KIND':5} {'STATE':10} {'FOR':>4} {'HOST':6} {'MACHINE':12} "
+        f"{'PID':>7} {'IN':>4} {'OUT':>4} {'UP':>4}  {'TOOL':12} LAST LINE"
+    )
+    for member in members:
+        live = member.live
+        host_kind = live.host_kind if live is not None else "-"
+        machine = (live.machine if live is not None else member.host) or "-"
+        tool = (live.tool if live is not None else None) or "-"
+        line = (live.last_line if live is not None else None) or ""
+        traffic = (live.messages_in, live.messages_out) if live is not None else ("-", "-")
         click.echo(
             visible(
-                f"{agent.name:16} {agent.kind:6} {agent.state:8} {agent.host:16} "
-                f"{agent.pid or '-':>7}  {agent.last_seen:24}  {agent.cwd or '-'}"
-            )
+                f"{member.name:16} {member.kind:5} {shown_state(member):10} "
+                f"{age(member.since, now):>4} {host_kind:6} {machine[:12]:12} "
+                f"{member.pid or '-':>7} {traffic[0]:>4} {traffic[1]:>4} "
+                f"{uptime(member, now):>4}  {tool[:12]:12} {line}"
+            ).rstrip()
         )
 
 

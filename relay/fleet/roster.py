@@ -1,0 +1,120 @@
+"""The team as every view shows it: the mailbox's known agents and humans, merged with the
+status board's live state (STYLE §19: `relay agents` and `relay watch` read it here)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import msgspec
+
+from relay.errors import RelayError
+from relay.fleet.model import ENDED_STATES, AgentStatus, StatusBoard
+from relay.services.messaging.messenger import Messenger
+from relay.services.messaging.model import Agent
+
+
+class TeamMember(msgspec.Struct, kw_only=True):
+    """One name of the team: its mailbox entry (presence), its live status, or both."""
+
+    name: str
+    team: str
+    kind: str
+    """"agent" or "human" (a human only sent from a terminal)."""
+    state: str
+    """Its live state (starting, working, idle, waiting, restarting, exited, stopped,
+    lost); for a name the board does not know, its mailbox presence (live, idle, busy,
+    offline)."""
+    presence: str | None = None
+    """Its mailbox presence, when the mailbox knows it."""
+    host: str | None = None
+    """The machine the mailbox last saw it on."""
+    pid: int | None = None
+    cwd: str | None = None
+    last_seen: str | None = None
+    session_id: str | None = None
+    live: AgentStatus | None = None
+    """Its status on the board (None: not reported by a session or a supervisor)."""
+
+    @property
+    def since(self) -> str | None:
+        """When it entered its state (for a name off the board: when it was last seen)."""
+        return self.live.since if self.live is not None else self.last_seen
+
+
+def team_members(team: str, agents: list[Agent], statuses: list[AgentStatus]) -> list[TeamMember]:
+    """The team's names, sorted: the mailbox's `agents` merged with the board's `statuses`."""
+    live = {status.name: status for status in statuses}
+    members: dict[str, TeamMember] = {}
+    for agent in agents:
+        status = live.pop(agent.name, None)
+        members[agent.name] = TeamMember(
+            name=agent.name,
+            team=agent.team,
+            kind=agent.kind,
+            state=status.state if status is not None else agent.state,
+            presence=agent.state,
+            host=agent.host,
+            pid=status.pid if status is not None else agent.pid,
+            cwd=agent.cwd,
+            last_seen=agent.last_seen,
+            session_id=agent.session_id,
+            live=status,
+        )
+    for name, status in live.items():  # on the board only (its mailbox was unavailable)
+        members[name] = TeamMember(
+            name=name,
+            team=team,
+            kind="agent",
+            state=status.state,
+            host=status.machine,
+            pid=status.pid,
+            session_id=status.session_id,
+            live=status,
+        )
+    return [members[name] for name in sorted(members)]
+
+
+async def read_team(
+    messenger: Messenger, board: StatusBoard
+) -> tuple[list[TeamMember], str | None]:
+    """The team of `messenger`: its known agents merged with the board's statuses; and why
+    the board could not be read (its members then come from the mailbox alone), or None."""
+    agents = await messenger.agents()
+    try:
+        statuses = await board.statuses(messenger.team)
+    except RelayError as exc:
+        return team_members(messenger.team, agents, []), f"live state unavailable: {exc}"
+    return team_members(messenger.team, agents, statuses), None
+
+
+def age(since: str | None, now: datetime | None = None) -> str:
+    """How long ago `since` (ISO 8601) was, shortly: 12s, 5m, 3h, 2d; "-" when unknown."""
+    if not since:
+        return "-"
+    try:
+        then = datetime.fromisoformat(since)
+    except ValueError:
+        return "-"
+    if then.tzinfo is None:
+        return "-"
+    seconds = max(0.0, ((now or datetime.now(UTC)) - then).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
+
+
+def shown_state(member: TeamMember) -> str:
+    """Its state as a listing shows it: an ended run with its exit code (`exited(3)`)."""
+    live = member.live
+    if live is not None and member.state in ENDED_STATES and live.exit_code is not None:
+        return f"{member.state}({live.exit_code})"
+    return member.state
+
+
+def uptime(member: TeamMember, now: datetime | None = None) -> str:
+    """How long its current run has been going ("-" when none is)."""
+    live = member.live
+    if live is None or member.state in ENDED_STATES or member.state == "lost":
+        return "-"
+    return age(live.started, now)
