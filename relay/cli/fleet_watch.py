@@ -1,0 +1,246 @@
+"""`relay watch`: the team live, in place on a terminal (rich), or as lines elsewhere."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from relay.cli.options import cwd_option, settings_option
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+
+    from relay.fleet.watch import Happening, TeamFeed
+
+LOOK_SECONDS = 0.1
+"""How often the watch reads the board (a change shows within about this)."""
+REDRAW_SECONDS = 1.0
+"""The view is drawn again at least this often (its "for" and "up" times move on)."""
+ACTIVITY_LINES = 12
+STATE_STYLES = {
+    "starting": "cyan",
+    "working": "green",
+    "idle": "dim",
+    "waiting": "bold yellow",
+    "restarting": "magenta",
+    "exited": "dim",
+    "stopped": "dim",
+    "lost": "bold red",
+}
+KIND_STYLES = {"message": "blue", "deny": "yellow", "error": "red", "problem": "red"}
+
+
+@click.command("watch")
+@click.option("--once", is_flag=True, help="Show the team once and exit.")
+@click.option("--team", help="The team (default: messaging.team from the settings).")
+@cwd_option
+@settings_option
+def watch(
+    *, once: bool, team: str | None, cwd: Path | None, settings_files: tuple[Path, ...]
+) -> None:
+    """The team live: agents and their states, messages as they flow, denies and hook
+    errors as they happen. On a terminal it updates in place (q or Ctrl-C ends it);
+    elsewhere it prints each change as a line."""
+    from relay.cli.messaging import _with_messenger
+
+    start = (cwd or Path.cwd()).resolve()
+
+    async def work(messenger: Any) -> None:
+        from relay.config.paths import find_project_root
+        from relay.engine.telemetry import log_path
+        from relay.fleet.boards import open_board
+        from relay.fleet.watch import TeamFeed
+
+        async with open_board(messenger.config) as board:
+            feed = TeamFeed(
+                messenger, board, hook_log=log_path(), project=find_project_root(start) or start
+            )
+            if once:
+                await _show_once(feed)
+            elif sys.stdout.isatty():
+                await _live_view(feed)
+            else:
+                await _lines(feed)
+
+    _with_messenger(cwd, settings_files, team, work)
+
+
+async def _show_once(feed: TeamFeed) -> None:
+    await feed.look()
+    _console().print(_view(feed, []))
+
+
+async def _lines(feed: TeamFeed) -> None:
+    """Each change as a line, until SIGINT, SIGTERM or SIGHUP."""
+    import anyio
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(_end_on_signals, group.cancel_scope)
+        while True:
+            for happening in await feed.look():
+                click.echo(_line(happening))
+            sys.stdout.flush()
+            await anyio.sleep(LOOK_SECONDS)
+
+
+async def _live_view(feed: TeamFeed) -> None:
+    """The view in place on the terminal's alternate screen, until q, Ctrl-C or a signal;
+    the terminal is left as it was."""
+    import anyio
+    from rich.live import Live
+
+    activity: collections.deque[Happening] = collections.deque(maxlen=ACTIVITY_LINES)
+    console = _console()
+    await feed.look()  # the members are the table: not news
+    shown: object = None
+    drawn = 0.0
+    with (
+        _keys_one_by_one(sys.stdin.fileno()) as keys,
+        Live(
+            console=console,
+            screen=True,
+            auto_refresh=False,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        ) as live,
+    ):
+        async with anyio.create_task_group() as group:
+            group.start_soon(_end_on_signals, group.cancel_scope)
+            if keys is not None:
+                group.start_soon(_end_on_q, keys, group.cancel_scope)
+            while True:
+                activity.extend(await feed.look())
+                now = time.monotonic()
+                signature = _signature(feed, activity)
+                if signature != shown or now - drawn >= REDRAW_SECONDS:
+                    live.update(_view(feed, activity), refresh=True)
+                    shown, drawn = signature, now
+                await anyio.sleep(LOOK_SECONDS)
+
+
+def _console() -> Console:
+    from rich.console import Console
+
+    return Console(highlight=False, no_color=bool(os.environ.get("NO_COLOR")) or None)
+
+
+def _signature(feed: TeamFeed, activity: collections.deque[Happening]) -> object:
+    """What the view shows, but the times: drawn again when it changes."""
+    return (
+        [
+            (
+                m.name,
+                m.state,
+                m.since,
+                m.live and (m.live.tool, m.live.last_line, m.live.messages_in, m.live.messages_out),
+            )
+            for m in feed.members.values()
+        ],
+        list(activity),
+    )
+
+
+def _view(feed: TeamFeed, activity: collections.abc.Iterable[Happening]) -> RenderableType:
+    """The whole view: a title, the team's table, the latest happenings."""
+    from datetime import UTC, datetime
+
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    from relay.fleet.roster import age, shown_state, uptime
+    from relay.protocol.display import visible
+
+    now = datetime.now(UTC)
+    title = Text.assemble(
+        ("relay watch", "bold"),
+        f" · team {visible(feed.team)} · {len(feed.members)} names · {now:%H:%M:%S} UTC · q quits",
+    )
+    table = Table(box=None, pad_edge=False, expand=True, header_style="bold")
+    for column, justify in (
+        ("NAME", "left"), ("STATE", "left"), ("FOR", "right"), ("HOST", "left"),
+        ("MACHINE", "left"), ("PID", "right"), ("IN", "right"), ("OUT", "right"),
+        ("UP", "right"), ("TOOL", "left"),
+    ):  # fmt: skip
+        table.add_column(column, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    table.add_column("LAST LINE", no_wrap=True, overflow="ellipsis", ratio=1)
+    for member in feed.members.values():
+        live = member.live
+        state = shown_state(member)
+        cells = [
+            visible(member.name),
+            state,
+            age(member.since, now),
+            live.host_kind if live is not None else member.kind,
+            visible((live.machine if live is not None else member.host) or "-"),
+            str(member.pid or "-"),
+            str(live.messages_in) if live is not None else "-",
+            str(live.messages_out) if live is not None else "-",
+            uptime(member, now),
+            visible((live.tool if live is not None else None) or "-"),
+            visible((live.last_line if live is not None else None) or ""),
+        ]
+        row = [Text(cell) for cell in cells]
+        row[1].stylize(STATE_STYLES.get(member.state, ""))
+        table.add_row(*row)
+    lines = [
+        Text(_line(happening), style=KIND_STYLES.get(happening.kind, "")) for happening in activity
+    ]
+    return Group(title, Text(""), table, Text(""), Text("activity", style="bold"), *lines)
+
+
+def _line(happening: Happening) -> str:
+    from relay.protocol.display import visible
+
+    clock = happening.time[11:19] if len(happening.time) >= 19 else happening.time
+    return visible(f"{clock} {happening.kind:7} {happening.text}")
+
+
+@contextlib.contextmanager
+def _keys_one_by_one(fd: int) -> Iterator[int | None]:
+    """The terminal `fd` in cbreak mode (keys come one by one, Ctrl-C still interrupts),
+    restored on exit; None when `fd` is not a terminal."""
+    import termios
+    import tty
+
+    if not os.isatty(fd):
+        yield None
+        return
+    saved = termios.tcgetattr(fd)
+    try:
+        tty.setcbreak(fd)
+        yield fd
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+async def _end_on_q(fd: int, scope: Any) -> None:
+    import anyio
+
+    while True:
+        await anyio.wait_readable(fd)
+        try:
+            keys = os.read(fd, 64)
+        except OSError:
+            return
+        if not keys or b"q" in keys.lower():
+            scope.cancel()
+            return
+
+
+async def _end_on_signals(scope: Any) -> None:
+    import anyio
+
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as received:
+        async for _ in received:
+            scope.cancel()
+            return
