@@ -21,8 +21,9 @@ if TYPE_CHECKING:
 
     from relay.fleet.watch import Happening, TeamFeed
 
-LOOK_SECONDS = 0.1
-"""How often the watch reads the board (a change shows within about this)."""
+LOOK_SECONDS = 0.05
+"""How often the watch looks at the board (a change shows within about this): this
+machine's board is read only when written, or once a second (relay.fleet.watch)."""
 REDRAW_SECONDS = 1.0
 """The view is drawn again at least this often (its "for" and "up" times move on)."""
 ACTIVITY_LINES = 12
@@ -76,7 +77,9 @@ def watch(
 
 async def _show_once(feed: TeamFeed) -> None:
     await feed.look()
-    _console().print(_view(feed, []))
+    # Not on a terminal: lines as long as they are (a program reads them, not a screen).
+    width = None if sys.stdout.isatty() else 100_000
+    _console(width).print(_view(feed, []))
 
 
 async def _lines(feed: TeamFeed) -> None:
@@ -122,15 +125,16 @@ async def _live_view(feed: TeamFeed) -> None:
                 now = time.monotonic()
                 signature = _signature(feed, activity)
                 if signature != shown or now - drawn >= REDRAW_SECONDS:
-                    live.update(_view(feed, activity), refresh=True)
+                    live.update(_view(feed, activity, height=console.size.height), refresh=True)
                     shown, drawn = signature, now
                 await anyio.sleep(LOOK_SECONDS)
 
 
-def _console() -> Console:
+def _console(width: int | None = None) -> Console:
     from rich.console import Console
 
-    return Console(highlight=False, no_color=bool(os.environ.get("NO_COLOR")) or None)
+    no_color = bool(os.environ.get("NO_COLOR")) or None
+    return Console(highlight=False, no_color=no_color, width=width)
 
 
 def _signature(feed: TeamFeed, activity: collections.deque[Happening]) -> object:
@@ -149,12 +153,23 @@ def _signature(feed: TeamFeed, activity: collections.deque[Happening]) -> object
     )
 
 
-def _view(feed: TeamFeed, activity: collections.abc.Iterable[Happening]) -> RenderableType:
-    """The whole view: a title, the team's table, the latest happenings."""
+COLUMNS = (
+    ("NAME", "<", 20), ("STATE", "<", 11), ("FOR", ">", 4), ("HOST", "<", 6),
+    ("MACHINE", "<", 12), ("PID", ">", 7), ("IN", ">", 5), ("OUT", ">", 5), ("UP", ">", 4),
+    ("TOOL", "<", 14),
+)  # fmt: skip
+"""The table's columns before LAST LINE: header, alignment, widest. Each row is laid out
+here as one line of text: rich's Table measures every cell, 250 ms for 100 agents."""
+
+
+def _view(
+    feed: TeamFeed, activity: collections.abc.Iterable[Happening], *, height: int | None = None
+) -> RenderableType:
+    """The whole view: a title, the team's table, the latest happenings; within `height`
+    lines (the rows that do not fit are counted in a last row)."""
     from datetime import UTC, datetime
 
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
     from relay.fleet.roster import age, shown_state, uptime
@@ -165,20 +180,12 @@ def _view(feed: TeamFeed, activity: collections.abc.Iterable[Happening]) -> Rend
         ("relay watch", "bold"),
         f" · team {visible(feed.team)} · {len(feed.members)} names · {now:%H:%M:%S} UTC · q quits",
     )
-    table = Table(box=None, pad_edge=False, expand=True, header_style="bold")
-    for column, justify in (
-        ("NAME", "left"), ("STATE", "left"), ("FOR", "right"), ("HOST", "left"),
-        ("MACHINE", "left"), ("PID", "right"), ("IN", "right"), ("OUT", "right"),
-        ("UP", "right"), ("TOOL", "left"),
-    ):  # fmt: skip
-        table.add_column(column, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-    table.add_column("LAST LINE", no_wrap=True, overflow="ellipsis", ratio=1)
+    rows: list[tuple[list[str], str, str]] = []
     for member in feed.members.values():
         live = member.live
-        state = shown_state(member)
         cells = [
             visible(member.name),
-            state,
+            shown_state(member),
             age(member.since, now),
             live.host_kind if live is not None else member.kind,
             visible((live.machine if live is not None else member.host) or "-"),
@@ -187,15 +194,42 @@ def _view(feed: TeamFeed, activity: collections.abc.Iterable[Happening]) -> Rend
             str(live.messages_out) if live is not None else "-",
             uptime(member, now),
             visible((live.tool if live is not None else None) or "-"),
-            visible((live.last_line if live is not None else None) or ""),
         ]
-        row = [Text(cell) for cell in cells]
-        row[1].stylize(STATE_STYLES.get(member.state, ""))
-        table.add_row(*row)
-    lines = [
-        Text(_line(happening), style=KIND_STYLES.get(happening.kind, "")) for happening in activity
+        last = visible((live.last_line if live is not None else None) or "")
+        rows.append((cells, last, STATE_STYLES.get(member.state, "")))
+    widths = [
+        min(widest, max([len(header), *(len(cells[index]) for cells, _, _ in rows)]))
+        for index, (header, _, widest) in enumerate(COLUMNS)
     ]
-    return Group(title, Text(""), table, Text(""), Text("activity", style="bold"), *lines)
+    activity_lines = [
+        Text(_line(happening), style=KIND_STYLES.get(happening.kind, ""), no_wrap=True)
+        for happening in activity
+    ]
+    room = len(rows)
+    if height is not None:
+        room = max(1, height - 5 - len(activity_lines))  # title, blanks, header, "activity"
+    shown, hidden = rows[:room], rows[room:]
+    if hidden:
+        shown = rows[: max(0, room - 1)]
+    header = Text(_row([h for h, _, _ in COLUMNS], widths, "LAST LINE"), style="bold")
+    table = [header]
+    state_at = widths[0] + 2
+    for cells, last, style in shown:
+        line = Text(_row(cells, widths, last), no_wrap=True, overflow="ellipsis")
+        line.stylize(style, state_at, state_at + widths[1])
+        table.append(line)
+    if hidden:
+        table.append(Text(f"… and {len(rows) - len(shown)} more", style="dim"))
+    return Group(title, Text(""), *table, Text(""), Text("activity", style="bold"), *activity_lines)
+
+
+def _row(cells: list[str], widths: list[int], last: str) -> str:
+    """One line of the table: each cell cut or padded to its column, then the last line."""
+    parts = []
+    for cell, width, (_, align, _) in zip(cells, widths, COLUMNS, strict=True):
+        text = cell if len(cell) <= width else cell[: width - 1] + "…"
+        parts.append(f"{text:{align}{width}}")
+    return "  ".join([*parts, last]).rstrip()
 
 
 def _line(happening: Happening) -> str:

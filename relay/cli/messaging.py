@@ -33,17 +33,9 @@ def _with_messenger(
     transport and `network`, connected (its reply subjects named for `who`, default $USER);
     reading the local mailbox needs no connection."""
     import anyio
-    import msgspec
 
-    from relay.config.discovery import load_settings
-    from relay.services.messaging.messenger import Messenger, messaging_config
-
-    start = (cwd or Path.cwd()).resolve()
-    settings = load_settings(start, settings_files)
-    config = messaging_config(settings)
-    if team:
-        config = msgspec.structs.replace(config, team=team)
-    messenger = Messenger(config, project=settings.root or start)
+    messenger = _messenger(cwd, settings_files, team)
+    config = messenger.config
 
     async def run() -> Result:
         if not (network and messenger.uses_nats):
@@ -61,6 +53,21 @@ def _with_messenger(
         return anyio.run(run)
     finally:
         messenger.mailbox.close()
+
+
+def _messenger(cwd: Path | None, settings_files: tuple[Path, ...], team: str | None) -> Any:
+    """A `Messenger` as the settings configure it (`team`: instead of theirs)."""
+    import msgspec
+
+    from relay.config.discovery import load_settings
+    from relay.services.messaging.messenger import Messenger, messaging_config
+
+    start = (cwd or Path.cwd()).resolve()
+    settings = load_settings(start, settings_files)
+    config = messaging_config(settings)
+    if team:
+        config = msgspec.structs.replace(config, team=team)
+    return Messenger(config, project=settings.root or start)
 
 
 def _print_json(value: Any) -> None:
@@ -183,7 +190,19 @@ def agents(
         async with open_board(messenger.config) as board:
             return await read_team(messenger, board)
 
-    found, problem = _with_messenger(cwd, settings_files, team, work)
+    messenger = _messenger(cwd, settings_files, team)
+    if messenger.uses_nats:
+        found, problem = _with_messenger(cwd, settings_files, team, work)
+    else:  # this machine's mailbox and board (open_board's own choice): no event loop to start
+        from relay.fleet.board import SqliteBoard
+        from relay.fleet.roster import read_team_now
+
+        board = SqliteBoard()
+        try:
+            found, problem = read_team_now(messenger, board)
+        finally:
+            board.close()
+            messenger.mailbox.close()
     if problem is not None:
         click.echo(visible(f"relay: {problem}"), err=True)
     if as_json:

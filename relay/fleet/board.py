@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
-import anyio.to_thread
 import msgspec
 
 from relay.config.paths import private_dir, private_file, state_dir
@@ -71,15 +70,21 @@ class SqliteBoard:
 
     async def publish(self, status: AgentStatus) -> None:
         """Record `status` (replacing the agent's previous one) and its heartbeat."""
+        import anyio.to_thread  # here: `relay agents` reads the board without an event loop
+
         await anyio.to_thread.run_sync(self.publish_now, status, abandon_on_cancel=True)
 
     async def statuses(self, team: str) -> list[AgentStatus]:
         """The team's agents, by name, as they read now (lost past their heartbeat's time
         to live, or with their relay process gone; unless they had ended)."""
+        import anyio.to_thread
+
         return await anyio.to_thread.run_sync(self.statuses_now, team, abandon_on_cancel=True)
 
     async def remove(self, team: str, name: str) -> None:
         """Forget an agent's status."""
+        import anyio.to_thread
+
         await anyio.to_thread.run_sync(self.remove_now, team, name, abandon_on_cancel=True)
 
     # -- the same, synchronous ----------------------------------------------------------

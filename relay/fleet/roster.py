@@ -4,13 +4,17 @@ status board's live state (STYLE §19: `relay agents` and `relay watch` read it 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from relay.errors import RelayError
 from relay.fleet.model import ENDED_STATES, AgentStatus, StatusBoard
-from relay.services.messaging.messenger import Messenger
 from relay.services.messaging.model import Agent
+
+if TYPE_CHECKING:
+    from relay.fleet.board import SqliteBoard
+    from relay.services.messaging.messenger import Messenger
 
 
 class TeamMember(msgspec.Struct, kw_only=True):
@@ -82,6 +86,17 @@ async def read_team(
     agents = await messenger.agents()
     try:
         statuses = await board.statuses(messenger.team)
+    except RelayError as exc:
+        return team_members(messenger.team, agents, []), f"live state unavailable: {exc}"
+    return team_members(messenger.team, agents, statuses), None
+
+
+def read_team_now(messenger: Messenger, board: SqliteBoard) -> tuple[list[TeamMember], str | None]:
+    """`read_team` without an event loop, for this machine's mailbox and board (the quick
+    path of `relay agents`: no asyncio to load)."""
+    agents = messenger.mailbox.agents(messenger.team)
+    try:
+        statuses = board.statuses_now(messenger.team)
     except RelayError as exc:
         return team_members(messenger.team, agents, []), f"live state unavailable: {exc}"
     return team_members(messenger.team, agents, statuses), None

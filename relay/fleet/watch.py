@@ -14,6 +14,7 @@ import msgspec
 
 from relay.engine.hooklog import HookLog, LoggedEvent
 from relay.errors import RelayError
+from relay.fleet.board import SqliteBoard
 from relay.fleet.model import StatusBoard
 from relay.fleet.roster import TeamMember, shown_state, team_members
 from relay.services.messaging.messenger import Messenger
@@ -24,6 +25,9 @@ HappeningKind = Literal["state", "message", "deny", "error", "problem"]
 AGENTS_SECONDS = 2.0
 """The mailbox's names (humans, agents not live) are read again this often; the board's
 statuses at every look."""
+BOARD_SECONDS = 1.0
+"""The board is read at least this often even when nobody wrote it: an agent whose
+heartbeat ran out or whose process died reads as lost without a write."""
 LOG_SECONDS = 0.5
 """Messages and the hook log are read this often."""
 LOG_BATCH = 100
@@ -107,6 +111,8 @@ class TeamFeed:
         self._project = str(project) if project is not None else None
         self._agents: list[Agent] = []
         self._agents_read = -AGENTS_SECONDS
+        self._board_read = -BOARD_SECONDS
+        self._board_version: int | None = None
         self._logs_read = -LOG_SECONDS
         self._last_message: str | None = None
         self._last_event: int | None = None
@@ -123,6 +129,9 @@ class TeamFeed:
                 self._agents = await self.messenger.agents()
             except RelayError as exc:
                 found += self._problem("mailbox", f"the mailbox cannot be read: {exc}")
+        if not (await self._board_changed() or now - self._board_read >= BOARD_SECONDS or found):
+            return await self._logs(now)
+        self._board_read = now
         try:
             statuses = await self._board.statuses(self.team)
         except RelayError as exc:
@@ -131,11 +140,26 @@ class TeamFeed:
         members = team_members(self.team, self._agents, statuses)
         found += state_changes(self.members, members, utc_millis())
         self.members = {member.name: member for member in members}
-        if now - self._logs_read >= LOG_SECONDS:
-            self._logs_read = now
-            found += await self._new_messages()
-            found += await self._new_hook_events()
-        return found
+        return found + await self._logs(now)
+
+    async def _logs(self, now: float) -> list[Happening]:
+        """New messages and hook problems, every LOG_SECONDS."""
+        if now - self._logs_read < LOG_SECONDS:
+            return []
+        self._logs_read = now
+        return [*await self._new_messages(), *await self._new_hook_events()]
+
+    async def _board_changed(self) -> bool:
+        """Whether the board may hold news: this machine's board says when another process
+        wrote it (a cheap poll); any other board is read at every look."""
+        if not isinstance(self._board, SqliteBoard):
+            return True
+        try:
+            version = self._board.data_version()
+        except RelayError:
+            return True  # read it, and say why it fails
+        changed, self._board_version = version != self._board_version, version
+        return changed
 
     def _problem(self, source: str, text: str) -> list[Happening]:
         """A source that failed: said once until it fails differently."""

@@ -6,8 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import anyio.to_thread
-
 from relay.config.discovery import SettingsSet, section_of
 from relay.config.model import USER_ONLY_MESSAGING, MessagingConfig
 from relay.services.messaging.mailbox import SqliteMailbox
@@ -78,6 +76,8 @@ class Messenger:
         """Send a message; return it and who it was queued for (MessagingError when it cannot be).
         `human`: a person sending from a terminal (never as a live agent); `queue`: even for an
         agent away for long (see `SqliteMailbox.send`)."""
+        import anyio.to_thread  # here: a CLI that only reads the mailbox never loads anyio
+
         if self.unavailable is not None:
             raise MessagingError(f"messaging is unavailable in this session ({self.unavailable})")
         if self.nats is None:
@@ -106,6 +106,8 @@ class Messenger:
 
     async def agents(self) -> list[Agent]:
         """The team's agents and their presence."""
+        import anyio.to_thread
+
         if self.nats is None:
             return await anyio.to_thread.run_sync(self.mailbox.agents, self.team)
         return await self.nats.agents()
