@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 from collections.abc import AsyncIterator, Mapping
 
 import msgspec
@@ -58,6 +57,8 @@ def tell_session(env: Mapping[str, str], envelope: EventEnvelope) -> None:
         tool=tool[:200] if isinstance(tool, str) else "",
         kind=kind[:100] if isinstance(kind, str) else "",
     )
+    import socket  # here: the hook path of an event from outside a session never loads it
+
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
             sock.setblocking(False)
@@ -70,6 +71,8 @@ class NoteListener:
     """The session's end: a socket bound in the private doorbell folder while it runs."""
 
     def __init__(self) -> None:
+        import socket
+
         from relay.services.messaging.doorbell import new_bell_address
 
         self.address = os.fsdecode(new_bell_address())
