@@ -125,7 +125,11 @@ def project(tmp_path: Path, team_default: None) -> Path:
                                     "name": "guard",
                                 }
                             ],
-                        }
+                        },
+                        {
+                            "matcher": "Edit",
+                            "hooks": [{"type": "command", "command": "exit 1", "name": "lint"}],
+                        },
                     ]
                 },
             }
@@ -215,6 +219,18 @@ def test_watch_shows_the_team_live_on_a_terminal_and_quits_on_q(
         )
         assert '"permissionDecision":"deny"' in denied.stdout, denied
         watch.shows(lambda text: "denied BeforeTool Bash by guard" in text, "the deny")
+        # A hook that fails, as it happens.
+        edit = {"session_id": "s", "cwd": str(project), "tool_name": "Edit", "tool_input": {}}
+        subprocess.run(
+            [RELAY, "hooks", "run", "--dialect", "claude", "PreToolUse"],
+            input=json.dumps(edit),
+            cwd=project,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        watch.shows(lambda text: "hook lint failed on BeforeTool Edit" in text, "the failure")
         # Bob ends: exited, in place.
         bob.send_signal(signal.SIGTERM)
         finish(bob)
