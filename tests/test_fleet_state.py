@@ -148,7 +148,8 @@ def test_a_session_reports_its_states_its_last_line_and_its_messages(
     assert code == 3, err
     members = listed(project, settings)
     alice_status = members["Alice"]["live"]
-    assert (members["Alice"]["state"], alice_status["exit_code"]) == ("exited", 3)
+    assert (alice_status["state"], alice_status["exit_code"]) == ("exited", 3)
+    assert members["Alice"]["state"] == "offline"  # its mailbox presence, as before
     assert (alice_status["messages_in"], alice_status["messages_out"]) == (1, 1)
     # Its last line: relay's confirmation of the send, typed in and echoed.
     assert alice_status["last_line"].startswith("✓ Queued for pat [")
@@ -166,7 +167,7 @@ def test_a_killed_session_reads_as_lost_at_once(project: Path, settings: Path) -
         bob.kill()  # SIGKILL: no final status
         bob.communicate()
         # Not after the heartbeat's 10 s: its relay process is gone.
-        assert listed(project, settings)["Bob"]["state"] == "lost"
+        assert listed(project, settings)["Bob"]["live"]["state"] == "lost"
     finally:
         if bob.poll() is None:
             bob.kill()
@@ -210,7 +211,7 @@ def test_a_host_hook_says_the_tool_and_a_prompt_waiting_for_the_human(
         if carol.poll() is None:
             carol.kill()
             carol.communicate()
-    assert listed(project, settings)["Carol"]["state"] == "exited"
+    assert listed(project, settings)["Carol"]["live"]["state"] == "exited"
 
 
 def test_a_session_goes_on_when_the_board_cannot_be_written(
@@ -255,7 +256,7 @@ def test_a_status_published_from_outside_a_session(
     anyio.run(board.publish, _status("Gina", state="working", pid=None, heartbeat=old))
     anyio.run(board.publish, _status("Hugo", state="stopped", pid=None, heartbeat=old))
     members = listed(project, settings)
-    assert {name: members[name]["state"] for name in ("Frank", "Gina", "Hugo")} == {
+    assert {name: members[name]["live"]["state"] for name in ("Frank", "Gina", "Hugo")} == {
         "Frank": "restarting",
         "Gina": "lost",  # its heartbeat is past its 10 s
         "Hugo": "stopped",  # ended: never lost
@@ -288,8 +289,8 @@ def test_team_members_merges_the_mailbox_and_the_board() -> None:
         Agent(name="Bob", team=TEAM, state="live", host="h", last_seen="t", pid=7),
     ]
     members = team_members(TEAM, agents, [_status("Bob", state="idle"), _status("Ann")])
-    assert [(m.name, m.kind, m.state, m.presence) for m in members] == [
-        ("Ann", "agent", "working", None),
+    assert [(m.name, m.kind, m.now, m.state) for m in members] == [
+        ("Ann", "agent", "working", "live"),  # on the board only: live while it runs
         ("Bob", "agent", "idle", "live"),
         ("pat", "human", "offline", "offline"),
     ]

@@ -143,7 +143,7 @@ def _signature(feed: TeamFeed, activity: collections.deque[Happening]) -> object
         [
             (
                 m.name,
-                m.state,
+                m.now,
                 m.since,
                 m.live and (m.live.tool, m.live.last_line, m.live.messages_in, m.live.messages_out),
             )
@@ -196,7 +196,7 @@ def _view(
             visible((live.tool if live is not None else None) or "-"),
         ]
         last = visible((live.last_line if live is not None else None) or "")
-        rows.append((cells, last, STATE_STYLES.get(member.state, "")))
+        rows.append((cells, last, STATE_STYLES.get(member.now, "")))
     widths = [
         min(widest, max([len(header), *(len(cells[index]) for cells, _, _ in rows)]))
         for index, (header, _, widest) in enumerate(COLUMNS)

@@ -17,31 +17,22 @@ if TYPE_CHECKING:
     from relay.services.messaging.messenger import Messenger
 
 
-class TeamMember(msgspec.Struct, kw_only=True):
-    """One name of the team: its mailbox entry (presence), its live status, or both."""
+class TeamMember(Agent, kw_only=True):
+    """One name of the team: its mailbox entry (`Agent`: its presence in `state`), and its
+    live status on the board, if a session or a supervisor reported one."""
 
-    name: str
-    team: str
-    kind: str
-    """"agent" or "human" (a human only sent from a terminal)."""
-    state: str
-    """Its live state (starting, working, idle, waiting, restarting, exited, stopped,
-    lost); for a name the board does not know, its mailbox presence (live, idle, busy,
-    offline)."""
-    presence: str | None = None
-    """Its mailbox presence, when the mailbox knows it."""
-    host: str | None = None
-    """The machine the mailbox last saw it on."""
-    pid: int | None = None
-    cwd: str | None = None
-    last_seen: str | None = None
-    session_id: str | None = None
     live: AgentStatus | None = None
     """Its status on the board (None: not reported by a session or a supervisor)."""
 
     @property
+    def now(self) -> str:
+        """What it is doing: its live state (starting, working, idle, waiting, restarting,
+        exited, stopped, lost), else its mailbox presence (live, idle, busy, offline)."""
+        return self.live.state if self.live is not None else self.state
+
+    @property
     def since(self) -> str | None:
-        """When it entered its state (for a name off the board: when it was last seen)."""
+        """When it entered that state (for a name off the board: when it was last seen)."""
         return self.live.since if self.live is not None else self.last_seen
 
 
@@ -50,28 +41,18 @@ def team_members(team: str, agents: list[Agent], statuses: list[AgentStatus]) ->
     live = {status.name: status for status in statuses}
     members: dict[str, TeamMember] = {}
     for agent in agents:
-        status = live.pop(agent.name, None)
-        members[agent.name] = TeamMember(
-            name=agent.name,
-            team=agent.team,
-            kind=agent.kind,
-            state=status.state if status is not None else agent.state,
-            presence=agent.state,
-            host=agent.host,
-            pid=status.pid if status is not None else agent.pid,
-            cwd=agent.cwd,
-            last_seen=agent.last_seen,
-            session_id=agent.session_id,
-            live=status,
-        )
+        fields = msgspec.structs.asdict(agent)
+        members[agent.name] = TeamMember(**fields, live=live.pop(agent.name, None))
     for name, status in live.items():  # on the board only (its mailbox was unavailable)
+        running = status.state not in ENDED_STATES and status.state != "lost"
         members[name] = TeamMember(
             name=name,
             team=team,
-            kind="agent",
-            state=status.state,
+            state="live" if running else "offline",
             host=status.machine,
             pid=status.pid,
+            started_ticks=status.started_ticks,
+            last_seen=status.heartbeat,
             session_id=status.session_id,
             live=status,
         )
@@ -122,14 +103,14 @@ def age(since: str | None, now: datetime | None = None) -> str:
 def shown_state(member: TeamMember) -> str:
     """Its state as a listing shows it: an ended run with its exit code (`exited(3)`)."""
     live = member.live
-    if live is not None and member.state in ENDED_STATES and live.exit_code is not None:
-        return f"{member.state}({live.exit_code})"
-    return member.state
+    if live is not None and live.state in ENDED_STATES and live.exit_code is not None:
+        return f"{live.state}({live.exit_code})"
+    return member.now
 
 
 def uptime(member: TeamMember, now: datetime | None = None) -> str:
     """How long its current run has been going ("-" when none is)."""
     live = member.live
-    if live is None or member.state in ENDED_STATES or member.state == "lost":
+    if live is None or live.state in ENDED_STATES or live.state == "lost":
         return "-"
     return age(live.started, now)
