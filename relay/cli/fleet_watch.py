@@ -56,12 +56,13 @@ def watch(
     start = (cwd or Path.cwd()).resolve()
 
     async def work(messenger: Any) -> None:
+        from relay.cli.messaging import _human
         from relay.config.paths import find_project_root
         from relay.engine.telemetry import log_path
         from relay.fleet.boards import open_board
         from relay.fleet.watch import TeamFeed
 
-        async with open_board(messenger.config) as board:
+        async with open_board(messenger.config, messenger.team, name=_human()) as board:
             feed = TeamFeed(
                 messenger, board, hook_log=log_path(), project=find_project_root(start) or start
             )

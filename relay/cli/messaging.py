@@ -187,7 +187,7 @@ def agents(
         from relay.fleet.boards import open_board
         from relay.fleet.roster import read_team
 
-        async with open_board(messenger.config) as board:
+        async with open_board(messenger.config, messenger.team, name=_human()) as board:
             return await read_team(messenger, board)
 
     messenger = _messenger(cwd, settings_files, team)

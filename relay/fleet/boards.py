@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -26,10 +26,18 @@ def machine_label(env: Mapping[str, str] | None = None) -> str:
 
 @asynccontextmanager
 async def open_board(
-    config: MessagingConfig, *, path: Path | None = None
+    config: MessagingConfig,
+    team: str,
+    *,
+    name: str | None = None,
+    on_problem: Callable[[str], None] | None = None,
+    path: Path | None = None,
 ) -> AsyncIterator[StatusBoard]:
-    """The board to publish to and read from, as the messaging settings configure it
-    (`path`: the SQLite board's file, default fleet.db in the state folder); closed on exit."""
+    """The board of `team` to publish to and read from, as the messaging settings
+    configure it, closed on exit. `name`: who opens it (an agent's name in its session,
+    else $USER), for a board on a server; `on_problem`: told what goes wrong without
+    stopping anything (each once); `path`: the SQLite board's file (default fleet.db in
+    the state folder)."""
     board = SqliteBoard(path)
     try:
         yield board

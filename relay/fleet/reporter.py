@@ -193,7 +193,13 @@ class SessionReporter:
     async def run(self) -> None:
         """Publish until `finish`: open the board, then each change, line and heartbeat."""
         try:
-            async with open_board(self._config, path=self._board_path) as board:
+            async with open_board(
+                self._config,
+                self.status.team,
+                name=self.status.name,
+                on_problem=self._tell_once,
+                path=self._board_path,
+            ) as board:
                 await self._publish_loop(board)
         except Exception as exc:  # a board that cannot be opened never stops the session
             self._problem(exc)
@@ -258,10 +264,13 @@ class SessionReporter:
 
     def _problem(self, exc: Exception) -> None:
         """Said once: the board failed; the session goes on (and publishing tries again)."""
+        self._tell_once(str(exc))
+
+    def _tell_once(self, problem: str) -> None:
         if self._problem_told:
             return
         self._problem_told = True
         self._tell(
-            f"live state not published ({exc}): `relay agents` and `relay watch` will not "
+            f"live state not published ({problem}): `relay agents` and `relay watch` will not "
             "show this session as it is; the session goes on"
         )
