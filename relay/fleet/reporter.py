@@ -106,13 +106,15 @@ class SessionReporter:
         """When a host hook last said a tool started or ended (time.monotonic)."""
         self._output_seen = False
         self._recount = True
-        self._urgent = False
         self._final = False
         self._wake = anyio.Event()
         self._urgent_event = anyio.Event()
         self._done = anyio.Event()
         self._published = -LINE_SECONDS
         self._problem_told = False
+        self._urgent = True  # `starting`, as soon as the board is open
+        self._wake.set()
+        self._urgent_event.set()
 
     # -- what happens (called by the session; cheap, never waits) -------------------------
 
