@@ -174,6 +174,9 @@ def test_an_agent_killed_with_sigkill_is_restarted_and_loses_no_message(
     assert got[0]["run"] == 2
     row = ps(project)["Bob"]
     assert row["state"] == "running" and row["runs"] == 1 and row["exit_code"] != 0
+    agents = json.loads(relay("agents", "--json", "--team", "crew", cwd=project).stdout)
+    bob = next(agent["live"] for agent in agents if agent["name"] == "Bob")
+    assert bob["supervised"] and bob["restarts"] == 1 and bob["state"] in ("working", "idle")
     logs = relay("logs", "--all", "Bob", cwd=project).stdout
     assert "ready Bob run 1" in logs and "ready Bob run 2" in logs
 
@@ -203,6 +206,11 @@ def test_restart_policy_and_its_limit(project: Path, tmp_path: Path) -> None:
         "Crash to be given up and Done to be left exited",
     )
     assert rows["Crash"]["runs"] == 3 and rows["Crash"]["exit_code"] == 3
+    # The supervisor put it on the team's board: relay agents shows it ended, and why.
+    agents = json.loads(relay("agents", "--json", "--team", "crew", cwd=project).stdout)
+    crash = next(agent["live"] for agent in agents if agent["name"] == "Crash")
+    assert (crash["state"], crash["exit_code"], crash["supervised"]) == ("exited", 3, True)
+    assert crash["restarts"] == 2
     assert rows["Done"]["runs"] == 1 and rows["Done"]["exit_code"] == 0
     log = (Path(os.environ["RELAY_HOME"]) / "state" / "fleet" / "crew" / "Crash.log").read_text()
     assert "gave up after 2 restarts in a row" in log

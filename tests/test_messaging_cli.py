@@ -77,11 +77,16 @@ def test_agents_lists_presence(mailbox: SqliteMailbox) -> None:
         "NAME",
         "KIND",
         "STATE",
+        "FOR",
         "HOST",
+        "MACHINE",
         "PID",
+        "IN",
+        "OUT",
+        "UP",
+        "TOOL",
         "LAST",
-        "SEEN",
-        "CWD",
+        "LINE",
     ]
     assert out.splitlines()[2].split()[:3] == ["Bob", "agent", "live"]
     code, out = invoke("agents", "--team", "nobody")

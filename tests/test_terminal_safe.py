@@ -236,6 +236,19 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hostile]:
             mailbox.register_agent("Bob", team="safe", session_id="bob", cwd=EVERY_KIND)
         finally:
             mailbox.close()
+        from relay.fleet.board import SqliteBoard
+        from relay.fleet.model import AgentStatus
+
+        board, now = SqliteBoard(), "2026-01-01T00:00:00.000Z"
+        try:  # a status whose texts are hostile (any process of the user can write the board)
+            board.publish_now(
+                AgentStatus(
+                    **dict(team="safe", name="Bob", state="working", since=now, heartbeat=now),
+                    **dict(machine=EVERY_KIND, tool=EVERY_KIND, last_line=EVERY_KIND, ttl=1e12),
+                )
+            )
+        finally:
+            board.close()
     relay("send", "--as", "Carol", "--thread", THREAD, "Bob", EVERY_KIND)
     relay("memory", "save", f"{EVERY_KIND} hello #tag")
     event = {"tool_name": "Bash", "tool_input": {"command": EVERY_KIND}}
@@ -318,6 +331,7 @@ INVOCATIONS: dict[str, list[list[str]]] = {
     "stop": [["Nobody"]],
     "trust": [[], ["--all-files"], ["--yes"], ["--revoke"]],
     "uninstall": [["claude"]],
+    "watch": [["--once"]],
 }
 """The arguments each command is run with (its last entries change the most). A command
 added to relay and not named here is run with no arguments."""

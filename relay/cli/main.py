@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "agents": ("relay.cli.messaging", "agents"),
     "inbox": ("relay.cli.messaging", "inbox"),
     "messages": ("relay.cli.messaging", "messages"),
+    "watch": ("relay.cli.fleet_watch", "watch"),
     "serve": ("relay.cli.serve", "serve"),
     "install": ("relay.cli.install", "install"),
     "uninstall": ("relay.cli.install", "uninstall"),

@@ -35,13 +35,8 @@ def _with_messenger(
     other teams know it, and `retry` (see UnknownRecipientError) how to reach them."""
     import anyio
 
-    from relay.config.discovery import load_settings
-    from relay.services.messaging.messenger import Messenger, messaging_config
-
-    start = (cwd or Path.cwd()).resolve()
-    settings = load_settings(start, settings_files)
-    config = messaging_config(settings)
-    messenger = Messenger(config, project=settings.root or start, team=team)
+    messenger = _messenger(cwd, settings_files, team)
+    config = messenger.config
 
     async def run() -> Result:
         from relay.services.messaging.model import UnknownRecipientError
@@ -70,6 +65,16 @@ def _with_messenger(
         return anyio.run(run)
     finally:
         messenger.mailbox.close()
+
+
+def _messenger(cwd: Path | None, settings_files: tuple[Path, ...], team: str | None) -> Any:
+    """A `Messenger` as the settings configure it (`team`: instead of theirs)."""
+    from relay.config.discovery import load_settings
+    from relay.services.messaging.messenger import Messenger, messaging_config
+
+    start = (cwd or Path.cwd()).resolve()
+    settings = load_settings(start, settings_files)
+    return Messenger(messaging_config(settings), project=settings.root or start, team=team)
 
 
 def _print_json(value: Any) -> None:
@@ -187,9 +192,29 @@ def agents(
         return
 
     async def work(messenger: Any) -> Any:
-        return messenger.team, await messenger.agents()
+        from relay.fleet.boards import open_board
+        from relay.fleet.roster import read_team
 
-    team_name, found = _with_messenger(cwd, settings_files, team, work)
+        async with open_board(messenger.config, messenger.team, name=_human()) as board:
+            return await read_team(messenger, board)
+
+    messenger = _messenger(cwd, settings_files, team)
+    team_name = messenger.team
+    if messenger.uses_nats:
+        messenger.mailbox.close()
+        found, problem = _with_messenger(cwd, settings_files, team, work)
+    else:  # this machine's mailbox and board (open_board's own choice): no event loop to start
+        from relay.fleet.board import SqliteBoard
+        from relay.fleet.roster import read_team_now
+
+        board = SqliteBoard()
+        try:
+            found, problem = read_team_now(messenger, board)
+        finally:
+            board.close()
+            messenger.mailbox.close()
+    if problem is not None:
+        click.echo(visible(f"relay: {problem}"), err=True)
     if as_json:
         _print_json(found)
         return
@@ -199,17 +224,38 @@ def agents(
             f"`relay run --name NAME --team {team_name} -- COMMAND`)"
         )
         return
-    humans = sum(agent.kind == "human" for agent in found)
+    humans = sum(member.kind == "human" for member in found)
     click.echo(
         f"team {team_name}: {_count(len(found) - humans, 'agent')}, {_count(humans, 'human')}"
     )
-    click.echo(f"{'NAME':16} {'KIND':6} {'STATE':8} {'HOST':16} {'PID':>7}  {'LAST SEEN':24}  CWD")
-    for agent in found:
+    _print_members(found)
+
+
+def _print_members(members: list[Any]) -> None:
+    """The `relay agents` table: live state, how long, where, what it does."""
+    from datetime import UTC, datetime
+
+    from relay.fleet.roster import age, shown_state, uptime
+
+    now = datetime.now(UTC)
+    click.echo(
+        f"{'NAME':16} {'KIND':5} {'STATE':10} {'FOR':>4} {'HOST':6} {'MACHINE':12} "
+        f"{'PID':>7} {'IN':>4} {'OUT':>4} {'UP':>4}  {'TOOL':12} LAST LINE"
+    )
+    for member in members:
+        live = member.live
+        host_kind = live.host_kind if live is not None else "-"
+        machine = (live.machine if live is not None else member.host) or "-"
+        tool = (live.tool if live is not None else None) or "-"
+        line = (live.last_line if live is not None else None) or ""
+        traffic = (live.messages_in, live.messages_out) if live is not None else ("-", "-")
         click.echo(
             visible(
-                f"{agent.name:16} {agent.kind:6} {agent.state:8} {agent.host:16} "
-                f"{agent.pid or '-':>7}  {agent.last_seen:24}  {agent.cwd or '-'}"
-            )
+                f"{member.name:16} {member.kind:5} {shown_state(member):10} "
+                f"{age(member.since, now):>4} {host_kind:6} {machine[:12]:12} "
+                f"{member.pid or '-':>7} {traffic[0]:>4} {traffic[1]:>4} "
+                f"{uptime(member, now):>4}  {tool[:12]:12} {line}"
+            ).rstrip()
         )
 
 

@@ -8,6 +8,7 @@ agents; every running session and the supervisor report an `AgentStatus` to a
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal, Protocol
 
 import msgspec
@@ -36,6 +37,15 @@ AgentState = Literal[
 """
 
 HostKind = Literal["claude", "gemini", "codex", "other"]
+
+ENDED_STATES: frozenset[str] = frozenset({"exited", "stopped"})
+"""States an agent is left in when nothing runs it: never read as lost."""
+HEARTBEAT_SECONDS = 3.0
+"""How often a live session says it is alive."""
+HEARTBEAT_TTL = 10.0
+"""The default time to live of a heartbeat: older, and the agent reads as lost."""
+LAST_LINE_LIMIT = 200
+"""The most characters of an agent's last output line kept in its status."""
 
 
 class Restart(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -121,6 +131,27 @@ class AgentStatus(msgspec.Struct, kw_only=True):
     """Times the supervisor started it again."""
     supervised: bool = False
     """Started by `relay up` (so `relay restart` and the dashboard may restart it)."""
+    session_id: str | None = None
+    """Its `relay run` session's id ($RELAY_SESSION_ID), when a session reported it."""
+    ttl: float = HEARTBEAT_TTL
+    """Seconds after `heartbeat` that the agent reads as lost if nothing was said since (a
+    supervisor that publishes `restarting` may give the back-off's length plus a margin)."""
+
+
+def reads_as(status: AgentStatus, *, now: datetime, alive: bool | None = None) -> AgentState:
+    """The state `status` reads as at `now`: lost when its heartbeat is past its time to
+    live, or when `alive` is False (its relay process is known gone), unless it had ended."""
+    if status.state in ENDED_STATES or status.state == "lost":
+        return status.state
+    if alive is False:
+        return "lost"
+    try:
+        beat = datetime.fromisoformat(status.heartbeat)
+    except ValueError:
+        return "lost"  # a heartbeat nobody can read proves nothing
+    if beat.tzinfo is None or (now - beat).total_seconds() > status.ttl:
+        return "lost"
+    return status.state
 
 
 class StatusBoard(Protocol):

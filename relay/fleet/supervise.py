@@ -24,6 +24,7 @@ from pathlib import Path
 from types import FrameType
 
 from relay.fleet import records
+from relay.fleet.model import AgentState
 from relay.fleet.records import Launch, SupervisorRecord, SupervisorState
 
 
@@ -92,6 +93,7 @@ class Supervisor:
             reason = self._no_restart(code)
             if reason is not None:
                 self._save("exited")
+                self._publish("exited", code)
                 self._say(f"{launch.name} {_ended(code)}; {reason}")
                 return code
             delay = min(
@@ -100,6 +102,7 @@ class Supervisor:
             record.restarts_in_a_row += 1
             record.next_start = time.time() + delay
             self._save("restarting")
+            self._publish("restarting", code, ttl=delay + 10)
             self._say(
                 f"{launch.name} {_ended(code)}; starting it again in {delay:g} s "
                 f"(restart {record.restarts_in_a_row} of {launch.restart.limit} in a row)"
@@ -129,7 +132,9 @@ class Supervisor:
 
     def _run_once(self) -> int:
         launch = self.launch
-        env = launch.env or dict(os.environ)
+        env = dict(launch.env or os.environ)
+        env["RELAY_SUPERVISED"] = "1"  # the session's status says so (reporter.py)
+        env["RELAY_RESTARTS"] = str(max(self.record.runs, 0))
         headless = launch.mode == "headless"
         try:
             self.child = subprocess.Popen(
@@ -161,7 +166,9 @@ class Supervisor:
                 except subprocess.TimeoutExpired:
                     self._say(f"{self.launch.name} did not end within {self.launch.grace:g} s")
                     self._kill_run(child)
-                    return child.wait()
+                    code = child.wait()
+                    self._publish("stopped", code)  # its session could not say so
+                    return code
             try:
                 return child.wait(timeout=0.5)  # -N: killed by signal N
             except subprocess.TimeoutExpired:
@@ -187,6 +194,55 @@ class Supervisor:
                     continue
 
     # -- what it says -------------------------------------------------------------------
+
+    def _publish(self, state: AgentState, code: int | None, *, ttl: float | None = None) -> None:
+        """Put the agent's state on the team's status board (`relay agents`, `relay
+        watch`): while it restarts, or once it has ended for good. A board that cannot be
+        reached is said in the window or log, and supervising goes on."""
+        try:
+            import anyio
+
+            anyio.run(self._publish_async, state, code, ttl)
+        except Exception as exc:  # the board is a view: it never stops the supervisor
+            self._say(f"cannot put {self.launch.name}'s state on the status board: {exc}")
+
+    async def _publish_async(self, state: AgentState, code: int | None, ttl: float | None) -> None:
+        import anyio
+
+        from relay.config.discovery import load_settings
+        from relay.engine.processes import process_start_ticks
+        from relay.fleet.boards import open_board
+        from relay.fleet.model import HEARTBEAT_TTL, AgentStatus
+        from relay.fleet.reporter import host_kind
+        from relay.services.messaging.messenger import messaging_config
+        from relay.timestamps import utc_millis
+
+        launch = self.launch
+        command = launch.run[launch.run.index("--") + 1 :] if "--" in launch.run else []
+        now = utc_millis()
+        status = AgentStatus(
+            team=launch.team,
+            name=launch.name,
+            state=state,
+            since=now,
+            heartbeat=now,
+            machine=launch.machine,
+            host_kind=host_kind(command),
+            pid=os.getpid(),
+            started_ticks=process_start_ticks(os.getpid()),
+            project=launch.cwd,
+            command=command,
+            exit_code=code,
+            restarts=max(self.record.runs - 1, 0),
+            supervised=True,
+            ttl=ttl if ttl is not None else HEARTBEAT_TTL,
+        )
+        config = messaging_config(load_settings(Path(launch.cwd), ()))
+        with anyio.fail_after(15):
+            async with open_board(
+                config, launch.team, name=launch.name, on_problem=self._say
+            ) as board:
+                await board.publish(status)
 
     def _save(self, state: SupervisorState) -> None:
         self.record.state = state

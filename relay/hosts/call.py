@@ -39,6 +39,7 @@ from relay.protocol.dialects import UnknownEventError
 from relay.protocol.display import visible
 from relay.protocol.output import AggregatedResult
 from relay.server.client import Call, Reply
+from relay.session.hostnotes import STATUS_SOCKET_VARIABLE, tell_session
 
 DIALECTS: tuple[str, ...] = ("relay", *HOST_NAMES)
 ALL_SCOPES = frozenset(SCOPE_ORDER)
@@ -191,6 +192,8 @@ def _prepare(
         if target is None:
             return _done(Reply(1, b"", f"relay: error: stdin: {exc}\n".encode()))
         raise _Failure(f"cannot read the event {target.title} sent: {exc}") from None
+    if target is not None and STATUS_SOCKET_VARIABLE in call.env:
+        tell_session(call.env, envelope)  # the tool it is in, a prompt waiting: its status
     # The project is found from --cwd, else the event's cwd, else the caller's (DESIGN §5).
     event_cwd = envelope.event.cwd
     if cwd_option is not None:

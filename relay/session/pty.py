@@ -247,6 +247,11 @@ class AgentPty:
         """The exit code once the agent has been reaped (128+N for signal N), else None."""
         return _exit_code(self._popen.returncode)
 
+    @property
+    def exit_status(self) -> int | None:
+        """How the agent ended once reaped: its exit code, or -N for signal N (None before)."""
+        return self._popen.returncode
+
     def send_signal(self, sig: int) -> None:
         """Send `sig` to the agent's process group (nothing once the agent is reaped)."""
         if self._popen.returncode is None:

@@ -21,9 +21,10 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.abc
 import anyio.to_thread
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
@@ -69,6 +70,7 @@ from relay.session.directives import (
 )
 from relay.session.echo import EchoFilter
 from relay.session.escapes import acted_on
+from relay.session.hostnotes import STATUS_SOCKET_VARIABLE, NoteListener
 from relay.session.inbox import SessionInbox
 from relay.session.injector import PASTE_END, PASTE_START, Admit, Injector
 from relay.session.lines import RecentOutput, clean_block
@@ -77,6 +79,9 @@ from relay.session.screen import SETTLE_SECONDS, ScreenReader, draws_screen
 from relay.session.terminal import passthrough, raw_terminal, terminal_size
 from relay.session.transcript import Transcript
 from relay.session.voices import voice_for
+
+if TYPE_CHECKING:
+    from relay.fleet.reporter import SessionReporter
 
 WAITING_TITLE = "relay: an answer for the agent waits until you finish your line"
 TITLE_PUSH, TITLE_POP = "\x1b[22;0t", "\x1b[23;0t"
@@ -230,6 +235,10 @@ class Session:
         self._transcript: Transcript | None = None
         self._session_record: sessions.SessionRecord | None = None
         self._session_record_path: Path | None = None
+        self._reporter: SessionReporter | None = None
+        """Publishes the session's live status (relay.fleet.reporter), once its name is its own."""
+        self._exit_status: int | None = None
+        """How the agent ended: its exit code, or -N for signal N."""
 
     # -- public -----------------------------------------------------------------------
 
@@ -351,6 +360,68 @@ class Session:
     # -- the session --------------------------------------------------------------------
 
     async def _run(self) -> int:
+        """The session, with its live status published from a task beside it."""
+        code, failure = 0, None
+        async with anyio.create_task_group() as reporting:
+            try:
+                code = await self._run_agent(reporting)
+            except Exception as exc:
+                failure = exc  # raised as it was, not in the task group's ExceptionGroup
+            finally:
+                if self._reporter is not None:
+                    with anyio.CancelScope(shield=True):
+                        if self.inbox is not None:  # its last acknowledgements: counted
+                            inbox, self.inbox = self.inbox, None
+                            await inbox.close()
+                        await self._reporter.finish(self._exit_status, stopped=self._stopping)
+                reporting.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+        return code
+
+    def _start_reporting(self, group: anyio.abc.TaskGroup) -> None:
+        """Publish the session's status from now on (its name is its own: taken in the
+        mailbox, or messaging is off)."""
+        from relay.fleet.reporter import SessionReporter  # the fleet layer's, on its side
+
+        assert self.messenger is not None
+        mailbox, team = self.messenger.mailbox, self.messenger.team
+        self._reporter = SessionReporter(
+            config=self.messenger.config,
+            team=team,
+            name=self.name,
+            session_id=self.session_id,
+            command=self.command,
+            project=self.hooks.project_dir,
+            idle_seconds=self.idle_seconds,
+            tell=self._tell_user,
+            last_line=self._last_line,
+            traffic=partial(mailbox.traffic, self.name, team=team),
+        )
+        group.start_soon(self._reporter.run)
+
+    def _last_line(self) -> str | None:
+        """The agent's last non-blank output line, cleaned (for its status)."""
+        raws = self._recent_output.lines()[-8:]
+        for line in reversed(unescape(clean_block(raws)).split("\n") if raws else []):
+            if line.strip():
+                return line
+        return None
+
+    async def _listen_to_host(self, listener: NoteListener) -> None:
+        """What the host's hooks say (a tool, a prompt waiting), into the session's status."""
+        async for note in listener.notes():
+            if self._reporter is not None:
+                self._reporter.note(note)
+
+    def _observe_input(self, data: bytes) -> None:
+        """Keys for the agent (the human's, or headless stdin)."""
+        assert self._injector is not None
+        self._injector.observe_input(data)
+        if self._reporter is not None:
+            self._reporter.input()
+
+    async def _run_agent(self, reporting: anyio.abc.TaskGroup) -> int:
         self._stop_requested = anyio.Event()
         # Once, to the human only: what of the settings does not run (untrusted or broken
         # project files, unknown keys), and the command that fixes it.
@@ -360,6 +431,7 @@ class Session:
         # Before SessionStart's recap, so the recap has what the team saved meanwhile.
         await self._sync_team_memory(at_start=True)
         await self._start_messaging()
+        self._start_reporting(reporting)
         started: dict[str, Any] = {"source": "startup"}
         if self.task is not None:
             started["task"] = self.task
@@ -378,11 +450,25 @@ class Session:
         if self.prompt is not None:
             self._early_injects.append(self.prompt)
         if self._stop_requested.is_set():  # continue: false from SessionStart: never start
+            self._stopping = True
             return 0
+        try:
+            listener: NoteListener | None = NoteListener()
+        except OSError:
+            listener = None  # no private folder for it: the status goes without the host's word
+        with contextlib.ExitStack() as cleanup:
+            if listener is not None:
+                cleanup.callback(listener.close)
+                self.env[STATUS_SOCKET_VARIABLE] = listener.address
+            return await self._run_spawned(listener)
+
+    async def _run_spawned(self, listener: NoteListener | None) -> int:
         rows, cols = terminal_size(self.stdin_fd) if not self.headless else (24, 80)
         agent = self._agent = AgentPty.spawn(
             self.command, env=self.env, cwd=str(self.cwd), rows=rows, cols=cols
         )
+        if self._reporter is not None:
+            self._reporter.running()
         self._record_agent(agent.pid)
         injector = self._injector = Injector(
             partial(self._type, agent),
@@ -415,6 +501,8 @@ class Session:
             group.start_soon(self._watch_screen)
             group.start_soon(self._watch_stop)
             group.start_soon(self._watch_signals)
+            if listener is not None:
+                group.start_soon(self._listen_to_host, listener)
             if self._sharing is not None:
                 group.start_soon(self._sync_team_memory_periodically, self._sharing.sync_seconds)
             if self.inbox is not None:
@@ -432,7 +520,7 @@ class Session:
                         stdin_fd=self.stdin_fd,
                         stdout_fd=self.stdout_fd,
                         on_output=self._on_output,
-                        on_input=injector.observe_input,
+                        on_input=self._observe_input,
                         intercept=self._confirmer.intercept,
                     )
             injecting.cancel()  # the agent is gone: nothing more can be typed in
@@ -451,6 +539,7 @@ class Session:
                 await dispatched.wait()
             group.cancel_scope.cancel()
         self.exit_code = code
+        self._exit_status = agent.exit_status
         if not self._stopping:
             await self._fire("SessionEnd", {"reason": "exit"})
         agent.close()
@@ -465,6 +554,8 @@ class Session:
             self.inbox.observe_output(data)
         self._last_output = time.monotonic()
         self._idle_fired = False
+        if self._reporter is not None:
+            self._reporter.output()
         screen = self._screen
         if screen is None and escapes and draws_screen(data):
             assert self._agent is not None
@@ -608,7 +699,7 @@ class Session:
                     data = await anyio.to_thread.run_sync(_read_some, self.stdin_fd)
                 if not data:
                     return
-                injector.observe_input(data)
+                self._observe_input(data)
                 await agent.write(data)
 
         async with anyio.create_task_group() as group:
@@ -662,6 +753,8 @@ class Session:
                 result = await self._fire("PatternMatch", payload)
                 if not result.hooks:
                     self._tell_unhandled(directive.namespace, result.untrusted)
+                elif self._reporter is not None and directive.namespace == "relay":
+                    self._reporter.message()  # a message sent: counted again
 
     def _tell_unhandled(self, namespace: str, untrusted: list[str]) -> None:
         """Tell the human, once per namespace, that the agent used one nothing handles (a
@@ -718,7 +811,14 @@ class Session:
                 f"(directives.{directive.namespace}.confirm) and there is no terminal to ask"
             )
             return False
-        if await self._confirmer.ask(f"the agent asks: {shown[:300]!r}; run it?"):
+        if self._reporter is not None:
+            self._reporter.asking(True)
+        try:
+            confirmed = await self._confirmer.ask(f"the agent asks: {shown[:300]!r}; run it?")
+        finally:
+            if self._reporter is not None:
+                self._reporter.asking(False)
+        if confirmed:
             return True
         self._tell_user(f"not run: {shown[:300]!r}")
         return False
@@ -756,6 +856,8 @@ class Session:
                 self._idle_fired = True  # once per quiet period
                 if self.inbox is not None:
                     self.inbox.observe_idle()
+                if self._reporter is not None:
+                    self._reporter.idle()
                 await self._fire("Idle", {"idle_seconds": round(quiet, 1)})
 
     async def _watch_screen(self) -> None:
@@ -835,6 +937,8 @@ class Session:
         self._record("inject", text)
         if self.inbox is not None:
             self.inbox.on_delivered(key)
+            if self._reporter is not None:
+                self._reporter.message()  # its acknowledgement follows: counted again
 
     # -- messaging ------------------------------------------------------------------------
 

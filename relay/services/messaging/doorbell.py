@@ -32,7 +32,6 @@ poll interval, never a message.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import secrets
@@ -40,8 +39,10 @@ import socket
 import stat
 import struct
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
-import anyio
+if TYPE_CHECKING:
+    import asyncio  # imported where a bell is waited on: the CLI reads mailboxes without it
 
 BELL_NAME_LIMIT = 100
 """The longest socket path a bell takes (sun_path holds 108 bytes on Linux)."""
@@ -222,6 +223,8 @@ class Doorbell:
     async def wait(self, timeout: float) -> bool:
         """Wait for a poke, at most `timeout` seconds; True if one came. Pokes are drained.
         One task at a time (anyio.BusyResourceError for a second one)."""
+        import asyncio
+
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             self._unwatch()
@@ -233,6 +236,8 @@ class Doorbell:
         if timeout <= 0:
             return False
         if self._waiter is not None:
+            import anyio
+
             raise anyio.BusyResourceError("waiting on")
         waiter: asyncio.Future[bool] = loop.create_future()
         self._waiter = waiter

@@ -508,6 +508,21 @@ class SqliteMailbox:
             durable=False,
         )
 
+    def traffic(self, name: str, *, team: str) -> tuple[int, int]:
+        """How many messages `name` took in (acknowledged deliveries) and sent."""
+
+        def work(db: sqlite3.Connection) -> tuple[int, int]:
+            taken = db.execute(
+                "SELECT count(*) FROM deliveries WHERE team = ? AND recipient = ? AND state = 'acked'",
+                (team, name),
+            ).fetchone()[0]
+            sent = db.execute(
+                "SELECT count(*) FROM messages WHERE team = ? AND sender = ?", (team, name)
+            ).fetchone()[0]
+            return int(taken), int(sent)
+
+        return self._read(work)
+
     def known_names(self, team: str) -> list[str]:
         """Every name the team has known (agents and human senders), sorted."""
         return self._read(lambda db: self._names(db, team))

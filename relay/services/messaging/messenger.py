@@ -7,8 +7,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import anyio.to_thread
-
 from relay.config.discovery import SettingsSet, section_of
 from relay.config.model import USER_ONLY_MESSAGING, MessagingConfig
 from relay.services.messaging.mailbox import SqliteMailbox
@@ -99,6 +97,8 @@ class Messenger:
         human: bool,
         queue: bool,
     ) -> tuple[Message, list[str]]:
+        import anyio.to_thread  # here: a CLI that only reads the mailbox never loads anyio
+
         if self.nats is None:
             return await anyio.to_thread.run_sync(
                 lambda: self.mailbox.send(
@@ -125,6 +125,8 @@ class Messenger:
 
     async def agents(self) -> list[Agent]:
         """The team's agents and their presence."""
+        import anyio.to_thread
+
         if self.nats is None:
             return await anyio.to_thread.run_sync(self.mailbox.agents, self.team)
         return await self.nats.agents()
@@ -138,6 +140,8 @@ class Messenger:
     ) -> UnknownRecipientError:
         """`error` saying which other teams on this machine know its name: those of
         `running` (live sessions of that name) and of this mailbox, live ones first."""
+        import anyio.to_thread
+
         try:
             known = await anyio.to_thread.run_sync(self.mailbox.agents_named, error.recipient)
         except MessagingError:
