@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from relay.config.trust import TrustStore
+from relay.config.trust import TrustStore, fingerprint
 from relay.engine.system import HookSystem
 from relay.engine.trace import HookTrace
 from relay.hosts.call import Caches, answer_call
@@ -60,12 +60,24 @@ def register(project: Path, *entries: dict[str, Any]) -> None:
 
 def trust_all(project: Path) -> None:
     system = HookSystem(cwd=project, telemetry=False)
-    untrusted = [(hook.fingerprint, hook.name) for hook in system.registry.untrusted]
-    assert untrusted and all(fingerprint for fingerprint, _ in untrusted)
-    TrustStore().trust(project, [(fp, name) for fp, name in untrusted if fp])
+    untrusted = system.registry.untrusted
+    assert untrusted
+    # As `relay trust` does: a hook that reaches the tree is fingerprinted only here.
+    fingerprints = [
+        (
+            hook.fingerprint
+            or fingerprint(
+                hook.event, hook.matcher.text, hook.entry, project, sequential=hook.sequential
+            ),
+            hook.name,
+        )
+        for hook in untrusted
+        if hook.entry is not None
+    ]
+    TrustStore().trust(project, fingerprints)
 
 
-def fire(project: Path) -> tuple[str | None, list[HookTrace]]:
+def fire(project: Path, *, errors: bool = False) -> tuple[str | None, list[HookTrace]]:
     """SessionStart through a fresh HookSystem, as one `relay hooks run` does."""
     traces: list[HookTrace] = []
     system = HookSystem(cwd=project, telemetry=False)
@@ -73,7 +85,7 @@ def fire(project: Path) -> tuple[str | None, list[HookTrace]]:
         result = system.run("SessionStart", {}, trace=traces)
     finally:
         system.close()
-    assert not result.errors, result.errors
+    assert errors or not result.errors, result.errors
     return result.inject, traces
 
 
@@ -114,10 +126,10 @@ def swapped_guard(project: Path, tmp_path: Path) -> Iterator[Path]:
         yield marker
 
 
-def _runs(results: list[str | None], marker: Path) -> str:
+def _runs(results: list[str | None], marker: Path, trusted: str = "trusted") -> str:
     seen = marker.read_text().count("untrusted") if marker.exists() else 0
     return (
-        f"untrusted text ran {seen} time(s); trusted ran {results.count('trusted')} "
+        f"untrusted text ran {seen} time(s); trusted ran {results.count(trusted)} "
         f"of {len(results)} calls"
     )
 
@@ -219,6 +231,75 @@ def test_every_way_of_feeding_the_checked_text_closes_the_gap(
         results = [fire(project)[0] for _ in range(60 if name.endswith(".mjs") else 200)]
     assert not marker.exists(), _runs(results, marker)
     assert "trusted" in results, _runs(results, marker)
+
+
+SHELL_GUARD = (
+    "#!/bin/sh\necho trusted\n",
+    "#!/bin/sh\necho untrusted >> '{marker}'\necho untrusted\n",
+)
+PYTHON_GUARD = (
+    "print('trusted')\n",
+    "open({marker!r}, 'a').write('untrusted'); print('untrusted')\n",
+)
+NODE_GUARD = (
+    "console.log('trusted');\n",
+    "require('fs').appendFileSync({marker!r}, 'untrusted'); console.log('untrusted');\n",
+)
+needs_node = pytest.mark.skipif(NODE is None, reason="node is not installed")
+# (script, command, its two versions, what the command prints when the trusted one runs)
+SHELL_COMMAND_FORMS = [
+    pytest.param(
+        ("guard.py", f"{sys.executable} hooks/guard.py | cat", PYTHON_GUARD, "trusted"),
+        id="python-pipe",
+    ),
+    pytest.param(
+        ("guard.sh", "sh hooks/guard.sh && echo done", SHELL_GUARD, "trusted\ndone"),
+        id="sh-and",
+    ),
+    pytest.param(
+        ("guard.sh", "FOO=1 ./hooks/guard.sh 2>&1", SHELL_GUARD, "trusted"),
+        id="assignment-redirection",
+    ),
+    pytest.param(
+        ("guard.sh", 'cd "$RELAY_PROJECT_DIR" && true; ./hooks/guard.sh', SHELL_GUARD, "trusted"),
+        id="list",
+    ),
+    pytest.param(
+        ("guard.sh", 'echo "$(./hooks/guard.sh)"', SHELL_GUARD, "trusted"),
+        id="substitution",
+    ),
+    pytest.param(
+        ("guard.js", f"{NODE} hooks/guard.js | cat", NODE_GUARD, "trusted"),
+        id="node-pipe",
+        marks=needs_node,
+    ),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("case", SHELL_COMMAND_FORMS)
+def test_a_script_a_shell_command_runs_is_pinned_too(
+    project: Path, tmp_path: Path, case: tuple[str, str, tuple[str, str], str]
+) -> None:
+    name, command, (trusted_text, untrusted_text), output = case
+    marker = tmp_path / "marker"
+    trusted = write(tmp_path / "versions" / "trusted", trusted_text, executable=True)
+    untrusted = write(
+        tmp_path / "versions" / "untrusted",
+        untrusted_text.format(marker=str(marker)),
+        executable=True,
+    )
+    target = project / "hooks" / name
+    shutil.copy2(trusted, target)
+    register(project, {"name": "guard", "command": command})
+    trust_all(project)
+    assert fire(project)[0] == output
+    with swapping(trusted, untrusted, target, tmp_path / "stop"):
+        results = [fire(project)[0] for _ in range(100 if name.endswith(".js") else 300)]
+    assert not marker.exists(), _runs(results, marker, output)
+    assert set(results) <= {output, None}, results
+    assert output in results, _runs(results, marker, output)
 
 
 # ---- what the script sees of itself --------------------------------------------------
@@ -455,3 +536,91 @@ def test_hooks_test_shows_a_pinned_launch_without_the_script_text(project: Path)
     assert started == [
         f"  started: pinned: /bin/sh -c <28 bytes> ./hooks/guard.sh one   [cwd {project}]"
     ]
+
+
+# ---- scripts a shell command runs: each pinned, each as when run by path ---------------
+
+SHOW_SH = """\
+#!/bin/sh
+echo "sh 0=$0 args=$*"
+echo "stdin=$(wc -c)"
+cd "$(dirname "$0")" && echo "data=$(cat data.txt)"
+exit 3
+"""
+
+SHOW_BASH = """\
+#!/usr/bin/env bash
+echo "bash 0=$0 source=${BASH_SOURCE[0]} args=$*"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+echo "data=$(cat "$here/data.txt") stdin=$(wc -c)"
+exit 4
+"""
+
+SHOW_PY = """\
+import sys, pathlib
+print("py", __file__, sys.argv, len(sys.stdin.read()))
+print("data", (pathlib.Path(__file__).parent / "data.txt").read_text().strip())
+sys.exit(5)
+"""
+
+SHOW_JS = """\
+const fs = require("fs"), path = require("path");
+console.log("js", __filename, JSON.stringify(process.argv.slice(1)), fs.readFileSync(0).length);
+console.log("data", fs.readFileSync(path.join(__dirname, "data.txt"), "utf8").trim());
+process.exit(6);
+"""
+
+SHOW_MJS = """\
+import { readFileSync } from "node:fs";
+const data = readFileSync(new URL("./data.txt", import.meta.url), "utf8").trim();
+console.log("mjs", import.meta.url, JSON.stringify(process.argv.slice(2)), data);
+"""
+
+SHELL_COMMANDS = [
+    pytest.param("FOO=1 ./hooks/show.sh one 'two words' 2>&1", id="assignment-redirection"),
+    pytest.param("sh hooks/show.sh a && echo after", id="sh-and"),
+    pytest.param("./hooks/show.sh a | cat; echo next", id="pipe-list"),
+    pytest.param('cd "$RELAY_PROJECT_DIR" && bash hooks/show.bash one | cat', id="cd-root-bash"),
+    pytest.param("cd ./hooks && ./show.sh from-hooks", id="cd-subfolder"),
+    pytest.param(f'echo "[$({sys.executable} hooks/show.py sub)]"', id="substitution"),
+    pytest.param(f"exec timeout 30 {sys.executable} -u hooks/show.py x >&2", id="wrappers"),
+    pytest.param("true # a comment\n./hooks/show.bash x", id="newline"),
+    pytest.param(
+        f"{NODE} hooks/show.js x | cat && {NODE} hooks/show.mjs y 2>&1",
+        id="node",
+        marks=needs_node,
+    ),
+    pytest.param("./hooks/plain x | cat", id="no-shebang"),
+]
+
+
+@pytest.mark.parametrize("command", SHELL_COMMANDS)
+def test_a_pinned_shell_command_runs_as_by_path(project: Path, command: str) -> None:
+    write(project / "hooks" / "show.sh", SHOW_SH, executable=True)
+    write(project / "hooks" / "show.bash", SHOW_BASH, executable=True)
+    write(project / "hooks" / "show.py", SHOW_PY)
+    write(project / "hooks" / "show.js", SHOW_JS)
+    write(project / "hooks" / "show.mjs", SHOW_MJS)
+    write(project / "hooks" / "plain", 'echo "plain 0=$0 $*"\n', executable=True)
+    write(project / "hooks" / "data.txt", "beside the script\n")
+    register(project, {"name": "show", "command": command})
+    trust_all(project)
+    _, traces = fire(project, errors=True)
+    (trace,) = traces
+    assert trace.mode == "pinned", trace
+    assert "/dev/fd/SEALED" in trace.argv[2] or " -c " in trace.argv[2], trace.argv
+    done = subprocess.run(
+        ["/bin/sh", "-c", command],
+        check=False,
+        cwd=project,
+        input=trace.stdin.encode(),
+        capture_output=True,
+        env={**os.environ, "RELAY_PROJECT_DIR": str(project)},
+        timeout=60,
+    )
+    assert "beside the script" in done.stdout.decode() + done.stderr.decode() or "plain" in command
+    assert (trace.stdout, trace.stderr, trace.report.exit_code) == (
+        done.stdout.decode(),
+        done.stderr.decode(),
+        done.returncode,
+    )

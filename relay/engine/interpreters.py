@@ -32,11 +32,12 @@ import re
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import msgspec
 
 from relay.config.model import HookEntry
+from relay.engine import shellwords
 from relay.engine.command import PROJECT_VARS, Launch, prepare_launch, substitute_project_vars
 
 Family = Literal["shell", "python", "node", "other"]
@@ -47,6 +48,8 @@ ARGUMENT_LIMIT = 128 * 1024 - 1
 SEALED_COPY = "/dev/fd/SEALED"
 """The word the runner replaces by the path of the sealed copy's descriptor."""
 
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+_SHELL_STRING = re.compile(r"[-+][A-Za-z]*c[A-Za-z]*")
 _SHEBANG_LIMIT = 256  # the kernel reads no more of a #! line (BINPRM_BUF_SIZE)
 _FAMILIES: dict[str, Family] = {
     **dict.fromkeys(("sh", "bash", "dash", "ash", "ksh", "mksh", "zsh"), "shell"),
@@ -212,64 +215,407 @@ def script_of(launch: Launch, cwd: str, root: str) -> tuple[int, str] | None:
     return index, os.path.abspath(os.path.join(cwd, argv[index]))
 
 
-def pinned_launch(launch: Launch, pin: Pin, cwd: str) -> Launch:
+def pinned_launch(launch: Launch, pin: Pin | ShellPin, cwd: str) -> Launch:
     """The launch that runs the pinned text under the script's name as written, with the
-    words after it as its arguments."""
+    words after it as its arguments (a shell command: each pinned script so)."""
+    if isinstance(pin, ShellPin):
+        return _pinned_shell_launch(launch, pin, cwd)
     index = pin.word
     if index >= len(launch.argv) or (
         os.path.abspath(os.path.join(cwd, launch.argv[index])) != pin.path
     ):
         # Checked for another command or folder: run nothing rather than an unchecked file.
-        refusal = "not started: its checked script is not the file this command runs"
-        return Launch(argv=launch.argv, mode="pinned", refusal=refusal)
-    text = pin.text
-    path = pin.path
+        return Launch(argv=launch.argv, mode="pinned", refusal=_NOT_CHECKED)
     word = launch.argv[index]
-    if index == 0 and not pin.executable:
-        # As exec would refuse it; running its text anyway would hide the mistake.
-        refusal = (
-            f"permission denied: {word} is not executable (to fix: chmod +x {shlex.quote(word)})"
-        )
-        return Launch(argv=launch.argv, mode="pinned", refusal=refusal)
     arguments = launch.argv[index + 1 :]
-    if index == 0:
-        command, program = _interpreter_of(text)
+    feed = _feed(launch.argv[:index], pin, word, inline=ARGUMENT_LIMIT)
+    if feed.refusal is not None:
+        return Launch(argv=launch.argv, mode="pinned", refusal=feed.refusal)
+    if feed.replaced:
+        # The copy itself is run (index 0: executed, argv[0] kept) or read as the script.
+        return Launch(argv=launch.argv, mode="pinned", sealed=pin.text, sealed_word=index)
+    argv = (*launch.argv[:index], *feed.words, word, *arguments)
+    if SEALED_COPY in feed.words:
+        sealed_word = index + feed.words.index(SEALED_COPY)
+        return Launch(argv=argv, mode="pinned", sealed=pin.text, sealed_word=sealed_word)
+    return Launch(argv=argv, mode="pinned")
+
+
+_NOT_CHECKED = "not started: its checked script is not the file this command runs"
+
+
+class _Feed(NamedTuple):
+    """How a pinned script's checked text reaches its interpreter: words put before the
+    script's word (SEALED_COPY among them names the sealed copy), or the script's word
+    itself replaced by the sealed copy; or why it must not start."""
+
+    words: tuple[str, ...] = ()
+    replaced: bool = False
+    refusal: str | None = None
+
+
+def _feed(program: Sequence[str], pin: Pin, word: str, *, inline: int) -> _Feed:
+    """The feed for a script run by `program` (the words before it; none: it is executed
+    directly), with at most `inline` bytes of text in one argument."""
+    text = pin.text
+    if not program and not pin.executable:
+        # As exec would refuse it; running its text anyway would hide the mistake.
+        return _Feed(
+            refusal=f"permission denied: {word} is not executable (to fix: chmod +x {shlex.quote(word)})"
+        )
+    if not program:
+        command, first = _interpreter_of(text)
+        before: tuple[str, ...] = command
     else:
-        command, program = launch.argv[:index], 0
-    family = family_of(command[program]) if command else None
-    if family == "python" or (family == "node" and not _is_module(path)):
+        command, first, before = tuple(program), 0, ()
+    family = family_of(command[first]) if command else None
+    if family == "python" or (family == "node" and not _is_module(pin.path)):
         # The text from a sealed copy, its descriptor's path in place of the word
         # `SEALED_COPY` (no size limit, and the text is not in the process's argv).
         bootstrap = ("-c", PYTHON_BOOTSTRAP) if family == "python" else ("-e", NODE_BOOTSTRAP, "--")
-        argv = (*command, *bootstrap, SEALED_COPY, word, *arguments)
-        return Launch(argv=argv, mode="pinned", sealed=text, sealed_word=argv.index(SEALED_COPY))
-    sealed = Launch(argv=launch.argv, mode="pinned", sealed=text, sealed_word=index)
+        return _Feed(words=(*before, *bootstrap, SEALED_COPY))
     if family in (None, "other"):
-        return sealed
+        return _Feed(replaced=True)
     if family == "node":
         import json  # only for an ES module
 
         module = _data_url(
             NODE_MODULE_BOOTSTRAP
             % {
-                "path": json.dumps(path),
+                "path": json.dumps(pin.path),
                 "hooks": json.dumps(_data_url(NODE_MODULE_HOOKS)),
                 "source": json.dumps(text.decode("utf-8", "replace")),  # as Node reads it
             }
         )
-        if len(module) > ARGUMENT_LIMIT:
+        if len(module) > inline:
             # Node reads a sealed copy as CommonJS (it has no .mjs name): refuse, clearly.
-            refusal = (
-                f"not started: {word} is an ES module of {len(text):,} bytes; relay runs a "
-                f"trusted module as checked only up to about {ARGUMENT_LIMIT * 3 // 4 // 1024} KiB"
+            return _Feed(
+                refusal=(
+                    f"not started: {word} is an ES module of {len(text):,} bytes; relay runs a "
+                    f"trusted module as checked only up to about {ARGUMENT_LIMIT * 3 // 4 // 1024} KiB"
+                )
             )
-            return Launch(argv=launch.argv, mode="pinned", refusal=refusal)
-        return Launch(argv=(*command, "--import", module, word, *arguments), mode="pinned")
-    if os.path.basename(command[program]) == "bash":
+        return _Feed(words=(*before, "--import", module))
+    if os.path.basename(command[first]) == "bash":
         text = bash_source_as_zero(text)
-    if not _fits_an_argument(text):
-        return sealed
-    return Launch(argv=(*command, "-c", os.fsdecode(text), word, *arguments), mode="pinned")
+    if len(text) > inline or b"\0" in text:
+        return _Feed(replaced=True)
+    return _Feed(words=(*before, "-c", os.fsdecode(text)))
+
+
+# ---- scripts that a shell command line runs --------------------------------------------
+
+
+class ShellScript(msgspec.Struct, frozen=True, kw_only=True):
+    """A project script that one simple command of a shell command line runs: the words
+    of the text that name its program and it, and where it is."""
+
+    words: tuple[str, ...]
+    """The interpreter and options, then the script's word, after quote removal (only
+    the script's word: it is executed)."""
+    start: int
+    end: int
+    """The script's word in the text."""
+    path: str
+
+
+class ShellPlan(msgspec.Struct, frozen=True, kw_only=True):
+    """What pinning makes of a shell command line: the scripts it rewrites, and what
+    stays run by path, with why."""
+
+    command: str
+    """The text `sh -c` runs (project variables expanded)."""
+    cwd: str
+    scripts: tuple[ShellScript, ...] = ()
+    by_path: tuple[tuple[str, str], ...] = ()
+    """(what, why): scripts and runners the command runs that are not pinned."""
+
+
+class ShellPin(msgspec.Struct, frozen=True, kw_only=True):
+    """A trusted shell command's scripts as its trust check read them."""
+
+    plan: ShellPlan
+    pins: tuple[Pin, ...]
+    """One per plan script, in order (`word`: the script's index in its `words`)."""
+
+
+# Programs that run the command after them, as a shell runs them: their options that take
+# a value, and how many operands come before the command (`timeout 5 CMD`). Runners that
+# close inherited descriptors or resolve the script themselves are not here (RUNNERS).
+_WRAPPERS: dict[str, tuple[frozenset[str], int]] = {
+    "env": (frozenset({"-u", "--unset"}), 0),
+    "exec": (frozenset(), 0),
+    "command": (frozenset(), 0),
+    "nohup": (frozenset(), 0),
+    "setsid": (frozenset(), 0),
+    "nice": (frozenset({"-n", "--adjustment"}), 0),
+    "timeout": (frozenset({"-s", "--signal", "-k", "--kill-after"}), 1),
+    "stdbuf": (frozenset({"-i", "-o", "-e"}), 0),
+}
+# Wrapper options after which relay cannot tell what runs, or where.
+_WRAPPER_STOPS = frozenset(
+    {"-S", "--split-string", "-C", "--chdir", "-a", "-v", "-V", "-p", "--preserve-status"}
+)
+RUNNERS: dict[str, str] = {
+    **dict.fromkeys(
+        ("make", "gmake"), "make reads its Makefile, and its recipes run scripts, by path"
+    ),
+    **dict.fromkeys(
+        ("npm", "pnpm", "yarn", "npx", "pnpx", "bunx"),
+        "the package tool runs package.json scripts and node_modules programs by path",
+    ),
+    **dict.fromkeys(
+        ("uv", "uvx", "poetry", "pipenv", "pdm", "pipx"), "the runner opens the script by path"
+    ),
+    "xargs": "xargs runs what it reads by path",
+}
+"""Programs found on PATH that run project files themselves: not pinned (protocol §9)."""
+_CHANGES_MEANING = frozenset({".", "source", "eval", "alias", "unalias", "hash", "enable"})
+"""Builtins after which relay cannot tell what the command's later words run."""
+_CHANGES_DIRECTORY = frozenset({"cd", "pushd", "popd", "chdir"})
+_LOWEST_COPY = 10
+"""A shell command's sealed copies get descriptors from 10 up: `sh` redirections name 0-9."""
+
+
+def shell_plan(entry: HookEntry, root: Path) -> ShellPlan | None:
+    """For a hook whose command runs under `sh -c`: which project scripts it runs, and
+    which of them pinning can feed from their checked bytes. None for other launches."""
+    project = str(root)
+    project_vars = dict.fromkeys(PROJECT_VARS, project)
+    launch = prepare_launch(entry.command, entry.args, project_vars)
+    if launch.mode != "shell":
+        return None
+    cwd = project
+    if entry.cwd:
+        cwd = str(
+            Path(project, os.path.expanduser(substitute_project_vars(entry.cwd, project_vars)))
+        )
+    return plan_shell_command(launch.argv[2], os.path.abspath(cwd), os.path.abspath(project))
+
+
+def plan_shell_command(command: str, cwd: str, root: str) -> ShellPlan:
+    """shell_plan for the text `sh -c` runs in `cwd`."""
+    try:
+        commands = shellwords.read(command)
+    except shellwords.UnreadableCommand as exc:
+        why = f"relay cannot rewrite this command soundly ({exc}); the scripts it names run by path"
+        return ShellPlan(command=command, cwd=cwd, by_path=(("the command", why),))
+    planner = _ShellPlanner(root)
+    planner.read(commands, cwd)
+    if planner.high_descriptor:
+        why = (
+            f"it redirects descriptor {planner.high_descriptor} (relay's copies use 10 and up); "
+            f"the scripts it names run by path"
+        )
+        return ShellPlan(command=command, cwd=cwd, by_path=(("the command", why),))
+    return ShellPlan(
+        command=command,
+        cwd=cwd,
+        scripts=tuple(sorted(planner.scripts, key=lambda script: script.start)),
+        by_path=tuple(planner.by_path),
+    )
+
+
+class _ShellPlanner:
+    """Walks the simple commands of a shell command line for the scripts they run."""
+
+    def __init__(self, root: str) -> None:
+        self.root = os.path.join(root, "")
+        self.scripts: list[ShellScript] = []
+        self.by_path: list[tuple[str, str]] = []
+        self.known = True
+        """False once a builtin may have changed what later words mean (`. x`, `eval`)."""
+        self.high_descriptor = 0
+
+    def read(self, commands: Sequence[shellwords.Simple], cwd: str | None) -> None:
+        """`cwd`: where these commands start (None: relay cannot know)."""
+        changed_to: str | None = None  # `cd DIR &&`: DIR, for the rest of its && chain
+        for simple in commands:
+            here = changed_to or cwd
+            for redirection in simple.redirections:
+                if redirection.number is not None and redirection.number >= _LOWEST_COPY:
+                    self.high_descriptor = redirection.number
+            for word in (
+                *simple.assignments,
+                *simple.words,
+                *(redirection.target for redirection in simple.redirections),
+            ):
+                for substitution in word.substitutions:
+                    self.read(substitution, here)  # a subshell: its cd stays inside
+            program = self.simple(simple, here)
+            if program in _CHANGES_MEANING:
+                self.known = False
+            if changed_to is not None and simple.after not in ("&&", "|"):
+                # `cd D && a; b`: b runs in D only if the cd succeeded.
+                changed_to, cwd = None, None
+            if program in _CHANGES_DIRECTORY:
+                target = _cd_target(simple)
+                folder = None
+                if target is not None and here is not None:
+                    folder = os.path.normpath(os.path.join(here, target))
+                if folder is not None and folder == here:
+                    pass  # `cd "$CLAUDE_PROJECT_DIR"` from the root: here either way
+                elif folder is not None and simple.after == "&&":
+                    changed_to = folder
+                else:
+                    changed_to, cwd = None, None
+
+    def simple(self, simple: shellwords.Simple, cwd: str | None) -> str | None:
+        """Plan one simple command; its program's name (None when not literal)."""
+        words = simple.words
+        index = 0
+        while index < len(words) and (words[index].value or "") in _WRAPPERS:
+            valued, leading = _WRAPPERS[words[index].value or ""]
+            index += 1
+            for round_ in range(leading + 1):
+                while index < len(words):
+                    value = words[index].value
+                    if value is None or value in _WRAPPER_STOPS:
+                        return None  # what runs, or where, is not in the text
+                    if value in valued:
+                        index += 2
+                    elif value.startswith("-") or _ASSIGNMENT.match(value):
+                        index += 1
+                    else:
+                        break
+                if round_ < leading:
+                    index += 1  # `timeout 5`: the duration
+        if index >= len(words) or words[index].value is None:
+            return None
+        program = words[index]
+        value = program.value
+        assert value is not None
+        name = os.path.basename(value)
+        if name in RUNNERS:
+            self.by_path.append((self._shown(words[index:]), RUNNERS[name]))
+            return name
+        if name in _CHANGES_MEANING:
+            sourced = [word.value for word in words[index + 1 : index + 2]]
+            if name in (".", "source") and sourced:
+                what = f"{value} {sourced[0] if sourced[0] is not None else '…'}"
+                self.by_path.append((what, "a file the command sources is read by path"))
+            return name
+        script: int | None = None
+        if "/" in value and (
+            (cwd is None and not os.path.isabs(value))
+            or os.path.abspath(os.path.join(cwd or "/", value)).startswith(self.root)
+        ):
+            script = index  # a project file, executed
+        else:
+            family = family_of(value)
+            literal = []
+            for word in words[index:]:
+                if word.value is None:
+                    break
+                literal.append(word.value)
+            operand = _operand(literal, 1, family) if family is not None else None
+            if operand is not None:
+                script = index + operand
+            elif family == "shell" and any(_SHELL_STRING.fullmatch(item) for item in literal[1:]):
+                why = "the scripts a nested shell string runs are run by path"
+                self.by_path.append((self._shown(words[index:]), why))
+        if script is None:
+            return name
+        word = words[script]
+        assert word.value is not None
+        if cwd is None and not os.path.isabs(word.value):
+            why = "it comes after a cd relay cannot follow: relay cannot tell which file it names"
+            self.by_path.append((word.value, why))
+            return name
+        path = os.path.abspath(os.path.join(cwd or "/", word.value))
+        if not path.startswith(self.root):
+            return name
+        if not self.known:
+            why = "after `.`, `source`, `eval` or `alias`, relay cannot tell what runs"
+            self.by_path.append((word.value, why))
+            return name
+        self.scripts.append(
+            ShellScript(
+                words=tuple(item.value or "" for item in words[index : script + 1]),
+                start=word.start,
+                end=word.end,
+                path=path,
+            )
+        )
+        return name
+
+    @staticmethod
+    def _shown(words: Sequence[shellwords.Word]) -> str:
+        return " ".join(word.value if word.value is not None else "…" for word in words[:3])
+
+
+def _cd_target(simple: shellwords.Simple) -> str | None:
+    """The folder of `cd DIR` when relay knows where it goes: DIR literal and absolute or
+    starting with `.` (a bare name may go through CDPATH); no options, no redirections."""
+    words = simple.words
+    if len(words) != 2 or simple.redirections or simple.assignments or words[0].value != "cd":
+        return None
+    target = words[1].value
+    if target is None or not (
+        os.path.isabs(target) or target in (".", "..") or target.startswith(("./", "../"))
+    ):
+        return None
+    return target
+
+
+def _pinned_shell_launch(launch: Launch, pin: ShellPin, cwd: str) -> Launch:
+    """`sh -c` with a command whose pinned scripts' words are fed their checked text: the
+    words relay adds are quoted as sh reads them, and the rest of the text is as written."""
+    plan = pin.plan
+    if launch.mode != "shell" or launch.argv[2:] != (plan.command,) or cwd != plan.cwd:
+        return Launch(argv=launch.argv, mode="pinned", refusal=_NOT_CHECKED)
+    for inline in (ARGUMENT_LIMIT, 0):
+        template, copies, refusal = _shell_template(plan, pin.pins, inline=inline)
+        if refusal is not None:
+            return Launch(argv=launch.argv, mode="pinned", refusal=refusal)
+        # Each copy's path is at most /dev/fd/ and 10 digits.
+        length = sum(len(part) if isinstance(part, str) else 18 for part in template)
+        if length <= ARGUMENT_LIMIT:
+            shown = "".join(part if isinstance(part, str) else SEALED_COPY for part in template)
+            return Launch(
+                argv=(*launch.argv[:2], shown),
+                mode="pinned",
+                copies=copies,
+                template=template,
+            )
+    refusal = (
+        f"not started: its command with its scripts' checked text is over {ARGUMENT_LIMIT:,} bytes"
+    )
+    return Launch(argv=launch.argv, mode="pinned", refusal=refusal)
+
+
+def _shell_template(
+    plan: ShellPlan, pins: Sequence[Pin], *, inline: int
+) -> tuple[tuple[str | int, ...], tuple[bytes, ...], str | None]:
+    """The pinned command as text and copy numbers, the copies, or why it must not start."""
+    text = plan.command
+    parts: list[str | int] = []
+    copies: list[bytes] = []
+    done = 0
+    for script, pin in zip(plan.scripts, pins, strict=True):
+        word = script.words[-1]
+        feed = _feed(script.words[:-1], pin, word, inline=inline)
+        if feed.refusal is not None:
+            return (), (), feed.refusal
+        # What relay adds goes before the script's word (an executed script's own
+        # interpreter, or an interpreter's bootstrap); the words before stay as written.
+        at = script.start
+        parts.append(text[done:at])
+        for added in feed.words:
+            if added == SEALED_COPY:
+                parts.append(len(copies))
+                copies.append(pin.text)
+            else:
+                parts.append(shlex.quote(added))
+            parts.append(" ")
+        done = at
+        if feed.replaced:
+            parts.append(text[done : script.start])
+            parts.append(len(copies))
+            copies.append(pin.text)
+            done = script.end
+    parts.append(text[done:])
+    return tuple(part for part in parts if part != ""), tuple(copies), None
 
 
 _BASH_SOURCE_BRACED = re.compile(rb"\$\{BASH_SOURCE(?:\[0\])?(?![\w\[])")
@@ -338,10 +684,6 @@ def _interpreter_of(text: bytes) -> tuple[tuple[str, ...], int]:
     if not split or split[0].startswith("-") or "=" in split[0]:
         return (), 0  # env's own options or assignments: no rule, a sealed copy runs
     return (words[0], *split), 1
-
-
-def _fits_an_argument(text: bytes) -> bool:
-    return len(text) <= ARGUMENT_LIMIT and b"\0" not in text
 
 
 def _data_url(code: str) -> str:
