@@ -591,6 +591,9 @@ SHELL_COMMANDS = [
         marks=needs_node,
     ),
     pytest.param("./hooks/plain x | cat", id="no-shebang"),
+    # No shell syntax: executed directly, the script found after the wrappers.
+    pytest.param("env FOO=1 timeout 30 ./hooks/show.sh direct", id="direct-wrappers"),
+    pytest.param(f"nice -n 1 {sys.executable} hooks/show.py direct", id="direct-interpreter"),
 ]
 
 
@@ -608,7 +611,9 @@ def test_a_pinned_shell_command_runs_as_by_path(project: Path, command: str) -> 
     _, traces = fire(project, errors=True)
     (trace,) = traces
     assert trace.mode == "pinned", trace
-    assert "/dev/fd/SEALED" in trace.argv[2] or " -c " in trace.argv[2], trace.argv
+    # Fed by relay: a shell's -c or a bootstrap's copy, in argv or in the command's text.
+    fed = [word for word in trace.argv if "/dev/fd/SEALED" in word or "-c" in word.split(" ")]
+    assert fed, trace.argv
     done = subprocess.run(
         ["/bin/sh", "-c", command],
         check=False,
@@ -624,3 +629,122 @@ def test_a_pinned_shell_command_runs_as_by_path(project: Path, command: str) -> 
         done.stderr.decode(),
         done.returncode,
     )
+
+
+def test_a_script_named_with_quotes_and_spaces_is_fed_its_text_quoted(project: Path) -> None:
+    text = "#!/bin/sh\necho \"it's $0: $*\" '\\\\' \"$(printf '%s' \"a'b\")\"\n"
+    write(project / "hooks" / "it's here.sh", text, executable=True)
+    command = "sh \"hooks/it's here.sh\" 'x y' | cat && './hooks/it'\\''s here.sh' z"
+    register(project, {"name": "show", "command": command})
+    trust_all(project)
+    _, traces = fire(project)
+    (trace,) = traces
+    assert trace.mode == "pinned"
+    done = subprocess.run(
+        ["/bin/sh", "-c", command], cwd=project, capture_output=True, check=True, timeout=60
+    )
+    assert "it's hooks/it's here.sh: x y" in done.stdout.decode()
+    assert trace.stdout == done.stdout.decode()
+
+
+def test_the_commands_own_descriptors_cannot_reach_the_copies(project: Path) -> None:
+    # The copies are at 10 and up: a command that closes 3-9 still runs its scripts.
+    write(project / "hooks" / "show.py", SHOW_PY)
+    write(project / "hooks" / "data.txt", "beside the script\n")
+    closes = " ".join(f"{number}<&-" for number in range(3, 10))
+    command = f"{sys.executable} hooks/show.py x {closes} | cat"
+    register(project, {"name": "show", "command": command})
+    trust_all(project)
+    _, traces = fire(project, errors=True)
+    (trace,) = traces
+    assert trace.mode == "pinned"
+    assert "data beside the script" in trace.stdout, trace.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "why"),
+    [
+        ("if true; then ./hooks/show.sh x; fi", "the compound command 'if'"),
+        ("./hooks/show.sh `echo x`", "a backquoted command"),
+        ("(./hooks/show.sh x)", "a subshell or function"),
+        ("cat <<EOF\nx\nEOF\n./hooks/show.sh", "a here-document"),
+        ("./hooks/show.sh x 12>&1", "it redirects descriptor 12"),
+    ],
+    ids=["if", "backquotes", "subshell", "here-document", "descriptor-12"],
+)
+def test_a_command_relay_cannot_read_exactly_runs_as_written_and_trust_says_so(
+    project: Path, command: str, why: str
+) -> None:
+    from click.testing import CliRunner
+
+    from relay.cli.main import cli
+
+    write(project / "hooks" / "show.sh", SHOW_SH, executable=True)
+    write(project / "hooks" / "data.txt", "beside the script\n")
+    register(project, {"name": "show", "command": command})
+    trust_all(project)
+    _, traces = fire(project, errors=True)
+    (trace,) = traces
+    assert (trace.mode, trace.argv) == ("shell", ["/bin/sh", "-c", command])
+    assert "data=beside the script" in trace.stdout
+    shown = CliRunner().invoke(cli, ["trust", "--json", "--cwd", str(project)])
+    assert shown.exit_code == 0, shown.output
+    (hook,) = json.loads(shown.stdout)["hooks"]
+    ((what, said),) = [(item["what"], item["why"]) for item in hook["runs_by_path"]]
+    assert what == "the command" and why in said and said.endswith("run by path"), said
+    text = CliRunner().invoke(cli, ["trust", "--cwd", str(project)]).stdout
+    assert "runs by path, not pinned" in text and why in text
+
+
+def test_trust_names_what_a_pinned_command_still_runs_by_path(project: Path) -> None:
+    from click.testing import CliRunner
+
+    from relay.cli.main import cli
+
+    write(project / "hooks" / "show.sh", SHOW_SH, executable=True)
+    write(project / "Makefile", "all:\n\t@echo made\n")
+    command = "make all && ./hooks/show.sh; ./hooks/show.sh && . ./hooks/show.sh"
+    register(project, {"name": "show", "command": command})
+    shown = CliRunner().invoke(cli, ["trust", "--json", "--cwd", str(project)])
+    (hook,) = json.loads(shown.stdout)["hooks"]
+    assert [item["what"] for item in hook["runs_by_path"]] == ["make all", ". ./hooks/show.sh"]
+    # The two ./hooks/show.sh are pinned: trust lists nothing else as run by path.
+    assert shell_plan_of(project, command) == 2
+
+
+def shell_plan_of(project: Path, command: str) -> int:
+    from relay.config.model import HookEntry
+    from relay.engine.interpreters import shell_plan
+
+    plan = shell_plan(HookEntry(command=command), project)
+    assert plan is not None
+    return len(plan.scripts)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_servers_cached_path_pins_a_shell_commands_script(
+    project: Path, tmp_path: Path
+) -> None:
+    marker = tmp_path / "marker"
+    trusted_text, untrusted_text = SHELL_GUARD
+    trusted = write(tmp_path / "versions" / "trusted", trusted_text, executable=True)
+    untrusted = write(
+        tmp_path / "versions" / "untrusted",
+        untrusted_text.format(marker=str(marker)),
+        executable=True,
+    )
+    guard = project / "hooks" / "guard.sh"
+    shutil.copy2(trusted, guard)
+    register(project, {"name": "guard", "command": "./hooks/guard.sh 2>&1 | cat"})
+    trust_all(project)
+    caches = Caches()
+    served: list[str | None] = []
+    with swapping(trusted, untrusted, guard, tmp_path / "stop"):
+        for _ in range(200):
+            call = Call(["SessionStart"], str(project), dict(os.environ), b"{}")
+            reply = answer_call(call, caches)
+            assert reply is not None and reply.exit_code == 0, reply
+            served.append(json.loads(reply.stdout)["inject"])
+    assert not marker.exists(), _runs(served, marker)
+    assert "trusted" in served, _runs(served, marker)

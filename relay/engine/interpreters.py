@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal, NamedTuple
 
@@ -181,38 +181,83 @@ class Pin(msgspec.Struct, frozen=True, kw_only=True):
     """Absolute and normalised, as the word names it from the hook's working directory."""
     text: bytes
     executable: bool = True
+    program: int = 0
+    """The word that starts the script's interpreter, after wrappers such as `timeout 5`
+    (`word` itself when the script is executed)."""
 
 
-def entry_script(entry: HookEntry, root: Path) -> tuple[int, str] | None:
+class EntryScript(NamedTuple):
+    """The word of a launch that names the script it runs, that script, and the word that
+    starts its interpreter (Pin)."""
+
+    word: int
+    path: str
+    program: int
+
+
+def entry_script(entry: HookEntry, root: Path) -> EntryScript | None:
     """The word of a hook's launch that names the script file it runs, with that file's
     path: a project file executed directly, or the operand of a known interpreter
-    (`python3 -u hooks/x.py`); None for a command run by sh, a program found on PATH,
-    `python3 -c …`. The launch and working directory are the Executor's."""
+    (`python3 -u hooks/x.py`), after wrappers (`timeout 5`, `env X=1`); None for a command
+    run by sh, a program found on PATH, `python3 -c …`. The launch and working directory
+    are the Executor's."""
     project = str(root)
     project_vars = dict.fromkeys(PROJECT_VARS, project)
     launch = prepare_launch(entry.command, entry.args, project_vars)
-    cwd = project
-    if entry.cwd:
-        cwd = str(
-            Path(project, os.path.expanduser(substitute_project_vars(entry.cwd, project_vars)))
-        )
-    return script_of(launch, cwd, project)
+    return script_of(launch, _working_directory(entry, project, project_vars), project)
 
 
-def script_of(launch: Launch, cwd: str, root: str) -> tuple[int, str] | None:
+def _working_directory(entry: HookEntry, project: str, project_vars: Mapping[str, str]) -> str:
+    if not entry.cwd:
+        return project
+    cwd = os.path.expanduser(substitute_project_vars(entry.cwd, project_vars))
+    return str(Path(project, cwd))
+
+
+def script_of(launch: Launch, cwd: str, root: str) -> EntryScript | None:
     """entry_script for a launch run in `cwd`."""
     argv = launch.argv
     if launch.mode == "shell" or not argv:
         return None
-    if "/" in argv[0]:
-        path = os.path.abspath(os.path.join(cwd, argv[0]))
+    program = after_wrappers(argv)
+    if program is None or program >= len(argv):
+        return None
+    first = argv[program]
+    if "/" in first:
+        path = os.path.abspath(os.path.join(cwd, first))
         if path.startswith(os.path.join(os.path.abspath(root), "")):
-            return 0, path
-    family = family_of(argv[0])
-    index = _operand(argv, 1, family) if family is not None else None
+            return EntryScript(program, path, program)
+    family = family_of(first)
+    index = _operand(argv[program:], 1, family) if family is not None else None
     if index is None:
         return None
-    return index, os.path.abspath(os.path.join(cwd, argv[index]))
+    return EntryScript(
+        program + index, os.path.abspath(os.path.join(cwd, argv[program + index])), program
+    )
+
+
+def after_wrappers(words: Sequence[str | None]) -> int | None:
+    """The index of the program a command's words run after wrappers that run the rest
+    as a command (`timeout 5`, `env X=1`, `nice -n 5`); None when relay cannot tell (a
+    word that expands, None here; a wrapper option that changes what runs or where)."""
+    index = 0
+    while index < len(words) and (words[index] or "") in _WRAPPERS:
+        valued, leading = _WRAPPERS[words[index] or ""]
+        index += 1
+        for round_ in range(leading + 1):
+            while index < len(words):
+                value = words[index]
+                if value is None or value in _WRAPPER_STOPS:
+                    return None
+                if value in valued:
+                    index += 2
+                elif value.startswith("-") or _ASSIGNMENT.match(value):
+                    index += 1
+                else:
+                    break
+            if round_ < leading:
+                index += 1  # `timeout 5`: the duration
+    return index
 
 
 def pinned_launch(launch: Launch, pin: Pin | ShellPin, cwd: str) -> Launch:
@@ -228,7 +273,7 @@ def pinned_launch(launch: Launch, pin: Pin | ShellPin, cwd: str) -> Launch:
         return Launch(argv=launch.argv, mode="pinned", refusal=_NOT_CHECKED)
     word = launch.argv[index]
     arguments = launch.argv[index + 1 :]
-    feed = _feed(launch.argv[:index], pin, word, inline=ARGUMENT_LIMIT)
+    feed = _feed(launch.argv[pin.program : index], pin, word, inline=ARGUMENT_LIMIT)
     if feed.refusal is not None:
         return Launch(argv=launch.argv, mode="pinned", refusal=feed.refusal)
     if feed.replaced:
@@ -385,12 +430,27 @@ def shell_plan(entry: HookEntry, root: Path) -> ShellPlan | None:
     launch = prepare_launch(entry.command, entry.args, project_vars)
     if launch.mode != "shell":
         return None
-    cwd = project
-    if entry.cwd:
-        cwd = str(
-            Path(project, os.path.expanduser(substitute_project_vars(entry.cwd, project_vars)))
-        )
+    cwd = _working_directory(entry, project, project_vars)
     return plan_shell_command(launch.argv[2], os.path.abspath(cwd), os.path.abspath(project))
+
+
+def runs_by_path(entry: HookEntry, root: Path) -> list[tuple[str, str]]:
+    """(what, why) for each thing a trusted hook's command runs by path that pinning does
+    not cover: a command relay cannot read exactly, a script after a cd it cannot follow,
+    a runner that opens project files itself (`make`, `npx`, `uv run`), a sourced file."""
+    plan = shell_plan(entry, root)
+    if plan is not None:
+        return list(plan.by_path)
+    project = os.path.abspath(root)
+    project_vars = dict.fromkeys(PROJECT_VARS, project)
+    launch = prepare_launch(entry.command, entry.args, project_vars)
+    cwd = _working_directory(entry, project, project_vars)
+    if script_of(launch, cwd, project) is not None:
+        return []
+    planner = _ShellPlanner(project)
+    words = tuple(shellwords.Word(start=0, end=0, value=word) for word in launch.argv)
+    planner.simple(shellwords.Simple(assignments=(), words=words, redirections=(), after=""), cwd)
+    return planner.by_path
 
 
 def plan_shell_command(command: str, cwd: str, root: str) -> ShellPlan:
@@ -463,23 +523,9 @@ class _ShellPlanner:
     def simple(self, simple: shellwords.Simple, cwd: str | None) -> str | None:
         """Plan one simple command; its program's name (None when not literal)."""
         words = simple.words
-        index = 0
-        while index < len(words) and (words[index].value or "") in _WRAPPERS:
-            valued, leading = _WRAPPERS[words[index].value or ""]
-            index += 1
-            for round_ in range(leading + 1):
-                while index < len(words):
-                    value = words[index].value
-                    if value is None or value in _WRAPPER_STOPS:
-                        return None  # what runs, or where, is not in the text
-                    if value in valued:
-                        index += 2
-                    elif value.startswith("-") or _ASSIGNMENT.match(value):
-                        index += 1
-                    else:
-                        break
-                if round_ < leading:
-                    index += 1  # `timeout 5`: the duration
+        index = after_wrappers([word.value for word in words])
+        if index is None:
+            return None
         if index >= len(words) or words[index].value is None:
             return None
         program = words[index]

@@ -212,7 +212,7 @@ class Registry:
         entry = entry_script(hook.entry, self.root)
         plan = shell_plan(hook.entry, self.root) if entry is None else None
         if entry is not None:
-            scripts = [entry[1]]
+            scripts = [entry.path]
         else:
             scripts = [script.path for script in plan.scripts] if plan is not None else []
         try:
@@ -228,10 +228,14 @@ class Registry:
             )
             hook.fingerprint, hook.trusted = verdict.fingerprint, verdict.trusted
             checked = {script.path: script for script in verdict.scripts}
-            if entry is not None and entry[1] in checked:
-                script = checked[entry[1]]
+            if entry is not None and entry.path in checked:
+                script = checked[entry.path]
                 hook.pin = Pin(
-                    word=entry[0], path=script.path, text=script.text, executable=script.executable
+                    word=entry.word,
+                    path=script.path,
+                    text=script.text,
+                    executable=script.executable,
+                    program=entry.program,
                 )
             elif plan is not None and verdict.trusted:
                 hook.pin = _shell_pin(plan, checked)
