@@ -647,18 +647,36 @@ def test_a_script_named_with_quotes_and_spaces_is_fed_its_text_quoted(project: P
     assert trace.stdout == done.stdout.decode()
 
 
-def test_the_commands_own_descriptors_cannot_reach_the_copies(project: Path) -> None:
-    # The copies are at 10 and up: a command that closes 3-9 still runs its scripts.
+def test_the_commands_own_descriptors_cannot_reach_the_copies(
+    project: Path, relay_home: Path
+) -> None:
+    # The copies are at 10 and up: a command that closes 3-9 still runs its scripts. A
+    # binary is run from its copy, so it sees its name, /dev/fd/N. Through the CLI: a
+    # fresh process, whose next free descriptors are low.
+    dash = shutil.which("dash") or os.path.realpath("/bin/sh")
+    shutil.copy(dash, project / "hooks" / "binary-sh")
     write(project / "hooks" / "show.py", SHOW_PY)
     write(project / "hooks" / "data.txt", "beside the script\n")
     closes = " ".join(f"{number}<&-" for number in range(3, 10))
-    command = f"{sys.executable} hooks/show.py x {closes} | cat"
+    command = (
+        f"{sys.executable} hooks/show.py x {closes} | cat; "
+        f"./hooks/binary-sh -c 'echo \"binary=$0\"' {closes}"
+    )
     register(project, {"name": "show", "command": command})
     trust_all(project)
-    _, traces = fire(project, errors=True)
-    (trace,) = traces
-    assert trace.mode == "pinned"
-    assert "data beside the script" in trace.stdout, trace.stderr
+    assert RELAY is not None
+    done = subprocess.run(
+        [RELAY, "hooks", "run", "SessionStart", "--cwd", str(project)],
+        input=b"{}",
+        capture_output=True,
+        env={**os.environ, "RELAY_HOME": str(relay_home)},
+        timeout=60,
+        check=True,
+    )
+    shown = json.loads(done.stdout)["inject"]
+    assert "data beside the script" in shown, done.stderr
+    (name,) = [line for line in shown.splitlines() if line.startswith("binary=")]
+    assert name.startswith("binary=/dev/fd/") and int(name.rpartition("/")[2]) >= 10, name
 
 
 @pytest.mark.parametrize(
