@@ -766,3 +766,101 @@ def test_the_servers_cached_path_pins_a_shell_commands_script(
             served.append(json.loads(reply.stdout)["inject"])
     assert not marker.exists(), _runs(served, marker)
     assert "trusted" in served, _runs(served, marker)
+
+
+# ---- the exact shell reader -----------------------------------------------------------
+
+TRICKY_WORDS = [
+    "plain",
+    "'single quoted; | &&'",
+    '"double \\" \\\\ \\$ \\` \\a"',
+    "back\\ slash\\;",
+    "mixed'a b'\"c d\"e",
+    "a#b",
+    "'it'\\''s'",
+    '"line\none"',
+    "joined\\\nword",
+    "lone$",
+    "-c",
+    "x=y",
+]
+
+
+def test_the_shell_reader_removes_quotes_as_sh_does() -> None:
+    from relay.engine import shellwords
+
+    command = "printf '[%s]\\n' " + " ".join(TRICKY_WORDS)
+    (simple,) = shellwords.read(command)
+    read = [word.value for word in simple.words[2:]]
+    done = subprocess.run(["/bin/sh", "-c", command], capture_output=True, check=True)
+    printed = done.stdout.decode()
+    assert printed == "".join(f"[{value}]\n" for value in read), (printed, read)
+    assert None not in read
+
+
+@pytest.mark.parametrize(
+    ("text", "commands"),
+    [
+        ("a b | c && d; e & f || g", [["a", "b"], ["c"], ["d"], ["e"], ["f"], ["g"]]),
+        ("X=1 Y=$(z) a 2>&1 >out <in b", [["a", "b"]]),
+        ('a "$(b \'c)\' ")")" d', [["a", None, "d"]]),
+        (
+            "a $HOME ${X} ${X:-y} $1 ~/x *.py {a,b}",
+            [["a", None, None, None, None, None, None, None]],
+        ),
+        ("a # b; c\nd", [["a"], ["d"]]),
+    ],
+)
+def test_the_shell_reader_splits_commands_and_marks_expansions(
+    text: str, commands: list[list[str | None]]
+) -> None:
+    from relay.engine import shellwords
+
+    read = shellwords.read(text)
+    assert [[word.value for word in simple.words] for simple in read] == commands
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "if a; then b; fi",
+        "for x in a; do b; done",
+        "{ a; }",
+        "(a)",
+        "f() { a; }",
+        "a `b`",
+        "a <<EOF\nb\nEOF",
+        "a $'b'",
+        'a $"b"',
+        "a $((1+2))",
+        "a &> b",
+        "a |& b",
+        "a <(b)",
+        "a ${X:-'b'}",
+        "a 'b",
+        'a "b',
+        "a $(b",
+        "a && && b",
+        "; a",
+        "a |",
+        "a \\",
+        "! a",
+        "case x in x) a;; esac",
+    ],
+)
+def test_the_shell_reader_refuses_what_it_cannot_read_exactly(text: str) -> None:
+    from relay.engine import shellwords
+
+    with pytest.raises(shellwords.UnreadableCommand):
+        shellwords.read(text)
+
+
+def test_a_pinned_shell_command_with_a_cwd_runs_there(project: Path) -> None:
+    write(project / "hooks" / "show.sh", SHOW_SH, executable=True)
+    write(project / "hooks" / "data.txt", "beside the script\n")
+    register(project, {"name": "show", "command": "./show.sh x | cat", "cwd": "hooks/../hooks"})
+    trust_all(project)
+    _, traces = fire(project, errors=True)
+    (trace,) = traces
+    assert trace.mode == "pinned" and trace.report.exit_code == 0, trace
+    assert "sh 0=./show.sh args=x" in trace.stdout and "data=beside the script" in trace.stdout

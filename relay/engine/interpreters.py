@@ -608,7 +608,11 @@ def _pinned_shell_launch(launch: Launch, pin: ShellPin, cwd: str) -> Launch:
     """`sh -c` with a command whose pinned scripts' words are fed their checked text: the
     words relay adds are quoted as sh reads them, and the rest of the text is as written."""
     plan = pin.plan
-    if launch.mode != "shell" or launch.argv[2:] != (plan.command,) or cwd != plan.cwd:
+    if (
+        launch.mode != "shell"
+        or launch.argv[2:] != (plan.command,)
+        or os.path.abspath(cwd) != plan.cwd
+    ):
         return Launch(argv=launch.argv, mode="pinned", refusal=_NOT_CHECKED)
     for inline in (ARGUMENT_LIMIT, 0):
         template, copies, refusal = _shell_template(plan, pin.pins, inline=inline)
