@@ -864,3 +864,27 @@ def test_a_pinned_shell_command_with_a_cwd_runs_there(project: Path) -> None:
     (trace,) = traces
     assert trace.mode == "pinned" and trace.report.exit_code == 0, trace
     assert "sh 0=./show.sh args=x" in trace.stdout and "data=beside the script" in trace.stdout
+
+
+def test_a_script_that_does_not_exist_when_checked_leaves_the_hook_running(
+    project: Path,
+) -> None:
+    write(project / "hooks" / "show.sh", SHOW_SH, executable=True)
+    write(project / "hooks" / "data.txt", "beside the script\n")
+    command = "test -x hooks/custom.sh && ./hooks/custom.sh; ./hooks/show.sh x"
+    register(project, {"name": "show", "command": command})
+    trust_all(project)
+    _, traces = fire(project, errors=True)
+    (trace,) = traces
+    assert trace.mode == "pinned" and "data=beside the script" in trace.stdout, trace
+    from relay.config.model import HookEntry
+    from relay.engine.interpreters import runs_by_path
+
+    entry = HookEntry(command=command, env={"PATH": f"hooks:{os.environ['PATH']}"})
+    assert runs_by_path(entry, project) == [
+        (
+            "PATH in env",
+            "programs found on the PATH it sets are run by path (a project folder on it)",
+        ),
+        ("./hooks/custom.sh", "it does not exist when checked"),
+    ]

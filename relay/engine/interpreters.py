@@ -439,18 +439,21 @@ def runs_by_path(entry: HookEntry, root: Path) -> list[tuple[str, str]]:
     not cover: a command relay cannot read exactly, a script after a cd it cannot follow,
     a runner that opens project files itself (`make`, `npx`, `uv run`), a sourced file."""
     plan = shell_plan(entry, root)
+    env_path = []
+    if _names_project_folder(entry.env.get("PATH", "/"), os.path.join(os.path.abspath(root), "")):
+        env_path.append(("PATH in env", _PATH_WHY))
     if plan is not None:
-        return list(plan.by_path)
+        return [*env_path, *plan.by_path]
     project = os.path.abspath(root)
     project_vars = dict.fromkeys(PROJECT_VARS, project)
     launch = prepare_launch(entry.command, entry.args, project_vars)
     cwd = _working_directory(entry, project, project_vars)
     if script_of(launch, cwd, project) is not None:
-        return []
+        return env_path
     planner = _ShellPlanner(project)
     words = tuple(shellwords.Word(start=0, end=0, value=word) for word in launch.argv)
     planner.simple(shellwords.Simple(assignments=(), words=words, redirections=(), after=""), cwd)
-    return planner.by_path
+    return [*env_path, *planner.by_path]
 
 
 def plan_shell_command(command: str, cwd: str, root: str) -> ShellPlan:
@@ -460,7 +463,7 @@ def plan_shell_command(command: str, cwd: str, root: str) -> ShellPlan:
     except shellwords.UnreadableCommand as exc:
         why = f"relay cannot rewrite this command soundly ({exc}); the scripts it names run by path"
         return ShellPlan(command=command, cwd=cwd, by_path=(("the command", why),))
-    planner = _ShellPlanner(root)
+    planner = _ShellPlanner(root, command)
     planner.read(commands, cwd)
     if planner.high_descriptor:
         why = (
@@ -479,13 +482,16 @@ def plan_shell_command(command: str, cwd: str, root: str) -> ShellPlan:
 class _ShellPlanner:
     """Walks the simple commands of a shell command line for the scripts they run."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, text: str = "") -> None:
         self.root = os.path.join(root, "")
+        self.text = text
+        """The command line the words' spans are in ("": words built from argv)."""
         self.scripts: list[ShellScript] = []
         self.by_path: list[tuple[str, str]] = []
         self.known = True
         """False once a builtin may have changed what later words mean (`. x`, `eval`)."""
         self.high_descriptor = 0
+        self.path_noted = False
 
     def read(self, commands: Sequence[shellwords.Simple], cwd: str | None) -> None:
         """`cwd`: where these commands start (None: relay cannot know)."""
@@ -523,6 +529,15 @@ class _ShellPlanner:
     def simple(self, simple: shellwords.Simple, cwd: str | None) -> str | None:
         """Plan one simple command; its program's name (None when not literal)."""
         words = simple.words
+        for word in (*simple.assignments, *words):
+            raw = self.text[word.start : word.end] if self.text else (word.value or "")
+            if (
+                raw.startswith("PATH=")
+                and not self.path_noted
+                and (word.value is None or _names_project_folder(word.value[5:], self.root))
+            ):
+                self.path_noted = True
+                self.by_path.append((raw if len(raw) <= 60 else "PATH=…", _PATH_WHY))
         index = after_wrappers([word.value for word in words])
         if index is None:
             return None
@@ -575,6 +590,11 @@ class _ShellPlanner:
             why = "after `.`, `source`, `eval` or `alias`, relay cannot tell what runs"
             self.by_path.append((word.value, why))
             return name
+        if not os.path.lexists(path):
+            # `test -x hooks/opt.sh && ./hooks/opt.sh`: nothing to pin (nor in the
+            # fingerprint); a file that appears later untrusts the hook at its next check.
+            self.by_path.append((word.value, "it does not exist when checked"))
+            return name
         self.scripts.append(
             ShellScript(
                 words=tuple(item.value or "" for item in words[index : script + 1]),
@@ -588,6 +608,18 @@ class _ShellPlanner:
     @staticmethod
     def _shown(words: Sequence[shellwords.Word]) -> str:
         return " ".join(word.value if word.value is not None else "…" for word in words[:3])
+
+
+_PATH_WHY = "programs found on the PATH it sets are run by path (a project folder on it)"
+
+
+def _names_project_folder(search_path: str, root: str) -> bool:
+    """Whether a PATH value may name a folder of the project (`root` ends with /): a
+    relative or empty entry (from the working directory), or one under the root."""
+    return any(
+        not entry.startswith("/") or os.path.join(entry, "").startswith(root)
+        for entry in search_path.split(":")
+    )
 
 
 def _cd_target(simple: shellwords.Simple) -> str | None:
