@@ -888,3 +888,23 @@ def test_a_script_that_does_not_exist_when_checked_leaves_the_hook_running(
         ),
         ("./hooks/custom.sh", "it does not exist when checked"),
     ]
+
+
+def test_hostile_shell_commands_cost_relay_little(project: Path) -> None:
+    from relay.engine import shellwords
+    from relay.engine.interpreters import plan_shell_command
+
+    deep = "echo " + "$(" * 100_000 + ")" * 100_000
+    with pytest.raises(shellwords.UnreadableCommand, match="nested more than 16"):
+        shellwords.read(deep)
+    (plan_by_path,) = plan_shell_command(deep, str(project), str(project)).by_path
+    assert plan_by_path[0] == "the command"
+    # One copy per file, however often the command names it.
+    write(project / "hooks" / "show.sh", '#!/bin/sh\necho "$0"\n\0', executable=True)
+    command = " && ".join(["./hooks/show.sh"] * 500)
+    register(project, {"name": "show", "command": command})
+    trust_all(project)
+    _, traces = fire(project)
+    (trace,) = traces
+    assert trace.mode == "pinned" and trace.report.exit_code == 0, trace.stderr
+    assert trace.stdout.count("/dev/fd/") == 500 and len(set(trace.stdout.splitlines())) == 1

@@ -673,6 +673,7 @@ def _shell_template(
     text = plan.command
     parts: list[str | int] = []
     copies: list[bytes] = []
+    numbers: dict[str, int] = {}  # one copy per file, however often the command names it
     done = 0
     for script, pin in zip(plan.scripts, pins, strict=True):
         word = script.words[-1]
@@ -683,18 +684,19 @@ def _shell_template(
         # interpreter, or an interpreter's bootstrap); the words before stay as written.
         at = script.start
         parts.append(text[done:at])
+        if (feed.replaced or SEALED_COPY in feed.words) and pin.path not in numbers:
+            numbers[pin.path] = len(copies)
+            copies.append(pin.text)
         for added in feed.words:
             if added == SEALED_COPY:
-                parts.append(len(copies))
-                copies.append(pin.text)
+                parts.append(numbers[pin.path])
             else:
                 parts.append(shlex.quote(added))
             parts.append(" ")
         done = at
         if feed.replaced:
             parts.append(text[done : script.start])
-            parts.append(len(copies))
-            copies.append(pin.text)
+            parts.append(numbers[pin.path])
             done = script.end
     parts.append(text[done:])
     return tuple(part for part in parts if part != ""), tuple(copies), None

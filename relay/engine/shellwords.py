@@ -74,13 +74,27 @@ def read(text: str) -> tuple[Simple, ...]:
     return _Reader(text).command_list(nested=False)
 
 
+MAX_NESTING = 16
+"""`$(` inside `$(` deeper than this is not read (a hostile command cannot exhaust the stack)."""
+
+
 class _Reader:
     def __init__(self, text: str) -> None:
         self.text = text
         self.position = 0
+        self.depth = 0
 
     def command_list(self, *, nested: bool) -> tuple[Simple, ...]:
         """Commands up to the end of the text, or (nested: inside `$(`) its `)`."""
+        self.depth += 1
+        try:
+            return self._command_list(nested=nested)
+        finally:
+            self.depth -= 1
+
+    def _command_list(self, *, nested: bool) -> tuple[Simple, ...]:
+        if self.depth > MAX_NESTING:
+            raise UnreadableCommand(f"$( … ) nested more than {MAX_NESTING} deep")
         text, end = self.text, len(self.text)
         commands: list[Simple] = []
         assignments: list[Word] = []
