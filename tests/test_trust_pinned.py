@@ -273,6 +273,10 @@ SHELL_COMMAND_FORMS = [
         id="node-pipe",
         marks=needs_node,
     ),
+    pytest.param(
+        ("guard.sh", "bash -c './hooks/guard.sh | cat'", SHELL_GUARD, "trusted"),
+        id="bash-c-string",
+    ),
 ]
 
 
@@ -591,6 +595,12 @@ SHELL_COMMANDS = [
         marks=needs_node,
     ),
     pytest.param("./hooks/plain x | cat", id="no-shebang"),
+    pytest.param(
+        f"bash -c \"{sys.executable} hooks/show.py 'x y' | cat; exit 7\" name arg", id="bash-c"
+    ),
+    pytest.param(
+        "sh -ec './hooks/show.sh a || sh -c \"./hooks/show.sh b\" it' && echo no", id="sh-c-nested"
+    ),
     # No shell syntax: executed directly, the script found after the wrappers.
     pytest.param("env FOO=1 timeout 30 ./hooks/show.sh direct", id="direct-wrappers"),
     pytest.param(f"nice -n 1 {sys.executable} hooks/show.py direct", id="direct-interpreter"),

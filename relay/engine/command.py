@@ -35,8 +35,10 @@ class Launch(msgspec.Struct, frozen=True, kw_only=True):
     copies: tuple[bytes, ...] = ()
     """A pinned shell command's sealed copies: the runner creates a memfd for each."""
     template: tuple[str | int, ...] = ()
-    """A pinned shell command's text for `sh -c`, joined at spawn: an int i stands for
-    the path of copy i's descriptor (`/dev/fd/N`); argv shows it as `/dev/fd/SEALED`."""
+    """A pinned shell command's text (argv word `template_word`), joined at spawn: an int
+    i stands for the path of copy i's descriptor (`/dev/fd/N`); argv shows it as
+    `/dev/fd/SEALED`."""
+    template_word: int = 2
     refusal: str | None = None
     """Why this launch must not start (the runner reports it as a spawn failure)."""
 

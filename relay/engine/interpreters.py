@@ -371,17 +371,40 @@ class ShellPlan(msgspec.Struct, frozen=True, kw_only=True):
     command: str
     """The text `sh -c` runs (project variables expanded)."""
     cwd: str
+    argv: tuple[str, ...] = ()
+    """The launch it was planned for, whose word `word` is `command`: `sh -c COMMAND`, or
+    a direct or exec-form `bash -c COMMAND …` (none for a nested string)."""
+    word: int = 2
     scripts: tuple[ShellScript, ...] = ()
+    nested: tuple[NestedCommand, ...] = ()
+    """The `sh -c '…'` strings in it whose scripts are pinned in turn."""
     by_path: tuple[tuple[str, str], ...] = ()
     """(what, why): scripts and runners the command runs that are not pinned."""
+
+    def paths(self) -> list[str]:
+        """The scripts it pins, nested strings' included."""
+        found = [script.path for script in self.scripts]
+        for nested in self.nested:
+            found.extend(nested.plan.paths())
+        return found
+
+
+class NestedCommand(msgspec.Struct, frozen=True, kw_only=True):
+    """A command string given to `sh -c`, `bash -c` or `dash -c` in the text: where its
+    word is, and its own plan (its text is the word after quote removal)."""
+
+    start: int
+    end: int
+    plan: ShellPlan
 
 
 class ShellPin(msgspec.Struct, frozen=True, kw_only=True):
     """A trusted shell command's scripts as its trust check read them."""
 
     plan: ShellPlan
-    pins: tuple[Pin, ...]
-    """One per plan script, in order (`word`: the script's index in its `words`)."""
+    texts: dict[str, tuple[bytes, bool]]
+    """Path -> the bytes read and whether the file is executable, for each script of the
+    plan that the check read (one it did not read runs by path)."""
 
 
 # Programs that run the command after them, as a shell runs them: their options that take
@@ -428,10 +451,21 @@ def shell_plan(entry: HookEntry, root: Path) -> ShellPlan | None:
     project = str(root)
     project_vars = dict.fromkeys(PROJECT_VARS, project)
     launch = prepare_launch(entry.command, entry.args, project_vars)
-    if launch.mode != "shell":
+    cwd = os.path.abspath(_working_directory(entry, project, project_vars))
+    argv = launch.argv
+    if launch.mode == "shell":
+        plan = plan_shell_command(argv[2], cwd, os.path.abspath(project))
+        return msgspec.structs.replace(plan, argv=argv)
+    # Executed directly: `bash -c STRING …`, after wrappers, has a command line too.
+    program = after_wrappers(argv)
+    if program is None or program >= len(argv) or family_of(argv[program]) != "shell":
         return None
-    cwd = _working_directory(entry, project, project_vars)
-    return plan_shell_command(launch.argv[2], os.path.abspath(cwd), os.path.abspath(project))
+    words = [shellwords.Word(start=0, end=0, value=word) for word in argv[program:]]
+    string = _command_string(words)
+    if string is None or os.path.basename(argv[program]) not in _NESTED_SHELLS:
+        return None
+    plan = plan_shell_command(argv[program + string], cwd, os.path.abspath(project))
+    return msgspec.structs.replace(plan, argv=argv, word=program + string)
 
 
 def runs_by_path(entry: HookEntry, root: Path) -> list[tuple[str, str]]:
@@ -475,6 +509,7 @@ def plan_shell_command(command: str, cwd: str, root: str) -> ShellPlan:
         command=command,
         cwd=cwd,
         scripts=tuple(sorted(planner.scripts, key=lambda script: script.start)),
+        nested=tuple(planner.nested),
         by_path=tuple(planner.by_path),
     )
 
@@ -482,10 +517,13 @@ def plan_shell_command(command: str, cwd: str, root: str) -> ShellPlan:
 class _ShellPlanner:
     """Walks the simple commands of a shell command line for the scripts they run."""
 
-    def __init__(self, root: str, text: str = "") -> None:
+    def __init__(self, root: str, text: str = "", *, depth: int = 0) -> None:
         self.root = os.path.join(root, "")
         self.text = text
         """The command line the words' spans are in ("": words built from argv)."""
+        self.depth = depth
+        """How deep in `sh -c` strings this command line is."""
+        self.nested: list[NestedCommand] = []
         self.scripts: list[ShellScript] = []
         self.by_path: list[tuple[str, str]] = []
         self.known = True
@@ -572,9 +610,8 @@ class _ShellPlanner:
             operand = _operand(literal, 1, family) if family is not None else None
             if operand is not None:
                 script = index + operand
-            elif family == "shell" and any(_SHELL_STRING.fullmatch(item) for item in literal[1:]):
-                why = "the scripts a nested shell string runs are run by path"
-                self.by_path.append((self._shown(words[index:]), why))
+            elif family == "shell":
+                self.shell_string(words[index:], cwd)
         if script is None:
             return name
         word = words[script]
@@ -605,9 +642,80 @@ class _ShellPlanner:
         )
         return name
 
+    def shell_string(self, words: Sequence[shellwords.Word], cwd: str | None) -> None:
+        """`sh -c STRING …` (bash, dash too): STRING is read as a command line of its own
+        and its scripts pinned in turn, the word rewritten as one single-quoted word."""
+        at = _command_string(words)
+        if at is None:
+            return
+        string = words[at]
+        shell = os.path.basename(words[0].value or "")
+        why = None
+        if string.value is None:
+            why = "the scripts a nested shell string that expands runs are run by path"
+        elif shell not in _NESTED_SHELLS:
+            why = f"the scripts a {shell} -c string runs are run by path"
+        elif self.depth >= _NESTED_LIMIT:
+            why = f"shell strings nested more than {_NESTED_LIMIT} deep run their scripts by path"
+        if why is not None:
+            self.by_path.append((self._shown(words), why))
+            return
+        assert string.value is not None
+        try:
+            commands = shellwords.read(string.value)
+        except shellwords.UnreadableCommand as exc:
+            why = f"relay cannot rewrite its shell string soundly ({exc}); its scripts run by path"
+            self.by_path.append((self._shown(words), why))
+            return
+        inner = _ShellPlanner(self.root.rstrip("/") or "/", string.value, depth=self.depth + 1)
+        inner.known = self.known
+        inner.read(commands, cwd)
+        self.by_path.extend(inner.by_path)
+        if inner.high_descriptor:
+            why = f"its shell string redirects descriptor {inner.high_descriptor}; run by path"
+            self.by_path.append((self._shown(words), why))
+            return
+        if inner.scripts or inner.nested:
+            plan = ShellPlan(
+                command=string.value,
+                cwd=cwd or "",
+                scripts=tuple(sorted(inner.scripts, key=lambda script: script.start)),
+                nested=tuple(inner.nested),
+                by_path=tuple(inner.by_path),
+            )
+            self.nested.append(NestedCommand(start=string.start, end=string.end, plan=plan))
+
     @staticmethod
     def _shown(words: Sequence[shellwords.Word]) -> str:
         return " ".join(word.value if word.value is not None else "…" for word in words[:3])
+
+
+_NESTED_SHELLS = frozenset({"sh", "bash", "dash"})
+"""Shells whose `-c` string relay reads as it reads the command (zsh, ksh differ)."""
+_NESTED_LIMIT = 4
+_SHELL_VALUED = frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-file"})
+
+
+def _command_string(words: Sequence[shellwords.Word]) -> int | None:
+    """Which word is the command string of `SHELL [options] -c [options] STRING …`; None
+    when the shell is not given -c (its options must be literal)."""
+    given = False
+    index = 1
+    while index < len(words):
+        value = words[index].value
+        if value is None:
+            return None
+        if value == "--":
+            index += 1
+            break
+        if not value.startswith(("-", "+")) or value in ("-", "+"):
+            break
+        if _SHELL_STRING.fullmatch(value):
+            given = True
+        index += 2 if value in _SHELL_VALUED else 1
+    if not given or index >= len(words):
+        return None
+    return index
 
 
 _PATH_WHY = "programs found on the PATH it sets are run by path (a project folder on it)"
@@ -640,25 +748,27 @@ def _pinned_shell_launch(launch: Launch, pin: ShellPin, cwd: str) -> Launch:
     """`sh -c` with a command whose pinned scripts' words are fed their checked text: the
     words relay adds are quoted as sh reads them, and the rest of the text is as written."""
     plan = pin.plan
-    if (
-        launch.mode != "shell"
-        or launch.argv[2:] != (plan.command,)
-        or os.path.abspath(cwd) != plan.cwd
-    ):
+    if launch.argv != plan.argv or os.path.abspath(cwd) != plan.cwd:
         return Launch(argv=launch.argv, mode="pinned", refusal=_NOT_CHECKED)
     for inline in (ARGUMENT_LIMIT, 0):
-        template, copies, refusal = _shell_template(plan, pin.pins, inline=inline)
-        if refusal is not None:
-            return Launch(argv=launch.argv, mode="pinned", refusal=refusal)
+        copies: list[bytes] = []
+        numbers: dict[str, int] = {}  # one copy per file, however often the command names it
+        try:
+            template = _shell_template(plan, pin.texts, copies, numbers, inline=inline)
+        except _Refused as exc:
+            return Launch(argv=launch.argv, mode="pinned", refusal=str(exc))
         # Each copy's path is at most /dev/fd/ and 10 digits.
         length = sum(len(part) if isinstance(part, str) else 18 for part in template)
         if length <= ARGUMENT_LIMIT:
             shown = "".join(part if isinstance(part, str) else SEALED_COPY for part in template)
+            argv = list(launch.argv)
+            argv[plan.word] = shown
             return Launch(
-                argv=(*launch.argv[:2], shown),
+                argv=tuple(argv),
                 mode="pinned",
-                copies=copies,
-                template=template,
+                copies=tuple(copies),
+                template=tuple(template),
+                template_word=plan.word,
             )
     refusal = (
         f"not started: its command with its scripts' checked text is over {ARGUMENT_LIMIT:,} bytes"
@@ -666,40 +776,65 @@ def _pinned_shell_launch(launch: Launch, pin: ShellPin, cwd: str) -> Launch:
     return Launch(argv=launch.argv, mode="pinned", refusal=refusal)
 
 
+class _Refused(Exception):
+    """A pinned script that must not start (the message says why)."""
+
+
 def _shell_template(
-    plan: ShellPlan, pins: Sequence[Pin], *, inline: int
-) -> tuple[tuple[str | int, ...], tuple[bytes, ...], str | None]:
-    """The pinned command as text and copy numbers, the copies, or why it must not start."""
+    plan: ShellPlan,
+    texts: Mapping[str, tuple[bytes, bool]],
+    copies: list[bytes],
+    numbers: dict[str, int],
+    *,
+    inline: int,
+) -> list[str | int]:
+    """The pinned command as text and copy numbers (an int is a copy's `/dev/fd/N`),
+    adding to `copies`; raises _Refused."""
     text = plan.command
+    # The scripts and nested strings of this line, in the order of the text.
+    pieces: list[ShellScript | NestedCommand] = [
+        *(script for script in plan.scripts if script.path in texts),
+        *plan.nested,
+    ]
+    pieces.sort(key=lambda piece: piece.start)
     parts: list[str | int] = []
-    copies: list[bytes] = []
-    numbers: dict[str, int] = {}  # one copy per file, however often the command names it
     done = 0
-    for script, pin in zip(plan.scripts, pins, strict=True):
-        word = script.words[-1]
-        feed = _feed(script.words[:-1], pin, word, inline=inline)
+    for piece in pieces:
+        parts.append(text[done : piece.start])
+        done = piece.start
+        if isinstance(piece, NestedCommand):
+            inner = _shell_template(piece.plan, texts, copies, numbers, inline=inline)
+            parts.extend(_single_quoted(inner))
+            done = piece.end
+            continue
+        data, executable = texts[piece.path]
+        pin = Pin(word=len(piece.words) - 1, path=piece.path, text=data, executable=executable)
+        feed = _feed(piece.words[:-1], pin, piece.words[-1], inline=inline)
         if feed.refusal is not None:
-            return (), (), feed.refusal
+            raise _Refused(feed.refusal)
         # What relay adds goes before the script's word (an executed script's own
         # interpreter, or an interpreter's bootstrap); the words before stay as written.
-        at = script.start
-        parts.append(text[done:at])
         if (feed.replaced or SEALED_COPY in feed.words) and pin.path not in numbers:
             numbers[pin.path] = len(copies)
             copies.append(pin.text)
         for added in feed.words:
-            if added == SEALED_COPY:
-                parts.append(numbers[pin.path])
-            else:
-                parts.append(shlex.quote(added))
+            parts.append(numbers[pin.path] if added == SEALED_COPY else shlex.quote(added))
             parts.append(" ")
-        done = at
         if feed.replaced:
-            parts.append(text[done : script.start])
             parts.append(numbers[pin.path])
-            done = script.end
+            done = piece.end
     parts.append(text[done:])
-    return tuple(part for part in parts if part != ""), tuple(copies), None
+    return [part for part in parts if part != ""]
+
+
+def _single_quoted(parts: Sequence[str | int]) -> list[str | int]:
+    """Parts that sh reads as one word whose value is the parts joined: each text in
+    '…' (a ' as '\\''), each copy's /dev/fd/N (digits and /) inside the quotes."""
+    quoted: list[str | int] = ["'"]
+    for part in parts:
+        quoted.append(part.replace("'", "'\\''") if isinstance(part, str) else part)
+    quoted.append("'")
+    return quoted
 
 
 _BASH_SOURCE_BRACED = re.compile(rb"\$\{BASH_SOURCE(?:\[0\])?(?![\w\[])")

@@ -211,10 +211,9 @@ class Registry:
         hook.trust_checked = True
         entry = entry_script(hook.entry, self.root)
         plan = shell_plan(hook.entry, self.root) if entry is None else None
-        if entry is not None:
-            scripts = [entry.path]
-        else:
-            scripts = [script.path for script in plan.scripts] if plan is not None else []
+        scripts = [entry.path] if entry is not None else []
+        if plan is not None:
+            scripts = plan.paths()
         try:
             verdict = check_trust(
                 hook.event,
@@ -518,16 +517,9 @@ class RegistryCache:
 def _shell_pin(plan: ShellPlan, checked: Mapping[str, CheckedScript]) -> ShellPin | None:
     """The pin of a trusted shell command: its scripts with the bytes the check read (a
     script outside the hook's fingerprint runs by path, as it did); None when none is."""
-    kept = [script for script in plan.scripts if script.path in checked]
-    if not kept:
-        return None
-    pins = tuple(
-        Pin(
-            word=len(script.words) - 1,
-            path=script.path,
-            text=checked[script.path].text,
-            executable=checked[script.path].executable,
-        )
-        for script in kept
-    )
-    return ShellPin(plan=msgspec.structs.replace(plan, scripts=tuple(kept)), pins=pins)
+    texts = {
+        path: (checked[path].text, checked[path].executable)
+        for path in plan.paths()
+        if path in checked
+    }
+    return ShellPin(plan=plan, texts=texts) if texts else None

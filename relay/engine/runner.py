@@ -658,7 +658,7 @@ def _popen(
             # A pinned shell command: its scripts read their copies by descriptor path,
             # from 10 up so that the command's own redirections (0-9) cannot touch them.
             copies.extend(_sealed_copy(data, lowest=10) for data in launch.copies)
-            argv[-1] = "".join(
+            argv[launch.template_word] = "".join(
                 part if isinstance(part, str) else f"/dev/fd/{copies[part]}"
                 for part in launch.template
             )
