@@ -23,6 +23,12 @@ A script these rules do not cover (perl, ruby and other interpreters, a binary, 
 script holding a NUL byte or longer than one argument may be) runs from a sealed copy
 itself: the checked bytes still, but the script sees its name as /dev/fd/N (or
 /proc/self/fd/N when run directly). An ES module too long for an argument is not run.
+
+A command that runs under `sh -c` has a script per simple command: relay reads the text
+exactly (relay.engine.shellwords; a form it cannot read runs as written), and writes the
+same words just before each script's word, quoted for sh, leaving the rest of the text as
+it is (`shell_plan`, `_shell_template`). What stays run by path is named, with why, for
+`relay trust` (`runs_by_path`).
 """
 
 from __future__ import annotations
@@ -436,6 +442,7 @@ RUNNERS: dict[str, str] = {
         ("uv", "uvx", "poetry", "pipenv", "pdm", "pipx"), "the runner opens the script by path"
     ),
     "xargs": "xargs runs what it reads by path",
+    "find": "find -exec runs what it names by path",
 }
 """Programs found on PATH that run project files themselves: not pinned (protocol §9)."""
 _CHANGES_MEANING = frozenset({".", "source", "eval", "alias", "unalias", "hash", "enable"})
