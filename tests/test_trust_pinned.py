@@ -918,3 +918,16 @@ def test_hostile_shell_commands_cost_relay_little(project: Path) -> None:
     (trace,) = traces
     assert trace.mode == "pinned" and trace.report.exit_code == 0, trace.stderr
     assert trace.stdout.count("/dev/fd/") == 500 and len(set(trace.stdout.splitlines())) == 1
+
+
+def test_a_shell_commands_script_without_its_execute_permission_is_not_started(
+    project: Path,
+) -> None:
+    write(project / "hooks" / "show.sh", SHOW_SH)  # not executable
+    register(project, {"name": "show", "command": "./hooks/show.sh x || true"})
+    trust_all(project)
+    system = HookSystem(cwd=project, telemetry=False)
+    result = system.run("SessionStart", {})
+    system.close()
+    (error,) = result.errors
+    assert "permission denied: ./hooks/show.sh is not executable (to fix: chmod +x" in error.message
