@@ -789,7 +789,6 @@ TRICKY_WORDS = [
     "a#b",
     "'it'\\''s'",
     '"line\none"',
-    "joined\\\nword",
     "lone$",
     "-c",
     "x=y",
@@ -856,6 +855,8 @@ def test_the_shell_reader_splits_commands_and_marks_expansions(
         "a \\",
         "! a",
         "case x in x) a;; esac",
+        "a $\\\n$",  # sh reads $$ there
+        "a \\\n&& b",
     ],
 )
 def test_the_shell_reader_refuses_what_it_cannot_read_exactly(text: str) -> None:
@@ -931,3 +932,35 @@ def test_a_shell_commands_script_without_its_execute_permission_is_not_started(
     system.close()
     (error,) = result.errors
     assert "permission denied: ./hooks/show.sh is not executable (to fix: chmod +x" in error.message
+
+
+@pytest.mark.parametrize("shell", ["/bin/sh", "bash"])
+def test_the_shell_readers_literal_words_are_what_sh_passes(shell: str) -> None:
+    """Random words of quotes, escapes and expansions: wherever the reader calls a word
+    literal, sh (and bash, which /bin/sh is on some systems) passes exactly that value."""
+    import random
+
+    from relay.engine import shellwords
+
+    pieces = [*"ab .'\"\\$#\t-=:%,@^*?[]{}~!", "\\\n", "\\'", '\\"', "''", '""', "$x", "\n"]
+    pieces += [";", "&&", "|", "${x}", "$(echo q)", "\\$", '"\\\\"', "'\\'", "!x", "{a,b}"]
+    chooser = random.Random(29)
+    checked = 0
+    while checked < 150:
+        words = [
+            "".join(chooser.choice(pieces) for _ in range(chooser.randint(1, 6)))
+            for _ in range(chooser.randint(1, 4))
+        ]
+        text = "printf '[%s]\\n' " + " ".join(words)
+        try:
+            commands = shellwords.read(text)
+        except shellwords.UnreadableCommand:
+            continue
+        if len(commands) != 1 or commands[0].redirections or len(commands[0].words) < 3:
+            continue
+        values = [word.value for word in commands[0].words[2:]]
+        if None in values:
+            continue
+        checked += 1
+        done = subprocess.run([shell, "-c", text], capture_output=True, check=False, timeout=30)
+        assert done.stdout.decode() == "".join(f"[{value}]\n" for value in values), text

@@ -7,7 +7,8 @@ as `sh` does, to the character; so this reader knows a subset of the POSIX gramm
 reports everything else as unreadable, and such a command runs as written.
 
 Read: simple commands joined by `&&`, `||`, `;`, `&`, `|` and newlines; words made of
-plain characters, '…', "…" and backslash escapes; parameter expansions `$NAME`, `$1`,
+plain characters, '…', "…" and backslash escapes (not a backslash-newline, which sh
+removes before it reads tokens); parameter expansions `$NAME`, `$1`,
 `${NAME}`, `${NAME:-word}` (without quotes or expansions inside); command substitution
 `$(…)`, whose commands are read in turn; redirections `[n]<`, `>`, `>>`, `>|`, `<>`,
 `<&`, `>&` with their target word; comments. Unreadable: compound commands (`if`, `for`,
@@ -160,13 +161,8 @@ class _Reader:
 
     def _skip_blanks(self) -> None:
         text, end = self.text, len(self.text)
-        while self.position < end:
-            if text[self.position] in " \t":
-                self.position += 1
-            elif text.startswith("\\\n", self.position):
-                self.position += 2
-            else:
-                return
+        while self.position < end and text[self.position] in " \t":
+            self.position += 1
 
     def _operator(self) -> str:
         text, position = self.text, self.position
@@ -218,8 +214,10 @@ class _Reader:
                 following = text[self.position + 1 : self.position + 2]
                 if not following:
                     raise UnreadableCommand("a \\ at the end")
-                if following != "\n":
-                    value.append(following)
+                if following == "\n":
+                    # sh removes it before it reads tokens (`$\<newline>$` is `$$`).
+                    raise UnreadableCommand("a line continuation")
+                value.append(following)
                 self.position += 2
             elif char == "$":
                 literal &= self._dollar(value, substitutions, quoted=False)
@@ -250,9 +248,10 @@ class _Reader:
                 return literal
             if char == "\\":
                 following = text[self.position + 1 : self.position + 2]
+                if following == "\n":
+                    raise UnreadableCommand("a line continuation")
                 if following in _DOUBLE_QUOTE_ESCAPES and following:
-                    if following != "\n":
-                        value.append(following)
+                    value.append(following)
                     self.position += 2
                     continue
                 value.append(char)
