@@ -964,3 +964,81 @@ def test_the_shell_readers_literal_words_are_what_sh_passes(shell: str) -> None:
         checked += 1
         done = subprocess.run([shell, "-c", text], capture_output=True, check=False, timeout=30)
         assert done.stdout.decode() == "".join(f"[{value}]\n" for value in values), text
+
+
+def random_commands(count: int, seed: int) -> list[str]:
+    """Shell command lines built from scripts run in every pinned way, arguments,
+    redirections, operators, substitutions and sh -c strings."""
+    import random
+    import shlex
+
+    chooser = random.Random(seed)
+    runs = [
+        "./hooks/show.sh",
+        "'./hooks/show.sh'",
+        "sh hooks/show.sh",
+        'sh "hooks/show.sh"',
+        "bash hooks/show.bash",
+        "./hooks/show.bash",
+        f"{sys.executable} hooks/show.py",
+        f"{sys.executable} -u hooks/show.py",
+        "env A=1 ./hooks/show.sh",
+        "timeout 20 ./hooks/show.sh",
+        "A=1 ./hooks/show.sh",
+    ]
+    arguments = ["", " x", " 'a b'", ' "$HOME"', " $(echo sub)", ' "it\'s"']
+    redirections = ["", " 2>&1", " </dev/null", " >&2", " | cat", " 2>&1 | cat"]
+    # No script on the right of a pipe: two scripts running at once would interleave their
+    # output differently from run to run, pinned or not.
+    joiners = [" && ", " ; ", " || ", "\n"]
+    commands = []
+    for _ in range(count):
+        parts = []
+        for position in range(chooser.randint(1, 3)):
+            if position:
+                parts.append(chooser.choice(joiners))
+            single = chooser.choice(runs) + chooser.choice(arguments) + chooser.choice(redirections)
+            wrap = chooser.randint(0, 5)
+            if wrap == 0:
+                single = f'echo "[$({single})]"'
+            elif wrap == 1:
+                single = f"sh -c {shlex.quote(single)}"
+            parts.append(single)
+        commands.append("".join(parts))
+    return commands
+
+
+@pytest.mark.parametrize("command", random_commands(40, seed=3))
+def test_random_pinned_shell_commands_run_as_by_path(project: Path, command: str) -> None:
+    write(project / "hooks" / "show.sh", SHOW_SH, executable=True)
+    write(project / "hooks" / "show.bash", SHOW_BASH, executable=True)
+    write(project / "hooks" / "show.py", SHOW_PY)
+    write(project / "hooks" / "data.txt", "beside the script\n")
+    register(project, {"name": "show", "command": command})
+    trust_all(project)
+    # Every script the command names is pinned.
+    from relay.config.model import HookEntry
+    from relay.engine.interpreters import entry_script, shell_plan
+
+    plan = shell_plan(HookEntry(command=command), project)
+    if plan is None:  # no shell syntax: executed directly, its one script the entry script
+        assert entry_script(HookEntry(command=command), project) is not None
+    else:
+        assert len(plan.paths()) == command.count("hooks/show"), plan
+    _, traces = fire(project, errors=True)
+    (trace,) = traces
+    assert trace.mode == "pinned", trace
+    done = subprocess.run(
+        ["/bin/sh", "-c", command],
+        cwd=project,
+        input=trace.stdin.encode(),
+        capture_output=True,
+        env={**os.environ, "RELAY_PROJECT_DIR": str(project)},
+        timeout=60,
+        check=False,
+    )
+    assert (trace.stdout, trace.stderr, trace.report.exit_code) == (
+        done.stdout.decode(),
+        done.stderr.decode(),
+        done.returncode,
+    )
