@@ -427,9 +427,7 @@ _WRAPPERS: dict[str, tuple[frozenset[str], int]] = {
     "stdbuf": (frozenset({"-i", "-o", "-e"}), 0),
 }
 # Wrapper options after which relay cannot tell what runs, or where.
-_WRAPPER_STOPS = frozenset(
-    {"-S", "--split-string", "-C", "--chdir", "-a", "-v", "-V", "-p", "--preserve-status"}
-)
+_WRAPPER_STOPS = frozenset({"-S", "--split-string", "-C", "--chdir", "-a", "-v", "-V", "-p"})
 RUNNERS: dict[str, str] = {
     **dict.fromkeys(
         ("make", "gmake"), "make reads its Makefile, and its recipes run scripts, by path"
