@@ -6,7 +6,7 @@ import fcntl
 import os
 import stat
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
@@ -219,14 +219,15 @@ def check_trust(
     entry: HookEntry,
     root: Path,
     *,
-    scripts: Sequence[str] = (),
+    scripts: Sequence[str] | Callable[[], Sequence[str]] = (),
     store: TrustStore | None,
     digests: DigestCache | None = None,
     sequential: bool = False,
 ) -> TrustVerdict:
     """Whether a project hook is trusted as it is now. Runs on every event that plans it.
     `scripts`: the files the hook's launch runs (absolute paths: its entry script, or the
-    scripts its shell command runs); a trusted verdict holds the bytes of each that is a
+    scripts its shell command runs; or a function that finds them, called only for a
+    hook the store trusts); a trusted verdict holds the bytes of each that is a
     project file, read once from a descriptor, whose hash is the one fingerprinted
     (DESIGN §7: no gap between check and exec).
 
@@ -252,9 +253,10 @@ def check_trust(
     if assessed.digest is None:
         return TrustVerdict(fingerprint=None, trusted=False, refusal=assessed.refusal)
     trusted = store is not None and candidate and store.is_trusted(root, assessed.digest, key)
-    if not trusted or not scripts:
+    paths = (scripts() if callable(scripts) else scripts) if trusted else ()
+    if not paths:
         return TrustVerdict(fingerprint=assessed.digest, trusted=trusted)
-    return _with_scripts(assessed, root, scripts)
+    return _with_scripts(assessed, root, paths)
 
 
 def _with_scripts(assessed: HookFingerprint, root: Path, paths: Sequence[str]) -> TrustVerdict:

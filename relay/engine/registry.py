@@ -210,10 +210,17 @@ class Registry:
         assert hook.entry is not None and self.root is not None
         hook.trust_checked = True
         entry = entry_script(hook.entry, self.root)
-        plan = shell_plan(hook.entry, self.root) if entry is None else None
-        scripts = [entry.path] if entry is not None else []
-        if plan is not None:
-            scripts = plan.paths()
+        plans: list[ShellPlan | None] = []
+
+        def scripts() -> list[str]:
+            # A shell command is read for its scripts only once the store trusts the hook:
+            # an untrusted clone's hooks cost each event no more than before.
+            if entry is not None:
+                return [entry.path]
+            assert hook.entry is not None and self.root is not None
+            plans.append(shell_plan(hook.entry, self.root))
+            return plans[0].paths() if plans[0] is not None else []
+
         try:
             verdict = check_trust(
                 hook.event,
@@ -236,8 +243,8 @@ class Registry:
                     executable=script.executable,
                     program=entry.program,
                 )
-            elif plan is not None and verdict.trusted:
-                hook.pin = _shell_pin(plan, checked)
+            elif plans and plans[0] is not None and verdict.trusted:
+                hook.pin = _shell_pin(plans[0], checked)
             if verdict.refusal is not None:
                 refused = f"project hook {hook.name} cannot be trusted: {verdict.refusal}"
                 if refused not in self.warnings:
