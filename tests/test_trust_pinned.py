@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from relay.config.trust import TrustStore
+from relay.config.trust import TrustStore, fingerprint
 from relay.engine.system import HookSystem
 from relay.engine.trace import HookTrace
 from relay.hosts.call import Caches, answer_call
@@ -60,12 +60,24 @@ def register(project: Path, *entries: dict[str, Any]) -> None:
 
 def trust_all(project: Path) -> None:
     system = HookSystem(cwd=project, telemetry=False)
-    untrusted = [(hook.fingerprint, hook.name) for hook in system.registry.untrusted]
-    assert untrusted and all(fingerprint for fingerprint, _ in untrusted)
-    TrustStore().trust(project, [(fp, name) for fp, name in untrusted if fp])
+    untrusted = system.registry.untrusted
+    assert untrusted
+    # As `relay trust` does: a hook that reaches the tree is fingerprinted only here.
+    fingerprints = [
+        (
+            hook.fingerprint
+            or fingerprint(
+                hook.event, hook.matcher.text, hook.entry, project, sequential=hook.sequential
+            ),
+            hook.name,
+        )
+        for hook in untrusted
+        if hook.entry is not None
+    ]
+    TrustStore().trust(project, fingerprints)
 
 
-def fire(project: Path) -> tuple[str | None, list[HookTrace]]:
+def fire(project: Path, *, errors: bool = False) -> tuple[str | None, list[HookTrace]]:
     """SessionStart through a fresh HookSystem, as one `relay hooks run` does."""
     traces: list[HookTrace] = []
     system = HookSystem(cwd=project, telemetry=False)
@@ -73,7 +85,7 @@ def fire(project: Path) -> tuple[str | None, list[HookTrace]]:
         result = system.run("SessionStart", {}, trace=traces)
     finally:
         system.close()
-    assert not result.errors, result.errors
+    assert errors or not result.errors, result.errors
     return result.inject, traces
 
 
@@ -114,10 +126,10 @@ def swapped_guard(project: Path, tmp_path: Path) -> Iterator[Path]:
         yield marker
 
 
-def _runs(results: list[str | None], marker: Path) -> str:
+def _runs(results: list[str | None], marker: Path, trusted: str = "trusted") -> str:
     seen = marker.read_text().count("untrusted") if marker.exists() else 0
     return (
-        f"untrusted text ran {seen} time(s); trusted ran {results.count('trusted')} "
+        f"untrusted text ran {seen} time(s); trusted ran {results.count(trusted)} "
         f"of {len(results)} calls"
     )
 
@@ -219,6 +231,79 @@ def test_every_way_of_feeding_the_checked_text_closes_the_gap(
         results = [fire(project)[0] for _ in range(60 if name.endswith(".mjs") else 200)]
     assert not marker.exists(), _runs(results, marker)
     assert "trusted" in results, _runs(results, marker)
+
+
+SHELL_GUARD = (
+    "#!/bin/sh\necho trusted\n",
+    "#!/bin/sh\necho untrusted >> '{marker}'\necho untrusted\n",
+)
+PYTHON_GUARD = (
+    "print('trusted')\n",
+    "open({marker!r}, 'a').write('untrusted'); print('untrusted')\n",
+)
+NODE_GUARD = (
+    "console.log('trusted');\n",
+    "require('fs').appendFileSync({marker!r}, 'untrusted'); console.log('untrusted');\n",
+)
+needs_node = pytest.mark.skipif(NODE is None, reason="node is not installed")
+# (script, command, its two versions, what the command prints when the trusted one runs)
+SHELL_COMMAND_FORMS = [
+    pytest.param(
+        ("guard.py", f"{sys.executable} hooks/guard.py | cat", PYTHON_GUARD, "trusted"),
+        id="python-pipe",
+    ),
+    pytest.param(
+        ("guard.sh", "sh hooks/guard.sh && echo done", SHELL_GUARD, "trusted\ndone"),
+        id="sh-and",
+    ),
+    pytest.param(
+        ("guard.sh", "FOO=1 ./hooks/guard.sh 2>&1", SHELL_GUARD, "trusted"),
+        id="assignment-redirection",
+    ),
+    pytest.param(
+        ("guard.sh", 'cd "$RELAY_PROJECT_DIR" && true; ./hooks/guard.sh', SHELL_GUARD, "trusted"),
+        id="list",
+    ),
+    pytest.param(
+        ("guard.sh", 'echo "$(./hooks/guard.sh)"', SHELL_GUARD, "trusted"),
+        id="substitution",
+    ),
+    pytest.param(
+        ("guard.js", f"{NODE} hooks/guard.js | cat", NODE_GUARD, "trusted"),
+        id="node-pipe",
+        marks=needs_node,
+    ),
+    pytest.param(
+        ("guard.sh", "bash -c './hooks/guard.sh | cat'", SHELL_GUARD, "trusted"),
+        id="bash-c-string",
+    ),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("case", SHELL_COMMAND_FORMS)
+def test_a_script_a_shell_command_runs_is_pinned_too(
+    project: Path, tmp_path: Path, case: tuple[str, str, tuple[str, str], str]
+) -> None:
+    name, command, (trusted_text, untrusted_text), output = case
+    marker = tmp_path / "marker"
+    trusted = write(tmp_path / "versions" / "trusted", trusted_text, executable=True)
+    untrusted = write(
+        tmp_path / "versions" / "untrusted",
+        untrusted_text.format(marker=str(marker)),
+        executable=True,
+    )
+    target = project / "hooks" / name
+    shutil.copy2(trusted, target)
+    register(project, {"name": "guard", "command": command})
+    trust_all(project)
+    assert fire(project)[0] == output
+    with swapping(trusted, untrusted, target, tmp_path / "stop"):
+        results = [fire(project)[0] for _ in range(100 if name.endswith(".js") else 300)]
+    assert not marker.exists(), _runs(results, marker, output)
+    assert set(results) <= {output, None}, results
+    assert output in results, _runs(results, marker, output)
 
 
 # ---- what the script sees of itself --------------------------------------------------
@@ -455,3 +540,505 @@ def test_hooks_test_shows_a_pinned_launch_without_the_script_text(project: Path)
     assert started == [
         f"  started: pinned: /bin/sh -c <28 bytes> ./hooks/guard.sh one   [cwd {project}]"
     ]
+
+
+# ---- scripts a shell command runs: each pinned, each as when run by path ---------------
+
+SHOW_SH = """\
+#!/bin/sh
+echo "sh 0=$0 args=$*"
+echo "stdin=$(wc -c)"
+cd "$(dirname "$0")" && echo "data=$(cat data.txt)"
+exit 3
+"""
+
+SHOW_BASH = """\
+#!/usr/bin/env bash
+echo "bash 0=$0 source=${BASH_SOURCE[0]} args=$*"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+echo "data=$(cat "$here/data.txt") stdin=$(wc -c)"
+exit 4
+"""
+
+SHOW_PY = """\
+import sys, pathlib
+print("py", __file__, sys.argv, len(sys.stdin.read()))
+print("data", (pathlib.Path(__file__).parent / "data.txt").read_text().strip())
+sys.exit(5)
+"""
+
+SHOW_JS = """\
+const fs = require("fs"), path = require("path");
+console.log("js", __filename, JSON.stringify(process.argv.slice(1)), fs.readFileSync(0).length);
+console.log("data", fs.readFileSync(path.join(__dirname, "data.txt"), "utf8").trim());
+process.exit(6);
+"""
+
+SHOW_MJS = """\
+import { readFileSync } from "node:fs";
+const data = readFileSync(new URL("./data.txt", import.meta.url), "utf8").trim();
+console.log("mjs", import.meta.url, JSON.stringify(process.argv.slice(2)), data);
+"""
+
+SHELL_COMMANDS = [
+    pytest.param("FOO=1 ./hooks/show.sh one 'two words' 2>&1", id="assignment-redirection"),
+    pytest.param("sh hooks/show.sh a && echo after", id="sh-and"),
+    pytest.param("./hooks/show.sh a | cat; echo next", id="pipe-list"),
+    pytest.param('cd "$RELAY_PROJECT_DIR" && bash hooks/show.bash one | cat', id="cd-root-bash"),
+    pytest.param("cd ./hooks && ./show.sh from-hooks", id="cd-subfolder"),
+    pytest.param(f'echo "[$({sys.executable} hooks/show.py sub)]"', id="substitution"),
+    pytest.param(f"exec timeout 30 {sys.executable} -u hooks/show.py x >&2", id="wrappers"),
+    pytest.param("true # a comment\n./hooks/show.bash x", id="newline"),
+    pytest.param(
+        f"{NODE} hooks/show.js x | cat && {NODE} hooks/show.mjs y 2>&1",
+        id="node",
+        marks=needs_node,
+    ),
+    pytest.param("./hooks/plain x | cat", id="no-shebang"),
+    pytest.param(
+        f"bash -c \"{sys.executable} hooks/show.py 'x y' | cat; exit 7\" name arg", id="bash-c"
+    ),
+    pytest.param(
+        "sh -ec './hooks/show.sh a || sh -c \"./hooks/show.sh b\" it' && echo no", id="sh-c-nested"
+    ),
+    # No shell syntax: executed directly, the script found after the wrappers.
+    pytest.param("env FOO=1 timeout 30 ./hooks/show.sh direct", id="direct-wrappers"),
+    pytest.param(f"nice -n 1 {sys.executable} hooks/show.py direct", id="direct-interpreter"),
+]
+
+
+@pytest.mark.parametrize("command", SHELL_COMMANDS)
+def test_a_pinned_shell_command_runs_as_by_path(project: Path, command: str) -> None:
+    write(project / "hooks" / "show.sh", SHOW_SH, executable=True)
+    write(project / "hooks" / "show.bash", SHOW_BASH, executable=True)
+    write(project / "hooks" / "show.py", SHOW_PY)
+    write(project / "hooks" / "show.js", SHOW_JS)
+    write(project / "hooks" / "show.mjs", SHOW_MJS)
+    write(project / "hooks" / "plain", 'echo "plain 0=$0 $*"\n', executable=True)
+    write(project / "hooks" / "data.txt", "beside the script\n")
+    register(project, {"name": "show", "command": command})
+    trust_all(project)
+    _, traces = fire(project, errors=True)
+    (trace,) = traces
+    assert trace.mode == "pinned", trace
+    # Fed by relay: a shell's -c or a bootstrap's copy, in argv or in the command's text.
+    fed = [word for word in trace.argv if "/dev/fd/SEALED" in word or "-c" in word.split(" ")]
+    assert fed, trace.argv
+    done = subprocess.run(
+        ["/bin/sh", "-c", command],
+        check=False,
+        cwd=project,
+        input=trace.stdin.encode(),
+        capture_output=True,
+        env={**os.environ, "RELAY_PROJECT_DIR": str(project)},
+        timeout=60,
+    )
+    assert "beside the script" in done.stdout.decode() + done.stderr.decode() or "plain" in command
+    assert (trace.stdout, trace.stderr, trace.report.exit_code) == (
+        done.stdout.decode(),
+        done.stderr.decode(),
+        done.returncode,
+    )
+
+
+def test_a_script_named_with_quotes_and_spaces_is_fed_its_text_quoted(project: Path) -> None:
+    text = "#!/bin/sh\necho \"it's $0: $*\" '\\\\' \"$(printf '%s' \"a'b\")\"\n"
+    write(project / "hooks" / "it's here.sh", text, executable=True)
+    command = "sh \"hooks/it's here.sh\" 'x y' | cat && './hooks/it'\\''s here.sh' z"
+    register(project, {"name": "show", "command": command})
+    trust_all(project)
+    _, traces = fire(project)
+    (trace,) = traces
+    assert trace.mode == "pinned"
+    done = subprocess.run(
+        ["/bin/sh", "-c", command], cwd=project, capture_output=True, check=True, timeout=60
+    )
+    assert "it's hooks/it's here.sh: x y" in done.stdout.decode()
+    assert trace.stdout == done.stdout.decode()
+
+
+def test_the_commands_own_descriptors_cannot_reach_the_copies(
+    project: Path, relay_home: Path
+) -> None:
+    # The copies are at 10 and up: a command that closes 3-9 still runs its scripts. A
+    # binary is run from its copy, so it sees its name, /dev/fd/N. Through the CLI: a
+    # fresh process, whose next free descriptors are low.
+    dash = shutil.which("dash") or os.path.realpath("/bin/sh")
+    shutil.copy(dash, project / "hooks" / "binary-sh")
+    write(project / "hooks" / "show.py", SHOW_PY)
+    write(project / "hooks" / "data.txt", "beside the script\n")
+    closes = " ".join(f"{number}<&-" for number in range(3, 10))
+    command = (
+        f"{sys.executable} hooks/show.py x {closes} | cat; "
+        f"./hooks/binary-sh -c 'echo \"binary=$0\"' {closes}"
+    )
+    register(project, {"name": "show", "command": command})
+    trust_all(project)
+    assert RELAY is not None
+    done = subprocess.run(
+        [RELAY, "hooks", "run", "SessionStart", "--cwd", str(project)],
+        input=b"{}",
+        capture_output=True,
+        env={**os.environ, "RELAY_HOME": str(relay_home)},
+        timeout=60,
+        check=True,
+    )
+    shown = json.loads(done.stdout)["inject"]
+    assert "data beside the script" in shown, done.stderr
+    (name,) = [line for line in shown.splitlines() if line.startswith("binary=")]
+    assert name.startswith("binary=/dev/fd/") and int(name.rpartition("/")[2]) >= 10, name
+
+
+@pytest.mark.parametrize(
+    ("command", "why"),
+    [
+        ("if true; then ./hooks/show.sh x; fi", "the compound command 'if'"),
+        ("./hooks/show.sh `echo x`", "a backquoted command"),
+        ("(./hooks/show.sh x)", "a subshell or function"),
+        ("cat <<EOF\nx\nEOF\n./hooks/show.sh", "a here-document"),
+        ("./hooks/show.sh x 12>&1", "it redirects descriptor 12"),
+    ],
+    ids=["if", "backquotes", "subshell", "here-document", "descriptor-12"],
+)
+def test_a_command_relay_cannot_read_exactly_runs_as_written_and_trust_says_so(
+    project: Path, command: str, why: str
+) -> None:
+    from click.testing import CliRunner
+
+    from relay.cli.main import cli
+
+    write(project / "hooks" / "show.sh", SHOW_SH, executable=True)
+    write(project / "hooks" / "data.txt", "beside the script\n")
+    register(project, {"name": "show", "command": command})
+    trust_all(project)
+    _, traces = fire(project, errors=True)
+    (trace,) = traces
+    assert (trace.mode, trace.argv) == ("shell", ["/bin/sh", "-c", command])
+    assert "data=beside the script" in trace.stdout
+    shown = CliRunner().invoke(cli, ["trust", "--json", "--cwd", str(project)])
+    assert shown.exit_code == 0, shown.output
+    (hook,) = json.loads(shown.stdout)["hooks"]
+    ((what, said),) = [(item["what"], item["why"]) for item in hook["runs_by_path"]]
+    assert what == "the command" and why in said and said.endswith("run by path"), said
+    text = CliRunner().invoke(cli, ["trust", "--cwd", str(project)]).stdout
+    assert "runs by path, not pinned" in text and why in text
+
+
+def test_trust_names_what_a_pinned_command_still_runs_by_path(project: Path) -> None:
+    from click.testing import CliRunner
+
+    from relay.cli.main import cli
+
+    write(project / "hooks" / "show.sh", SHOW_SH, executable=True)
+    write(project / "Makefile", "all:\n\t@echo made\n")
+    command = "make all && ./hooks/show.sh; ./hooks/show.sh && . ./hooks/show.sh"
+    register(project, {"name": "show", "command": command})
+    shown = CliRunner().invoke(cli, ["trust", "--json", "--cwd", str(project)])
+    (hook,) = json.loads(shown.stdout)["hooks"]
+    assert [item["what"] for item in hook["runs_by_path"]] == ["make all", ". ./hooks/show.sh"]
+    # The two ./hooks/show.sh are pinned: trust lists nothing else as run by path.
+    assert shell_plan_of(project, command) == 2
+
+
+def shell_plan_of(project: Path, command: str) -> int:
+    from relay.config.model import HookEntry
+    from relay.engine.interpreters import shell_plan
+
+    plan = shell_plan(HookEntry(command=command), project)
+    assert plan is not None
+    return len(plan.scripts)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_servers_cached_path_pins_a_shell_commands_script(
+    project: Path, tmp_path: Path
+) -> None:
+    marker = tmp_path / "marker"
+    trusted_text, untrusted_text = SHELL_GUARD
+    trusted = write(tmp_path / "versions" / "trusted", trusted_text, executable=True)
+    untrusted = write(
+        tmp_path / "versions" / "untrusted",
+        untrusted_text.format(marker=str(marker)),
+        executable=True,
+    )
+    guard = project / "hooks" / "guard.sh"
+    shutil.copy2(trusted, guard)
+    register(project, {"name": "guard", "command": "./hooks/guard.sh 2>&1 | cat"})
+    trust_all(project)
+    caches = Caches()
+    served: list[str | None] = []
+    with swapping(trusted, untrusted, guard, tmp_path / "stop"):
+        for _ in range(200):
+            call = Call(["SessionStart"], str(project), dict(os.environ), b"{}")
+            reply = answer_call(call, caches)
+            assert reply is not None and reply.exit_code == 0, reply
+            served.append(json.loads(reply.stdout)["inject"])
+    assert not marker.exists(), _runs(served, marker)
+    assert "trusted" in served, _runs(served, marker)
+
+
+# ---- the exact shell reader -----------------------------------------------------------
+
+TRICKY_WORDS = [
+    "plain",
+    "'single quoted; | &&'",
+    '"double \\" \\\\ \\$ \\` \\a"',
+    "back\\ slash\\;",
+    "mixed'a b'\"c d\"e",
+    "a#b",
+    "'it'\\''s'",
+    '"line\none"',
+    "lone$",
+    "-c",
+    "x=y",
+]
+
+
+def test_the_shell_reader_removes_quotes_as_sh_does() -> None:
+    from relay.engine import shellwords
+
+    command = "printf '[%s]\\n' " + " ".join(TRICKY_WORDS)
+    (simple,) = shellwords.read(command)
+    read = [word.value for word in simple.words[2:]]
+    done = subprocess.run(["/bin/sh", "-c", command], capture_output=True, check=True)
+    printed = done.stdout.decode()
+    assert printed == "".join(f"[{value}]\n" for value in read), (printed, read)
+    assert None not in read
+
+
+@pytest.mark.parametrize(
+    ("text", "commands"),
+    [
+        ("a b | c && d; e & f || g", [["a", "b"], ["c"], ["d"], ["e"], ["f"], ["g"]]),
+        ("X=1 Y=$(z) a 2>&1 >out <in b", [["a", "b"]]),
+        ('a "$(b \'c)\' ")")" d', [["a", None, "d"]]),
+        (
+            "a $HOME ${X} ${X:-y} $1 ~/x *.py {a,b}",
+            [["a", None, None, None, None, None, None, None]],
+        ),
+        ("a # b; c\nd", [["a"], ["d"]]),
+    ],
+)
+def test_the_shell_reader_splits_commands_and_marks_expansions(
+    text: str, commands: list[list[str | None]]
+) -> None:
+    from relay.engine import shellwords
+
+    read = shellwords.read(text)
+    assert [[word.value for word in simple.words] for simple in read] == commands
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "if a; then b; fi",
+        "for x in a; do b; done",
+        "{ a; }",
+        "(a)",
+        "f() { a; }",
+        "a `b`",
+        "a <<EOF\nb\nEOF",
+        "a $'b'",
+        'a $"b"',
+        "a $((1+2))",
+        "a &> b",
+        "a |& b",
+        "a <(b)",
+        "a ${X:-'b'}",
+        "a 'b",
+        'a "b',
+        "a $(b",
+        "a && && b",
+        "; a",
+        "a |",
+        "a \\",
+        "! a",
+        "case x in x) a;; esac",
+        "a $\\\n$",  # sh reads $$ there
+        "a \\\n&& b",
+    ],
+)
+def test_the_shell_reader_refuses_what_it_cannot_read_exactly(text: str) -> None:
+    from relay.engine import shellwords
+
+    with pytest.raises(shellwords.UnreadableCommand):
+        shellwords.read(text)
+
+
+def test_a_pinned_shell_command_with_a_cwd_runs_there(project: Path) -> None:
+    write(project / "hooks" / "show.sh", SHOW_SH, executable=True)
+    write(project / "hooks" / "data.txt", "beside the script\n")
+    register(project, {"name": "show", "command": "./show.sh x | cat", "cwd": "hooks/../hooks"})
+    trust_all(project)
+    _, traces = fire(project, errors=True)
+    (trace,) = traces
+    assert trace.mode == "pinned" and trace.report.exit_code == 0, trace
+    assert "sh 0=./show.sh args=x" in trace.stdout and "data=beside the script" in trace.stdout
+
+
+def test_a_script_that_does_not_exist_when_checked_leaves_the_hook_running(
+    project: Path,
+) -> None:
+    write(project / "hooks" / "show.sh", SHOW_SH, executable=True)
+    write(project / "hooks" / "data.txt", "beside the script\n")
+    command = "test -x hooks/custom.sh && ./hooks/custom.sh; ./hooks/show.sh x"
+    register(project, {"name": "show", "command": command})
+    trust_all(project)
+    _, traces = fire(project, errors=True)
+    (trace,) = traces
+    assert trace.mode == "pinned" and "data=beside the script" in trace.stdout, trace
+    from relay.config.model import HookEntry
+    from relay.engine.interpreters import runs_by_path
+
+    entry = HookEntry(command=command, env={"PATH": f"hooks:{os.environ['PATH']}"})
+    assert runs_by_path(entry, project) == [
+        (
+            "PATH in env",
+            "programs found on the PATH it sets are run by path (a project folder on it)",
+        ),
+        ("./hooks/custom.sh", "it does not exist when checked"),
+    ]
+
+
+def test_hostile_shell_commands_cost_relay_little(project: Path) -> None:
+    from relay.engine import shellwords
+    from relay.engine.interpreters import plan_shell_command
+
+    deep = "echo " + "$(" * 100_000 + ")" * 100_000
+    with pytest.raises(shellwords.UnreadableCommand, match="nested more than 16"):
+        shellwords.read(deep)
+    (plan_by_path,) = plan_shell_command(deep, str(project), str(project)).by_path
+    assert plan_by_path[0] == "the command"
+    # One copy per file, however often the command names it.
+    write(project / "hooks" / "show.sh", '#!/bin/sh\necho "$0"\n\0', executable=True)
+    command = " && ".join(["./hooks/show.sh"] * 500)
+    register(project, {"name": "show", "command": command})
+    trust_all(project)
+    _, traces = fire(project)
+    (trace,) = traces
+    assert trace.mode == "pinned" and trace.report.exit_code == 0, trace.stderr
+    assert trace.stdout.count("/dev/fd/") == 500 and len(set(trace.stdout.splitlines())) == 1
+
+
+def test_a_shell_commands_script_without_its_execute_permission_is_not_started(
+    project: Path,
+) -> None:
+    write(project / "hooks" / "show.sh", SHOW_SH)  # not executable
+    register(project, {"name": "show", "command": "./hooks/show.sh x || true"})
+    trust_all(project)
+    system = HookSystem(cwd=project, telemetry=False)
+    result = system.run("SessionStart", {})
+    system.close()
+    (error,) = result.errors
+    assert "permission denied: ./hooks/show.sh is not executable (to fix: chmod +x" in error.message
+
+
+@pytest.mark.parametrize("shell", ["/bin/sh", "bash"])
+def test_the_shell_readers_literal_words_are_what_sh_passes(shell: str) -> None:
+    """Random words of quotes, escapes and expansions: wherever the reader calls a word
+    literal, sh (and bash, which /bin/sh is on some systems) passes exactly that value."""
+    import random
+
+    from relay.engine import shellwords
+
+    pieces = [*"ab .'\"\\$#\t-=:%,@^*?[]{}~!", "\\\n", "\\'", '\\"', "''", '""', "$x", "\n"]
+    pieces += [";", "&&", "|", "${x}", "$(echo q)", "\\$", '"\\\\"', "'\\'", "!x", "{a,b}"]
+    chooser = random.Random(29)
+    checked = 0
+    while checked < 150:
+        words = [
+            "".join(chooser.choice(pieces) for _ in range(chooser.randint(1, 6)))
+            for _ in range(chooser.randint(1, 4))
+        ]
+        text = "printf '[%s]\\n' " + " ".join(words)
+        try:
+            commands = shellwords.read(text)
+        except shellwords.UnreadableCommand:
+            continue
+        if len(commands) != 1 or commands[0].redirections or len(commands[0].words) < 3:
+            continue
+        values = [word.value for word in commands[0].words[2:]]
+        if None in values:
+            continue
+        checked += 1
+        done = subprocess.run([shell, "-c", text], capture_output=True, check=False, timeout=30)
+        assert done.stdout.decode() == "".join(f"[{value}]\n" for value in values), text
+
+
+def random_commands(count: int, seed: int) -> list[str]:
+    """Shell command lines built from scripts run in every pinned way, arguments,
+    redirections, operators, substitutions and sh -c strings."""
+    import random
+    import shlex
+
+    chooser = random.Random(seed)
+    runs = [
+        "./hooks/show.sh",
+        "'./hooks/show.sh'",
+        "sh hooks/show.sh",
+        'sh "hooks/show.sh"',
+        "bash hooks/show.bash",
+        "./hooks/show.bash",
+        f"{sys.executable} hooks/show.py",
+        f"{sys.executable} -u hooks/show.py",
+        "env A=1 ./hooks/show.sh",
+        "timeout 20 ./hooks/show.sh",
+        "A=1 ./hooks/show.sh",
+    ]
+    arguments = ["", " x", " 'a b'", ' "$HOME"', " $(echo sub)", ' "it\'s"']
+    redirections = ["", " 2>&1", " </dev/null", " >&2", " | cat", " 2>&1 | cat"]
+    # No script on the right of a pipe: two scripts running at once would interleave their
+    # output differently from run to run, pinned or not.
+    joiners = [" && ", " ; ", " || ", "\n"]
+    commands = []
+    for _ in range(count):
+        parts = []
+        for position in range(chooser.randint(1, 3)):
+            if position:
+                parts.append(chooser.choice(joiners))
+            single = chooser.choice(runs) + chooser.choice(arguments) + chooser.choice(redirections)
+            wrap = chooser.randint(0, 5)
+            if wrap == 0:
+                single = f'echo "[$({single})]"'
+            elif wrap == 1:
+                single = f"sh -c {shlex.quote(single)}"
+            parts.append(single)
+        commands.append("".join(parts))
+    return commands
+
+
+@pytest.mark.parametrize("command", random_commands(40, seed=3))
+def test_random_pinned_shell_commands_run_as_by_path(project: Path, command: str) -> None:
+    write(project / "hooks" / "show.sh", SHOW_SH, executable=True)
+    write(project / "hooks" / "show.bash", SHOW_BASH, executable=True)
+    write(project / "hooks" / "show.py", SHOW_PY)
+    write(project / "hooks" / "data.txt", "beside the script\n")
+    register(project, {"name": "show", "command": command})
+    trust_all(project)
+    # Every script the command names is pinned.
+    from relay.config.model import HookEntry
+    from relay.engine.interpreters import entry_script, shell_plan
+
+    plan = shell_plan(HookEntry(command=command), project)
+    if plan is None:  # no shell syntax: executed directly, its one script the entry script
+        assert entry_script(HookEntry(command=command), project) is not None
+    else:
+        assert len(plan.paths()) == command.count("hooks/show"), plan
+    _, traces = fire(project, errors=True)
+    (trace,) = traces
+    assert trace.mode == "pinned", trace
+    done = subprocess.run(
+        ["/bin/sh", "-c", command],
+        cwd=project,
+        input=trace.stdin.encode(),
+        capture_output=True,
+        env={**os.environ, "RELAY_PROJECT_DIR": str(project)},
+        timeout=60,
+        check=False,
+    )
+    assert (trace.stdout, trace.stderr, trace.report.exit_code) == (
+        done.stdout.decode(),
+        done.stderr.decode(),
+        done.returncode,
+    )

@@ -46,6 +46,7 @@ def trust(yes: bool, revoke: bool, all_files: bool, as_json: bool, cwd: Path | N
     from relay.config.paths import NO_PROJECT
     from relay.config.review import changes
     from relay.config.trust import TrustGrant, TrustStore, assess, hook_key, hook_slot
+    from relay.engine.interpreters import runs_by_path
     from relay.engine.system import HookSystem
     from relay.errors import RelayError
     from relay.protocol.display import visible
@@ -91,6 +92,11 @@ def trust(yes: bool, revoke: bool, all_files: bool, as_json: bool, cwd: Path | N
             sequential=hook.sequential,
         )
         trusted = assessed.digest is not None and store.is_trusted(root, assessed.digest, key)
+        by_path = [
+            (what, why)
+            for what, why in runs_by_path(entry, root)
+            if assessed.files or what != "the command"  # no project file: nothing to swap
+        ]
         state = "trusted" if trusted else "NOT TRUSTED" if assessed.digest else "CANNOT TRUST"
         reviewed: dict[str, object] = {
             "name": hook.name,
@@ -104,6 +110,7 @@ def trust(yes: bool, revoke: bool, all_files: bool, as_json: bool, cwd: Path | N
             "refusal": assessed.refusal,
             "unpinned": [msgspec.to_builtins(item) for item in assessed.unpinned],
             "reach": list(entry.reach),
+            "runs_by_path": [{"what": what, "why": why} for what, why in by_path],
             "changed": None,
         }
         report.append(reviewed)
@@ -124,6 +131,10 @@ def trust(yes: bool, revoke: bool, all_files: bool, as_json: bool, cwd: Path | N
         if assessed.unpinned:
             for line in _unpinned(assessed, hook.file, entry.reach):
                 say(f"{INDENT}{line}")
+        if by_path:
+            say(f"{INDENT}runs by path, not pinned (a file swapped in after the check would run):")
+            for what, why in by_path:
+                say(f"{INDENT}  {visible(what, one_line=True)}: {visible(why, one_line=True)}")
         for line in _fingerprinted(assessed, all_files):
             say(f"{INDENT}{line}")
         if trusted:

@@ -6,7 +6,7 @@ import fcntl
 import os
 import stat
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
@@ -104,9 +104,9 @@ class TrustVerdict(msgspec.Struct, frozen=True, kw_only=True):
     fingerprint: str | None
     trusted: bool
     refusal: str | None = None
-    script: CheckedScript | None = None
-    """The checked entry script (check_trust's `entry_script`) when it is a project file
-    the fingerprint holds; None otherwise."""
+    scripts: tuple[CheckedScript, ...] = ()
+    """The checked scripts (check_trust's `scripts`) that are project files the
+    fingerprint holds, in the order given."""
 
 
 COPY_LIMIT = 256 * 1024
@@ -219,15 +219,17 @@ def check_trust(
     entry: HookEntry,
     root: Path,
     *,
-    entry_script: str | None = None,
+    scripts: Sequence[str] | Callable[[], Sequence[str]] = (),
     store: TrustStore | None,
     digests: DigestCache | None = None,
     sequential: bool = False,
 ) -> TrustVerdict:
     """Whether a project hook is trusted as it is now. Runs on every event that plans it.
-    `entry_script`: the file the hook's launch runs (absolute path); when it is a project
-    file, a trusted verdict holds its bytes as read once from a descriptor, whose hash is
-    the one fingerprinted (DESIGN §7: no gap between check and exec).
+    `scripts`: the files the hook's launch runs (absolute paths: its entry script, or the
+    scripts its shell command runs; or a function that finds them, called only for a
+    hook the store trusts); a trusted verdict holds the bytes of each that is a
+    project file, read once from a descriptor, whose hash is the one fingerprinted
+    (DESIGN §7: no gap between check and exec).
 
     Raises TrustStoreError when the store cannot be read."""
     key = hook_key(event, matcher, entry, sequential=sequential)
@@ -251,30 +253,34 @@ def check_trust(
     if assessed.digest is None:
         return TrustVerdict(fingerprint=None, trusted=False, refusal=assessed.refusal)
     trusted = store is not None and candidate and store.is_trusted(root, assessed.digest, key)
-    if not trusted or entry_script is None:
+    paths = (scripts() if callable(scripts) else scripts) if trusted else ()
+    if not paths:
         return TrustVerdict(fingerprint=assessed.digest, trusted=trusted)
-    return _with_script(assessed, root, entry_script)
+    return _with_scripts(assessed, root, paths)
 
 
-def _with_script(assessed: HookFingerprint, root: Path, path: str) -> TrustVerdict:
-    """The verdict on a trusted hook with its entry script read: trusted with those bytes
-    when their hash is the one its fingerprint holds, else not trusted (the file changed
-    since it was hashed, or cannot be read): running it by path would run whatever is
-    there by then."""
+def _with_scripts(assessed: HookFingerprint, root: Path, paths: Sequence[str]) -> TrustVerdict:
+    """The verdict on a trusted hook with its scripts read: trusted with those bytes when
+    each hashes to the hash its fingerprint holds, else not trusted (a file changed since
+    it was hashed, or cannot be read): running it by path would run whatever is there by
+    then."""
     assert assessed.digest is not None
     prefix = os.path.join(os.path.abspath(root), "")
-    name = _name_under(path, prefix)
-    if name is None:
-        return TrustVerdict(fingerprint=assessed.digest, trusted=True)  # not a project file
-    hashed = assessed.files.get(name)
-    if hashed is None and os.path.lexists(path):
-        return TrustVerdict(fingerprint=assessed.digest, trusted=True)  # not in its reach
-    state, script = _read_whole(prefix + name)
-    if script is not None and hashed is not None and state.sha256 == hashed.sha256:
-        return TrustVerdict(fingerprint=assessed.digest, trusted=True, script=script)
-    reason = "it changed while it was checked" if script is not None else state.note
-    refusal = f"its script {name} cannot be run as checked ({reason})"
-    return TrustVerdict(fingerprint=assessed.digest, trusted=False, refusal=refusal)
+    checked: list[CheckedScript] = []
+    for path in paths:
+        name = _name_under(path, prefix)
+        if name is None:
+            continue  # not a project file
+        hashed = assessed.files.get(name)
+        if hashed is None and os.path.lexists(path):
+            continue  # not in its reach
+        state, script = _read_whole(prefix + name)
+        if script is None or hashed is None or state.sha256 != hashed.sha256:
+            reason = "it changed while it was checked" if script is not None else state.note
+            refusal = f"its script {name} cannot be run as checked ({reason})"
+            return TrustVerdict(fingerprint=assessed.digest, trusted=False, refusal=refusal)
+        checked.append(script)
+    return TrustVerdict(fingerprint=assessed.digest, trusted=True, scripts=tuple(checked))
 
 
 def project_scripts(

@@ -32,6 +32,13 @@ class Launch(msgspec.Struct, frozen=True, kw_only=True):
     """Bytes the runner puts in a sealed memfd for this process: word `sealed_word` of
     argv is then read from it (0: the memfd is executed, argv[0] kept as its name)."""
     sealed_word: int = 0
+    copies: tuple[bytes, ...] = ()
+    """A pinned shell command's sealed copies: the runner creates a memfd for each."""
+    template: tuple[str | int, ...] = ()
+    """A pinned shell command's text (argv word `template_word`), joined at spawn: an int
+    i stands for the path of copy i's descriptor (`/dev/fd/N`); argv shows it as
+    `/dev/fd/SEALED`."""
+    template_word: int = 2
     refusal: str | None = None
     """Why this launch must not start (the runner reports it as a spawn failure)."""
 

@@ -23,6 +23,12 @@ A script these rules do not cover (perl, ruby and other interpreters, a binary, 
 script holding a NUL byte or longer than one argument may be) runs from a sealed copy
 itself: the checked bytes still, but the script sees its name as /dev/fd/N (or
 /proc/self/fd/N when run directly). An ES module too long for an argument is not run.
+
+A command that runs under `sh -c` has a script per simple command: relay reads the text
+exactly (relay.engine.shellwords; a form it cannot read runs as written), and writes the
+same words just before each script's word, quoted for sh, leaving the rest of the text as
+it is (`shell_plan`, `_shell_template`). What stays run by path is named, with why, for
+`relay trust` (`runs_by_path`).
 """
 
 from __future__ import annotations
@@ -30,13 +36,14 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import msgspec
 
 from relay.config.model import HookEntry
+from relay.engine import shellwords
 from relay.engine.command import PROJECT_VARS, Launch, prepare_launch, substitute_project_vars
 
 Family = Literal["shell", "python", "node", "other"]
@@ -47,6 +54,8 @@ ARGUMENT_LIMIT = 128 * 1024 - 1
 SEALED_COPY = "/dev/fd/SEALED"
 """The word the runner replaces by the path of the sealed copy's descriptor."""
 
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+_SHELL_STRING = re.compile(r"[-+][A-Za-z]*c[A-Za-z]*")
 _SHEBANG_LIMIT = 256  # the kernel reads no more of a #! line (BINPRM_BUF_SIZE)
 _FAMILIES: dict[str, Family] = {
     **dict.fromkeys(("sh", "bash", "dash", "ash", "ksh", "mksh", "zsh"), "shell"),
@@ -178,98 +187,659 @@ class Pin(msgspec.Struct, frozen=True, kw_only=True):
     """Absolute and normalised, as the word names it from the hook's working directory."""
     text: bytes
     executable: bool = True
+    program: int = 0
+    """The word that starts the script's interpreter, after wrappers such as `timeout 5`
+    (`word` itself when the script is executed)."""
 
 
-def entry_script(entry: HookEntry, root: Path) -> tuple[int, str] | None:
+class EntryScript(NamedTuple):
+    """The word of a launch that names the script it runs, that script, and the word that
+    starts its interpreter (Pin)."""
+
+    word: int
+    path: str
+    program: int
+
+
+def entry_script(entry: HookEntry, root: Path) -> EntryScript | None:
     """The word of a hook's launch that names the script file it runs, with that file's
     path: a project file executed directly, or the operand of a known interpreter
-    (`python3 -u hooks/x.py`); None for a command run by sh, a program found on PATH,
-    `python3 -c …`. The launch and working directory are the Executor's."""
+    (`python3 -u hooks/x.py`), after wrappers (`timeout 5`, `env X=1`); None for a command
+    run by sh, a program found on PATH, `python3 -c …`. The launch and working directory
+    are the Executor's."""
     project = str(root)
     project_vars = dict.fromkeys(PROJECT_VARS, project)
     launch = prepare_launch(entry.command, entry.args, project_vars)
-    cwd = project
-    if entry.cwd:
-        cwd = str(
-            Path(project, os.path.expanduser(substitute_project_vars(entry.cwd, project_vars)))
-        )
-    return script_of(launch, cwd, project)
+    return script_of(launch, _working_directory(entry, project, project_vars), project)
 
 
-def script_of(launch: Launch, cwd: str, root: str) -> tuple[int, str] | None:
+def _working_directory(entry: HookEntry, project: str, project_vars: Mapping[str, str]) -> str:
+    if not entry.cwd:
+        return project
+    cwd = os.path.expanduser(substitute_project_vars(entry.cwd, project_vars))
+    return str(Path(project, cwd))
+
+
+def script_of(launch: Launch, cwd: str, root: str) -> EntryScript | None:
     """entry_script for a launch run in `cwd`."""
     argv = launch.argv
     if launch.mode == "shell" or not argv:
         return None
-    if "/" in argv[0]:
-        path = os.path.abspath(os.path.join(cwd, argv[0]))
+    program = after_wrappers(argv)
+    if program is None or program >= len(argv):
+        return None
+    first = argv[program]
+    if "/" in first:
+        path = os.path.abspath(os.path.join(cwd, first))
         if path.startswith(os.path.join(os.path.abspath(root), "")):
-            return 0, path
-    family = family_of(argv[0])
-    index = _operand(argv, 1, family) if family is not None else None
+            return EntryScript(program, path, program)
+    family = family_of(first)
+    index = _operand(argv[program:], 1, family) if family is not None else None
     if index is None:
         return None
-    return index, os.path.abspath(os.path.join(cwd, argv[index]))
+    return EntryScript(
+        program + index, os.path.abspath(os.path.join(cwd, argv[program + index])), program
+    )
 
 
-def pinned_launch(launch: Launch, pin: Pin, cwd: str) -> Launch:
+def after_wrappers(words: Sequence[str | None]) -> int | None:
+    """The index of the program a command's words run after wrappers that run the rest
+    as a command (`timeout 5`, `env X=1`, `nice -n 5`); None when relay cannot tell (a
+    word that expands, None here; a wrapper option that changes what runs or where)."""
+    index = 0
+    while index < len(words) and (words[index] or "") in _WRAPPERS:
+        valued, leading = _WRAPPERS[words[index] or ""]
+        index += 1
+        for round_ in range(leading + 1):
+            while index < len(words):
+                value = words[index]
+                if value is None or value in _WRAPPER_STOPS:
+                    return None
+                if value in valued:
+                    index += 2
+                elif value.startswith("-") or _ASSIGNMENT.match(value):
+                    index += 1
+                else:
+                    break
+            if round_ < leading:
+                index += 1  # `timeout 5`: the duration
+    return index
+
+
+def pinned_launch(launch: Launch, pin: Pin | ShellPin, cwd: str) -> Launch:
     """The launch that runs the pinned text under the script's name as written, with the
-    words after it as its arguments."""
+    words after it as its arguments (a shell command: each pinned script so)."""
+    if isinstance(pin, ShellPin):
+        return _pinned_shell_launch(launch, pin, cwd)
     index = pin.word
     if index >= len(launch.argv) or (
         os.path.abspath(os.path.join(cwd, launch.argv[index])) != pin.path
     ):
         # Checked for another command or folder: run nothing rather than an unchecked file.
-        refusal = "not started: its checked script is not the file this command runs"
-        return Launch(argv=launch.argv, mode="pinned", refusal=refusal)
-    text = pin.text
-    path = pin.path
+        return Launch(argv=launch.argv, mode="pinned", refusal=_NOT_CHECKED)
     word = launch.argv[index]
-    if index == 0 and not pin.executable:
-        # As exec would refuse it; running its text anyway would hide the mistake.
-        refusal = (
-            f"permission denied: {word} is not executable (to fix: chmod +x {shlex.quote(word)})"
-        )
-        return Launch(argv=launch.argv, mode="pinned", refusal=refusal)
     arguments = launch.argv[index + 1 :]
-    if index == 0:
-        command, program = _interpreter_of(text)
+    feed = _feed(launch.argv[pin.program : index], pin, word, inline=ARGUMENT_LIMIT)
+    if feed.refusal is not None:
+        return Launch(argv=launch.argv, mode="pinned", refusal=feed.refusal)
+    if feed.replaced:
+        # The copy itself is run (index 0: executed, argv[0] kept) or read as the script.
+        return Launch(argv=launch.argv, mode="pinned", sealed=pin.text, sealed_word=index)
+    argv = (*launch.argv[:index], *feed.words, word, *arguments)
+    if SEALED_COPY in feed.words:
+        sealed_word = index + feed.words.index(SEALED_COPY)
+        return Launch(argv=argv, mode="pinned", sealed=pin.text, sealed_word=sealed_word)
+    return Launch(argv=argv, mode="pinned")
+
+
+_NOT_CHECKED = "not started: its checked script is not the file this command runs"
+
+
+class _Feed(NamedTuple):
+    """How a pinned script's checked text reaches its interpreter: words put before the
+    script's word (SEALED_COPY among them names the sealed copy), or the script's word
+    itself replaced by the sealed copy; or why it must not start."""
+
+    words: tuple[str, ...] = ()
+    replaced: bool = False
+    refusal: str | None = None
+
+
+def _feed(program: Sequence[str], pin: Pin, word: str, *, inline: int) -> _Feed:
+    """The feed for a script run by `program` (the words before it; none: it is executed
+    directly), with at most `inline` bytes of text in one argument."""
+    text = pin.text
+    if not program and not pin.executable:
+        # As exec would refuse it; running its text anyway would hide the mistake.
+        return _Feed(
+            refusal=f"permission denied: {word} is not executable (to fix: chmod +x {shlex.quote(word)})"
+        )
+    if not program:
+        command, first = _interpreter_of(text)
+        before: tuple[str, ...] = command
     else:
-        command, program = launch.argv[:index], 0
-    family = family_of(command[program]) if command else None
-    if family == "python" or (family == "node" and not _is_module(path)):
+        command, first, before = tuple(program), 0, ()
+    family = family_of(command[first]) if command else None
+    if family == "python" or (family == "node" and not _is_module(pin.path)):
         # The text from a sealed copy, its descriptor's path in place of the word
         # `SEALED_COPY` (no size limit, and the text is not in the process's argv).
         bootstrap = ("-c", PYTHON_BOOTSTRAP) if family == "python" else ("-e", NODE_BOOTSTRAP, "--")
-        argv = (*command, *bootstrap, SEALED_COPY, word, *arguments)
-        return Launch(argv=argv, mode="pinned", sealed=text, sealed_word=argv.index(SEALED_COPY))
-    sealed = Launch(argv=launch.argv, mode="pinned", sealed=text, sealed_word=index)
+        return _Feed(words=(*before, *bootstrap, SEALED_COPY))
     if family in (None, "other"):
-        return sealed
+        return _Feed(replaced=True)
     if family == "node":
         import json  # only for an ES module
 
         module = _data_url(
             NODE_MODULE_BOOTSTRAP
             % {
-                "path": json.dumps(path),
+                "path": json.dumps(pin.path),
                 "hooks": json.dumps(_data_url(NODE_MODULE_HOOKS)),
                 "source": json.dumps(text.decode("utf-8", "replace")),  # as Node reads it
             }
         )
-        if len(module) > ARGUMENT_LIMIT:
+        if len(module) > inline:
             # Node reads a sealed copy as CommonJS (it has no .mjs name): refuse, clearly.
-            refusal = (
-                f"not started: {word} is an ES module of {len(text):,} bytes; relay runs a "
-                f"trusted module as checked only up to about {ARGUMENT_LIMIT * 3 // 4 // 1024} KiB"
+            return _Feed(
+                refusal=(
+                    f"not started: {word} is an ES module of {len(text):,} bytes; relay runs a "
+                    f"trusted module as checked only up to about {ARGUMENT_LIMIT * 3 // 4 // 1024} KiB"
+                )
             )
-            return Launch(argv=launch.argv, mode="pinned", refusal=refusal)
-        return Launch(argv=(*command, "--import", module, word, *arguments), mode="pinned")
-    if os.path.basename(command[program]) == "bash":
+        return _Feed(words=(*before, "--import", module))
+    if os.path.basename(command[first]) == "bash":
         text = bash_source_as_zero(text)
-    if not _fits_an_argument(text):
-        return sealed
-    return Launch(argv=(*command, "-c", os.fsdecode(text), word, *arguments), mode="pinned")
+    if len(text) > inline or b"\0" in text:
+        return _Feed(replaced=True)
+    return _Feed(words=(*before, "-c", os.fsdecode(text)))
+
+
+# ---- scripts that a shell command line runs --------------------------------------------
+
+
+class ShellScript(msgspec.Struct, frozen=True, kw_only=True):
+    """A project script that one simple command of a shell command line runs: the words
+    of the text that name its program and it, and where it is."""
+
+    words: tuple[str, ...]
+    """The interpreter and options, then the script's word, after quote removal (only
+    the script's word: it is executed)."""
+    start: int
+    end: int
+    """The script's word in the text."""
+    path: str
+
+
+class ShellPlan(msgspec.Struct, frozen=True, kw_only=True):
+    """What pinning makes of a shell command line: the scripts it rewrites, and what
+    stays run by path, with why."""
+
+    command: str
+    """The text `sh -c` runs (project variables expanded)."""
+    cwd: str
+    argv: tuple[str, ...] = ()
+    """The launch it was planned for, whose word `word` is `command`: `sh -c COMMAND`, or
+    a direct or exec-form `bash -c COMMAND …` (none for a nested string)."""
+    word: int = 2
+    scripts: tuple[ShellScript, ...] = ()
+    nested: tuple[NestedCommand, ...] = ()
+    """The `sh -c '…'` strings in it whose scripts are pinned in turn."""
+    by_path: tuple[tuple[str, str], ...] = ()
+    """(what, why): scripts and runners the command runs that are not pinned."""
+
+    def paths(self) -> list[str]:
+        """The scripts it pins, nested strings' included."""
+        found = [script.path for script in self.scripts]
+        for nested in self.nested:
+            found.extend(nested.plan.paths())
+        return found
+
+
+class NestedCommand(msgspec.Struct, frozen=True, kw_only=True):
+    """A command string given to `sh -c`, `bash -c` or `dash -c` in the text: where its
+    word is, and its own plan (its text is the word after quote removal)."""
+
+    start: int
+    end: int
+    plan: ShellPlan
+
+
+class ShellPin(msgspec.Struct, frozen=True, kw_only=True):
+    """A trusted shell command's scripts as its trust check read them."""
+
+    plan: ShellPlan
+    texts: dict[str, tuple[bytes, bool]]
+    """Path -> the bytes read and whether the file is executable, for each script of the
+    plan that the check read (one it did not read runs by path)."""
+
+
+# Programs that run the command after them, as a shell runs them: their options that take
+# a value, and how many operands come before the command (`timeout 5 CMD`). Runners that
+# close inherited descriptors or resolve the script themselves are not here (RUNNERS).
+_WRAPPERS: dict[str, tuple[frozenset[str], int]] = {
+    "env": (frozenset({"-u", "--unset"}), 0),
+    "exec": (frozenset(), 0),
+    "command": (frozenset(), 0),
+    "nohup": (frozenset(), 0),
+    "setsid": (frozenset(), 0),
+    "nice": (frozenset({"-n", "--adjustment"}), 0),
+    "timeout": (frozenset({"-s", "--signal", "-k", "--kill-after"}), 1),
+    "stdbuf": (frozenset({"-i", "-o", "-e"}), 0),
+}
+# Wrapper options after which relay cannot tell what runs, or where.
+_WRAPPER_STOPS = frozenset({"-S", "--split-string", "-C", "--chdir", "-a", "-v", "-V", "-p"})
+RUNNERS: dict[str, str] = {
+    **dict.fromkeys(
+        ("make", "gmake"), "make reads its Makefile, and its recipes run scripts, by path"
+    ),
+    **dict.fromkeys(
+        ("npm", "pnpm", "yarn", "npx", "pnpx", "bunx"),
+        "the package tool runs package.json scripts and node_modules programs by path",
+    ),
+    **dict.fromkeys(
+        ("uv", "uvx", "poetry", "pipenv", "pdm", "pipx"), "the runner opens the script by path"
+    ),
+    "xargs": "xargs runs what it reads by path",
+    "find": "find -exec runs what it names by path",
+}
+"""Programs found on PATH that run project files themselves: not pinned (protocol §9)."""
+_CHANGES_MEANING = frozenset({".", "source", "eval", "alias", "unalias", "hash", "enable"})
+"""Builtins after which relay cannot tell what the command's later words run."""
+_CHANGES_DIRECTORY = frozenset({"cd", "pushd", "popd", "chdir"})
+_LOWEST_COPY = 10
+"""A shell command's sealed copies get descriptors from 10 up: `sh` redirections name 0-9."""
+
+
+def shell_plan(entry: HookEntry, root: Path) -> ShellPlan | None:
+    """For a hook whose command runs under `sh -c`: which project scripts it runs, and
+    which of them pinning can feed from their checked bytes. None for other launches."""
+    project = str(root)
+    project_vars = dict.fromkeys(PROJECT_VARS, project)
+    launch = prepare_launch(entry.command, entry.args, project_vars)
+    cwd = os.path.abspath(_working_directory(entry, project, project_vars))
+    argv = launch.argv
+    if launch.mode == "shell":
+        plan = plan_shell_command(argv[2], cwd, os.path.abspath(project))
+        return msgspec.structs.replace(plan, argv=argv)
+    # Executed directly: `bash -c STRING …`, after wrappers, has a command line too.
+    program = after_wrappers(argv)
+    if program is None or program >= len(argv) or family_of(argv[program]) != "shell":
+        return None
+    words = [shellwords.Word(start=0, end=0, value=word) for word in argv[program:]]
+    string = _command_string(words)
+    if string is None or os.path.basename(argv[program]) not in _NESTED_SHELLS:
+        return None
+    plan = plan_shell_command(argv[program + string], cwd, os.path.abspath(project))
+    return msgspec.structs.replace(plan, argv=argv, word=program + string)
+
+
+def runs_by_path(entry: HookEntry, root: Path) -> list[tuple[str, str]]:
+    """(what, why) for each thing a trusted hook's command runs by path that pinning does
+    not cover: a command relay cannot read exactly, a script after a cd it cannot follow,
+    a runner that opens project files itself (`make`, `npx`, `uv run`), a sourced file."""
+    plan = shell_plan(entry, root)
+    env_path = []
+    if _names_project_folder(entry.env.get("PATH", "/"), os.path.join(os.path.abspath(root), "")):
+        env_path.append(("PATH in env", _PATH_WHY))
+    if plan is not None:
+        return [*env_path, *plan.by_path]
+    project = os.path.abspath(root)
+    project_vars = dict.fromkeys(PROJECT_VARS, project)
+    launch = prepare_launch(entry.command, entry.args, project_vars)
+    cwd = _working_directory(entry, project, project_vars)
+    if script_of(launch, cwd, project) is not None:
+        return env_path
+    planner = _ShellPlanner(project)
+    words = tuple(shellwords.Word(start=0, end=0, value=word) for word in launch.argv)
+    planner.simple(shellwords.Simple(assignments=(), words=words, redirections=(), after=""), cwd)
+    return [*env_path, *planner.by_path]
+
+
+def plan_shell_command(command: str, cwd: str, root: str) -> ShellPlan:
+    """shell_plan for the text `sh -c` runs in `cwd`."""
+    try:
+        commands = shellwords.read(command)
+    except shellwords.UnreadableCommand as exc:
+        why = f"relay cannot rewrite this command soundly ({exc}); the scripts it names run by path"
+        return ShellPlan(command=command, cwd=cwd, by_path=(("the command", why),))
+    planner = _ShellPlanner(root, command)
+    planner.read(commands, cwd)
+    if planner.high_descriptor:
+        why = (
+            f"it redirects descriptor {planner.high_descriptor} (relay's copies use 10 and up); "
+            f"the scripts it names run by path"
+        )
+        return ShellPlan(command=command, cwd=cwd, by_path=(("the command", why),))
+    return ShellPlan(
+        command=command,
+        cwd=cwd,
+        scripts=tuple(sorted(planner.scripts, key=lambda script: script.start)),
+        nested=tuple(planner.nested),
+        by_path=tuple(planner.by_path),
+    )
+
+
+class _ShellPlanner:
+    """Walks the simple commands of a shell command line for the scripts they run."""
+
+    def __init__(self, root: str, text: str = "", *, depth: int = 0) -> None:
+        self.root = os.path.join(root, "")
+        self.text = text
+        """The command line the words' spans are in ("": words built from argv)."""
+        self.depth = depth
+        """How deep in `sh -c` strings this command line is."""
+        self.nested: list[NestedCommand] = []
+        self.scripts: list[ShellScript] = []
+        self.by_path: list[tuple[str, str]] = []
+        self.known = True
+        """False once a builtin may have changed what later words mean (`. x`, `eval`)."""
+        self.high_descriptor = 0
+        self.path_noted = False
+
+    def read(self, commands: Sequence[shellwords.Simple], cwd: str | None) -> None:
+        """`cwd`: where these commands start (None: relay cannot know)."""
+        changed_to: str | None = None  # `cd DIR &&`: DIR, for the rest of its && chain
+        for simple in commands:
+            here = changed_to or cwd
+            for redirection in simple.redirections:
+                if redirection.number is not None and redirection.number >= _LOWEST_COPY:
+                    self.high_descriptor = redirection.number
+            for word in (
+                *simple.assignments,
+                *simple.words,
+                *(redirection.target for redirection in simple.redirections),
+            ):
+                for substitution in word.substitutions:
+                    self.read(substitution, here)  # a subshell: its cd stays inside
+            program = self.simple(simple, here)
+            if program in _CHANGES_MEANING:
+                self.known = False
+            if changed_to is not None and simple.after not in ("&&", "|"):
+                # `cd D && a; b`: b runs in D only if the cd succeeded.
+                changed_to, cwd = None, None
+            if program in _CHANGES_DIRECTORY:
+                target = _cd_target(simple)
+                folder = None
+                if target is not None and here is not None:
+                    folder = os.path.normpath(os.path.join(here, target))
+                if folder is not None and folder == here:
+                    pass  # `cd "$CLAUDE_PROJECT_DIR"` from the root: here either way
+                elif folder is not None and simple.after == "&&":
+                    changed_to = folder
+                else:
+                    changed_to, cwd = None, None
+
+    def simple(self, simple: shellwords.Simple, cwd: str | None) -> str | None:
+        """Plan one simple command; its program's name (None when not literal)."""
+        words = simple.words
+        for word in (*simple.assignments, *words):
+            raw = self.text[word.start : word.end] if self.text else (word.value or "")
+            if (
+                raw.startswith("PATH=")
+                and not self.path_noted
+                and (word.value is None or _names_project_folder(word.value[5:], self.root))
+            ):
+                self.path_noted = True
+                self.by_path.append((raw if len(raw) <= 60 else "PATH=…", _PATH_WHY))
+        index = after_wrappers([word.value for word in words])
+        if index is None:
+            return None
+        if index >= len(words) or words[index].value is None:
+            return None
+        program = words[index]
+        value = program.value
+        assert value is not None
+        name = os.path.basename(value)
+        if name in RUNNERS:
+            self.by_path.append((self._shown(words[index:]), RUNNERS[name]))
+            return name
+        if name in _CHANGES_MEANING:
+            sourced = [word.value for word in words[index + 1 : index + 2]]
+            if name in (".", "source") and sourced:
+                what = f"{value} {sourced[0] if sourced[0] is not None else '…'}"
+                self.by_path.append((what, "a file the command sources is read by path"))
+            return name
+        script: int | None = None
+        if "/" in value and (
+            (cwd is None and not os.path.isabs(value))
+            or os.path.abspath(os.path.join(cwd or "/", value)).startswith(self.root)
+        ):
+            script = index  # a project file, executed
+        else:
+            family = family_of(value)
+            literal = []
+            for word in words[index:]:
+                if word.value is None:
+                    break
+                literal.append(word.value)
+            operand = _operand(literal, 1, family) if family is not None else None
+            if operand is not None:
+                script = index + operand
+            elif family == "shell":
+                self.shell_string(words[index:], cwd)
+        if script is None:
+            return name
+        word = words[script]
+        assert word.value is not None
+        if cwd is None and not os.path.isabs(word.value):
+            why = "it comes after a cd relay cannot follow: relay cannot tell which file it names"
+            self.by_path.append((word.value, why))
+            return name
+        path = os.path.abspath(os.path.join(cwd or "/", word.value))
+        if not path.startswith(self.root):
+            return name
+        if not self.known:
+            why = "after `.`, `source`, `eval` or `alias`, relay cannot tell what runs"
+            self.by_path.append((word.value, why))
+            return name
+        if not os.path.lexists(path):
+            # `test -x hooks/opt.sh && ./hooks/opt.sh`: nothing to pin (nor in the
+            # fingerprint); a file that appears later untrusts the hook at its next check.
+            self.by_path.append((word.value, "it does not exist when checked"))
+            return name
+        self.scripts.append(
+            ShellScript(
+                words=tuple(item.value or "" for item in words[index : script + 1]),
+                start=word.start,
+                end=word.end,
+                path=path,
+            )
+        )
+        return name
+
+    def shell_string(self, words: Sequence[shellwords.Word], cwd: str | None) -> None:
+        """`sh -c STRING …` (bash, dash too): STRING is read as a command line of its own
+        and its scripts pinned in turn, the word rewritten as one single-quoted word."""
+        at = _command_string(words)
+        if at is None:
+            return
+        string = words[at]
+        shell = os.path.basename(words[0].value or "")
+        why = None
+        if string.value is None:
+            why = "the scripts a nested shell string that expands runs are run by path"
+        elif shell not in _NESTED_SHELLS:
+            why = f"the scripts a {shell} -c string runs are run by path"
+        elif self.depth >= _NESTED_LIMIT:
+            why = f"shell strings nested more than {_NESTED_LIMIT} deep run their scripts by path"
+        if why is not None:
+            self.by_path.append((self._shown(words), why))
+            return
+        assert string.value is not None
+        try:
+            commands = shellwords.read(string.value)
+        except shellwords.UnreadableCommand as exc:
+            why = f"relay cannot rewrite its shell string soundly ({exc}); its scripts run by path"
+            self.by_path.append((self._shown(words), why))
+            return
+        inner = _ShellPlanner(self.root.rstrip("/") or "/", string.value, depth=self.depth + 1)
+        inner.known = self.known
+        inner.read(commands, cwd)
+        self.by_path.extend(inner.by_path)
+        if inner.high_descriptor:
+            why = f"its shell string redirects descriptor {inner.high_descriptor}; run by path"
+            self.by_path.append((self._shown(words), why))
+            return
+        if inner.scripts or inner.nested:
+            plan = ShellPlan(
+                command=string.value,
+                cwd=cwd or "",
+                scripts=tuple(sorted(inner.scripts, key=lambda script: script.start)),
+                nested=tuple(inner.nested),
+                by_path=tuple(inner.by_path),
+            )
+            self.nested.append(NestedCommand(start=string.start, end=string.end, plan=plan))
+
+    @staticmethod
+    def _shown(words: Sequence[shellwords.Word]) -> str:
+        return " ".join(word.value if word.value is not None else "…" for word in words[:3])
+
+
+_NESTED_SHELLS = frozenset({"sh", "bash", "dash"})
+"""Shells whose `-c` string relay reads as it reads the command (zsh, ksh differ)."""
+_NESTED_LIMIT = 4
+_SHELL_VALUED = frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-file"})
+
+
+def _command_string(words: Sequence[shellwords.Word]) -> int | None:
+    """Which word is the command string of `SHELL [options] -c [options] STRING …`; None
+    when the shell is not given -c (its options must be literal)."""
+    given = False
+    index = 1
+    while index < len(words):
+        value = words[index].value
+        if value is None:
+            return None
+        if value == "--":
+            index += 1
+            break
+        if not value.startswith(("-", "+")) or value in ("-", "+"):
+            break
+        if _SHELL_STRING.fullmatch(value):
+            given = True
+        index += 2 if value in _SHELL_VALUED else 1
+    if not given or index >= len(words):
+        return None
+    return index
+
+
+_PATH_WHY = "programs found on the PATH it sets are run by path (a project folder on it)"
+
+
+def _names_project_folder(search_path: str, root: str) -> bool:
+    """Whether a PATH value may name a folder of the project (`root` ends with /): a
+    relative or empty entry (from the working directory), or one under the root."""
+    return any(
+        not entry.startswith("/") or os.path.join(entry, "").startswith(root)
+        for entry in search_path.split(":")
+    )
+
+
+def _cd_target(simple: shellwords.Simple) -> str | None:
+    """The folder of `cd DIR` when relay knows where it goes: DIR literal and absolute or
+    starting with `.` (a bare name may go through CDPATH); no options, no redirections."""
+    words = simple.words
+    if len(words) != 2 or simple.redirections or simple.assignments or words[0].value != "cd":
+        return None
+    target = words[1].value
+    if target is None or not (
+        os.path.isabs(target) or target in (".", "..") or target.startswith(("./", "../"))
+    ):
+        return None
+    return target
+
+
+def _pinned_shell_launch(launch: Launch, pin: ShellPin, cwd: str) -> Launch:
+    """`sh -c` with a command whose pinned scripts' words are fed their checked text: the
+    words relay adds are quoted as sh reads them, and the rest of the text is as written."""
+    plan = pin.plan
+    if launch.argv != plan.argv or os.path.abspath(cwd) != plan.cwd:
+        return Launch(argv=launch.argv, mode="pinned", refusal=_NOT_CHECKED)
+    for inline in (ARGUMENT_LIMIT, 0):
+        copies: list[bytes] = []
+        numbers: dict[str, int] = {}  # one copy per file, however often the command names it
+        try:
+            template = _shell_template(plan, pin.texts, copies, numbers, inline=inline)
+        except _Refused as exc:
+            return Launch(argv=launch.argv, mode="pinned", refusal=str(exc))
+        # Each copy's path is at most /dev/fd/ and 10 digits.
+        length = sum(len(part) if isinstance(part, str) else 18 for part in template)
+        if length <= ARGUMENT_LIMIT:
+            shown = "".join(part if isinstance(part, str) else SEALED_COPY for part in template)
+            argv = list(launch.argv)
+            argv[plan.word] = shown
+            return Launch(
+                argv=tuple(argv),
+                mode="pinned",
+                copies=tuple(copies),
+                template=tuple(template),
+                template_word=plan.word,
+            )
+    refusal = (
+        f"not started: its command with its scripts' checked text is over {ARGUMENT_LIMIT:,} bytes"
+    )
+    return Launch(argv=launch.argv, mode="pinned", refusal=refusal)
+
+
+class _Refused(Exception):
+    """A pinned script that must not start (the message says why)."""
+
+
+def _shell_template(
+    plan: ShellPlan,
+    texts: Mapping[str, tuple[bytes, bool]],
+    copies: list[bytes],
+    numbers: dict[str, int],
+    *,
+    inline: int,
+) -> list[str | int]:
+    """The pinned command as text and copy numbers (an int is a copy's `/dev/fd/N`),
+    adding to `copies`; raises _Refused."""
+    text = plan.command
+    # The scripts and nested strings of this line, in the order of the text.
+    pieces: list[ShellScript | NestedCommand] = [
+        *(script for script in plan.scripts if script.path in texts),
+        *plan.nested,
+    ]
+    pieces.sort(key=lambda piece: piece.start)
+    parts: list[str | int] = []
+    done = 0
+    for piece in pieces:
+        parts.append(text[done : piece.start])
+        done = piece.start
+        if isinstance(piece, NestedCommand):
+            inner = _shell_template(piece.plan, texts, copies, numbers, inline=inline)
+            parts.extend(_single_quoted(inner))
+            done = piece.end
+            continue
+        data, executable = texts[piece.path]
+        pin = Pin(word=len(piece.words) - 1, path=piece.path, text=data, executable=executable)
+        feed = _feed(piece.words[:-1], pin, piece.words[-1], inline=inline)
+        if feed.refusal is not None:
+            raise _Refused(feed.refusal)
+        # What relay adds goes before the script's word (an executed script's own
+        # interpreter, or an interpreter's bootstrap); the words before stay as written.
+        if (feed.replaced or SEALED_COPY in feed.words) and pin.path not in numbers:
+            numbers[pin.path] = len(copies)
+            copies.append(pin.text)
+        for added in feed.words:
+            parts.append(numbers[pin.path] if added == SEALED_COPY else shlex.quote(added))
+            parts.append(" ")
+        if feed.replaced:
+            parts.append(numbers[pin.path])
+            done = piece.end
+    parts.append(text[done:])
+    return [part for part in parts if part != ""]
+
+
+def _single_quoted(parts: Sequence[str | int]) -> list[str | int]:
+    """Parts that sh reads as one word whose value is the parts joined: each text in
+    '…' (a ' as '\\''), each copy's /dev/fd/N (digits and /) inside the quotes."""
+    quoted: list[str | int] = ["'"]
+    for part in parts:
+        quoted.append(part.replace("'", "'\\''") if isinstance(part, str) else part)
+    quoted.append("'")
+    return quoted
 
 
 _BASH_SOURCE_BRACED = re.compile(rb"\$\{BASH_SOURCE(?:\[0\])?(?![\w\[])")
@@ -338,10 +908,6 @@ def _interpreter_of(text: bytes) -> tuple[tuple[str, ...], int]:
     if not split or split[0].startswith("-") or "=" in split[0]:
         return (), 0  # env's own options or assignments: no rule, a sealed copy runs
     return (words[0], *split), 1
-
-
-def _fits_an_argument(text: bytes) -> bool:
-    return len(text) <= ARGUMENT_LIMIT and b"\0" not in text
 
 
 def _data_url(code: str) -> str:

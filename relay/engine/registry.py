@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +20,14 @@ from relay.config.model import (
     Scope,
     Settings,
 )
-from relay.config.trust import DigestCache, TrustStore, TrustStoreError, check_trust
-from relay.engine.interpreters import Pin, entry_script
+from relay.config.trust import (
+    CheckedScript,
+    DigestCache,
+    TrustStore,
+    TrustStoreError,
+    check_trust,
+)
+from relay.engine.interpreters import Pin, ShellPin, ShellPlan, entry_script, shell_plan
 from relay.protocol.dialects import Dialect, UnknownEventError, canonical_name, registered_dialect
 
 PythonHandler = Callable[..., Any]
@@ -52,8 +58,9 @@ class RegisteredHook(msgspec.Struct, kw_only=True):
     needs_trust: bool = False
     """A project hook whose fingerprint must be in the trust store."""
     trust_checked: bool = False
-    pin: Pin | None = None
-    """A trusted project hook's entry script as its check read it: what runs (DESIGN §7)."""
+    pin: Pin | ShellPin | None = None
+    """A trusted project hook's entry script (or the scripts its shell command runs) as
+    its check read it: what runs (DESIGN §7)."""
 
     @property
     def source(self) -> str:
@@ -203,23 +210,41 @@ class Registry:
         assert hook.entry is not None and self.root is not None
         hook.trust_checked = True
         entry = entry_script(hook.entry, self.root)
+        plans: list[ShellPlan | None] = []
+
+        def scripts() -> list[str]:
+            # A shell command is read for its scripts only once the store trusts the hook:
+            # an untrusted clone's hooks cost each event no more than before.
+            if entry is not None:
+                return [entry.path]
+            assert hook.entry is not None and self.root is not None
+            plans.append(shell_plan(hook.entry, self.root))
+            return plans[0].paths() if plans[0] is not None else []
+
         try:
             verdict = check_trust(
                 hook.event,
                 hook.matcher.text,
                 hook.entry,
                 self.root,
-                entry_script=entry[1] if entry is not None else None,
+                scripts=scripts,
                 store=self._trust,
                 digests=self._digests,
                 sequential=hook.sequential,
             )
             hook.fingerprint, hook.trusted = verdict.fingerprint, verdict.trusted
-            if verdict.script is not None and entry is not None:
-                script = verdict.script
+            checked = {script.path: script for script in verdict.scripts}
+            if entry is not None and entry.path in checked:
+                script = checked[entry.path]
                 hook.pin = Pin(
-                    word=entry[0], path=script.path, text=script.text, executable=script.executable
+                    word=entry.word,
+                    path=script.path,
+                    text=script.text,
+                    executable=script.executable,
+                    program=entry.program,
                 )
+            elif plans and plans[0] is not None and verdict.trusted:
+                hook.pin = _shell_pin(plans[0], checked)
             if verdict.refusal is not None:
                 refused = f"project hook {hook.name} cannot be trusted: {verdict.refusal}"
                 if refused not in self.warnings:
@@ -494,3 +519,14 @@ class RegistryCache:
                     self._entries.clear()
                 self._entries[key] = entry
         return entry[1].view()
+
+
+def _shell_pin(plan: ShellPlan, checked: Mapping[str, CheckedScript]) -> ShellPin | None:
+    """The pin of a trusted shell command: its scripts with the bytes the check read (a
+    script outside the hook's fingerprint runs by path, as it did); None when none is."""
+    texts = {
+        path: (checked[path].text, checked[path].executable)
+        for path in plan.paths()
+        if path in checked
+    }
+    return ShellPin(plan=plan, texts=texts) if texts else None

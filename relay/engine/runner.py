@@ -645,13 +645,23 @@ def _popen(
 ) -> subprocess.Popen[bytes]:
     stdin, stdout, stderr = child_fds
     argv, executable = list(launch.argv), None
-    copy = _sealed_copy(launch.sealed) if launch.sealed is not None else None
-    if copy is not None:
-        if launch.sealed_word == 0:
-            executable = f"/proc/self/fd/{copy}"  # argv[0] stays the script's name
-        else:
-            argv[launch.sealed_word] = f"/dev/fd/{copy}"
+    copies: list[int] = []
     try:
+        if launch.sealed is not None:
+            copy = _sealed_copy(launch.sealed)
+            copies.append(copy)
+            if launch.sealed_word == 0:
+                executable = f"/proc/self/fd/{copy}"  # argv[0] stays the script's name
+            else:
+                argv[launch.sealed_word] = f"/dev/fd/{copy}"
+        if launch.template:
+            # A pinned shell command: its scripts read their copies by descriptor path,
+            # from 10 up so that the command's own redirections (0-9) cannot touch them.
+            copies.extend(_sealed_copy(data, lowest=10) for data in launch.copies)
+            argv[launch.template_word] = "".join(
+                part if isinstance(part, str) else f"/dev/fd/{copies[part]}"
+                for part in launch.template
+            )
         return subprocess.Popen(
             argv,
             executable=executable,
@@ -661,16 +671,17 @@ def _popen(
             env=env,
             cwd=cwd,
             process_group=0,
-            pass_fds=() if copy is None else (copy,),
+            pass_fds=tuple(copies),
         )
     finally:
-        if copy is not None:
+        for copy in copies:
             os.close(copy)
 
 
-def _sealed_copy(data: bytes) -> int:
-    """A read-only descriptor of a sealed memfd holding `data`: nothing can change it,
-    and no descriptor open for writing stops it from being executed (ETXTBSY)."""
+def _sealed_copy(data: bytes, *, lowest: int = 0) -> int:
+    """A read-only descriptor (`lowest` or above) of a sealed memfd holding `data`:
+    nothing can change it, and no descriptor open for writing stops it from being
+    executed (ETXTBSY)."""
     import fcntl
 
     if not hasattr(os, "memfd_create"):
@@ -682,7 +693,13 @@ def _sealed_copy(data: bytes) -> int:
             view = view[os.write(writable, view) :]
         seals = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
         fcntl.fcntl(writable, fcntl.F_ADD_SEALS, seals)
-        return os.open(f"/proc/self/fd/{writable}", os.O_RDONLY | os.O_CLOEXEC)
+        readable = os.open(f"/proc/self/fd/{writable}", os.O_RDONLY | os.O_CLOEXEC)
+        if readable >= lowest:
+            return readable
+        try:
+            return fcntl.fcntl(readable, fcntl.F_DUPFD_CLOEXEC, lowest)
+        finally:
+            os.close(readable)
     finally:
         os.close(writable)
 
