@@ -15,16 +15,20 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import anyio
+import msgspec
+import nats
 import pytest
 from click.testing import CliRunner
+from nats_server import NatsServer, find_nats_server, password, server_config
 
 import relay.services.messaging.timeline as timeline_module
 from relay.cli.main import cli
-from relay.config.model import MessagingConfig
+from relay.config.model import MessagingConfig, NatsConfig
 from relay.services.messaging.history import HistoryQuery, SearchTextError, match_expression
 from relay.services.messaging.mailbox import SCHEMA_VERSION, SqliteMailbox
 from relay.services.messaging.messenger import Messenger
 from relay.services.messaging.model import Message
+from relay.services.messaging.nats import NatsMessaging, history_permissions, message_subject
 from relay.services.messaging.timeline import Timeline
 from relay.services.messaging.ulid import new_ulid
 
@@ -386,3 +390,165 @@ def test_following_wakes_on_the_doorbell_not_a_poll(
 def _has_watcher(mailbox: SqliteMailbox) -> bool:
     with mailbox._lock:
         return bool(mailbox._connect().execute("SELECT 1 FROM watchers").fetchone())
+
+
+# -- over NATS -------------------------------------------------------------------------------
+
+NATS_TEAM = "a"
+
+
+@pytest.fixture
+def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
+    """A real nats-server: team a's agents alice, bob and dave (agent permissions), reader
+    (an agent that may also read the team's history) and eve (no permission limits)."""
+    binary = find_nats_server()
+    if binary is None:
+        pytest.skip("nats-server binary not available: install Debian's nats-server (.ci/run does)")
+    workdir = tmp_path / "nats"
+    workdir.mkdir()
+    config = json.loads(
+        server_config(
+            workdir / "js",
+            {NATS_TEAM: ["alice", "bob", "dave", "reader"]},
+            unrestricted={NATS_TEAM: ["eve"]},
+        )
+    )
+    for user in config["accounts"][f"TEAM_{NATS_TEAM}"]["users"]:
+        if user["user"] == "reader":
+            user["permissions"]["publish"]["allow"] += history_permissions(NATS_TEAM)
+    running = NatsServer(binary, workdir, json.dumps(config))
+    running.start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def _machine(tmp_path: Path, name: str, server: NatsServer, user: str) -> dict[str, str]:
+    """The environment of one machine: its own RELAY_HOME, on the team's NATS as `user`."""
+    home = tmp_path / name
+    home.mkdir()
+    settings = {
+        "messaging": {
+            "transport": "nats",
+            "team": NATS_TEAM,
+            "nats": {"url": server.url, "user": user, "password": password(user)},
+        }
+    }
+    (home / "settings.json").write_text(json.dumps(settings))
+    return {**os.environ, "RELAY_HOME": str(home), "USER": user}
+
+
+def _on_machine_b(
+    server: NatsServer, mailbox_b: SqliteMailbox, *sends: tuple[str, str, str]
+) -> None:
+    """Messages between agents of machine B, through the team's stream (eve's connection
+    stands for their sessions), copied into B's mailbox as their sessions do."""
+
+    async def main() -> None:
+        config = NatsConfig(url=server.url, user="eve", password=password("eve"))
+        async with NatsMessaging(config, team=NATS_TEAM) as nats:
+            for name in ("bob", "dave"):
+                await nats.ensure_agent(name)
+            for sender, recipient, body in sends:
+                await nats.send(mailbox_b, sender=sender, recipient=recipient, body=body)
+
+    anyio.run(main)
+
+
+def test_history_over_nats_reads_the_teams_stream(nats_server: NatsServer, tmp_path: Path) -> None:
+    machine_a = _machine(tmp_path, "machine-a", nats_server, "reader")
+    mailbox_b = SqliteMailbox(tmp_path / "machine-b" / "state" / "messages.db")
+    _on_machine_b(
+        nats_server,
+        mailbox_b,
+        ("bob", "dave", "the release is tagged"),
+        ("dave", "bob", "shipping the release now"),
+        ("bob", "*", "release done, thanks all"),
+    )
+
+    # A forged message (its subject names another sender) is not history.
+    async def forge() -> None:
+        client = await nats.connect(nats_server.url, user="eve", password=password("eve"))
+        forged = Message(
+            id=new_ulid(), team=NATS_TEAM, sender="alice", recipient="bob",
+            body="forged release", created_at=at(0),
+        )  # fmt: skip
+        await client.jetstream().publish(
+            message_subject(NATS_TEAM, "bob", "dave"), msgspec.json.encode(forged)
+        )
+        await client.close()
+
+    anyio.run(forge)
+    mailbox_b.close()
+
+    def messages(*args: str, env: dict[str, str] = machine_a) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [RELAY, "messages", *args], env=env, cwd=tmp_path, capture_output=True, text=True,
+            check=False,
+            timeout=WAIT * 2,
+        )  # fmt: skip
+
+    shown = messages("--grep", "release", "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert [(m["sender"], m["recipient"], m["body"]) for m in json_lines(shown.stdout)] == [
+        ("bob", "dave", "the release is tagged"),
+        ("dave", "bob", "shipping the release now"),
+        ("bob", "*", "release done, thanks all"),
+    ]
+    shown = messages("--from", "dave")
+    assert shown.stdout.splitlines()[0] == f"team {NATS_TEAM}: 1 matching message"
+    # Read once into machine A's history: the stream is read again only past its mark.
+    mailbox_a = SqliteMailbox(Path(machine_a["RELAY_HOME"]) / "state" / "messages.db")
+    assert mailbox_a.stream_mark(NATS_TEAM) == 4
+    assert len(mailbox_a.search(NATS_TEAM, HistoryQuery(), limit=100)) == 3
+    mailbox_a.close()
+
+    # A user who may not read the whole stream gets this machine's copy, and is told why.
+    alice = _machine(tmp_path, "machine-c", nats_server, "alice")
+    shown = messages("--grep", "release", env=alice)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout == f"team {NATS_TEAM}: no matching messages\n"
+    assert "showing this machine's copy of team a's messages only" in shown.stderr
+    assert "not allowed" in shown.stderr
+
+
+def test_follow_over_nats_shows_what_other_machines_send(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    machine_a = _machine(tmp_path, "machine-a", nats_server, "reader")
+    mailbox_b = SqliteMailbox(tmp_path / "machine-b" / "state" / "messages.db")
+    _on_machine_b(nats_server, mailbox_b, ("bob", "dave", "before following"))
+    process = subprocess.Popen(
+        [RELAY, "messages", "--follow", "--json", "--grep", "following"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=machine_a,
+        cwd=tmp_path,
+    )
+    lines: list[str] = []
+    arrived = threading.Condition()
+    reader = threading.Thread(target=_reader, args=(process.stdout, lines, arrived), daemon=True)
+    reader.start()
+    try:
+        first = _wait_for_lines(lines, arrived, 1, process)
+        assert json.loads(first[0])["body"] == "before following"
+        _on_machine_b(
+            nats_server,
+            mailbox_b,
+            ("dave", "bob", "while following"),
+            ("dave", "bob", "not shown"),
+            ("bob", "*", "following to everyone"),
+        )
+        shown = _wait_for_lines(lines, arrived, 3, process)
+        assert [json.loads(line)["body"] for line in shown[1:]] == [
+            "while following",
+            "following to everyone",
+        ]
+    finally:
+        mailbox_b.close()
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=WAIT)
+        reader.join(WAIT)
+    assert process.returncode == 130, err

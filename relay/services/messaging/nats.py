@@ -69,6 +69,7 @@ from relay.timestamps import iso_millis
 __all__ = [
     "DUPLICATE_WINDOW",
     "MAX_AGE",
+    "HistoryStore",
     "NatsMessaging",
     "NatsPermissions",
     "SentLog",
@@ -76,6 +77,7 @@ __all__ = [
     "agent_permissions",
     "broadcast_consumer",
     "broadcast_subject",
+    "history_permissions",
     "inbox_prefix",
     "mailbox_consumer",
     "mailbox_subject",
@@ -95,6 +97,12 @@ REQUEST_TIMEOUT = 5.0
 PUBLISH_TIMEOUT = 10.0
 """Seconds a publish keeps retrying (a server restarting, JetStream not yet ready)."""
 PROBLEMS_KEPT = 100
+HISTORY_BATCH = 500
+"""Messages read from the stream stored in one transaction of the history."""
+HISTORY_IDLE = 5.0
+"""Seconds between the idle heartbeats of a history reader's consumer (its server-side
+consumer goes away HISTORY_INACTIVE seconds after the reader does)."""
+HISTORY_INACTIVE = 30.0
 GATHER = 0.002
 """Seconds to wait, after a message arrives, for the other consumer's (stream order)."""
 
@@ -116,6 +124,18 @@ class Store(Protocol):
 
     def store_rejected(self, message: Message, recipient: str, reason: str) -> None:
         """Keep a message that failed the checks as dead for `recipient`, with `reason`."""
+        ...
+
+
+class HistoryStore(Protocol):
+    """Where the team's history read from the stream goes (`SqliteMailbox`)."""
+
+    def stream_mark(self, team: str) -> int:
+        """The stream sequence the history has been read up to (0: none)."""
+        ...
+
+    def store_history(self, team: str, messages: Sequence[Message], mark: int) -> int:
+        """Keep `messages` (idempotent by id) and that the stream is read up to `mark`."""
         ...
 
 
@@ -218,6 +238,16 @@ def agent_permissions(team: str, name: str) -> NatsPermissions:
         ],
         subscribe=[f"{inbox_prefix(team, name)}.>"],
     )
+
+
+def history_permissions(team: str) -> list[str]:
+    """What a NATS user needs, besides `agent_permissions`, to read the team's whole
+    history (`relay messages` over NATS): publish rights to make a consumer of the team's
+    stream that the server names (it pushes to the user's own inbox) and to answer its
+    flow control. It lets the user read every message of the team, not deliver or
+    acknowledge any: give it to those who may read them all."""
+    stream = stream_name(team)
+    return [f"$JS.API.CONSUMER.CREATE.{stream}", f"$JS.FC.{stream}.>"]
 
 
 def _status(msg: Msg, inbox: str) -> str | None:
@@ -771,6 +801,113 @@ class NatsMessaging:
                 on_stored()
             elif not self.nc.is_connected:
                 await anyio.sleep(0.2)
+
+    # -- history -----------------------------------------------------------------------
+
+    async def read_history(self, store: HistoryStore) -> int:
+        """Read what the team's stream holds beyond `store`'s mark into `store`; return how
+        many messages were new. Needs `history_permissions` (MessagingError otherwise)."""
+        js = self.js
+        info = await self._call(
+            f"reading stream {self.stream}",
+            f"$JS.API.STREAM.INFO.{self.stream}",
+            lambda: js.stream_info(self.stream),
+        )
+        last = int(info.state.last_seq or 0)
+        mark = await anyio.to_thread.run_sync(store.stream_mark, self.team)
+        if mark > last:
+            mark = 0  # the stream was made again: its sequence started over
+        if last <= mark:
+            return 0
+        return await self._read_stream(store, mark, until=last)
+
+    async def follow_history(self, store: HistoryStore) -> None:
+        """Forever: store what the team's stream gets in `store`, as it comes."""
+        mark = await anyio.to_thread.run_sync(store.stream_mark, self.team)
+        await self._read_stream(store, mark, until=None)
+
+    async def _read_stream(self, store: HistoryStore, mark: int, *, until: int | None) -> int:
+        """Store the stream's messages after sequence `mark` (up to `until`, or forever)
+        in `store`, through a consumer of the team's stream that pushes to this
+        connection's inbox, with flow control (the server waits for this reader rather
+        than overflow its queue)."""
+        nc, js = self.nc, self.js
+        inbox = nc.new_inbox()
+        queue: asyncio.Queue[Msg] = asyncio.Queue()
+
+        async def on_message(msg: Msg) -> None:
+            queue.put_nowait(msg)
+
+        subscription = await nc.subscribe(inbox, cb=on_message)
+        config = js_api.ConsumerConfig(
+            description=f"relay history reader of team {self.team}",
+            deliver_subject=inbox,
+            deliver_policy=js_api.DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=mark + 1,
+            ack_policy=js_api.AckPolicy.NONE,
+            filter_subject=f"relay.{self.team}.>",
+            flow_control=True,
+            idle_heartbeat=HISTORY_IDLE,
+            inactive_threshold=HISTORY_INACTIVE,
+            mem_storage=True,
+            num_replicas=1,
+        )
+        stored = 0
+        try:
+            await self._call(
+                f"reading the history of stream {self.stream}",
+                f"$JS.API.CONSUMER.CREATE.{self.stream}",
+                lambda: js.add_consumer(self.stream, config=config),
+            )
+            while until is None or mark < until:
+                batch: list[Message] = []
+                msg = await queue.get()
+                while True:
+                    mark, message = await self._history_message(msg, mark)
+                    if message is not None:
+                        batch.append(message)
+                    if len(batch) >= HISTORY_BATCH or (until is not None and mark >= until):
+                        break
+                    try:
+                        msg = queue.get_nowait()
+                    except asyncio.QueueEmpty:
+                        break
+                # Shielded: what was read is kept with its mark, or neither.
+                with anyio.CancelScope(shield=True):
+                    stored += await anyio.to_thread.run_sync(
+                        store.store_history, self.team, batch, mark
+                    )
+        finally:
+            with anyio.CancelScope(shield=True), contextlib.suppress(nats.errors.Error):
+                if not nc.is_closed:
+                    await subscription.unsubscribe()
+        return stored
+
+    async def _history_message(self, msg: Msg, mark: int) -> tuple[int, Message | None]:
+        """The stream sequence a pushed message brings the reader to, and the message
+        when it is one to keep; flow control is answered, heartbeats and control skipped."""
+        if msg.headers is not None and not msg.data and msg.headers.get(js_api.Header.STATUS.value):
+            if msg.reply:  # flow control (or a heartbeat that says it is stalled): go on
+                with contextlib.suppress(nats.errors.Error):
+                    await self.nc.publish(msg.reply, b"")
+            return mark, None
+        sequence = _stream_sequence(msg)
+        if sequence <= mark:
+            return mark, None
+        where = f"{self.where}: {self.stream}: message {sequence} on {msg.subject}"
+        try:
+            message = _decode_message.decode(msg.data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            self._note(f"{where}: not a relay message, left out of the history: {exc}")
+            return sequence, None
+        if message.team != self.team:
+            self._note(f"{where}: claims team {message.team}, left out of the history")
+            return sequence, None
+        problem = _problem(message, msg.subject)
+        if problem is not None:  # its recipients dead-lettered it: not shown as sent
+            self._note(f"{where}: left out of the history: {problem}")
+            return sequence, None
+        return sequence, message
 
     # -- presence ----------------------------------------------------------------------
 
