@@ -153,6 +153,12 @@ def test_filters_combine_and_times_are_durations_or_iso(mailbox: SqliteMailbox) 
     assert code == 1 and "--since 'yesterday' is neither a duration ago" in out
     code, out = invoke("--until", "2026-13-40")
     assert code == 1 and "--until '2026-13-40'" in out
+    for far in ("99999999999999d", "0001-01-01"):
+        code, out = invoke("--since", far)
+        assert code == 1 and f"--since {far!r} is further back or ahead than a date can be" in out
+    code, out = invoke("--from", "\x1b]0;x\x07", "--to", "'; DROP TABLE messages; --")
+    assert (code, out) == (0, f"team {TEAM}: no matching messages\n")
+    assert len(mailbox.history(team=TEAM)) == 5
 
 
 def test_listing_names_the_team_and_stays_terminal_safe(mailbox: SqliteMailbox) -> None:
@@ -311,6 +317,17 @@ def test_follow_prints_matching_messages_as_they_come_until_ctrl_c(
     assert len(lines) == 4, lines  # nothing else matched
     with mailbox._lock:
         assert mailbox._connect().execute("SELECT count(*) FROM watchers").fetchone()[0] == 0
+
+
+def test_follow_ends_once_until_has_passed(mailbox: SqliteMailbox, tmp_path: Path) -> None:
+    mailbox.send(team=TEAM, sender="Alice", recipient="Bob", body="old enough")
+    env = {**os.environ, "RELAY_HOME": str(mailbox.path.parent.parent), "USER": "pat"}
+    done = subprocess.run(
+        [RELAY, "messages", "--follow", "--since", "1h", "--until", "0s"],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=WAIT * 2, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[1].endswith("Alice -> Bob: old enough")
 
 
 def test_follow_json_lines(mailbox: SqliteMailbox, relay_home: Path, tmp_path: Path) -> None:

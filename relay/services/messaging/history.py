@@ -46,13 +46,17 @@ class SearchTextError(MessagingError):
 class TimeBoundError(MessagingError):
     """A --since or --until that is neither a duration nor an ISO date or time."""
 
-    def __init__(self, text: str, *, option: str) -> None:
+    def __init__(self, text: str, *, option: str, out_of_range: bool = False) -> None:
         self.text = text
         self.option = option
-        super().__init__(
-            f"{option} {text!r} is neither a duration ago (90m, 12h, 7d) nor an ISO date or "
-            "time (2026-11-28, 2026-11-28T09:30, 2026-11-28T09:30:00Z)"
-        )
+        if out_of_range:
+            reason = f"{option} {text!r} is further back or ahead than a date can be"
+        else:
+            reason = (
+                f"{option} {text!r} is neither a duration ago (90m, 12h, 7d) nor an ISO date "
+                "or time (2026-11-28, 2026-11-28T09:30, 2026-11-28T09:30:00Z)"
+            )
+        super().__init__(reason)
 
 
 class HistoryQuery(msgspec.Struct, kw_only=True, frozen=True):
@@ -109,14 +113,14 @@ def moment(text: str, *, option: str = "--since", now: datetime | None = None) -
         try:
             return iso_millis(now - timedelta(seconds=seconds))
         except OverflowError:
-            raise TimeBoundError(text, option=option) from None
+            raise TimeBoundError(text, option=option, out_of_range=True) from None
     try:
         parsed = datetime.fromisoformat(stripped)
     except ValueError:
         raise TimeBoundError(text, option=option) from None
-    if parsed.tzinfo is None:
-        parsed = parsed.astimezone()  # the local time of this machine, as a terminal shows it
     try:
+        if parsed.tzinfo is None:
+            parsed = parsed.astimezone()  # this machine's local time, as a terminal shows it
         return iso_millis(parsed.astimezone(UTC))
     except (OverflowError, ValueError):
-        raise TimeBoundError(text, option=option) from None
+        raise TimeBoundError(text, option=option, out_of_range=True) from None

@@ -863,7 +863,7 @@ class NatsMessaging:
                 batch: list[Message] = []
                 msg = await queue.get()
                 while True:
-                    mark, message = await self._history_message(msg, mark)
+                    mark, message = await self._history_message(msg, mark, inbox)
                     if message is not None:
                         batch.append(message)
                     if len(batch) >= HISTORY_BATCH or (until is not None and mark >= until):
@@ -883,13 +883,19 @@ class NatsMessaging:
                     await subscription.unsubscribe()
         return stored
 
-    async def _history_message(self, msg: Msg, mark: int) -> tuple[int, Message | None]:
+    async def _history_message(self, msg: Msg, mark: int, inbox: str) -> tuple[int, Message | None]:
         """The stream sequence a pushed message brings the reader to, and the message
-        when it is one to keep; flow control is answered, heartbeats and control skipped."""
-        if msg.headers is not None and not msg.data and msg.headers.get(js_api.Header.STATUS.value):
-            if msg.reply:  # flow control (or a heartbeat that says it is stalled): go on
+        when it is one to keep; flow control is answered, heartbeats skipped. Only the
+        server sends on the reader's inbox itself: a message from the stream comes with
+        its own subject, and a Status header on it is its publisher's."""
+        if _status(msg, inbox) is not None:
+            headers = msg.headers or {}
+            # A flow-control request, or a heartbeat saying the consumer is stalled
+            # waiting for the answer to one that was lost: answered, so it goes on.
+            answer = msg.reply or headers.get("Nats-Consumer-Stalled")
+            if answer:
                 with contextlib.suppress(nats.errors.Error):
-                    await self.nc.publish(msg.reply, b"")
+                    await self.nc.publish(answer, b"")
             return mark, None
         sequence = _stream_sequence(msg)
         if sequence <= mark:
