@@ -569,3 +569,31 @@ def test_follow_over_nats_shows_what_other_machines_send(
         _, err = process.communicate(timeout=WAIT)
         reader.join(WAIT)
     assert process.returncode == 130, err
+
+
+def test_a_second_mailbox_in_a_process_leaves_the_first_one_reading(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "messages.db"
+    first = SqliteMailbox(path)
+    first.register_agent("Bob", team=TEAM, session_id="b")
+    second = SqliteMailbox(path)  # opened after the first connected: a follower, a test
+    sent: list[str] = []
+    for body in ("one", "two", "three"):  # each sender the last connection of its process
+        subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from pathlib import Path;"
+                "from relay.services.messaging.mailbox import SqliteMailbox;"
+                "box = SqliteMailbox(Path(sys.argv[1]));"
+                f"box.send(team={TEAM!r}, sender='pat', recipient='Bob', body=sys.argv[2],"
+                " human=True); box.close()",
+                str(path),
+                body,
+            ],
+            check=True,
+        )
+        sent.append(body)
+        assert [message.body for message in second.history(team=TEAM)] == sent
+        assert [message.body for message in first.history(team=TEAM)] == sent
+    first.close()
+    second.close()
