@@ -157,24 +157,26 @@ def test_filters_combine_and_times_are_durations_or_iso(mailbox: SqliteMailbox) 
         code, out = invoke("--since", far)
         assert code == 1 and f"--since {far!r} is further back or ahead than a date can be" in out
     code, out = invoke("--from", "\x1b]0;x\x07", "--to", "'; DROP TABLE messages; --")
-    assert (code, out) == (0, f"team {TEAM}: no matching messages\n")
+    assert (code, out) == (0, f"no matching messages in team {TEAM}\n")
     assert len(mailbox.history(team=TEAM)) == 5
 
 
 def test_listing_names_the_team_and_stays_terminal_safe(mailbox: SqliteMailbox) -> None:
     code, out = invoke()
-    assert (code, out) == (0, f"team {TEAM}: no messages\n")
+    assert (code, out) == (0, f"no messages yet in team {TEAM}\n")
     mailbox.send(team=TEAM, sender="Alice", recipient="Bob", body="red \x1b[31malert\x1b[0m \u202e")
     mailbox.send(team=TEAM, sender="Bob", recipient="Alice", body="second")
     code, out = invoke()
     lines = out.splitlines()
-    assert lines[0] == f"team {TEAM}: 2 messages"
+    assert lines[0] == f"team {TEAM}: 2 messages, oldest first"
     assert "Alice -> Bob: red ^[[31malert^[[0m <U+202E>" in lines[1]
     assert "\x1b" not in out and "\u202e" not in out
     code, out = invoke("--limit", "1")
-    assert out.splitlines()[0] == f"team {TEAM}: 1 message (the newest 1; --limit for more)"
+    assert out.splitlines()[0] == (
+        f"team {TEAM}: 1 message, oldest first (the newest 1; --limit for more)"
+    )
     code, out = invoke("--grep", "nothing")
-    assert out == f"team {TEAM}: no matching messages\n"
+    assert out == f"no matching messages in team {TEAM}\n"
     # --json: one exact message per line, no header.
     code, out = invoke("--json")
     assert [line["body"] for line in json_lines(out)] == [
@@ -295,7 +297,9 @@ def test_follow_prints_matching_messages_as_they_come_until_ctrl_c(
     reader.start()
     try:
         first = _wait_for_lines(lines, arrived, 2, process)
-        assert first[0] == f"team {TEAM}: 1 matching message, following (Ctrl-C to stop)"
+        assert (
+            first[0] == f"team {TEAM}: 1 matching message, oldest first, following (Ctrl-C to stop)"
+        )
         assert first[1].endswith("Alice -> Bob: deploy one")
         # Sent by other processes: `relay send` as a human, and an agent's mailbox.
         subprocess.run([RELAY, "send", "Bob", "no match here"], env=env, cwd=tmp_path, check=True)
@@ -514,7 +518,7 @@ def test_history_over_nats_reads_the_teams_stream(nats_server: NatsServer, tmp_p
         ("bob", "*", "release done, thanks all"),
     ]
     shown = messages("--from", "dave")
-    assert shown.stdout.splitlines()[0] == f"team {NATS_TEAM}: 1 matching message"
+    assert shown.stdout.splitlines()[0] == f"team {NATS_TEAM}: 1 matching message, oldest first"
     # Read once into machine A's history: the stream is read again only past its mark.
     mailbox_a = SqliteMailbox(Path(machine_a["RELAY_HOME"]) / "state" / "messages.db")
     assert mailbox_a.stream_mark(NATS_TEAM) == 4
@@ -525,7 +529,7 @@ def test_history_over_nats_reads_the_teams_stream(nats_server: NatsServer, tmp_p
     alice = _machine(tmp_path, "machine-c", nats_server, "alice")
     shown = messages("--grep", "release", env=alice)
     assert shown.returncode == 0, shown.stderr
-    assert shown.stdout == f"team {NATS_TEAM}: no matching messages\n"
+    assert shown.stdout == f"no matching messages in team {NATS_TEAM}\n"
     assert "showing this machine's copy of team a's messages only" in shown.stderr
     assert "not allowed" in shown.stderr
 

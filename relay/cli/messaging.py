@@ -345,11 +345,13 @@ def _history_header(team: str, count: int, limit: int, query: Any, *, follow: bo
     """The first line of a listing: the team, how many messages, and what is shown."""
     filters = (query.sender, query.recipient, query.since, query.until, query.text, query.thread)
     matching = "matching " if any(value is not None for value in filters) else ""
-    noun = "message" if count == 1 else "messages"
-    what = f"no {matching}messages" if count == 0 else f"{count} {matching}{noun}"
-    more = f" (the newest {limit}; --limit for more)" if count == limit else ""
     following = ", following (Ctrl-C to stop)" if follow else ""
-    return f"team {team}: {what}{more}{following}"
+    if count == 0:
+        yet = "" if matching else " yet"
+        return f"no {matching}messages{yet} in team {team}{following}"
+    noun = "message" if count == 1 else "messages"
+    more = f" (the newest {limit}; --limit for more)" if count == limit else ""
+    return f"team {team}: {count} {matching}{noun}, oldest first{more}{following}"
 
 
 def _history_line(message: Any) -> str:
