@@ -601,3 +601,68 @@ def test_a_second_mailbox_in_a_process_leaves_the_first_one_reading(tmp_path: Pa
         assert [message.body for message in first.history(team=TEAM)] == sent
     first.close()
     second.close()
+
+
+def _remove_history_readers(server: NatsServer) -> int:
+    """Delete the team stream's history readers, as an administrator might; how many."""
+
+    async def main() -> int:
+        client = await nats.connect(server.url, user="eve", password=password("eve"))
+        try:
+            js = client.jetstream()
+            stream = f"RELAY_{NATS_TEAM}"
+            readers = [
+                info.name
+                for info in await js.consumers_info(stream)
+                if (info.config.description or "").startswith("relay history reader")
+            ]
+            for name in readers:
+                await js.delete_consumer(stream, name)
+            return len(readers)
+        finally:
+            await client.close()
+
+    return int(anyio.run(main))
+
+
+@pytest.mark.timeout(180)  # a lost reader is made again after 15 s without a heartbeat
+def test_follow_over_nats_outlives_a_restart_and_a_lost_reader(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    machine_a = _machine(tmp_path, "machine-a", nats_server, "reader")
+    mailbox_b = SqliteMailbox(tmp_path / "machine-b" / "state" / "messages.db")
+    _on_machine_b(nats_server, mailbox_b, ("bob", "dave", "before the restart"))
+    process = subprocess.Popen(
+        [RELAY, "messages", "--follow", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=machine_a,
+        cwd=tmp_path,
+    )
+    lines: list[str] = []
+    arrived = threading.Condition()
+    reader = threading.Thread(target=_reader, args=(process.stdout, lines, arrived), daemon=True)
+    reader.start()
+
+    def shown(count: int) -> list[object]:
+        with arrived:
+            arrived.wait_for(lambda: len(lines) >= count or process.poll() is not None, 2 * WAIT)
+        return [json.loads(line)["body"] for line in lines]
+
+    try:
+        assert shown(1) == ["before the restart"]
+        nats_server.restart()
+        _on_machine_b(nats_server, mailbox_b, ("dave", "bob", "after the restart"))
+        assert shown(2) == ["before the restart", "after the restart"]
+        # A reader the server no longer serves (removed, or expired while the connection
+        # was down) sends no heartbeat: the follower makes it again from its mark.
+        assert _remove_history_readers(nats_server) == 1
+        _on_machine_b(nats_server, mailbox_b, ("bob", "*", "after the reader was lost"))
+        assert shown(3) == ["before the restart", "after the restart", "after the reader was lost"]
+    finally:
+        mailbox_b.close()
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=WAIT)
+        reader.join(WAIT)
+    assert process.returncode == 130, err

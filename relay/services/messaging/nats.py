@@ -103,6 +103,10 @@ HISTORY_IDLE = 5.0
 """Seconds between the idle heartbeats of a history reader's consumer (its server-side
 consumer goes away HISTORY_INACTIVE seconds after the reader does)."""
 HISTORY_INACTIVE = 30.0
+HISTORY_STALL = 3 * HISTORY_IDLE
+"""Seconds without a word from a history reader's consumer after which it is made again."""
+HISTORY_RETRY = 1.0
+"""Seconds between attempts to make a followed history reader again."""
 GATHER = 0.002
 """Seconds to wait, after a message arrives, for the other consumer's (stream order)."""
 
@@ -346,6 +350,14 @@ def _filters(info: js_api.ConsumerInfo) -> list[str]:
     """A consumer's filter subjects as the server reports them (one field or the other)."""
     filters = [info.config.filter_subject] if info.config.filter_subject else []
     return filters + list(info.config.filter_subjects or [])
+
+
+def _pending(msg: Msg) -> int | None:
+    """How many messages the consumer still has for this reader (from its reply subject)."""
+    try:
+        return int(msg.metadata.num_pending)
+    except (nats.errors.Error, AttributeError, ValueError, IndexError, TypeError):
+        return None
 
 
 def _stream_sequence(msg: Msg) -> int:
@@ -822,15 +834,23 @@ class NatsMessaging:
         return await self._read_stream(store, mark, until=last)
 
     async def follow_history(self, store: HistoryStore) -> None:
-        """Forever: store what the team's stream gets in `store`, as it comes."""
-        mark = await anyio.to_thread.run_sync(store.stream_mark, self.team)
-        await self._read_stream(store, mark, until=None)
+        """Forever: store what the team's stream gets in `store`, as it comes. A reader
+        the server stops serving (restarted: its consumer, kept in memory, is gone) is
+        made again from the mark, once the connection is back."""
+        while True:
+            mark = await anyio.to_thread.run_sync(store.stream_mark, self.team)
+            try:
+                await self._read_stream(store, mark, until=None)
+            except MessagingError as exc:
+                self._note(str(exc))
+                await anyio.sleep(HISTORY_RETRY)
 
     async def _read_stream(self, store: HistoryStore, mark: int, *, until: int | None) -> int:
-        """Store the stream's messages after sequence `mark` (up to `until`, or forever)
-        in `store`, through a consumer of the team's stream that pushes to this
-        connection's inbox, with flow control (the server waits for this reader rather
-        than overflow its queue)."""
+        """Store the stream's messages after sequence `mark` in `store`, up to `until` (or
+        until none is pending), or forever with None, through a consumer of the team's
+        stream that pushes to this connection's inbox, with flow control (the server
+        waits for this reader rather than overflow its queue). MessagingError when the
+        server says nothing (not even a heartbeat) for HISTORY_STALL seconds."""
         nc, js = self.nc, self.js
         inbox = nc.new_inbox()
         queue: asyncio.Queue[Msg] = asyncio.Queue()
@@ -853,20 +873,29 @@ class NatsMessaging:
             num_replicas=1,
         )
         stored = 0
+        what = f"reading the history of stream {self.stream}"
         try:
             await self._call(
-                f"reading the history of stream {self.stream}",
+                what,
                 f"$JS.API.CONSUMER.CREATE.{self.stream}",
                 lambda: js.add_consumer(self.stream, config=config),
             )
-            while until is None or mark < until:
+            done = False
+            while not done:
                 batch: list[Message] = []
-                msg = await queue.get()
+                try:
+                    msg = await asyncio.wait_for(queue.get(), HISTORY_STALL)
+                except TimeoutError:
+                    raise self._error(
+                        f"{what}: the server sent nothing, not even a heartbeat, for "
+                        f"{HISTORY_STALL:.0f} s"
+                    ) from None
                 while True:
-                    mark, message = await self._history_message(msg, mark, inbox)
+                    mark, message, idle = await self._history_message(msg, mark, inbox)
                     if message is not None:
                         batch.append(message)
-                    if len(batch) >= HISTORY_BATCH or (until is not None and mark >= until):
+                    done = until is not None and (idle or mark >= until)
+                    if done or len(batch) >= HISTORY_BATCH:
                         break
                     try:
                         msg = queue.get_nowait()
@@ -883,9 +912,12 @@ class NatsMessaging:
                     await subscription.unsubscribe()
         return stored
 
-    async def _history_message(self, msg: Msg, mark: int, inbox: str) -> tuple[int, Message | None]:
-        """The stream sequence a pushed message brings the reader to, and the message
-        when it is one to keep; flow control is answered, heartbeats skipped. Only the
+    async def _history_message(
+        self, msg: Msg, mark: int, inbox: str
+    ) -> tuple[int, Message | None, bool]:
+        """The stream sequence a pushed message brings the reader to, the message when it
+        is one to keep, and whether the reader has caught up (nothing more is pending, or
+        the consumer is idle). Flow control is answered, heartbeats noted. Only the
         server sends on the reader's inbox itself: a message from the stream comes with
         its own subject, and a Status header on it is its publisher's."""
         if _status(msg, inbox) is not None:
@@ -896,24 +928,31 @@ class NatsMessaging:
             if answer:
                 with contextlib.suppress(nats.errors.Error):
                     await self.nc.publish(answer, b"")
-            return mark, None
+            return mark, None, not answer  # a plain heartbeat: the consumer has nothing
         sequence = _stream_sequence(msg)
+        caught_up = _pending(msg) == 0
         if sequence <= mark:
-            return mark, None
+            return mark, None, caught_up
+        mark, message = sequence, self._history_entry(msg, sequence)
+        return mark, message, caught_up
+
+    def _history_entry(self, msg: Msg, sequence: int) -> Message | None:
+        """The relay message `msg` holds, checked as a receiver checks it; None (noted)
+        for one that is not history."""
         where = f"{self.where}: {self.stream}: message {sequence} on {msg.subject}"
         try:
             message = _decode_message.decode(msg.data)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             self._note(f"{where}: not a relay message, left out of the history: {exc}")
-            return sequence, None
+            return None
         if message.team != self.team:
             self._note(f"{where}: claims team {message.team}, left out of the history")
-            return sequence, None
+            return None
         problem = _problem(message, msg.subject)
         if problem is not None:  # its recipients dead-lettered it: not shown as sent
             self._note(f"{where}: left out of the history: {problem}")
-            return sequence, None
-        return sequence, message
+            return None
+        return message
 
     # -- presence ----------------------------------------------------------------------
 
