@@ -843,7 +843,9 @@ class NatsMessaging:
                 await self._read_stream(store, mark, until=None)
             except MessagingError as exc:
                 self._note(str(exc))
-                await anyio.sleep(HISTORY_RETRY)
+            except nats.errors.Error as exc:  # the connection is down: the client reconnects
+                self._note(f"{self.where}: following the history: {_describe(exc)}")
+            await anyio.sleep(HISTORY_RETRY)
 
     async def _read_stream(self, store: HistoryStore, mark: int, *, until: int | None) -> int:
         """Store the stream's messages after sequence `mark` in `store`, up to `until` (or

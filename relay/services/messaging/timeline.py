@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -30,6 +31,7 @@ from relay.services.messaging.history import Found, HistoryQuery
 from relay.services.messaging.model import MessagingError
 
 if TYPE_CHECKING:
+    from relay.services.messaging.doorbell import Doorbell
     from relay.services.messaging.messenger import Messenger
     from relay.services.messaging.nats import NatsMessaging
 
@@ -110,8 +112,9 @@ class Timeline:
         from relay.services.messaging.doorbell import Doorbell
 
         mailbox, team = self.messenger.mailbox, self.messenger.team
+        bell: Doorbell | None
         try:
-            bell: Doorbell | None = Doorbell()
+            bell = Doorbell()
         except OSError:
             bell = None  # no private folder for it: poll
         try:
@@ -135,15 +138,13 @@ class Timeline:
         query: HistoryQuery,
         after: int,
         emit: Callable[[list[Found]], None],
-        bell: object,
+        bell: Doorbell | None,
     ) -> None:
-        from relay.services.messaging.doorbell import Doorbell
-
         mailbox, team = self.messenger.mailbox, self.messenger.team
         version = await anyio.to_thread.run_sync(mailbox.data_version)
         while True:
             found = await anyio.to_thread.run_sync(
-                lambda after=after: mailbox.search(team, query, limit=PAGE, after=after)  # type: ignore[misc]
+                partial(mailbox.search, team, query, limit=PAGE, after=after)
             )
             if found:
                 emit(found)
@@ -153,10 +154,11 @@ class Timeline:
             left = _seconds_until(query.until)
             if left is not None and left <= 0:
                 return
-            if isinstance(bell, Doorbell):
-                await bell.wait(min(BACKSTOP, left) if left is not None else BACKSTOP)
+            wait = min(BACKSTOP, left) if left is not None else BACKSTOP
+            if bell is not None:
+                await bell.wait(wait)
                 continue
-            deadline = anyio.current_time() + BACKSTOP
+            deadline = anyio.current_time() + wait
             while anyio.current_time() < deadline:
                 await anyio.sleep(POLL)
                 now = await anyio.to_thread.run_sync(mailbox.data_version)
