@@ -329,13 +329,15 @@ def messages(
         async with Timeline(messenger, who=_human()) as timeline:
             for problem in timeline.problems:
                 click.echo(visible(f"relay: warning: {problem}"), err=True)
+            # Taken first: a message stored while the listing is read is followed, not lost.
+            newest = await timeline.newest_seq() if follow else 0
             found = await timeline.search(query, limit=limit)
             if not as_json:
                 header = _history_header(messenger.team, len(found), limit, query, follow=follow)
                 click.echo(visible(header))
             emit(found)
             if follow:
-                after = found[-1].seq if found else await timeline.newest_seq()
+                after = found[-1].seq if found else newest
                 await timeline.follow(query, after=after, emit=emit)
 
     _with_messenger(cwd, settings_files, team, work, network=False)

@@ -6,7 +6,8 @@ waits on a writer (the log is in WAL mode: readers see the last committed state)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,10 @@ if TYPE_CHECKING:
 
 DEFAULT_LIMIT = 20
 READ_TIMEOUT = 2.0
+FOLLOW_POLL = 0.2
+"""Seconds between looks at the log while following: its writer commits in batches
+gathered over 0.2 s, so a quicker look would find nothing more."""
+FOLLOW_PAGE = 200
 _FAILED = (
     "(c.error IS NOT NULL OR c.timed_out != 0 OR c.signal IS NOT NULL"
     " OR (c.exit_code IS NOT NULL AND c.exit_code NOT IN (0, 2)))"
@@ -174,6 +179,39 @@ class HookLog:
             first, last = self.id_range() or (None, None)
             raise UnknownLogEventError(event_id, file=str(self.path), first=first, last=last)
         return found[0]
+
+    def follow(
+        self,
+        *,
+        after: int,
+        event: str | None = None,
+        hook: str | None = None,
+        failed: bool = False,
+        project: str | None = None,
+        agent: str | None = None,
+    ) -> Iterator[LoggedEvent]:
+        """Forever: each event the filters select (as `events` does) logged after event
+        `after`, oldest first, as it is logged. The log is read only when its files
+        changed, looked at every FOLLOW_POLL seconds."""
+        stamp = self.stamp()
+        while True:
+            found = self.events(
+                limit=FOLLOW_PAGE,
+                after=after,
+                event=event,
+                hook=hook,
+                failed=failed,
+                project=project,
+                agent=agent,
+            )
+            yield from found
+            if found:
+                after = found[-1].id
+            if len(found) == FOLLOW_PAGE:
+                continue
+            while self.stamp() == stamp:
+                time.sleep(FOLLOW_POLL)
+            stamp = self.stamp()
 
     def stamp(self) -> tuple[int, ...]:
         """A value that changes when a writer commits (the sizes and times of the log and

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,10 +18,6 @@ if TYPE_CHECKING:
     from relay.engine.replay import Change, Replay
 
 VALUE_WIDTH = 100
-FOLLOW_POLL = 0.2
-"""Seconds between looks at the hook log while following (its writer commits in batches
-gathered over 0.2 s, so a quicker look would find nothing more)."""
-FOLLOW_PAGE = 200
 
 
 @click.command("log")
@@ -78,9 +75,13 @@ def log(  # noqa: PLR0917 (click passes options positionally)
     selection: dict[str, Any] = {
         "event": canonical, "hook": hook, "failed": failed, "project": project, "agent": agent
     }  # fmt: skip
+    # Taken first: an event logged while the listing is read is followed, not lost.
+    newest = (hook_log.id_range() or (0, 0))[1] if follow else 0
     events = hook_log.events(limit=limit, **selection)
     if follow:
-        _follow(hook_log, list(reversed(events)), selection, as_json=as_json)
+        shown = list(reversed(events))
+        after = shown[-1].id if shown else newest
+        _follow(hook_log, shown, selection, after=after, as_json=as_json)
         return
     if as_json:
         click.echo(_json(events))
@@ -98,30 +99,21 @@ def log(  # noqa: PLR0917 (click passes options positionally)
 
 
 def _follow(
-    hook_log: HookLog, shown: list[LoggedEvent], selection: dict[str, Any], *, as_json: bool
+    hook_log: HookLog,
+    shown: list[LoggedEvent],
+    selection: dict[str, Any],
+    *,
+    after: int,
+    as_json: bool,
 ) -> None:
-    """Print `shown`, then every event the selection takes as it is logged, until Ctrl-C."""
-    import time
-
-    last = max((event.id for event in shown), default=None)
-    if last is None:
-        last = (hook_log.id_range() or (0, 0))[1]
-    stamp = hook_log.stamp()
-    while True:
-        for event in shown:
-            if as_json:
-                click.echo(msgspec.json.encode(event).decode())
-            else:
-                for line in log_lines([event]):
-                    click.echo(visible(line))
-            last = event.id
-        if len(shown) == FOLLOW_PAGE:
-            shown = hook_log.events(limit=FOLLOW_PAGE, after=last, **selection)
-            continue
-        while hook_log.stamp() == stamp:
-            time.sleep(FOLLOW_POLL)
-        stamp = hook_log.stamp()
-        shown = hook_log.events(limit=FOLLOW_PAGE, after=last, **selection)
+    """Print `shown`, then every event the selection takes logged after event `after`,
+    as it is logged, until Ctrl-C."""
+    for event in itertools.chain(shown, hook_log.follow(after=after, **selection)):
+        if as_json:
+            click.echo(msgspec.json.encode(event).decode())
+        else:
+            for line in log_lines([event]):
+                click.echo(visible(line))
 
 
 @click.command("replay")
