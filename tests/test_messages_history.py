@@ -139,6 +139,10 @@ def test_filters_combine_and_times_are_durations_or_iso(mailbox: SqliteMailbox) 
         "release party tonight"
     ]
     assert bodies(invoke("--since", "1h", "--json")[1]) == ["fresh release notes"]
+    assert bodies(invoke("--since", "1", "--from", "Alice", "--json")[1]) == [
+        "release party tonight",
+        "fresh release notes",
+    ]
     assert bodies(invoke("--since", "2d", "--until", "12h", "--grep", "release", "--json")[1]) == [
         "release shipped",
         "release party tonight",

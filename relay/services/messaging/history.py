@@ -98,18 +98,19 @@ def match_expression(text: str) -> str:
     return " ".join('"' + piece.replace('"', '""') + '"' for piece in pieces)
 
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])", re.IGNORECASE)
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)", re.IGNORECASE)
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 def moment(text: str, *, option: str = "--since", now: datetime | None = None) -> str:
-    """`text` as a moment in relay's form: a duration ago (90m, 12h, 7d, 2w, 30s) or an
-    ISO 8601 date or date and time (without a zone: local time). TimeBoundError if neither."""
+    """`text` as a moment in relay's form: a duration ago (90m, 12h, 7d, 2w, 30s; a bare
+    number is days, as `relay agents --older-than` reads it) or an ISO 8601 date or date
+    and time (without a zone: local time). TimeBoundError if neither."""
     now = now or datetime.now(UTC)
     stripped = text.strip()
     duration = _DURATION.fullmatch(stripped)
     if duration is not None:
-        seconds = float(duration.group(1)) * _UNITS[duration.group(2).lower()]
+        seconds = float(duration.group(1)) * _UNITS[duration.group(2).lower() or "d"]
         try:
             return iso_millis(now - timedelta(seconds=seconds))
         except OverflowError:
