@@ -48,7 +48,7 @@ def test_send_then_inbox_and_history(mailbox: SqliteMailbox, tmp_path: Path) -> 
     code, out = invoke("inbox", "Bob")
     assert "queued" in out and "from pat [thread:ci]: the build is green" in out
     code, out = invoke("messages", "--thread", "ci", "--json")
-    assert [m["body"] for m in json.loads(out)] == ["the build is green"]
+    assert [json.loads(line)["body"] for line in out.splitlines()] == ["the build is green"]
     code, out = invoke("messages", "--limit", "1")
     assert out.count("pat -> Bob") == 1 and "from stdin second line" in out
 

@@ -661,7 +661,7 @@ def test_a_version_3_mailbox_gets_the_handed_index(tmp_path: Path) -> None:
     box.close()
     indexes = {row[1] for row in connection.execute("PRAGMA index_list(deliveries)")}
     assert "deliveries_handed" in indexes
-    assert connection.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    assert connection.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
     connection.close()
 
 

@@ -341,46 +341,101 @@ def inbox(
 
 
 @click.command("messages")
+@click.option("--from", "sender", metavar="NAME", help="Only messages from NAME.")
+@click.option("--to", "recipient", metavar="NAME", help="Only messages to NAME (`*`: broadcasts).")
+@click.option(
+    "--since", metavar="T", help="Sent at or after T: 90m, 12h, 7d ago, or an ISO date/time."
+)
+@click.option("--until", metavar="T", help="Sent before T: 90m, 12h, 7d ago, or an ISO date/time.")
+@click.option(
+    "--grep", "text", metavar="WORDS", help="Only messages holding every word (full text)."
+)
 @click.option("--thread", help="Only this thread.")
+@click.option(
+    "--follow", "-f", is_flag=True, help="Then print matching messages as they come (Ctrl-C stops)."
+)
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON lines, one message a line.")
 @team_option
 @cwd_option
 @settings_option
 def messages(
     *,
+    sender: str | None,
+    recipient: str | None,
+    since: str | None,
+    until: str | None,
+    text: str | None,
     thread: str | None,
+    follow: bool,
     limit: int,
     as_json: bool,
     team: str | None,
     cwd: Path | None,
     settings_files: tuple[Path, ...],
 ) -> None:
-    """The team's message history, oldest first (the newest LIMIT)."""
+    """The team's message history, oldest first (the newest LIMIT that match); --follow
+    keeps printing. With the nats transport the team's stream is read first (when this
+    NATS user may read it), so messages between other machines' agents are shown too."""
+    from relay.services.messaging.history import HistoryQuery, match_expression, moment
 
-    async def work(messenger: Any) -> Any:
-        import anyio.to_thread
+    if text is not None:
+        match_expression(text)  # an empty or wordless search is an error before any work
+    query = HistoryQuery(
+        sender=sender,
+        recipient=recipient,
+        since=moment(since, option="--since") if since is not None else None,
+        until=moment(until, option="--until") if until is not None else None,
+        text=text,
+        thread=thread,
+    )
 
-        return messenger.team, await anyio.to_thread.run_sync(
-            lambda: messenger.mailbox.history(team=messenger.team, thread=thread, limit=limit)
-        )
+    def emit(found: list[Any]) -> None:
+        for item in found:
+            if as_json:
+                _print_json(item.message)
+            else:
+                click.echo(_history_line(item.message))
 
-    team_name, history = _with_messenger(cwd, settings_files, team, work, network=False)
-    if as_json:
-        _print_json(history)
-        return
-    if not history:
-        click.echo(f"no messages yet in team {team_name}")
-        return
-    click.echo(f"team {team_name}: {_count(len(history), 'message')}, oldest first")
-    for message in history:
-        thread_note = f" [thread:{message.thread}]" if message.thread else ""
-        click.echo(
-            visible(
-                f"{message.created_at} [{message.short_id}] {message.sender} -> "
-                f"{message.recipient}{thread_note}: {_one_line(message.body)}"
-            )
-        )
+    async def work(messenger: Any) -> None:
+        from relay.services.messaging.timeline import Timeline
+
+        async with Timeline(messenger, who=_human()) as timeline:
+            for problem in timeline.problems:
+                click.echo(visible(f"relay: warning: {problem}"), err=True)
+            # Taken first: a message stored while the listing is read is followed, not lost.
+            newest = await timeline.newest_seq() if follow else 0
+            found = await timeline.search(query, limit=limit)
+            if not as_json:
+                header = _history_header(messenger.team, len(found), limit, query, follow=follow)
+                click.echo(visible(header))
+            emit(found)
+            if follow:
+                after = found[-1].seq if found else newest
+                await timeline.follow(query, after=after, emit=emit)
+
+    _with_messenger(cwd, settings_files, team, work, network=False)
+
+
+def _history_header(team: str, count: int, limit: int, query: Any, *, follow: bool) -> str:
+    """The first line of a listing: the team, how many messages, and what is shown."""
+    filters = (query.sender, query.recipient, query.since, query.until, query.text, query.thread)
+    matching = "matching " if any(value is not None for value in filters) else ""
+    following = ", following (Ctrl-C to stop)" if follow else ""
+    if count == 0:
+        yet = "" if matching else " yet"
+        return f"no {matching}messages{yet} in team {team}{following}"
+    noun = "message" if count == 1 else "messages"
+    more = f" (the newest {limit}; --limit for more)" if count == limit else ""
+    return f"team {team}: {count} {matching}{noun}, oldest first{more}{following}"
+
+
+def _history_line(message: Any) -> str:
+    thread_note = f" [thread:{message.thread}]" if message.thread else ""
+    return visible(
+        f"{message.created_at} [{message.short_id}] {message.sender} -> "
+        f"{message.recipient}{thread_note}: {_one_line(message.body)}"
+    )
 
 
 def _count(number: int, noun: str) -> str:

@@ -6,7 +6,8 @@ waits on a writer (the log is in WAL mode: readers see the last committed state)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,10 @@ if TYPE_CHECKING:
 
 DEFAULT_LIMIT = 20
 READ_TIMEOUT = 2.0
+FOLLOW_POLL = 0.2
+"""Seconds between looks at the log while following: its writer commits in batches
+gathered over 0.2 s, so a quicker look would find nothing more."""
+FOLLOW_PAGE = 200
 _FAILED = (
     "(c.error IS NOT NULL OR c.timed_out != 0 OR c.signal IS NOT NULL"
     " OR (c.exit_code IS NOT NULL AND c.exit_code NOT IN (0, 2)))"
@@ -95,6 +100,9 @@ class LoggedEvent(msgspec.Struct, kw_only=True):
     result: dict[str, Any] | None
     """The merged result object; None for events logged before relay kept it."""
     hook_calls: list[LoggedCall]
+    agent: str | None = None
+    """The agent that made the call (its agent_name, or $RELAY_AGENT_NAME); None when
+    no agent was named, or the event was logged before relay kept it."""
 
 
 class HookLog:
@@ -112,12 +120,16 @@ class HookLog:
         hook: str | None = None,
         failed: bool = False,
         project: str | None = None,
+        agent: str | None = None,
+        after: int | None = None,
     ) -> list[LoggedEvent]:
-        """The newest events first, each with the hook calls that pass the filters.
+        """The newest events first, each with the hook calls that pass the filters; with
+        `after` (an event id), the first `limit` events logged after it, oldest first.
 
         `event` is a canonical name; `hook` and `failed` select hook calls, and an event
         is listed only when at least one of its calls is selected; `project` keeps the
-        events whose cwd is that folder or inside it.
+        events whose cwd is that folder or inside it; `agent` those the agent of that
+        name made.
         """
         call_filters: list[str] = []
         call_values: list[object] = []
@@ -131,6 +143,12 @@ class HookLog:
         if event is not None:
             event_filters.append("e.event = ?")
             event_values.append(event)
+        if agent is not None:
+            event_filters.append("e.agent = ?")
+            event_values.append(agent)
+        if after is not None:
+            event_filters.append("e.id > ?")
+            event_values.append(after)
         if project is not None:
             inside = project.rstrip("/") + "/"
             event_filters.append(
@@ -146,8 +164,9 @@ class HookLog:
             )
             event_values.extend(call_values)
         where = " WHERE " + " AND ".join(event_filters) if event_filters else ""
+        order = " ORDER BY e.id ASC" if after is not None else " ORDER BY e.id DESC"
         return self._read(
-            where + " ORDER BY e.id DESC" + (" LIMIT ?" if limit is not None else ""),
+            where + order + (" LIMIT ?" if limit is not None else ""),
             [*event_values, *([limit] if limit is not None else [])],
             call_filters,
             call_values,
@@ -160,6 +179,52 @@ class HookLog:
             first, last = self.id_range() or (None, None)
             raise UnknownLogEventError(event_id, file=str(self.path), first=first, last=last)
         return found[0]
+
+    def follow(
+        self,
+        *,
+        after: int,
+        event: str | None = None,
+        hook: str | None = None,
+        failed: bool = False,
+        project: str | None = None,
+        agent: str | None = None,
+    ) -> Iterator[LoggedEvent]:
+        """Forever: each event the filters select (as `events` does) logged after event
+        `after`, oldest first, as it is logged. The log is read only when its files
+        changed, looked at every FOLLOW_POLL seconds."""
+        stamp = self.stamp()
+        while True:
+            found = self.events(
+                limit=FOLLOW_PAGE,
+                after=after,
+                event=event,
+                hook=hook,
+                failed=failed,
+                project=project,
+                agent=agent,
+            )
+            yield from found
+            if found:
+                after = found[-1].id
+            if len(found) == FOLLOW_PAGE:
+                continue
+            while self.stamp() == stamp:
+                time.sleep(FOLLOW_POLL)
+            stamp = self.stamp()
+
+    def stamp(self) -> tuple[int, ...]:
+        """A value that changes when a writer commits (the sizes and times of the log and
+        its WAL): a look with no SQLite connection, for following the log."""
+        stamp: list[int] = []
+        for path in (self.path, Path(f"{self.path}-wal")):
+            try:
+                info = path.stat()
+            except OSError:
+                stamp += [0, 0]
+            else:
+                stamp += [info.st_size, info.st_mtime_ns]
+        return tuple(stamp)
 
     def id_range(self) -> tuple[int, int] | None:
         """The oldest and newest event ids in the log, or None when it is empty."""
@@ -186,6 +251,9 @@ class HookLog:
             return []
         try:
             columns = {row[1] for row in self._query(connection, "PRAGMA table_info(events)", [])}
+            if "agent" not in columns:
+                # A log no relay that records agents has written to yet: no event has one.
+                event_query = event_query.replace("e.agent = ?", "NULL = ?")
             # One read transaction: the writer's pruning cannot split an event from its calls.
             self._query(connection, "BEGIN", [])
             event_rows = self._query(
@@ -194,6 +262,7 @@ class HookLog:
                 # A log written before relay kept results has no `result` column: not migrated
                 # here, reading never changes the file.
                 + (" e.result" if "result" in columns else " NULL")
+                + (", e.agent" if "agent" in columns else ", NULL")
                 + " FROM events e"
                 + event_query,
                 event_values,
@@ -216,7 +285,7 @@ class HookLog:
         return [self._event(row, calls[row[0]]) for row in event_rows]
 
     def _event(self, row: tuple[Any, ...], calls: list[LoggedCall]) -> LoggedEvent:
-        event_id, time, session_id, event, decision, duration_ms, raw_input, raw_result = row
+        event_id, time, session_id, event, decision, duration_ms, raw_input, raw_result, agent = row
         try:
             event_input = msgspec.json.decode(raw_input)
             result = msgspec.json.decode(raw_result) if raw_result is not None else None
@@ -234,6 +303,7 @@ class HookLog:
             input=event_input if isinstance(event_input, dict) else {},
             result=result if isinstance(result, dict) else None,
             hook_calls=calls,
+            agent=agent,
         )
 
     def _open(self) -> sqlite3.Connection | None:

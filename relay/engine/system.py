@@ -431,6 +431,7 @@ class HookSystem:
                     input=envelope.to_wire("relay"),
                     result=result,
                     decisions=[_decision_of(outcome) for outcome in outcomes],
+                    agent=envelope.event.agent_name or self.environ.get("RELAY_AGENT_NAME") or None,
                 )
             )
         return result

@@ -50,7 +50,8 @@ CREATE TABLE IF NOT EXISTS events (
     input TEXT NOT NULL,
     decision TEXT NOT NULL,
     duration_ms REAL NOT NULL,
-    result TEXT
+    result TEXT,
+    agent TEXT
 );
 CREATE TABLE IF NOT EXISTS hook_calls (
     id INTEGER PRIMARY KEY,
@@ -178,13 +179,16 @@ _result_encoder = msgspec.json.Encoder()
 
 
 def _migrate(connection: sqlite3.Connection) -> None:
-    """Bring a log written by an older relay up to the current schema."""
-    columns = {row[1] for row in connection.execute("PRAGMA table_info(events)")}
-    if "result" not in columns:
-        import sqlite3
+    """Bring a log written by an older relay up to the current schema: the result of each
+    event, then the agent that made the call."""
+    import sqlite3
 
+    columns = {row[1] for row in connection.execute("PRAGMA table_info(events)")}
+    for column in ("result", "agent"):
+        if column in columns:
+            continue
         try:
-            connection.execute("ALTER TABLE events ADD COLUMN result TEXT")
+            connection.execute(f"ALTER TABLE events ADD COLUMN {column} TEXT")
         except sqlite3.OperationalError as exc:
             # Another process migrated it between our look and our change.
             if "duplicate column" not in str(exc):
@@ -200,6 +204,8 @@ class CallRecord(msgspec.Struct, kw_only=True):
     input: bytes
     result: AggregatedResult
     decisions: list[str | None]
+    agent: str | None = None
+    """The agent that made the call: the event's agent_name, else $RELAY_AGENT_NAME."""
 
 
 class Telemetry:
@@ -322,8 +328,8 @@ class Telemetry:
                 result = record.result
                 cursor = connection.execute(
                     "INSERT INTO events"
-                    " (time, session_id, event, input, decision, duration_ms, result)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    " (time, session_id, event, input, decision, duration_ms, result, agent)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         record.time,
                         record.session_id,
@@ -333,6 +339,7 @@ class Telemetry:
                         result.duration_ms,
                         # Encoded here, on the writer thread, not on the thread that fired.
                         bounded_json(_result_encoder.encode(result)),
+                        record.agent,
                     ),
                 )
                 newest = cursor.lastrowid

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,7 +14,7 @@ from relay.cli.options import cwd_option, settings_option
 from relay.protocol.display import visible
 
 if TYPE_CHECKING:
-    from relay.engine.hooklog import LoggedCall, LoggedEvent
+    from relay.engine.hooklog import HookLog, LoggedCall, LoggedEvent
     from relay.engine.replay import Change, Replay
 
 VALUE_WIDTH = 100
@@ -32,8 +33,15 @@ VALUE_WIDTH = 100
 @click.option(
     "--failed", is_flag=True, help="Only failed calls: error, timeout, signal, exit other than 0/2."
 )
+@click.option("--agent", metavar="NAME", help="Only calls the agent named NAME made.")
 @click.option(
     "--all", "every_project", is_flag=True, help="Events of every project, not only this one."
+)
+@click.option(
+    "--follow",
+    "-f",
+    is_flag=True,
+    help="Oldest first, then print events as they are logged (Ctrl-C stops).",
 )
 @cwd_option
 @click.option("--json", "as_json", is_flag=True, help="Print events with input, result and calls.")
@@ -42,14 +50,19 @@ def log(  # noqa: PLR0917 (click passes options positionally)
     event: str | None,
     hook: str | None,
     failed: bool,
+    agent: str | None,
     every_project: bool,
+    follow: bool,
     cwd: Path | None,
     as_json: bool,
 ) -> None:
-    """Show recent hook calls from the hook log, newest event first.
+    """Show recent hook calls from the hook log, newest event first, each with the agent
+    that made it (its name and session).
 
     The log is the user's, shared by every project: shown are the events of the project
-    here (or of --cwd), by the cwd each event had; --all shows them all.
+    here (or of --cwd), by the cwd each event had; --all shows them all. --follow lists
+    the recent ones oldest first, then each event as it is logged (with --json, one
+    event a line).
     """
     from relay.config.paths import find_project_root
     from relay.engine.hooklog import HookLog
@@ -59,9 +72,17 @@ def log(  # noqa: PLR0917 (click passes options positionally)
     start = (cwd or Path.cwd()).absolute()
     project = None if every_project else str(find_project_root(start) or start)
     hook_log = HookLog(log_path())
-    events = hook_log.events(
-        limit=limit, event=canonical, hook=hook, failed=failed, project=project
-    )
+    selection: dict[str, Any] = {
+        "event": canonical, "hook": hook, "failed": failed, "project": project, "agent": agent
+    }  # fmt: skip
+    # Taken first: an event logged while the listing is read is followed, not lost.
+    newest = (hook_log.id_range() or (0, 0))[1] if follow else 0
+    events = hook_log.events(limit=limit, **selection)
+    if follow:
+        shown = list(reversed(events))
+        after = shown[-1].id if shown else newest
+        _follow(hook_log, shown, selection, after=after, as_json=as_json)
+        return
     if as_json:
         click.echo(_json(events))
         return
@@ -75,6 +96,24 @@ def log(  # noqa: PLR0917 (click passes options positionally)
         return
     for line in log_lines(events):
         click.echo(visible(line))  # logged inputs and hook errors are foreign text
+
+
+def _follow(
+    hook_log: HookLog,
+    shown: list[LoggedEvent],
+    selection: dict[str, Any],
+    *,
+    after: int,
+    as_json: bool,
+) -> None:
+    """Print `shown`, then every event the selection takes logged after event `after`,
+    as it is logged, until Ctrl-C."""
+    for event in itertools.chain(shown, hook_log.follow(after=after, **selection)):
+        if as_json:
+            click.echo(msgspec.json.encode(event).decode())
+        else:
+            for line in log_lines([event]):
+                click.echo(visible(line))
 
 
 @click.command("replay")
@@ -119,10 +158,11 @@ def log_lines(events: list[LoggedEvent]) -> Iterable[str]:
     for index, event in enumerate(events):
         if index:
             yield ""
+        agent = f"  agent {event.agent}" if event.agent else ""
         session = f"  session {event.session_id}" if event.session_id else ""
         yield (
             f"#{event.id}  {event.time}  {event.event}  {event.decision}"
-            f"  {event.duration_ms:.1f} ms{session}"
+            f"  {event.duration_ms:.1f} ms{agent}{session}"
         )
         for call in event.hook_calls:
             yield (

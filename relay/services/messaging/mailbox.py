@@ -1,6 +1,6 @@
 """The embedded mailbox: one SQLite file, the source of truth for messages on one machine.
 
-Layout (schema version 4, in `PRAGMA user_version`; versions 1 to 3 are upgraded in place):
+Layout (schema version 5, in `PRAGMA user_version`; versions 1 to 4 are upgraded in place):
 
 - `agents`: every agent and human sender the team has known (`kind`: agent or human),
   with presence: state, host, relay's pid and its start time (a reused pid is not
@@ -14,6 +14,15 @@ Layout (schema version 4, in `PRAGMA user_version`; versions 1 to 3 are upgraded
   was handed to, and why it was acked (evidence) or refused (reason). Indexed by state
   (a claim reads what waits, not the recipient's history) and, for the handed ones, by
   session (a claim skips what is handed to its own session: version 4).
+- `messages_text`: the full-text index (FTS5) of the message bodies, an external-content
+  table over `messages` (keyed by seq) kept in step by triggers, so that every writer,
+  an older relay's connection included, keeps it whole; built from the messages that
+  were there when a mailbox is upgraded to version 5. Messages are also indexed by time
+  (version 5), for `--since`.
+- `stream_marks`: with the nats transport, how far the team's stream has been read into
+  the history (`store_history`), so that the next read starts there (version 5).
+- `watchers`: the doorbells of `relay messages --follow` processes, rung (bare) when a
+  transaction that stores a message of their team commits (version 5).
 
 Privacy: the folder is made 0700 and the file 0600 (whatever the umask) before SQLite
 opens it; SQLite gives its -wal and -shm files the database's mode.
@@ -49,6 +58,7 @@ import os
 import random
 import socket
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -61,6 +71,7 @@ import msgspec
 from relay.config.paths import private_dir, private_file, state_dir
 from relay.engine.processes import process_alive, process_start_ticks
 from relay.services.messaging.doorbell import CARRY_LIMIT, parse_bell_record, ring_all
+from relay.services.messaging.history import Found, HistoryQuery, match_expression
 from relay.services.messaging.model import (
     BROADCAST,
     SYSTEM_SENDER,
@@ -97,7 +108,7 @@ __all__ = [
 ]
 
 DATABASE_NAME = "messages.db"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 BUSY_TIMEOUT = 10.0
 """Seconds a write waits for another process's lock before failing."""
 _BUSY_FIRST_WAIT = 50e-6
@@ -142,6 +153,30 @@ CREATE TABLE IF NOT EXISTS messages (
 CREATE INDEX IF NOT EXISTS messages_by_sender ON messages(team, sender, created_at);
 CREATE INDEX IF NOT EXISTS messages_by_thread ON messages(team, thread, seq);
 CREATE INDEX IF NOT EXISTS messages_by_pair ON messages(team, sender, recipient, seq);
+CREATE INDEX IF NOT EXISTS messages_by_time ON messages(team, created_at);
+CREATE VIRTUAL TABLE IF NOT EXISTS messages_text USING fts5(
+    body, content='messages', content_rowid='seq', tokenize='unicode61 remove_diacritics 2'
+);
+CREATE TRIGGER IF NOT EXISTS messages_text_insert AFTER INSERT ON messages BEGIN
+    INSERT INTO messages_text (rowid, body) VALUES (new.seq, new.body);
+END;
+CREATE TRIGGER IF NOT EXISTS messages_text_delete AFTER DELETE ON messages BEGIN
+    INSERT INTO messages_text (messages_text, rowid, body) VALUES ('delete', old.seq, old.body);
+END;
+CREATE TRIGGER IF NOT EXISTS messages_text_update AFTER UPDATE OF body ON messages BEGIN
+    INSERT INTO messages_text (messages_text, rowid, body) VALUES ('delete', old.seq, old.body);
+    INSERT INTO messages_text (rowid, body) VALUES (new.seq, new.body);
+END;
+CREATE TABLE IF NOT EXISTS stream_marks (
+    team TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS watchers (
+    bell BLOB PRIMARY KEY,
+    team TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    started_ticks INTEGER
+);
 CREATE TABLE IF NOT EXISTS deliveries (
     team TEXT NOT NULL,
     recipient TEXT NOT NULL,
@@ -203,6 +238,56 @@ def default_store() -> Path:
     return state_dir() / DATABASE_NAME
 
 
+def _private_database(path: Path) -> None:
+    """Make the database a 0600 file before SQLite opens it. An existing one is tightened
+    by its path, not opened: closing a descriptor of a file drops every POSIX lock this
+    process holds on it, those of another mailbox's connection to it too, and a process
+    that closes its last connection then takes the WAL for unused and removes it, leaving
+    that connection reading a WAL nobody writes."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        private_file(path)
+        return
+    if not stat.S_ISREG(info.st_mode):
+        private_file(path)  # a link or worse: refused as it was (O_NOFOLLOW)
+    elif info.st_mode & 0o777 != 0o600 and info.st_uid == os.getuid():
+        os.chmod(path, 0o600)
+
+
+def _statements(script: str) -> list[str]:
+    """The SQL statements of `script` (a trigger's body keeps its semicolons)."""
+    statements: list[str] = []
+    current = ""
+    for piece in script.split(";"):
+        current += piece + ";"
+        if sqlite3.complete_statement(current):
+            if current.strip(" \n;"):
+                statements.append(current.strip())
+            current = ""
+    return statements
+
+
+def _upgrade(connection: sqlite3.Connection) -> None:
+    """Bring the mailbox to SCHEMA_VERSION in one transaction, the version read again
+    under the write lock (another process may have upgraded it meanwhile). `executescript`
+    is not used: it commits first, which would let two processes upgrade at once."""
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        version = connection.execute("PRAGMA user_version").fetchone()[0]
+        if version < SCHEMA_VERSION:
+            for statement in _statements((_UPGRADE_FROM_1 if version == 1 else "") + _SCHEMA):
+                connection.execute(statement)
+            if version:  # messages stored before version 5 are indexed now
+                connection.execute("INSERT INTO messages_text (messages_text) VALUES ('rebuild')")
+            connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        connection.execute("COMMIT")
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):
+            connection.execute("ROLLBACK")
+        raise
+
+
 def _fdatasync(descriptor: int) -> None:
     """fdatasync, or fsync where there is none (macOS)."""
     getattr(os, "fdatasync", os.fsync)(descriptor)
@@ -257,7 +342,7 @@ class SqliteMailbox:
         try:
             # Private before SQLite creates anything: messages are the user's alone.
             private_dir(self.path.parent)
-            private_file(self.path)
+            _private_database(self.path)
             connection = sqlite3.connect(
                 self.path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False
             )
@@ -276,13 +361,7 @@ class SqliteMailbox:
                     f"schema version {version} is newer than this relay knows ({SCHEMA_VERSION})"
                 )
             if version < SCHEMA_VERSION:
-                connection.execute("BEGIN IMMEDIATE")
-                upgrade = _UPGRADE_FROM_1 if version == 1 else ""
-                connection.executescript(
-                    upgrade + _SCHEMA + f"PRAGMA user_version = {SCHEMA_VERSION};"
-                )
-                if connection.in_transaction:
-                    connection.execute("COMMIT")
+                _upgrade(connection)
             # From now on SQLITE_BUSY comes back at once and the waiting is ours (`_when_free`).
             connection.execute("PRAGMA busy_timeout = 0")
         except sqlite3.Error as exc:
@@ -447,6 +526,34 @@ class SqliteMailbox:
     def data_version(self) -> int:
         """A number that changes when another connection commits (a cheap poll)."""
         return self._read(lambda db: int(db.execute("PRAGMA data_version").fetchone()[0]))
+
+    def watch(self, team: str, bell: bytes) -> None:
+        """Poke the doorbell at `bell` (its address) after every commit that stores a
+        message of `team`, until `unwatch`. Watchers whose process is gone (killed before
+        it could unwatch) are dropped here."""
+        pid = os.getpid()
+        ticks = process_start_ticks(pid)
+
+        def work(db: sqlite3.Connection) -> None:
+            gone = [
+                (row[0],)
+                for row in db.execute("SELECT bell, pid, started_ticks FROM watchers")
+                if not process_alive(row[1], row[2])
+            ]
+            db.executemany("DELETE FROM watchers WHERE bell = ?", gone)
+            db.execute(
+                "INSERT OR REPLACE INTO watchers (bell, team, pid, started_ticks)"
+                " VALUES (?, ?, ?, ?)",
+                (bell, team, pid, ticks),
+            )
+
+        self._write(work, durable=False)
+
+    def unwatch(self, bell: bytes) -> None:
+        """Stop poking the doorbell at `bell`."""
+        self._write(
+            lambda db: db.execute("DELETE FROM watchers WHERE bell = ?", (bell,)), durable=False
+        )
 
     # -- agents ------------------------------------------------------------------------
 
@@ -776,6 +883,36 @@ class SqliteMailbox:
 
         self._write(work)
 
+    def stream_mark(self, team: str) -> int:
+        """How far the team's NATS stream has been read into the history (a stream
+        sequence; 0: not yet)."""
+        row = self._read(
+            lambda db: db.execute("SELECT seq FROM stream_marks WHERE team = ?", (team,)).fetchone()
+        )
+        return int(row[0]) if row is not None else 0
+
+    def store_history(self, team: str, messages: Sequence[Message], mark: int) -> int:
+        """Keep messages read from the team's NATS stream in the history (for `relay
+        messages`; delivered to nobody, idempotent by id) and that the stream has been
+        read up to `mark`. Returns how many were new."""
+
+        def work(db: sqlite3.Connection) -> int:
+            new = 0
+            for message in messages:
+                if message.team != team:
+                    continue
+                if db.execute("SELECT 1 FROM messages WHERE id = ?", (message.id,)).fetchone():
+                    continue
+                self._insert(db, message, [])
+                new += 1
+            db.execute(
+                "INSERT OR REPLACE INTO stream_marks (team, seq) VALUES (?, ?)", (team, mark)
+            )
+            return new
+
+        # Not synced: a copy of what the stream keeps, read again if a power cut undoes it.
+        return self._write(work, durable=False)
+
     def record_sent(self, message: Message) -> None:
         """Keep a copy of a message sent through another transport, for `relay messages`."""
         self.store_incoming(message, ())
@@ -818,6 +955,11 @@ class SqliteMailbox:
                 message.created_at,
             ),
         )
+        if self.doorbell:  # `relay messages --follow` looks at once
+            self._rings.addresses += [
+                row[0]
+                for row in db.execute("SELECT bell FROM watchers WHERE team = ?", (message.team,))
+            ]
         handed = handed or {}
         db.executemany(
             "INSERT INTO deliveries (team, recipient, seq, state, session_id, handed_at)"
@@ -1225,22 +1367,56 @@ class SqliteMailbox:
         self, *, team: str, thread: str | None = None, limit: int = 50
     ) -> builtins.list[Message]:
         """The team's messages (of one thread), the newest `limit`, oldest first."""
+        found = self.search(team, HistoryQuery(thread=thread), limit=limit)
+        return [item.message for item in found]
 
-        def work(db: sqlite3.Connection) -> builtins.list[Message]:
-            if thread is None:
-                rows = db.execute(
-                    f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE team = ? ORDER BY seq DESC LIMIT ?",
-                    (team, limit),
-                ).fetchall()
-            else:
-                rows = db.execute(
-                    f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE team = ? AND thread = ?"
-                    " ORDER BY seq DESC LIMIT ?",
-                    (team, thread, limit),
-                ).fetchall()
-            return [_message(row) for row in reversed(rows)]
+    def search(
+        self, team: str, query: HistoryQuery, *, limit: int = 50, after: int | None = None
+    ) -> builtins.list[Found]:
+        """The team's messages that `query` selects, oldest first: the newest `limit`, or
+        with `after` (a seq) the first `limit` stored after it. Its words are looked up
+        in the full-text index, never read as FTS5 syntax (`match_expression`)."""
+        conditions = ["m.team = ?"]
+        values: list[object] = [team]
+        for column, value in (
+            ("m.sender = ?", query.sender),
+            ("m.recipient = ?", query.recipient),
+            ("m.thread = ?", query.thread),
+            ("m.created_at >= ?", query.since),
+            ("m.created_at < ?", query.until),
+        ):
+            if value is not None:
+                conditions.append(column)
+                values.append(value)
+        if query.text is not None:
+            # The index's rowids in order (FTS5 walks them either way), each joined to its
+            # message by primary key: the newest matches come first, with no sort.
+            source, order = "messages_text t JOIN messages m ON m.seq = t.rowid", "t.rowid"
+            conditions.insert(0, "messages_text MATCH ?")
+            values.insert(0, match_expression(query.text))
+        else:
+            source, order = "messages m", "m.seq"
+        if after is not None:
+            conditions.append(f"{order} > ?")
+            values.append(after)
+        direction = "ASC" if after is not None else "DESC"
+        sql = (
+            f"SELECT m.seq, {', '.join(f'm.{name}' for name in _MESSAGE_FIELDS)} FROM {source}"
+            f" WHERE {' AND '.join(conditions)} ORDER BY {order} {direction} LIMIT ?"
+        )
+        rows = self._read(lambda db: db.execute(sql, (*values, limit)).fetchall())
+        if after is None:
+            rows.reverse()
+        return [Found(seq=row[0], message=_message(row[1:])) for row in rows]
 
-        return self._read(work)
+    def newest_seq(self, team: str) -> int:
+        """The seq of the team's newest message; 0 when it has none."""
+        row = self._read(
+            lambda db: db.execute(
+                "SELECT seq FROM messages WHERE team = ? ORDER BY seq DESC LIMIT 1", (team,)
+            ).fetchone()
+        )
+        return int(row[0]) if row is not None else 0
 
 
 class _PairHistory:

@@ -69,6 +69,7 @@ from relay.timestamps import iso_millis
 __all__ = [
     "DUPLICATE_WINDOW",
     "MAX_AGE",
+    "HistoryStore",
     "NatsMessaging",
     "NatsPermissions",
     "SentLog",
@@ -76,6 +77,7 @@ __all__ = [
     "agent_permissions",
     "broadcast_consumer",
     "broadcast_subject",
+    "history_permissions",
     "inbox_prefix",
     "mailbox_consumer",
     "mailbox_subject",
@@ -95,6 +97,16 @@ REQUEST_TIMEOUT = 5.0
 PUBLISH_TIMEOUT = 10.0
 """Seconds a publish keeps retrying (a server restarting, JetStream not yet ready)."""
 PROBLEMS_KEPT = 100
+HISTORY_BATCH = 500
+"""Messages read from the stream stored in one transaction of the history."""
+HISTORY_IDLE = 5.0
+"""Seconds between the idle heartbeats of a history reader's consumer (its server-side
+consumer goes away HISTORY_INACTIVE seconds after the reader does)."""
+HISTORY_INACTIVE = 30.0
+HISTORY_STALL = 3 * HISTORY_IDLE
+"""Seconds without a word from a history reader's consumer after which it is made again."""
+HISTORY_RETRY = 1.0
+"""Seconds between attempts to make a followed history reader again."""
 GATHER = 0.002
 """Seconds to wait, after a message arrives, for the other consumer's (stream order)."""
 
@@ -116,6 +128,18 @@ class Store(Protocol):
 
     def store_rejected(self, message: Message, recipient: str, reason: str) -> None:
         """Keep a message that failed the checks as dead for `recipient`, with `reason`."""
+        ...
+
+
+class HistoryStore(Protocol):
+    """Where the team's history read from the stream goes (`SqliteMailbox`)."""
+
+    def stream_mark(self, team: str) -> int:
+        """The stream sequence the history has been read up to (0: none)."""
+        ...
+
+    def store_history(self, team: str, messages: Sequence[Message], mark: int) -> int:
+        """Keep `messages` (idempotent by id) and that the stream is read up to `mark`."""
         ...
 
 
@@ -220,6 +244,16 @@ def agent_permissions(team: str, name: str) -> NatsPermissions:
     )
 
 
+def history_permissions(team: str) -> list[str]:
+    """What a NATS user needs, besides `agent_permissions`, to read the team's whole
+    history (`relay messages` over NATS): publish rights to make a consumer of the team's
+    stream that the server names (it pushes to the user's own inbox) and to answer its
+    flow control. It lets the user read every message of the team, not deliver or
+    acknowledge any: give it to those who may read them all."""
+    stream = stream_name(team)
+    return [f"$JS.API.CONSUMER.CREATE.{stream}", f"$JS.FC.{stream}.>"]
+
+
 def _status(msg: Msg, inbox: str) -> str | None:
     """The status code of a JetStream control message, or None for a real message. Only
     the server sends on a pull request's own inbox: a message delivered from the stream
@@ -316,6 +350,14 @@ def _filters(info: js_api.ConsumerInfo) -> list[str]:
     """A consumer's filter subjects as the server reports them (one field or the other)."""
     filters = [info.config.filter_subject] if info.config.filter_subject else []
     return filters + list(info.config.filter_subjects or [])
+
+
+def _pending(msg: Msg) -> int | None:
+    """How many messages the consumer still has for this reader (from its reply subject)."""
+    try:
+        return int(msg.metadata.num_pending)
+    except (nats.errors.Error, AttributeError, ValueError, IndexError, TypeError):
+        return None
 
 
 def _stream_sequence(msg: Msg) -> int:
@@ -771,6 +813,148 @@ class NatsMessaging:
                 on_stored()
             elif not self.nc.is_connected:
                 await anyio.sleep(0.2)
+
+    # -- history -----------------------------------------------------------------------
+
+    async def read_history(self, store: HistoryStore) -> int:
+        """Read what the team's stream holds beyond `store`'s mark into `store`; return how
+        many messages were new. Needs `history_permissions` (MessagingError otherwise)."""
+        js = self.js
+        info = await self._call(
+            f"reading stream {self.stream}",
+            f"$JS.API.STREAM.INFO.{self.stream}",
+            lambda: js.stream_info(self.stream),
+        )
+        last = int(info.state.last_seq or 0)
+        mark = await anyio.to_thread.run_sync(store.stream_mark, self.team)
+        if mark > last:
+            mark = 0  # the stream was made again: its sequence started over
+        if last <= mark:
+            return 0
+        return await self._read_stream(store, mark, until=last)
+
+    async def follow_history(self, store: HistoryStore) -> None:
+        """Forever: store what the team's stream gets in `store`, as it comes. A reader
+        the server stops serving (restarted: its consumer, kept in memory, is gone) is
+        made again from the mark, once the connection is back."""
+        while True:
+            mark = await anyio.to_thread.run_sync(store.stream_mark, self.team)
+            try:
+                await self._read_stream(store, mark, until=None)
+            except MessagingError as exc:
+                self._note(str(exc))
+            except nats.errors.Error as exc:  # the connection is down: the client reconnects
+                self._note(f"{self.where}: following the history: {_describe(exc)}")
+            await anyio.sleep(HISTORY_RETRY)
+
+    async def _read_stream(self, store: HistoryStore, mark: int, *, until: int | None) -> int:
+        """Store the stream's messages after sequence `mark` in `store`, up to `until` (or
+        until none is pending), or forever with None, through a consumer of the team's
+        stream that pushes to this connection's inbox, with flow control (the server
+        waits for this reader rather than overflow its queue). MessagingError when the
+        server says nothing (not even a heartbeat) for HISTORY_STALL seconds."""
+        nc, js = self.nc, self.js
+        inbox = nc.new_inbox()
+        queue: asyncio.Queue[Msg] = asyncio.Queue()
+
+        async def on_message(msg: Msg) -> None:
+            queue.put_nowait(msg)
+
+        subscription = await nc.subscribe(inbox, cb=on_message)
+        config = js_api.ConsumerConfig(
+            description=f"relay history reader of team {self.team}",
+            deliver_subject=inbox,
+            deliver_policy=js_api.DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=mark + 1,
+            ack_policy=js_api.AckPolicy.NONE,
+            filter_subject=f"relay.{self.team}.>",
+            flow_control=True,
+            idle_heartbeat=HISTORY_IDLE,
+            inactive_threshold=HISTORY_INACTIVE,
+            mem_storage=True,
+            num_replicas=1,
+        )
+        stored = 0
+        what = f"reading the history of stream {self.stream}"
+        try:
+            await self._call(
+                what,
+                f"$JS.API.CONSUMER.CREATE.{self.stream}",
+                lambda: js.add_consumer(self.stream, config=config),
+            )
+            done = False
+            while not done:
+                batch: list[Message] = []
+                try:
+                    msg = await asyncio.wait_for(queue.get(), HISTORY_STALL)
+                except TimeoutError:
+                    raise self._error(
+                        f"{what}: the server sent nothing, not even a heartbeat, for "
+                        f"{HISTORY_STALL:.0f} s"
+                    ) from None
+                while True:
+                    mark, message, idle = await self._history_message(msg, mark, inbox)
+                    if message is not None:
+                        batch.append(message)
+                    done = until is not None and (idle or mark >= until)
+                    if done or len(batch) >= HISTORY_BATCH:
+                        break
+                    try:
+                        msg = queue.get_nowait()
+                    except asyncio.QueueEmpty:
+                        break
+                # Shielded: what was read is kept with its mark, or neither.
+                with anyio.CancelScope(shield=True):
+                    stored += await anyio.to_thread.run_sync(
+                        store.store_history, self.team, batch, mark
+                    )
+        finally:
+            with anyio.CancelScope(shield=True), contextlib.suppress(nats.errors.Error):
+                if not nc.is_closed:
+                    await subscription.unsubscribe()
+        return stored
+
+    async def _history_message(
+        self, msg: Msg, mark: int, inbox: str
+    ) -> tuple[int, Message | None, bool]:
+        """The stream sequence a pushed message brings the reader to, the message when it
+        is one to keep, and whether the reader has caught up (nothing more is pending, or
+        the consumer is idle). Flow control is answered, heartbeats noted. Only the
+        server sends on the reader's inbox itself: a message from the stream comes with
+        its own subject, and a Status header on it is its publisher's."""
+        if _status(msg, inbox) is not None:
+            headers = msg.headers or {}
+            # A flow-control request, or a heartbeat saying the consumer is stalled
+            # waiting for the answer to one that was lost: answered, so it goes on.
+            answer = msg.reply or headers.get("Nats-Consumer-Stalled")
+            if answer:
+                with contextlib.suppress(nats.errors.Error):
+                    await self.nc.publish(answer, b"")
+            return mark, None, not answer  # a plain heartbeat: the consumer has nothing
+        sequence = _stream_sequence(msg)
+        caught_up = _pending(msg) == 0
+        if sequence <= mark:
+            return mark, None, caught_up
+        mark, message = sequence, self._history_entry(msg, sequence)
+        return mark, message, caught_up
+
+    def _history_entry(self, msg: Msg, sequence: int) -> Message | None:
+        """The relay message `msg` holds, checked as a receiver checks it; None (noted)
+        for one that is not history."""
+        where = f"{self.where}: {self.stream}: message {sequence} on {msg.subject}"
+        try:
+            message = _decode_message.decode(msg.data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            self._note(f"{where}: not a relay message, left out of the history: {exc}")
+            return None
+        if message.team != self.team:
+            self._note(f"{where}: claims team {message.team}, left out of the history")
+            return None
+        problem = _problem(message, msg.subject)
+        if problem is not None:  # its recipients dead-lettered it: not shown as sent
+            self._note(f"{where}: left out of the history: {problem}")
+            return None
+        return message
 
     # -- presence ----------------------------------------------------------------------
 
