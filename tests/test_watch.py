@@ -263,10 +263,13 @@ def test_watch_ends_cleanly_on_ctrl_c(project: Path, board: SqliteBoard) -> None
     assert "interrupted" not in watch.text()
 
 
-def test_watch_prints_changes_as_lines_off_a_terminal(project: Path, board: SqliteBoard) -> None:
+@pytest.mark.parametrize("command", [["watch"], ["agents", "--watch"]])
+def test_watch_prints_changes_as_lines_off_a_terminal(
+    project: Path, board: SqliteBoard, command: list[str]
+) -> None:
     board.publish_now(status("Alice"))
     watch = subprocess.Popen(
-        [RELAY, "watch"],
+        [RELAY, *command],
         cwd=project,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,

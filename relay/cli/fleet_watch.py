@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from relay.cli.options import cwd_option, settings_option
+from relay.cli.options import cwd_option, settings_option, team_option
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -42,7 +42,7 @@ KIND_STYLES = {"message": "blue", "deny": "yellow", "error": "red", "problem": "
 
 @click.command("watch")
 @click.option("--once", is_flag=True, help="Show the team once and exit.")
-@click.option("--team", help="The team (default: messaging.team from the settings).")
+@team_option
 @cwd_option
 @settings_option
 def watch(

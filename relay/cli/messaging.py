@@ -152,6 +152,7 @@ def _duration(text: str) -> float:
     help="Remove agents and humans offline for longer than --older-than (default 7d).",
 )
 @click.option("--older-than", default="7d", show_default=True, help="For --prune: 90m, 12h, 7d…")
+@click.option("--watch", is_flag=True, help="Keep the list live (the same as `relay watch`).")
 @team_option
 @cwd_option
 @settings_option
@@ -162,12 +163,18 @@ def agents(
     as_json: bool,
     prune: bool,
     older_than: str,
+    watch: bool,
     team: str | None,
     cwd: Path | None,
     settings_files: tuple[Path, ...],
 ) -> None:
     """List the team's agents and humans (or --prune those long offline; `forget NAME`)."""
     if context.invoked_subcommand is not None:
+        return
+    if watch:
+        from relay.cli.fleet_watch import watch as watch_command
+
+        context.invoke(watch_command, once=False, team=team, cwd=cwd, settings_files=settings_files)
         return
     if prune:
         seconds = _duration(older_than)
