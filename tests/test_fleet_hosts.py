@@ -1,6 +1,6 @@
 """A team with the real Claude Code (npm @anthropic-ai/claude-code, its interactive TUI, in
-the team's tmux window, against the scripted Messages server of tests/hostkit) and a
-scripted agent: `relay up` types Claude's task as its first prompt, the two exchange
+the team's tmux window, against the scripted Messages server of tests/hostkit) and three
+scripted agents, each in a git worktree of its own: `relay up` types Claude's task as its first prompt, the two exchange
 messages through their sessions, and `relay down` ends both with SessionEnd. Skipped, with
 the reason, only when npm cannot install Claude Code or tmux is missing."""
 
@@ -49,26 +49,32 @@ def test_claude_code_in_a_team_gets_its_task_and_exchanges_messages(
     tmp_path: Path, relay_home: Path, tmux_folder: str
 ) -> None:
     project = tmp_path / "project"
-    (project / ".git").mkdir(parents=True)
+    project.mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run([*git, "init", "-q"], cwd=project, check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "first"], cwd=project, check=True)
     home = tmp_path / "home"
-    prepare_home(home, project)
+    claude_folder = project / ".relay" / "worktrees" / "Claude"  # relay up makes it
+    prepare_home(home, claude_folder)
     records = tmp_path / "records"
     records.mkdir()
-    team = "\n".join(
-        [
-            'team = "crew"',
+    lines = [
+        'team = "crew"',
+        "[[agent]]",
+        'name = "Claude"',
+        f"command = {json.dumps([str(claude_binary()), '--permission-mode', 'default'])}",
+        "worktree = true",
+        'task = "Greet Alice for me."',
+    ]
+    for name in ("Alice", "Bob", "Carol"):
+        lines += [
             "[[agent]]",
-            'name = "Claude"',
-            f"command = {json.dumps([str(claude_binary()), '--permission-mode', 'default'])}",
-            'task = "Greet Alice for me."',
-            "[[agent]]",
-            'name = "Alice"',
+            f'name = "{name}"',
             f"command = {json.dumps([sys.executable, AGENT])}",
-            f"env = {{ AGENT_RECORD = {json.dumps(str(records / 'Alice.jsonl'))} }}",
-            "",
+            "worktree = true",
+            f"env = {{ AGENT_RECORD = {json.dumps(str(records / (name + '.jsonl')))} }}",
         ]
-    )
-    (project / "relay.team.toml").write_text(team)
+    (project / "relay.team.toml").write_text("\n".join([*lines, ""]))
     app = MessagesApp(["@relay:Alice hello from claude"], final_text="Thanks noted.")
     with ModelServer(app) as server:
         env = host_env(home, server.url, {"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"})
@@ -89,6 +95,20 @@ def test_claude_code_in_a_team_gets_its_task_and_exchanges_messages(
         try:
             done = relay("up", "--yes", "--wait", "120")
             assert done.returncode == 0, done.stdout + done.stderr
+            # Each in its own git worktree, on its own branch.
+            sessions = {s["name"]: s["cwd"] for s in json.loads(relay("sessions", "--json").stdout)}
+            assert sessions == {
+                name: str(project / ".relay" / "worktrees" / name)
+                for name in ("Claude", "Alice", "Bob", "Carol")
+            }
+            branches = subprocess.run(
+                ["git", "branch", "--list", "relay/*", "--format=%(refname:short)"],
+                cwd=project,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.split()
+            assert sorted(branches) == ["relay/Alice", "relay/Bob", "relay/Carol", "relay/Claude"]
             # Claude's task is typed as its first prompt; its answer's directive reaches Alice.
             wait_for(
                 lambda: any(b"Greet Alice for me." in request.body for request in app.main),
@@ -115,4 +135,4 @@ def test_claude_code_in_a_team_gets_its_task_and_exchanges_messages(
             down = relay("down")
         assert down.returncode == 0, down.stdout + down.stderr
         rows = {row["name"]: row["state"] for row in json.loads(relay("ps", "--json").stdout)}
-        assert rows == {"Claude": "stopped", "Alice": "stopped"}
+        assert rows == dict.fromkeys(("Claude", "Alice", "Bob", "Carol"), "stopped")
