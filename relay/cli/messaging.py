@@ -199,11 +199,16 @@ def agents(
         return
 
     async def work(messenger: Any) -> Any:
+        from relay.errors import RelayError
         from relay.fleet.boards import open_board
-        from relay.fleet.roster import read_team
+        from relay.fleet.roster import read_team, team_members
 
-        async with open_board(messenger.config, messenger.team, name=_human()) as board:
-            return await read_team(messenger, board)
+        try:
+            async with open_board(messenger.config, messenger.team, name=_human()) as board:
+                return await read_team(messenger, board)
+        except RelayError as exc:  # no board (a NATS user not allowed to read it): the names
+            agents = await messenger.agents()
+            return team_members(messenger.team, agents, []), f"live state unavailable: {exc}"
 
     messenger = _messenger(cwd, settings_files, team)
     team_name = messenger.team

@@ -459,31 +459,36 @@ def kill_call(call_id: str, session: int) -> int:
     import signal
 
     marker = f"\0{CALL_ID_VARIABLE}={call_id}\0".encode()
-    me, uid, killed = os.getpid(), os.getuid(), 0
+    me, uid = os.getpid(), os.getuid()
+    signalled: set[int] = set()  # one still dying is seen again: not killed or counted twice
     for _ in range(3):  # a hook may fork while it is being killed
         found = 0
         try:
             names = os.listdir("/proc")
         except OSError:
-            return killed
+            return len(signalled)
         for name in names:
             if not name.isdigit() or int(name) == me:
                 continue
             pid = int(name)
+            if pid in signalled:
+                continue
             try:
                 if os.stat(f"/proc/{name}").st_uid != uid or os.getsid(pid) != session:
                     continue
                 with open(f"/proc/{name}/environ", "rb") as environ:
                     if marker not in b"\0" + environ.read():
                         continue
+                if _start_ticks(pid) == -1:
+                    continue  # a zombie: it has ended, and is not to be counted again
                 os.kill(pid, signal.SIGKILL)
+                signalled.add(pid)
                 found += 1
             except OSError:
                 continue  # gone meanwhile, or not ours to read
-        killed += found
         if not found:
             break
-    return killed
+    return len(signalled)
 
 
 def control(path: str, command: str, *, timeout: float = ACK_TIMEOUT) -> bytes | None:

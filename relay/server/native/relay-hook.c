@@ -290,6 +290,9 @@ static int environ_holds(const char *name, const char *marker, size_t marker_len
 static int kill_call(const char *call_id, pid_t session) {
     char marker[128];
     int marker_len = snprintf(marker, sizeof marker, "%c%s=%s%c", 0, CALL_ID_VARIABLE, call_id, 0);
+    /* Those already sent SIGKILL: one still dying is seen again by a later pass, and is
+     * neither killed twice nor counted twice. */
+    static pid_t signalled[4096];
     int killed = 0;
     for (int pass = 0; pass < 3; pass++) { /* a hook may fork while it is being killed */
         DIR *proc = opendir("/proc");
@@ -300,15 +303,23 @@ static int kill_call(const char *call_id, pid_t session) {
             if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
             pid_t pid = (pid_t)atoi(entry->d_name);
             if (pid == getpid() || getsid(pid) != session) continue;
+            int seen = 0;
+            for (int i = 0; i < killed && i < (int)(sizeof signalled / sizeof *signalled); i++)
+                if (signalled[i] == pid) seen = 1;
+            if (seen) continue;
             char path[64];
             struct stat st;
             snprintf(path, sizeof path, "/proc/%s", entry->d_name);
             if (stat(path, &st) || st.st_uid != getuid()) continue;
             if (!environ_holds(entry->d_name, marker, (size_t)marker_len)) continue;
-            if (!kill(pid, SIGKILL)) found++;
+            if (start_ticks(pid) == -2) continue; /* a zombie: it has ended */
+            if (!kill(pid, SIGKILL)) {
+                if (killed < (int)(sizeof signalled / sizeof *signalled)) signalled[killed] = pid;
+                killed++;
+                found++;
+            }
         }
         closedir(proc);
-        killed += found;
         if (!found) break;
     }
     return killed;
