@@ -96,7 +96,8 @@ def bench_agents(project: Path, env: dict[str, str], runs: int) -> float:
             elapsed = (time.perf_counter() - start) * 1000
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             if done.returncode != 0 or (
-                args == ["agents"] and done.stdout.count("\n") != AGENTS + 1
+                args == ["agents"]
+                and done.stdout.count("\n") != AGENTS + 2  # the team line, the header
             ):
                 raise SystemExit(f"relay {args} failed: {done.stderr or done.stdout[:500]}")
             if index >= 2:  # the first runs warm the page cache
