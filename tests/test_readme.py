@@ -241,21 +241,33 @@ Entry = Commands | File | Script | Listed
 
 # -- set-ups and checks of particular blocks ------------------------------------------------
 
-TOUR = "$ cat .relay/settings.json"
+TOUR = "$ relay hooks new guard --event PreToolUse --matcher Bash   # a working hook to edit"
 GUARD_HOOK = "#!/bin/sh"
 DEPLOY_STEPS = [{"print": "@deploy:staging release 1.4.2"}, {"read": "answer"}]
 DEPLOY_ANSWER = ("answer", "deployed release 1.4.2 to staging")
 
 
 def tour_project(project: Project) -> None:
-    """The tour's guard is the example guard_shell.sh: its reasons are the ones shown."""
-    guard = (ROOT / "hooks-examples" / "guard_shell.sh").read_text(encoding="utf-8")
-    project.write("hooks/guard.sh", guard, executable=True)
+    """The tour runs in a project (a git repository): `relay hooks new` writes its guard."""
+    project.run(["git", "init", "-q"], where="the tour's project")
+
+
+def tour_guard_is_what_hooks_new_wrote(project: Project) -> None:
+    """The guard the tour made: executable, registered once, trusted, and allowing `ls`."""
+    assert os.access(project.root / ".relay" / "hooks" / "guard.sh", os.X_OK)
+    allowed = project.hooks_test(
+        "PreToolUse", "--hook", "guard", "--set", 'tool_input.command="ls"', "--expect", "allow"
+    )
+    assert [hook["name"] for hook in allowed["hooks"]] == ["guard"]
+    assert allowed["result"]["errors"] == [] and allowed["hooks"][0]["warnings"] == []
 
 
 def hooks_to_import(project: Project) -> None:
-    """A context hook not registered yet, and a Claude Code hook for `hooks import`."""
+    """A context hook not registered yet, and a Claude Code hook (the example guard) for
+    `hooks import`."""
     project.write("hooks/context.sh", '#!/bin/sh\necho "Project: tour"\n', executable=True)
+    guard = (ROOT / "hooks-examples" / "guard_shell.sh").read_text(encoding="utf-8")
+    project.write("hooks/guard.sh", guard, executable=True)
     claude_hook = {"type": "command", "command": '"$CLAUDE_PROJECT_DIR"/hooks/guard.sh'}
     settings = {"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [claude_hook]}]}}
     project.write(".claude/settings.json", json.dumps(settings))
@@ -265,7 +277,7 @@ def imported_and_trusted(project: Project) -> None:
     hooks = json.loads(project.relay("hooks", "list", "--json"))
     trusted = {hook["command"]: hook["trusted"] for hook in hooks}
     assert trusted == {
-        '"$RELAY_PROJECT_DIR"/hooks/guard.sh': True,  # the tour's
+        '"$RELAY_PROJECT_DIR"/.relay/hooks/guard.sh': True,  # the tour's, from hooks new
         '"$CLAUDE_PROJECT_DIR"/hooks/guard.sh': True,  # imported from .claude/settings.json
     }
 
@@ -457,7 +469,7 @@ BLOCKS: dict[str, Entry] = {
     "relay install claude            # Claude Code: ~/.claude/settings.json (--project: .claude/)": Commands(
         check=hosts_installed
     ),
-    TOUR: Commands(setup=tour_project),
+    TOUR: Commands(setup=tour_project, check=tour_guard_is_what_hooks_new_wrote),
     "$ relay hooks test PreToolUse --set 'tool_input.command=\"rm -rf /\"' --expect deny": Commands(
         after=TOUR,
         setup=hooks_to_import,
