@@ -48,32 +48,36 @@ ELIDED = "…"
 
 @dataclass(frozen=True)
 class Block:
-    """One fenced code block of README.md."""
+    """One fenced code block of README.md (or of another document: `file`)."""
 
     language: str
     text: str  # its lines, without the fences
     line: int  # the README line of its opening fence
+    file: str = "README.md"
 
     @property
     def first_line(self) -> str:
         return self.text.splitlines()[0].rstrip() if self.text.strip() else ""
 
 
-def readme_blocks() -> list[Block]:
-    """Every fenced code block of README.md, in order."""
+def readme_blocks(document: Path = README) -> list[Block]:
+    """Every fenced code block of README.md (or DOCUMENT), in order; a fence indented in a
+    list item opens a block whose lines lose that indentation."""
     blocks: list[Block] = []
-    opened: tuple[str, int] | None = None
+    opened: tuple[str, int, str] | None = None
     body: list[str] = []
-    for number, line in enumerate(README.read_text(encoding="utf-8").splitlines(), 1):
-        fence = re.fullmatch(r"```(\S*)\s*", line)
+    name = document.relative_to(ROOT).as_posix()
+    for number, line in enumerate(document.read_text(encoding="utf-8").splitlines(), 1):
+        fence = re.fullmatch(r"( *)```(\S*)\s*", line)
         if opened is None and fence:
-            opened, body = (fence.group(1), number), []
-        elif opened is not None and line.rstrip() == "```":
-            blocks.append(Block(opened[0], "".join(f"{text}\n" for text in body), opened[1]))
+            opened, body = (fence.group(2), number, fence.group(1)), []
+        elif opened is not None and line.rstrip() == f"{opened[2]}```":
+            text = "".join(f"{text.removeprefix(opened[2])}\n" for text in body)
+            blocks.append(Block(opened[0], text, opened[1], name))
             opened = None
         elif opened is not None:
             body.append(line)
-    assert opened is None, f"README.md:{opened[1]}: a code block is never closed"
+    assert opened is None, f"{name}:{opened[1]}: a code block is never closed"
     return blocks
 
 
@@ -97,7 +101,9 @@ def commands_of(block: Block) -> list[Command]:
         if not line.strip():
             continue
         if console:
-            assert line.startswith("$ "), f"README.md:{block.line}: output before a command: {line}"
+            assert line.startswith("$ "), (
+                f"{block.file}:{block.line}: output before a command: {line}"
+            )
         text = line[2:] if console else line
         while text.endswith("\\") and index < len(lines):
             text = f"{text[:-1]}{lines[index]}"
@@ -533,11 +539,11 @@ def _run_commands(block: Block, entry: Commands, project: Project) -> None:
         if shown and command.output:
             project.write(shown.group(1), "".join(f"{line}\n" for line in command.output))
     unknown = (set(entry.typed) | set(entry.not_run)) - {command.text for command in commands}
-    assert not unknown, f"README.md:{block.line}: BLOCKS names commands it lacks: {unknown}"
+    assert not unknown, f"{block.file}:{block.line}: BLOCKS names commands it lacks: {unknown}"
     for command in commands:
         if command.text in entry.not_run:
             continue
-        where = f"README.md:{block.line}: $ {command.text}"
+        where = f"{block.file}:{block.line}: $ {command.text}"
         typed = entry.typed.get(command.text)
         if typed is None:
             done = project.run(["bash", "-c", command.text], where=where)
