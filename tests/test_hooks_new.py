@@ -76,6 +76,8 @@ def test_a_new_guard_denies_through_the_line_it_prints(project: Path, language: 
         }
     }
     assert made["trust_needed"] is True
+    checked = relay(project, ["relay", "hooks", "validate"])
+    assert checked.stdout.endswith("0 errors, 0 warnings\n"), checked.stdout
     assert invoke("trust", "--yes", "--cwd", str(project)).exit_code == 0
     denied = relay(project, made["test"])  # `… --hook guard --expect deny`
     assert denied.returncode == 0, denied.stdout + denied.stderr
