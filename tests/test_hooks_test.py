@@ -187,8 +187,8 @@ def test_teaching_warnings(project: Path) -> None:
     assert any(w.startswith("exit code 1 does not block: only exit 2 denies") for w in warnings)
     assert (
         "a JSON object was printed on stderr, where relay ignores it: print it on stdout"
-        in warnings
-    )
+        " (in Python: print(json.dumps(answer)), without file=sys.stderr)"
+    ) in warnings
     assert any("`tool_result`" in w and "`tool_response`" in w for w in warnings)
 
     _, plain = run_json(

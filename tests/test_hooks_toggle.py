@@ -77,14 +77,14 @@ def test_compact_one_line_stays_compact() -> None:
     before = '{"hooks":{},"hooksConfig":{"enabled":true}}'
     after = disable(before)
     assert after == '{"hooks":{},"hooksConfig":{"enabled":true,"disabled":["guard"]}}'
-    assert enable(after) == '{"hooks":{},"hooksConfig":{"enabled":true,"disabled":[]}}'
+    assert enable(after) == before  # no empty list is left behind
 
 
 def test_one_line_with_spaces_and_an_empty_list() -> None:
     before = '{"hooksConfig": {"disabled": []}, "hooks": {}}\n'
     after = disable(before)
     assert after == '{"hooksConfig": {"disabled": ["guard"]}, "hooks": {}}\n'
-    assert enable(after) == before
+    assert enable(after) == '{"hooks": {}}\n'  # an emptied hooksConfig goes
 
 
 def test_keys_in_unusual_order_and_inline_members_are_kept() -> None:
@@ -114,11 +114,16 @@ def test_unicode_names_and_content_survive() -> None:
     assert enable(after, "vérifier ✓") == before
 
 
-def test_removing_the_last_name_leaves_an_empty_list() -> None:
+def test_removing_the_last_name_leaves_no_empty_key() -> None:
     before = '{\n  "hooksConfig": {\n    "disabled": [\n      "guard"\n    ]\n  }\n}\n'
-    assert enable(before) == '{\n  "hooksConfig": {\n    "disabled": []\n  }\n}\n'
+    assert enable(before) == "{}\n"
     # And disabling again restores the exact original text.
     assert disable(enable(before)) == before
+    # hooksConfig keeps its other members; the file its other keys, as they were written.
+    kept = '{\n  "hooks": {},\n  "hooksConfig": {\n    "enabled": true,\n    "disabled": ["guard"]\n  }\n}\n'
+    assert enable(kept) == '{\n  "hooks": {},\n  "hooksConfig": {\n    "enabled": true\n  }\n}\n'
+    without = '{\n  "hooks": {\n    "Stop": []\n  }\n}\n'
+    assert enable(disable(without)) == without
 
 
 def test_an_empty_hooks_config_in_a_multi_line_file_opens_up() -> None:
@@ -208,7 +213,7 @@ def test_json_text_edits_nested_members_and_values() -> None:
 def test_disable_in_a_project_creates_relay_folder_and_file(project: Path) -> None:
     result = invoke(["hooks", "disable", "guard", "--force", "--cwd", str(project)])
     assert result.exit_code == 0, result.output
-    settings = project / ".relay" / "settings.json"
+    settings = project / ".relay" / "settings.local.json"  # personal unless --shared
     assert result.stdout == f"disabled guard in {settings}\n"
     assert settings.read_text() == (
         '{\n  "hooksConfig": {\n    "disabled": [\n      "guard"\n    ]\n  }\n}\n'
@@ -261,7 +266,7 @@ def test_user_scope_edits_relay_home_in_place(project: Path, relay_home: Path) -
     assert again.stdout == f"guard is already disabled in {settings}; nothing changed\n"
     enabled = invoke(["hooks", "enable", "guard", "--scope", "user", "--cwd", str(project)])
     assert enabled.stdout == f"enabled guard in {settings}\n"
-    assert json.loads(settings.read_text())["hooksConfig"] == {"disabled": []}
+    assert settings.read_text() == before  # no empty hooksConfig left behind
     nothing = invoke(["hooks", "enable", "guard", "--scope", "user", "--cwd", str(project)])
     assert nothing.exit_code == 0
     assert nothing.stdout == f"guard is not disabled in {settings}; nothing changed\n"
@@ -309,15 +314,18 @@ def test_enabling_tells_which_other_file_still_disables(project: Path, relay_hom
     result = invoke(["hooks", "enable", "guard", "--scope", "local", "--cwd", str(project)])
     assert result.exit_code == 0
     assert result.stdout == f"enabled guard in {local}\n"
-    assert result.stderr == f"relay: warning: guard is still disabled in {user}\n"
-    assert local.read_text() == '{"hooksConfig": {"disabled": []}}'
+    assert result.stderr == (
+        f"relay: warning: guard is still disabled in {user} "
+        "(relay hooks enable guard --scope user)\n"
+    )
+    assert local.read_text() == "{}"
 
 
 def test_invalid_json_is_refused_and_left_alone(project: Path) -> None:
     settings = project / ".relay" / "settings.json"
     settings.parent.mkdir()
     settings.write_text('{\n  "hooksConfig": {"disabled": [}\n}\n')
-    result = invoke(["hooks", "disable", "guard", "--cwd", str(project)])
+    result = invoke(["hooks", "disable", "guard", "--shared", "--cwd", str(project)])
     assert result.exit_code == 1
     assert f"{settings}:2:32: invalid JSON" in result.stderr
     assert settings.read_text() == '{\n  "hooksConfig": {"disabled": [}\n}\n'
@@ -336,7 +344,7 @@ def test_a_symlinked_settings_file_stays_a_link(project: Path, tmp_path: Path) -
     link = project / ".relay" / "settings.json"
     link.parent.mkdir()
     link.symlink_to(real)
-    result = set_hook_disabled("guard", True, cwd=project, force=True)
+    result = set_hook_disabled("guard", True, cwd=project, force=True, shared=True)
     assert result.action == "disabled" and result.file == link and not result.created
     assert link.is_symlink()
     assert json.loads(real.read_text()) == {"hooksConfig": {"disabled": ["guard"]}}
@@ -376,7 +384,7 @@ def test_installed_command_toggles(project: Path, relay_home: Path) -> None:
         timeout=30,
     )
     assert done.returncode == 0
-    assert json.loads(settings.read_text()) == {"hooksConfig": {"disabled": []}}
+    assert json.loads(settings.read_text()) == {}
 
 
 def test_file_modes_are_kept_and_new_files_follow_the_umask(project: Path) -> None:
@@ -406,3 +414,57 @@ def test_disabling_a_user_hook_in_a_project_file_warns(tmp_path: Path, relay_hom
     )
     assert result.exit_code == 0
     assert "project settings cannot turn off" in result.stderr and "--scope user" in result.stderr
+
+
+# --- personal by default -------------------------------------------------------------------
+
+
+def test_a_project_hook_is_switched_off_in_the_personal_file_unless_shared(project: Path) -> None:
+    shared = project / ".relay" / "settings.json"
+    shared.parent.mkdir()
+    hooks = {"SessionStart": [{"hooks": [{"name": "hello", "command": "echo hi"}]}]}
+    shared.write_text(json.dumps({"hooks": hooks}, indent=2) + "\n")
+    committed = shared.read_bytes()
+    assert invoke(["trust", "--yes", "--cwd", str(project)]).exit_code == 0
+    run = ["hooks", "run", "SessionStart", "--cwd", str(project)]
+    assert json.loads(invoke(run).stdout)["inject"] == "hi"
+
+    local = project / ".relay" / "settings.local.json"
+    off = invoke(["hooks", "disable", "hello", "--cwd", str(project)])
+    assert (off.exit_code, off.stdout, off.stderr) == (0, f"disabled hello in {local}\n", "")
+    assert shared.read_bytes() == committed  # the team's file is not touched
+    assert json.loads(invoke(run).stdout)["inject"] is None
+    on = invoke(["hooks", "enable", "hello", "--cwd", str(project)])
+    assert on.stdout == f"enabled hello in {local}\n"
+    assert local.read_text() == "{}\n"  # no empty list or hooksConfig left
+    assert json.loads(invoke(run).stdout)["inject"] == "hi"
+
+    everyone = invoke(["hooks", "disable", "hello", "--shared", "--cwd", str(project)])
+    assert everyone.stdout == f"disabled hello in {shared}\n"
+    assert json.loads(shared.read_text())["hooksConfig"] == {"disabled": ["hello"]}
+    mine = invoke(["hooks", "enable", "hello", "--cwd", str(project)])
+    assert mine.stdout == f"hello is not disabled in {local}; nothing changed\n"
+    assert mine.stderr == (
+        f"relay: warning: hello is still disabled in {shared} "
+        "(the project's shared file: relay hooks enable hello --shared)\n"
+    )
+    assert invoke(["hooks", "enable", "hello", "--shared", "--cwd", str(project)]).exit_code == 0
+    assert shared.read_bytes() == committed
+
+
+def test_a_user_hook_is_switched_off_in_the_user_file_inside_a_project(
+    project: Path, relay_home: Path
+) -> None:
+    user = relay_home / "settings.json"
+    user.write_text(json.dumps(GUARD_HOOK))
+    result = invoke(["hooks", "disable", "guard", "--cwd", str(project)])
+    assert (result.exit_code, result.stderr) == (0, "")  # no "project settings cannot" warning
+    assert result.stdout == f"disabled guard in {user}\n"
+    assert not (project / ".relay").exists()
+
+
+def test_shared_goes_with_no_other_scope(project: Path) -> None:
+    command = ["hooks", "disable", "guard", "--force", "--shared", "--scope", "user"]
+    result = invoke([*command, "--cwd", str(project)])
+    assert result.exit_code == 1
+    assert "--shared is the project's shared file" in result.stderr

@@ -48,32 +48,36 @@ ELIDED = "…"
 
 @dataclass(frozen=True)
 class Block:
-    """One fenced code block of README.md."""
+    """One fenced code block of README.md (or of another document: `file`)."""
 
     language: str
     text: str  # its lines, without the fences
     line: int  # the README line of its opening fence
+    file: str = "README.md"
 
     @property
     def first_line(self) -> str:
         return self.text.splitlines()[0].rstrip() if self.text.strip() else ""
 
 
-def readme_blocks() -> list[Block]:
-    """Every fenced code block of README.md, in order."""
+def readme_blocks(document: Path = README) -> list[Block]:
+    """Every fenced code block of README.md (or DOCUMENT), in order; a fence indented in a
+    list item opens a block whose lines lose that indentation."""
     blocks: list[Block] = []
-    opened: tuple[str, int] | None = None
+    opened: tuple[str, int, str] | None = None
     body: list[str] = []
-    for number, line in enumerate(README.read_text(encoding="utf-8").splitlines(), 1):
-        fence = re.fullmatch(r"```(\S*)\s*", line)
+    name = document.relative_to(ROOT).as_posix()
+    for number, line in enumerate(document.read_text(encoding="utf-8").splitlines(), 1):
+        fence = re.fullmatch(r"( *)```(\S*)\s*", line)
         if opened is None and fence:
-            opened, body = (fence.group(1), number), []
-        elif opened is not None and line.rstrip() == "```":
-            blocks.append(Block(opened[0], "".join(f"{text}\n" for text in body), opened[1]))
+            opened, body = (fence.group(2), number, fence.group(1)), []
+        elif opened is not None and line.rstrip() == f"{opened[2]}```":
+            text = "".join(f"{text.removeprefix(opened[2])}\n" for text in body)
+            blocks.append(Block(opened[0], text, opened[1], name))
             opened = None
         elif opened is not None:
             body.append(line)
-    assert opened is None, f"README.md:{opened[1]}: a code block is never closed"
+    assert opened is None, f"{name}:{opened[1]}: a code block is never closed"
     return blocks
 
 
@@ -97,7 +101,9 @@ def commands_of(block: Block) -> list[Command]:
         if not line.strip():
             continue
         if console:
-            assert line.startswith("$ "), f"README.md:{block.line}: output before a command: {line}"
+            assert line.startswith("$ "), (
+                f"{block.file}:{block.line}: output before a command: {line}"
+            )
         text = line[2:] if console else line
         while text.endswith("\\") and index < len(lines):
             text = f"{text[:-1]}{lines[index]}"
@@ -241,21 +247,33 @@ Entry = Commands | File | Script | Listed
 
 # -- set-ups and checks of particular blocks ------------------------------------------------
 
-TOUR = "$ cat .relay/settings.json"
+TOUR = "$ relay hooks new guard --event PreToolUse --matcher Bash   # a working hook to edit"
 GUARD_HOOK = "#!/bin/sh"
 DEPLOY_STEPS = [{"print": "@deploy:staging release 1.4.2"}, {"read": "answer"}]
 DEPLOY_ANSWER = ("answer", "deployed release 1.4.2 to staging")
 
 
 def tour_project(project: Project) -> None:
-    """The tour's guard is the example guard_shell.sh: its reasons are the ones shown."""
-    guard = (ROOT / "hooks-examples" / "guard_shell.sh").read_text(encoding="utf-8")
-    project.write("hooks/guard.sh", guard, executable=True)
+    """The tour runs in a project (a git repository): `relay hooks new` writes its guard."""
+    project.run(["git", "init", "-q"], where="the tour's project")
+
+
+def tour_guard_is_what_hooks_new_wrote(project: Project) -> None:
+    """The guard the tour made: executable, registered once, trusted, and allowing `ls`."""
+    assert os.access(project.root / ".relay" / "hooks" / "guard.sh", os.X_OK)
+    allowed = project.hooks_test(
+        "PreToolUse", "--hook", "guard", "--set", 'tool_input.command="ls"', "--expect", "allow"
+    )
+    assert [hook["name"] for hook in allowed["hooks"]] == ["guard"]
+    assert allowed["result"]["errors"] == [] and allowed["hooks"][0]["warnings"] == []
 
 
 def hooks_to_import(project: Project) -> None:
-    """A context hook not registered yet, and a Claude Code hook for `hooks import`."""
+    """A context hook not registered yet, and a Claude Code hook (the example guard) for
+    `hooks import`."""
     project.write("hooks/context.sh", '#!/bin/sh\necho "Project: tour"\n', executable=True)
+    guard = (ROOT / "hooks-examples" / "guard_shell.sh").read_text(encoding="utf-8")
+    project.write("hooks/guard.sh", guard, executable=True)
     claude_hook = {"type": "command", "command": '"$CLAUDE_PROJECT_DIR"/hooks/guard.sh'}
     settings = {"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [claude_hook]}]}}
     project.write(".claude/settings.json", json.dumps(settings))
@@ -265,7 +283,7 @@ def imported_and_trusted(project: Project) -> None:
     hooks = json.loads(project.relay("hooks", "list", "--json"))
     trusted = {hook["command"]: hook["trusted"] for hook in hooks}
     assert trusted == {
-        '"$RELAY_PROJECT_DIR"/hooks/guard.sh': True,  # the tour's
+        '"$RELAY_PROJECT_DIR"/.relay/hooks/guard.sh': True,  # the tour's, from hooks new
         '"$CLAUDE_PROJECT_DIR"/hooks/guard.sh': True,  # imported from .claude/settings.json
     }
 
@@ -457,7 +475,7 @@ BLOCKS: dict[str, Entry] = {
     "relay install claude            # Claude Code: ~/.claude/settings.json (--project: .claude/)": Commands(
         check=hosts_installed
     ),
-    TOUR: Commands(setup=tour_project),
+    TOUR: Commands(setup=tour_project, check=tour_guard_is_what_hooks_new_wrote),
     "$ relay hooks test PreToolUse --set 'tool_input.command=\"rm -rf /\"' --expect deny": Commands(
         after=TOUR,
         setup=hooks_to_import,
@@ -521,11 +539,11 @@ def _run_commands(block: Block, entry: Commands, project: Project) -> None:
         if shown and command.output:
             project.write(shown.group(1), "".join(f"{line}\n" for line in command.output))
     unknown = (set(entry.typed) | set(entry.not_run)) - {command.text for command in commands}
-    assert not unknown, f"README.md:{block.line}: BLOCKS names commands it lacks: {unknown}"
+    assert not unknown, f"{block.file}:{block.line}: BLOCKS names commands it lacks: {unknown}"
     for command in commands:
         if command.text in entry.not_run:
             continue
-        where = f"README.md:{block.line}: $ {command.text}"
+        where = f"{block.file}:{block.line}: $ {command.text}"
         typed = entry.typed.get(command.text)
         if typed is None:
             done = project.run(["bash", "-c", command.text], where=where)

@@ -387,10 +387,19 @@ def enable_in_text(text: str, name: str, *, file: str) -> str:
     disabled = _array_member(document, ("hooksConfig", "disabled"))
     if disabled is None or name not in disabled:
         return text
-    # From the last one back, so earlier indexes stay valid.
-    for index in reversed([i for i, item in enumerate(disabled) if item == name]):
-        document.remove(("hooksConfig", "disabled", index))
-    expected["hooksConfig"]["disabled"] = [item for item in disabled if item != name]
+    kept = [item for item in disabled if item != name]
+    if kept:
+        # From the last one back, so earlier indexes stay valid.
+        for index in reversed([i for i, item in enumerate(disabled) if item == name]):
+            document.remove(("hooksConfig", "disabled", index))
+        expected["hooksConfig"]["disabled"] = kept
+    elif len(document.at(("hooksConfig",))) > 1:
+        # No empty key left behind: an empty list goes, and an empty hooksConfig with it.
+        document.remove(("hooksConfig", "disabled"))
+        del expected["hooksConfig"]["disabled"]
+    else:
+        document.remove(("hooksConfig",))
+        del expected["hooksConfig"]
     return _checked(document, expected, text)
 
 
@@ -538,12 +547,23 @@ def set_hook_disabled(
     scope: ToggleScope | None = None,
     cwd: Path | None = None,
     force: bool = False,
+    shared: bool = False,
 ) -> ToggleResult:
     """Add NAME to (or remove it from) hooksConfig.disabled of one settings file, in place.
 
-    A NAME no hook in the settings that apply has is not added (action "unknown") unless
-    `force`: a hook that will be added later, or one from a --settings file."""
+    Without `scope`, the personal file: the project-local one for a project hook (or a name
+    no hook has yet, inside a project), the user's for any other; `shared`: the project's
+    committed file. A NAME no hook in the settings that apply has is not added (action
+    "unknown") unless `force`: a hook that will be added later, or one from a --settings file."""
     start = Path.cwd() if cwd is None else cwd
+    if shared:
+        if scope not in (None, "project"):
+            raise RelayError(
+                f"--shared is the project's shared file: it cannot go with --scope {scope}"
+            )
+        scope = "project"
+    if scope is None:
+        scope = _personal_scope(name, start)
     path, edited_scope = settings_path(scope, start)
     names, project_names, others = _hook_names_and_disabling_files(start, name, path)
     known = name in names
@@ -576,6 +596,18 @@ def set_hook_disabled(
         and known
         and name not in project_names,
     )
+
+
+def _personal_scope(name: str, cwd: Path) -> ToggleScope:
+    """The file a person's own switch goes to: a project hook's is the project-local file
+    (git-ignored, so a teammate's hooks stay on); a user, system or --settings hook's is
+    the user file, since project files cannot switch those off (DESIGN §5)."""
+    if find_project_root(cwd) is None:
+        return "user"
+    names, project_names, _ = _hook_names_and_disabling_files(cwd, name, Path())
+    if name in names and name not in project_names:
+        return "user"
+    return "local"
 
 
 def hook_names(settings: Settings) -> list[str]:

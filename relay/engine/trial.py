@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from relay.engine.diagnosis import diagnose
+from relay.engine.diagnosis import diagnose, hook_script_problems
 from relay.engine.registry import RegisteredHook
 from relay.engine.system import HookSystem
 from relay.engine.trace import HookTrace
@@ -58,9 +58,18 @@ def try_hooks(system: HookSystem, envelope: EventEnvelope, *, only: str | None =
     traces: list[HookTrace] = []
     result = system.run(envelope.name, envelope, trace=traces, only=selected)
     ran = {(trace.name, trace.source) for trace in traces}
+    registered = {(hook.name, hook.source): hook for hook in system.registry.hooks}
     tried = [
-        TriedHook(trace=trace, warnings=[*trace.report.warnings, *diagnose(trace, envelope.name)])
+        TriedHook(
+            trace=trace,
+            warnings=[
+                *trace.report.warnings,
+                *diagnose(trace, envelope.name, fail_closed=hook is not None and hook.fail_closed),
+                *_script_warnings(system, hook, trace),
+            ],
+        )
         for trace in traces
+        for hook in [registered.get((trace.name, trace.source))]
     ]
     skipped = [
         SkippedHook(name=hook.name, source=hook.source, registered_as=hook.event, reason=reason)
@@ -74,6 +83,18 @@ def try_hooks(system: HookSystem, envelope: EventEnvelope, *, only: str | None =
         skipped=skipped,
         result=result,
     )
+
+
+def _script_warnings(
+    system: HookSystem, hook: RegisteredHook | None, trace: HookTrace
+) -> list[str]:
+    """What is wrong with the script the hook runs (no execute bit, a bad #! line, …),
+    except what the run's own error already said."""
+    if hook is None or hook.entry is None:
+        return []
+    problems = hook_script_problems(hook.entry, system.project_dir)
+    error = trace.report.error or ""
+    return [problem for problem in problems if not ("chmod +x" in problem and "chmod +x" in error)]
 
 
 def holds(result: AggregatedResult, expectation: Expectation) -> bool:

@@ -64,6 +64,8 @@ class ProtocolError(ValueError):
 
 
 _NON_JSON_NUMBER = re.compile(rb"[:\[,]\s*-?(?:NaN|Infinity)\b")
+_PYTHON_REPR = re.compile(rb"[{\[,:]\s*'|[:\[,]\s*(?:True|False|None)\b")
+"""Single-quoted strings, or True/False/None: Python's repr of a dict, as print(dict) writes it."""
 
 
 def first_lines(data: bytes | str, limit: int = STDERR_LINES_IN_ERRORS) -> str:
@@ -90,8 +92,7 @@ def decode_output(stdout: bytes) -> tuple[dict[str, Any] | None, str | None]:
             return None, text.decode("utf-8", "replace")  # not JSON: plain text
         # Text that opens like a JSON object or array was meant as one: reading it as
         # plain text would silently drop its decision (a failClosed guard would allow).
-        hint = "; JSON has no NaN or Infinity" if _NON_JSON_NUMBER.search(text) else ""
-        raise ProtocolError(f"unreadable JSON: {exc}{hint}") from None
+        raise ProtocolError(f"unreadable JSON: {exc}{_likely_cause(text, str(exc))}") from None
     if isinstance(value, str):
         # A JSON string whose content is a JSON object is decoded once more.
         with contextlib.suppress(JsonDecodeError):
@@ -99,6 +100,20 @@ def decode_output(stdout: bytes) -> tuple[dict[str, Any] | None, str | None]:
     if not isinstance(value, dict):
         raise ProtocolError(f"hook output must be a JSON object, got {json_type(value)}")
     return value, None
+
+
+def _likely_cause(text: bytes, message: str) -> str:
+    """The usual mistake behind JSON that does not parse, and its fix ("" when none fits)."""
+    if _PYTHON_REPR.search(text):
+        return (
+            "; this looks like Python's print(dict), which writes single quotes and "
+            "True/False/None: print(json.dumps(answer)) writes JSON"
+        )
+    if "trailing comma" in message:
+        return "; JSON allows no comma after the last member: remove it"
+    if _NON_JSON_NUMBER.search(text):
+        return "; JSON has no NaN or Infinity"
+    return ""
 
 
 def read_output(

@@ -9,6 +9,7 @@ from relay.cli.lazy import LazyGroup
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "run": ("relay.cli.hooks.run", "run"),
     "test": ("relay.cli.hooks.test", "test"),
+    "new": ("relay.cli.hooks.new", "new"),
     "list": ("relay.cli.hooks.listing", "list_hooks"),
     "validate": ("relay.cli.hooks.validate", "validate"),
     "enable": ("relay.cli.hooks.toggle", "enable"),

@@ -92,18 +92,15 @@ def validate(
 
 
 def _unrunnable_programs(report: SettingsReport, root: Path) -> list[ConfigWarning]:
-    """A warning for each hook whose program is a file without the execute bit (it would
-    fail with "permission denied" on every event)."""
-    import os
-    import stat
-
+    """A warning for each hook whose script would not run as meant: no execute bit (it
+    would fail with "permission denied" on every event), a #! line with text after the
+    interpreter, an interpreter that is missing, no #! line on a Python or Node script."""
     from relay.config.loader import locate
     from relay.config.model import ConfigWarning, HookEntry
-    from relay.engine.command import PROJECT_VARS, prepare_launch
+    from relay.engine.diagnosis import hook_script_problems
 
     if report.settings is None:
         return []
-    project_vars = dict.fromkeys(PROJECT_VARS, str(root))
     found: list[ConfigWarning] = []
     entries: list[tuple[tuple[str | int, ...], HookEntry]] = [
         (("hooks", event, group_index, "hooks", hook_index, "command"), entry)
@@ -118,27 +115,12 @@ def _unrunnable_programs(report: SettingsReport, root: Path) -> list[ConfigWarni
     ]
     text = None
     for path, entry in entries:
-        launch = prepare_launch(entry.command, entry.args, project_vars)
-        program = launch.argv[0] if launch.mode != "shell" else ""
-        if "/" not in program:
-            continue  # found on PATH, or run by sh: nothing to check here
-        where = Path(root, os.path.expanduser(entry.cwd or ""), program)
-        try:
-            status = os.stat(where)
-        except OSError:
-            continue
-        if stat.S_ISREG(status.st_mode) and not status.st_mode & 0o111:
+        for problem in hook_script_problems(entry, root):
             if text is None:
                 text = Path(report.file).read_text(encoding="utf-8", errors="replace")
             line, _ = locate(text, path)
             found.append(
-                ConfigWarning(
-                    file=report.file,
-                    path=render_path(path),
-                    message=f"{program} is not executable; every run would fail with "
-                    f"permission denied (to fix: chmod +x {where})",
-                    line=line,
-                )
+                ConfigWarning(file=report.file, path=render_path(path), message=problem, line=line)
             )
     return found
 
