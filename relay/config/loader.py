@@ -590,10 +590,40 @@ def _type_words(match: re.Match[str]) -> str:
     return match.group(0)
 
 
+_KEY_ALIASES = {
+    "cmd": "command",
+    "script": "command",
+    "exec": "command",
+    "commandline": "command",
+    "argv": "args",
+    "arguments": "args",
+    "environment": "env",
+    "dir": "cwd",
+    "directory": "cwd",
+    "workdir": "cwd",
+    "workingdir": "cwd",
+    "workingdirectory": "cwd",
+    "match": "matcher",
+    "matchers": "matcher",
+    "tool": "matcher",
+    "toolname": "matcher",
+}
+"""Keys people write for one relay (or Claude Code) spells otherwise, by their folded form
+(see _fold): a spelling distance alone takes "cmd" for "cwd", not "command"."""
+
+
+def _fold(name: str) -> str:
+    return name.lower().replace("_", "").replace("-", "")
+
+
 def _suggest(name: str, known: list[str]) -> str | None:
+    alias = _KEY_ALIASES.get(_fold(name))
+    if alias in known:
+        return alias
+    by_folded = {_fold(candidate): candidate for candidate in known}
+    if _fold(name) in by_folded:
+        return by_folded[_fold(name)]  # another case, or snake_case for camelCase
     by_lower = {candidate.lower(): candidate for candidate in known}
-    if name.lower() in by_lower:
-        return by_lower[name.lower()]
     import difflib  # only for a suggestion, off the start-up path
 
     close = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)
