@@ -486,3 +486,26 @@ def test_completion_prints_a_script_that_completes_relays_commands(
         check=False,
     )
     assert completed.stdout.split() == ["validate"], completed.stderr
+
+
+def test_a_mistyped_hooks_run_option_is_named_and_exits_1_through_the_installed_relay(
+    project: Path, relay_home: Path
+) -> None:
+    """Through the console script, as a host runs it: exit 1 (a host reads 2 as deny), and
+    the closest option named."""
+    relay = str(Path(sys.executable).parent / "relay")
+    for args, expected in (
+        (["--dialet", "claude", "Stop"], "Did you mean '--dialect'?"),
+        (["Stop", "--dialect", "cursor"], "'cursor' is not one of"),
+    ):
+        result = subprocess.run(
+            [relay, "hooks", "run", *args],
+            input="{}",
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            cwd=project,
+        )
+        assert result.returncode == 1, result.stderr
+        assert expected in result.stderr and result.stdout == ""

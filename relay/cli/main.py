@@ -129,4 +129,6 @@ def _as_relays(exc: click.UsageError) -> click.UsageError:
     else:
         converted = UsageError(message)
     converted.ctx = exc.ctx
+    # Kept: `relay hooks run` exits 1 on a usage error, never 2, which a host reads as deny.
+    converted.exit_code = exc.exit_code
     return converted
