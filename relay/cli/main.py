@@ -79,10 +79,12 @@ def main(argv: list[str] | None = None) -> int:
         # click's own (a missing argument, a bad choice) in relay's format, as ours are.
         from relay.cli.options import UsageError
 
+        # The original's code: `relay hooks run` exits 1, never 2, which a host reads as deny.
+        code = exc.exit_code
         if not isinstance(exc, UsageError):
             exc = _as_relays(exc)
         exc.show()
-        return exc.exit_code
+        return code
     except click.ClickException as exc:
         _error(f"Error: {exc.format_message()}")
         return exc.exit_code
@@ -129,6 +131,4 @@ def _as_relays(exc: click.UsageError) -> click.UsageError:
     else:
         converted = UsageError(message)
     converted.ctx = exc.ctx
-    # Kept: `relay hooks run` exits 1 on a usage error, never 2, which a host reads as deny.
-    converted.exit_code = exc.exit_code
     return converted
