@@ -420,3 +420,92 @@ def test_one_error_format_with_the_closest_name(relay_home: Path) -> None:
     assert str(error) == "no agent named Alcie (did you mean 'Alice'?) in team t; known: Alice, Bob"
     assert did_you_mean("sessionstart", ["SessionStart"]) == " (did you mean 'SessionStart'?)"
     assert did_you_mean("zzz", ["SessionStart"]) == ""
+
+
+def test_mistyped_commands_and_options_get_the_closest_name(
+    tmp_path: Path, relay_home: Path
+) -> None:
+    relay = str(Path(sys.executable).parent / "relay")
+
+    def call(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [relay, *args], capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path
+        )
+
+    for args, closest in (
+        (["hooks", "tset"], "'test'"),
+        (["hook", "list"], "'hooks'"),
+        (["trsut"], "'trust'"),
+        (["hooks", "list", "--jsn"], "'--json'"),
+    ):
+        result = call(*args)
+        assert result.returncode == 2, args
+        assert result.stdout == ""
+        assert f"Did you mean {closest}?" in result.stderr, result.stderr
+        assert result.stderr.startswith("relay: error: No such ")
+    nothing_close = call("hooks", "zzzz")
+    assert nothing_close.returncode == 2 and "Did you mean" not in nothing_close.stderr
+    version = call("-V")
+    assert version.returncode == 0 and version.stdout == call("--version").stdout != ""
+    # `validate` takes "cmd" for "command", not for the closer-spelled "cwd".
+    settings = tmp_path / "settings.json"
+    settings.write_text('{"hooks": {"Stop": [{"hooks": [{"command": "true", "cmd": "x"}]}]}}')
+    checked = call("hooks", "validate", str(settings))
+    assert "unknown key 'cmd' ignored (did you mean 'command'?)" in checked.stdout
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+def test_completion_prints_a_script_that_completes_relays_commands(
+    shell: str, tmp_path: Path, relay_home: Path
+) -> None:
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ["PATH"]}
+    script = subprocess.run(
+        ["relay", "completion", shell],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+    assert script.returncode == 0 and "_RELAY_COMPLETE" in script.stdout
+    if shell != "bash":
+        return  # bash is on every machine; the others' scripts are click's own
+    (tmp_path / "relay.bash").write_text(script.stdout)
+    completed = subprocess.run(
+        [
+            "bash",
+            "-c",
+            f"source {tmp_path / 'relay.bash'}; COMP_WORDS=(relay hooks va); COMP_CWORD=2;"
+            ' _relay_completion relay; echo "${COMPREPLY[@]}"',
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+    assert completed.stdout.split() == ["validate"], completed.stderr
+
+
+def test_a_mistyped_hooks_run_option_is_named_and_exits_1_through_the_installed_relay(
+    project: Path, relay_home: Path
+) -> None:
+    """Through the console script, as a host runs it: exit 1 (a host reads 2 as deny), and
+    the closest option named."""
+    relay = str(Path(sys.executable).parent / "relay")
+    for args, expected in (
+        (["--dialet", "claude", "Stop"], "Did you mean '--dialect'?"),
+        (["Stop", "--dialect", "cursor"], "'cursor' is not one of"),
+    ):
+        result = subprocess.run(
+            [relay, "hooks", "run", *args],
+            input="{}",
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            cwd=project,
+        )
+        assert result.returncode == 1, result.stderr
+        assert expected in result.stderr and result.stdout == ""

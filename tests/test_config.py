@@ -762,7 +762,7 @@ def test_a_file_validated_before_is_decoded_in_one_pass_with_its_warnings(
     def walk_again(*args: object, **kwargs: object) -> LoadedSettings:
         raise AssertionError("validated in full again")
 
-    monkeypatch.setattr(validated, "parse_settings", walk_again)
+    monkeypatch.setattr(validated, "usable_settings", walk_again)
     second = load_settings(project)
     assert second.files[0].settings == first.files[0].settings
     assert second.warnings == first.warnings  # with file and line, as first found
@@ -795,7 +795,12 @@ def test_a_bad_file_stays_an_error_and_a_damaged_verdict_is_ignored(
     )
     path.write_text('{"hooks": {"BeforeTool": [{"hooks": [{"command": ""}]}]}}')
     for _ in range(2):
-        assert load_settings(project).broken[0].error.message == "command is empty"
+        (loaded,) = load_settings(project).files
+        assert loaded.broken[0].errors[0].message == "command is empty"
+        assert loaded.settings.hooks["BeforeTool"][0].hooks == []  # the broken entry left out
+    path.write_text('{"hooks": {"BeforeTool": [}}')
+    for _ in range(2):
+        assert load_settings(project).broken[0].error.message.startswith("invalid JSON")
 
 
 def test_an_unwritable_state_folder_only_costs_the_full_validation(

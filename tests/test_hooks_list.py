@@ -106,6 +106,8 @@ def test_json_lists_every_hook_in_plan_order(registered: Path, relay_home: Path)
         "enabled": True,
         "trusted": True,
         "runs": True,
+        "broken": None,
+        "failClosed": False,
     }
     assert rows[1]["source"] == project and rows[1]["runs"] is False
     assert rows[2]["dialect"] == "claude" and rows[2]["matcher"] == "Bash"

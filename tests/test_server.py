@@ -721,25 +721,31 @@ def test_a_client_that_sends_a_byte_at_a_time_does_not_keep_the_server_alive(
 def test_serve_status_and_stop_from_the_command_line(relay_home: Path) -> None:
     relay = shutil.which("relay", path=str(Path(sys.executable).parent))
     assert relay is not None
-    started = subprocess.run(
-        [relay, "serve", "--detach"], capture_output=True, text=True, timeout=60, check=False
-    )
+
+    def serve(*options: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [relay, "serve", *options], capture_output=True, text=True, timeout=60, check=False
+        )
+
+    started = serve("--detach")
     assert started.returncode == 0 and "relay server running" in started.stdout
-    status = subprocess.run(
-        [relay, "serve", "--status"], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert json.loads(status.stdout)["install"] == client.identity()
-    stopped = subprocess.run(
-        [relay, "serve", "--stop"], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert stopped.returncode == 0
-    deadline = time.monotonic() + 10
-    while os.path.exists(client.socket_path()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    missing = subprocess.run(
-        [relay, "serve", "--status"], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert missing.returncode == 1 and "no relay server" in missing.stderr
+    status = serve("--status")
+    assert status.returncode == 0
+    running = json.loads(status.stdout)
+    assert running["install"] == client.identity()
+    stopped = serve("--stop")
+    # --stop returns once the server's process has ended, not when it agreed to stop.
+    assert stopped.returncode == 0, stopped.stderr
+    assert not client._alive(running["pid"], None)
+    assert not os.path.exists(client.socket_path())
+    assert f"(pid {running['pid']})" in stopped.stdout
+    # Not running is a state, not an error: exit 3, as `systemctl status` says it.
+    missing = serve("--status")
+    assert missing.returncode == 3, missing.stderr
+    assert missing.stdout.startswith("not running") and missing.stderr == ""
+    again = serve("--stop")
+    assert again.returncode == 0 and "nothing to stop" in again.stdout
+    assert "exit 3" in serve("--help").stdout
 
 
 # ---- the cache behind the server ---------------------------------------------------------

@@ -155,6 +155,11 @@ def install(  # noqa: PLR0917 (click passes options positionally)
             say(f"  mcp: {edit.what}: {_mcp_part(edit.file)} in {edit.file}")
         if chosen_host.name == "codex" and not dry_run:
             _codex_trust(where, start, trust, client, say=say)
+    from relay.config.discovery import settings_problems
+
+    # Installed all the same; but hooks of a broken file or entry will not run.
+    for problem in settings_problems(start):
+        say(f"  warning: relay's settings: {problem}", err=True)
     say("  check it: relay doctor")
     if as_json:
         report = {

@@ -30,6 +30,22 @@ class LazyGroup(click.Group):
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """click's, with the closest command named when there is no such command (click
+        offers none for commands that are imported on use)."""
+        name = args[0]
+        if (
+            not ctx.resilient_parsing
+            and not name.startswith("-")
+            and self.get_command(ctx, name) is None
+        ):
+            close = closest_name(name, self.list_commands(ctx))
+            hint = f" Did you mean {close!r}?" if close else ""
+            raise click.UsageError(f"No such command {name!r}.{hint}", ctx)
+        return super().resolve_command(ctx, args)
+
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self.lazy:
             module_name, attribute = self.lazy[cmd_name]
@@ -54,3 +70,15 @@ class LazyGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("relay: interrupted", err=True)
             ctx.exit(130)
+
+
+def closest_name(name: str, known: list[str]) -> str | None:
+    """The known name a mistyped one is closest to (two letters swapped, a letter more or
+    less, another case), if any is close enough."""
+    import difflib
+
+    by_lower = {candidate.lower(): candidate for candidate in known}
+    if name.lower() in by_lower:
+        return by_lower[name.lower()]
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)
+    return by_lower[close[0]] if close else None

@@ -41,7 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 @click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="agent-relay", prog_name="relay")
+@click.version_option(None, "-V", "--version", package_name="agent-relay", prog_name="relay")
 @click.pass_context
 def cli(ctx: click.Context) -> None:
     """relay: a hook runtime for AI coding agents.
@@ -50,6 +50,23 @@ def cli(ctx: click.Context) -> None:
     """
     if os.environ.get("NO_COLOR"):  # https://no-color.org: any non-empty value
         ctx.color = False
+
+
+@cli.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the shell completion script for SHELL (bash, zsh or fish).
+
+    \b
+    bash: relay completion bash > ~/.local/share/bash-completion/completions/relay
+    zsh:  relay completion zsh > "${fpath[1]}/_relay"   (or: eval "$(relay completion zsh)" in ~/.zshrc)
+    fish: relay completion fish > ~/.config/fish/completions/relay.fish
+    """
+    from click.shell_completion import get_completion_class
+
+    kind = get_completion_class(shell)
+    assert kind is not None  # the choice allows only the shells click has
+    click.echo(kind(cli, {}, "relay", "_RELAY_COMPLETE").source())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,10 +79,12 @@ def main(argv: list[str] | None = None) -> int:
         # click's own (a missing argument, a bad choice) in relay's format, as ours are.
         from relay.cli.options import UsageError
 
+        # The original's code: `relay hooks run` exits 1, never 2, which a host reads as deny.
+        code = exc.exit_code
         if not isinstance(exc, UsageError):
             exc = _as_relays(exc)
         exc.show()
-        return exc.exit_code
+        return code
     except click.ClickException as exc:
         _error(f"Error: {exc.format_message()}")
         return exc.exit_code

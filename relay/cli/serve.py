@@ -10,6 +10,9 @@ import click
 
 from relay.server.server import DEFAULT_IDLE_SECONDS
 
+NOT_RUNNING = 3
+"""`relay serve --status` when no server runs: systemctl's and LSB's "program is not running"."""
+
 
 @click.command()
 @click.option("--socket", "socket_path", help="Listen here (default: this user's and install's).")
@@ -21,8 +24,18 @@ from relay.server.server import DEFAULT_IDLE_SECONDS
     help="Exit after this long without a call.",
 )
 @click.option("--detach", is_flag=True, help="Start it in the background and return.")
-@click.option("--status", is_flag=True, help="Show the running server's state (JSON).")
-@click.option("--stop", is_flag=True, help="Stop the running server.")
+@click.option(
+    "--status",
+    is_flag=True,
+    help="Show the running server's state (JSON); exit 3 when none is running, as "
+    "`systemctl status` does.",
+)
+@click.option(
+    "--stop",
+    is_flag=True,
+    help="Stop the running server; returns once its process has ended (exit 0 also when "
+    "none was running).",
+)
 def serve(
     socket_path: str | None, idle_seconds: float, detach: bool, status: bool, stop: bool
 ) -> None:
@@ -31,20 +44,41 @@ def serve(
     Clients start it on demand and it exits when idle; run it by hand to watch it
     (foreground), or use --status and --stop.
     """
-    from relay.errors import RelayError
     from relay.server import client
 
     path = socket_path or client.socket_path()
-    if stop or status:
-        answer = client.control(path, "stop" if stop else "status")
+    if stop:
+        _stop(path)
+        return
+    if status:
+        answer = client.control(path, "status")
         if answer is None:
-            raise RelayError(f"no relay server is running at {path}")
-        click.echo(answer.decode() if status else f"stopped the relay server at {path}")
+            # A state, not an error: exit 3 is "not running" for systemctl and LSB scripts.
+            click.echo(f"not running: no relay server at {path}")
+            click.get_current_context().exit(NOT_RUNNING)
+        click.echo(answer.decode())
         return
     if detach:
         _start_detached(path)
         return
     _serve(path, idle_seconds)
+
+
+def _stop(path: str) -> None:
+    from relay.errors import RelayError
+    from relay.server import client
+
+    pid, gone = client.stop_server(path)
+    if pid is None:
+        click.echo(f"no relay server was running at {path}; nothing to stop")
+    elif gone:
+        click.echo(f"stopped the relay server at {path} (pid {pid})")
+    else:
+        raise RelayError(
+            f"the relay server at {path} (pid {pid}) agreed to stop but is still running "
+            f"after {client.STOP_WAIT:g} s; it may be finishing a long hook call "
+            f"(`kill {pid}` ends it)"
+        )
 
 
 def _start_detached(path: str) -> None:

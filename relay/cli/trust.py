@@ -18,6 +18,8 @@ CONTENT_LINES = 40
 FILES_SHOWN = 20
 """Fingerprinted files listed per hook without --all-files."""
 INDENT = " " * 13
+BROKEN = "BROKEN"
+UNREADABLE = "CANNOT READ"
 
 
 @click.command()
@@ -43,6 +45,7 @@ def trust(yes: bool, revoke: bool, all_files: bool, as_json: bool, cwd: Path | N
     """
     import msgspec
 
+    from relay.config.model import TRUST_REQUIRED
     from relay.config.paths import NO_PROJECT
     from relay.config.review import changes
     from relay.config.trust import TrustGrant, TrustStore, assess, hook_key, hook_slot
@@ -163,7 +166,35 @@ def trust(yes: bool, revoke: bool, all_files: bool, as_json: bool, cwd: Path | N
                 slot=slot,
             )
         )
-    if not project_hooks:
+    # Broken entries and files: nothing to fingerprint, so nothing to trust (DESIGN §7).
+    broken_names: list[str] = []
+    for hook in system.registry.hooks:
+        if hook.broken is None or not hook.from_project:
+            continue
+        broken_names.append(hook.name)
+        matcher = f" [{visible(hook.matcher.text, one_line=True)}]" if hook.matcher.text else ""
+        why = visible(str(hook.broken.errors[0]), one_line=True)
+        say(
+            f"{click.style(f'{BROKEN:12}', fg='red', bold=True)} {hook.event}{matcher}  "
+            f"{visible(hook.name, one_line=True)}"
+        )
+        say(f"{INDENT}why: its settings entry cannot be read: {why}")
+        report.append(
+            {
+                "name": hook.name,
+                "event": hook.event,
+                "matcher": hook.matcher.text,
+                "command": hook.command,
+                "file": hook.file,
+                "state": "broken",
+                "refusal": str(hook.broken.errors[0]),
+            }
+        )
+    unreadable = [broken for broken in system.settings.broken if broken.scope in TRUST_REQUIRED]
+    for broken in unreadable:
+        say(f"{click.style(f'{UNREADABLE:12}', fg='red', bold=True)} {visible(broken.file)}")
+        say(f"{INDENT}why: {visible(str(broken.error), one_line=True)}")
+    if not project_hooks and not broken_names and not unreadable:
         say(f"no project hooks in {root}")
     granted = 0
     if pending and (yes or not as_json):
@@ -175,14 +206,34 @@ def trust(yes: bool, revoke: bool, all_files: bool, as_json: bool, cwd: Path | N
         store.grant(root, pending)
         granted = len(pending)
         say(f"trusted {granted} hook(s)")
-    elif project_hooks and not pending and not refused:
+    elif project_hooks and not pending and not refused and not broken_names and not unreadable:
         say("all project hooks are trusted")
     if as_json:
-        answer = {"root": str(root), "hooks": report, "trusted_now": granted}
+        answer = {
+            "root": str(root),
+            "hooks": report,
+            "trusted_now": granted,
+            "unreadable": [{"file": item.file, "error": str(item.error)} for item in unreadable],
+        }
         click.echo(msgspec.json.encode(answer, enc_hook=str))
+    problems = []
     if refused:
         names = ", ".join(visible(name, one_line=True) for name in refused)
-        raise RelayError(f"{len(refused)} hook(s) cannot be trusted (see why above): {names}")
+        problems.append(f"{len(refused)} hook(s) cannot be trusted (see why above): {names}")
+    if broken_names:
+        names = ", ".join(visible(name, one_line=True) for name in broken_names)
+        problems.append(
+            f"{len(broken_names)} hook(s) with a broken settings entry not trusted: {names}"
+        )
+    if unreadable:
+        files = ", ".join(visible(item.file) for item in unreadable)
+        problems.append(f"cannot trust the hooks of a settings file relay cannot read: {files}")
+    if problems:
+        if broken_names or unreadable:
+            problems.append(
+                "fix them (`relay hooks validate` says how), then run `relay trust` again"
+            )
+        raise RelayError("; ".join(problems))
 
 
 def _fingerprinted(assessed: HookFingerprint, all_files: bool) -> list[str]:

@@ -16,7 +16,14 @@ from relay.config.loader import (
     SettingsReport,
     check_settings,
 )
-from relay.config.model import TRUST_REQUIRED, ConfigWarning, LoadedSettings, Scope
+from relay.config.model import (
+    SCOPE_ORDER,
+    TRUST_REQUIRED,
+    BrokenHook,
+    ConfigWarning,
+    LoadedSettings,
+    Scope,
+)
 from relay.config.paths import (
     PROJECT_DIR_NAME,
     find_project_root,
@@ -56,6 +63,22 @@ class SettingsSet(msgspec.Struct, kw_only=True):
     def warnings(self) -> list[ConfigWarning]:
         """The warnings of every file, in merge order."""
         return [warning for loaded in self.files for warning in loaded.warnings]
+
+    @property
+    def broken_hooks(self) -> list[tuple[LoadedSettings, BrokenHook]]:
+        """The hooks left out of the files in use because of an error, with their file."""
+        return [(loaded, hook) for loaded in self.files for hook in loaded.broken]
+
+    def problems(self) -> list[str]:
+        """One line per broken file and per broken hook: what is wrong, where, and what
+        still runs."""
+        lines = [
+            f"{broken.error}; none of the hooks in {broken.file} run until it is fixed "
+            "(the other settings files' hooks do)"
+            for broken in self.broken
+        ]
+        lines.extend(hook.describe() for _, hook in self.broken_hooks)
+        return lines
 
 
 S = TypeVar("S", bound=msgspec.Struct)
@@ -106,9 +129,11 @@ def load_settings(
     """Discover and load every settings file for `cwd`.
 
     A file of a scope in `isolate` that cannot be used is set aside in `broken` (its
-    hooks do not run; the others do): by default the project's files, because a cloned
-    repository must never switch off the user's own hooks (DESIGN §5). Any other bad file
-    raises SettingsError; hosts' calls isolate every scope and report instead.
+    hooks do not run; the others do), and a hook entry of it with an error in the file's
+    own `broken` list (that hook does not run, or denies if failClosed): by default the
+    project's files, because a cloned repository must never switch off the user's own
+    hooks (DESIGN §5). Any error in a file of another scope raises SettingsError; hosts'
+    calls isolate every scope and report instead.
     """
     start = Path(os.getcwd()) if cwd is None else cwd
     files: list[LoadedSettings] = []
@@ -119,12 +144,21 @@ def load_settings(
         try:
             if error is not None:
                 raise error
-            files.append(_load(path, scope, cache, verdicts))
+            loaded = _load(path, scope, cache, verdicts)
+            if loaded.broken and scope not in isolate:
+                raise loaded.broken[0].errors[0]  # not set aside: an error, as for the file
+            files.append(loaded)
         except SettingsError as exc:
             if scope not in isolate:
                 raise
             broken.append(BrokenSettings(file=str(path), scope=scope, error=exc, text=_peek(path)))
     return SettingsSet(root=root, files=files, broken=broken)
+
+
+def settings_problems(cwd: Path, *, env: Mapping[str, str] | None = None) -> list[str]:
+    """What is broken in the settings files for `cwd` (every scope): one line per broken file
+    or hook entry, saying where and what still runs (SettingsSet.problems)."""
+    return load_settings(cwd, env=env, isolate=frozenset(SCOPE_ORDER)).problems()
 
 
 def _load(path: Path, scope: Scope, cache: SettingsCache | None, verdicts: Path) -> LoadedSettings:
@@ -136,10 +170,14 @@ def _load(path: Path, scope: Scope, cache: SettingsCache | None, verdicts: Path)
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise SettingsError(f"cannot read settings file: {reason}", file=str(path)) from None
-    if report.settings is None:
+    if report.usable is None:
         raise report.errors[0]
     return LoadedSettings(
-        file=str(path), scope=scope, settings=report.settings, warnings=report.warnings
+        file=str(path),
+        scope=scope,
+        settings=report.usable,
+        warnings=report.warnings,
+        broken=report.broken,
     )
 
 

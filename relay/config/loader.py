@@ -7,6 +7,7 @@ One reader walks the document and collects every error: `check_settings` reports
 from __future__ import annotations
 
 import bisect
+import copy
 import functools
 import math
 import re
@@ -23,6 +24,7 @@ from relay.config.model import (
     MILLISECOND_SUSPECT,
     TRUST_REQUIRED,
     USER_ONLY,
+    BrokenHook,
     ConfigWarning,
     HookEntry,
     HookGroup,
@@ -79,6 +81,12 @@ class SettingsReport(msgspec.Struct, kw_only=True):
     warnings: list[ConfigWarning] = msgspec.field(default_factory=list)
     settings: Settings | None = None
     """None when the file has an error."""
+    usable: Settings | None = None
+    """What relay uses of the file: its settings without its broken hooks (`broken`) when
+    every error is inside a hook entry, group, event or pattern; None when an error
+    concerns the whole file (bad JSON, a bad `hooksConfig`, …) and nothing of it is used."""
+    broken: list[BrokenHook] = msgspec.field(default_factory=list)
+    """The hooks left out of `usable` because of their errors."""
 
     @property
     def ok(self) -> bool:
@@ -87,12 +95,28 @@ class SettingsReport(msgspec.Struct, kw_only=True):
 
 
 def parse_settings(data: bytes, *, file: str, scope: Scope) -> LoadedSettings:
-    """Decode and validate the bytes of one settings file; raise SettingsError if unusable."""
+    """Decode and validate the bytes of one settings file; raise SettingsError (its first
+    error) if it has any."""
     report = check_settings(data, file=file, scope=scope)
     if report.settings is None:
         raise report.errors[0]
     return LoadedSettings(
         file=file, scope=scope, settings=report.settings, warnings=report.warnings
+    )
+
+
+def usable_settings(data: bytes, *, file: str, scope: Scope) -> LoadedSettings:
+    """What relay runs of one settings file: decoded and validated, its broken hooks left
+    out (and listed); raise SettingsError only if nothing of it can be used."""
+    report = check_settings(data, file=file, scope=scope)
+    if report.usable is None:
+        raise report.errors[0]
+    return LoadedSettings(
+        file=file,
+        scope=scope,
+        settings=report.usable,
+        warnings=report.warnings,
+        broken=report.broken,
     )
 
 
@@ -109,18 +133,156 @@ def check_settings(data: bytes, *, file: str, scope: Scope) -> SettingsReport:
         # Malformed JSON stops here: nothing after the first syntax error can be trusted.
         return SettingsReport(file=file, scope=scope, errors=[exc])
     if document is _EMPTY:
-        return SettingsReport(file=file, scope=scope, settings=Settings())
+        return SettingsReport(file=file, scope=scope, settings=Settings(), usable=Settings())
     reader = _SettingsReader(text, file)
     settings = reader.convert(document, Settings, ())
     if scope in TRUST_REQUIRED:
         reader.check_user_only(document)
-    return SettingsReport(
-        file=file,
-        scope=scope,
-        errors=reader.errors,
-        warnings=reader.warnings,
-        settings=None if reader.errors else settings,
+    report = SettingsReport(file=file, scope=scope, errors=reader.errors, warnings=reader.warnings)
+    if not reader.errors:
+        report.settings = report.usable = settings
+    else:
+        report.usable, report.broken = _without_broken_hooks(document, reader)
+    return report
+
+
+def _without_broken_hooks(
+    document: Any, reader: _SettingsReader
+) -> tuple[Settings | None, list[BrokenHook]]:
+    """The settings of a file with errors, its broken hooks left out, and those hooks; (None,
+    []) when some error is outside every hook (then nothing of the file can be relied on).
+
+    One bad field must not switch off a file's other hooks (a guard stopped by a typo in
+    another hook), so an error in a hook entry takes out that entry, one in a group's own
+    fields (its matcher) the group, one in an event's list the event."""
+    units: dict[FieldPath, list[SettingsError]] = {}
+    for error, place in zip(reader.errors, reader.places, strict=True):
+        unit = _hook_unit(place)
+        if unit is None:
+            return None, []
+        units.setdefault(unit, []).append(error)
+    # A unit inside another broken one is part of it.
+    for unit in sorted(units, key=len):
+        for depth in range(2, len(unit)):
+            outer = units.get(unit[:depth])
+            if outer is not None:
+                outer.extend(units.pop(unit))
+                break
+    pruned = copy.deepcopy(document)
+    for unit in sorted(units, key=_deletion_order, reverse=True):
+        parent = pruned
+        for segment in unit[:-1]:
+            parent = parent[segment]
+        del parent[unit[-1]]
+    again = _SettingsReader("", reader.file)
+    settings = again.convert(pruned, Settings, ())
+    if again.errors:  # cannot happen: what had an error was left out; refuse rather than guess
+        return None, []
+    broken = [hook for unit, errors in units.items() for hook in _broken(document, unit, errors)]
+    return settings, broken
+
+
+def _hook_unit(path: FieldPath) -> FieldPath | None:
+    """The hook entry, group, event or pattern that an error found at `path` takes out; None
+    when the error concerns the file as a whole."""
+    if len(path) >= 2 and path[0] == "patterns":
+        return path[:2]
+    if len(path) < 2 or path[0] != "hooks" or not isinstance(path[1], str):
+        return None
+    if (
+        len(path) >= 5
+        and isinstance(path[2], int)
+        and path[3] == "hooks"
+        and isinstance(path[4], int)
+    ):
+        return path[:5]
+    if len(path) >= 3 and isinstance(path[2], int):
+        return path[:3]
+    return path[:2]
+
+
+def _deletion_order(unit: FieldPath) -> tuple[object, ...]:
+    # Deeper first, and later list items before earlier ones, so indexes stay right.
+    return (
+        len(unit),
+        *((0, segment) if isinstance(segment, int) else (1, segment) for segment in unit),
     )
+
+
+def _broken(document: Any, unit: FieldPath, errors: list[SettingsError]) -> list[BrokenHook]:
+    """The hooks a broken unit stands for: an entry, each entry of a group, or the whole of
+    an event's value or a pattern."""
+    value = document
+    for segment in unit:
+        value = value[segment]
+    place = render_path(unit)
+    if unit[0] == "patterns":
+        name = str(unit[1])
+        matcher = name if validate_matcher(name) is None else None
+        return [
+            _broken_hook("PatternMatch", matcher, value, place, errors, default_name=f"@{name}")
+        ]
+    event = str(unit[1])
+    if len(unit) == 5:
+        group = document["hooks"][event][unit[2]]
+        matcher = group.get("matcher") if isinstance(group.get("matcher"), str) else None
+        return [_broken_hook(event, matcher, value, place, errors)]
+    if len(unit) == 3 and isinstance(value, dict):
+        written = value.get("matcher")
+        matcher = written if isinstance(written, str) and not validate_matcher(written) else None
+        entries = value.get("hooks")
+        if isinstance(entries, list) and entries:
+            return [
+                _broken_hook(event, matcher, entry, f"{place}.hooks[{index}]", errors)
+                for index, entry in enumerate(entries)
+            ]
+        return [_broken_hook(event, matcher, value, place, errors)]
+    return [_broken_hook(event, None, value, place, errors)]
+
+
+def _broken_hook(
+    event: str,
+    matcher: str | None,
+    value: Any,
+    place: str,
+    errors: list[SettingsError],
+    *,
+    default_name: str | None = None,
+) -> BrokenHook:
+    entry = value if isinstance(value, dict) else {}
+    written = entry.get("command")
+    command = written if isinstance(written, str) else ""
+    args = entry.get("args")
+    if command and isinstance(args, list) and all(isinstance(arg, str) for arg in args):
+        command = " ".join([command, *args])
+    name = entry.get("name")
+    if not isinstance(name, str) or not name:
+        name = command or default_name or place
+    return BrokenHook(
+        event=event,
+        matcher=matcher,
+        name=name,
+        command=command,
+        place=place,
+        fail_closed=_asks_fail_closed(value),
+        enabled=entry.get("enabled") is not False,
+        errors=errors,
+    )
+
+
+def _asks_fail_closed(value: Any) -> bool:
+    """Whether a hook (or anything holding hooks) asks to fail closed: `"failClosed"` set to
+    true or to a value that means it (`"true"`, 1), so a typo in the value still blocks."""
+    if isinstance(value, list):
+        return any(_asks_fail_closed(item) for item in value)
+    if not isinstance(value, dict):
+        return False
+    flag = value.get("failClosed")
+    if flag is True or (isinstance(flag, int | float) and not isinstance(flag, bool) and flag):
+        return True
+    if isinstance(flag, str) and flag.strip().lower() in ("true", "yes", "1", "on"):
+        return True
+    return any(_asks_fail_closed(item) for item in value.values() if isinstance(item, dict | list))
 
 
 def load_settings_file(path: Path, scope: Scope) -> LoadedSettings:
@@ -247,6 +409,8 @@ class _SettingsReader:
     def __init__(self, text: str, file: str) -> None:
         self.file = file
         self.errors: list[SettingsError] = []
+        self.places: list[FieldPath] = []
+        """The node each error was found at, in the order of `errors`."""
         self.warnings: list[ConfigWarning] = []
         self._positions = _JsonPositions(text)
         self._error_paths: set[str | None] = set()
@@ -283,7 +447,7 @@ class _SettingsReader:
         try:
             return msgspec.convert(value, kind)
         except msgspec.ValidationError as exc:
-            return self._record(self._translate(exc, path, value))
+            return self._record(self._translate(exc, path, value), path)
 
     def _convert_struct(self, value: Any, kind: type[msgspec.Struct], path: FieldPath) -> Any:
         if not isinstance(value, dict):
@@ -319,7 +483,7 @@ class _SettingsReader:
             # A required member that had an error of its own is missing here: said once.
             absent = any(f.required and f.encode_name not in value for f in fields.values())
             if not invalid or absent:
-                self._record(self._translate(exc, path, value))
+                self._record(self._translate(exc, path, value), path)
             return _INVALID
         errors_before = len(self.errors)
         if isinstance(result, HookEntry):
@@ -418,13 +582,14 @@ class _SettingsReader:
         self.warnings.append(warning)
 
     def _fail(self, path: FieldPath, message: str) -> Any:
-        return self._record(self._error(path, message))
+        return self._record(self._error(path, message), path)
 
-    def _record(self, error: SettingsError) -> Any:
+    def _record(self, error: SettingsError, path: FieldPath) -> Any:
         # One error per node: a pattern string already refused is not refused again as a hook.
         if error.path not in self._error_paths:
             self._error_paths.add(error.path)
             self.errors.append(error)
+            self.places.append(path)
         return _INVALID
 
     def _error(self, path: FieldPath, message: str, suffix: str = "") -> SettingsError:
@@ -590,10 +755,40 @@ def _type_words(match: re.Match[str]) -> str:
     return match.group(0)
 
 
+_KEY_ALIASES = {
+    "cmd": "command",
+    "script": "command",
+    "exec": "command",
+    "commandline": "command",
+    "argv": "args",
+    "arguments": "args",
+    "environment": "env",
+    "dir": "cwd",
+    "directory": "cwd",
+    "workdir": "cwd",
+    "workingdir": "cwd",
+    "workingdirectory": "cwd",
+    "match": "matcher",
+    "matchers": "matcher",
+    "tool": "matcher",
+    "toolname": "matcher",
+}
+"""Keys people write for one relay (or Claude Code) spells otherwise, by their folded form
+(see _fold): a spelling distance alone takes "cmd" for "cwd", not "command"."""
+
+
+def _fold(name: str) -> str:
+    return name.lower().replace("_", "").replace("-", "")
+
+
 def _suggest(name: str, known: list[str]) -> str | None:
+    alias = _KEY_ALIASES.get(_fold(name))
+    if alias in known:
+        return alias
+    by_folded = {_fold(candidate): candidate for candidate in known}
+    if _fold(name) in by_folded:
+        return by_folded[_fold(name)]  # another case, or snake_case for camelCase
     by_lower = {candidate.lower(): candidate for candidate in known}
-    if name.lower() in by_lower:
-        return by_lower[name.lower()]
     import difflib  # only for a suggestion, off the start-up path
 
     close = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)

@@ -7,6 +7,8 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
+from relay.errors import SettingsError
+
 Scope = Literal["runtime", "project-local", "project", "user", "settings", "system"]
 """Where a hook comes from; plan order follows this order (DESIGN §6)."""
 
@@ -256,10 +258,48 @@ class ConfigWarning(msgspec.Struct, kw_only=True):
         return f"{where}: {self.path}: {self.message}" if self.path else f"{where}: {self.message}"
 
 
+class BrokenHook(msgspec.Struct, kw_only=True):
+    """A hook entry (or a `patterns` handler) of a settings file that has an error: it does
+    not run, the file's other hooks do; a failClosed one denies on its events instead
+    (spec/protocol.md §7.8). A broken group or event stands for every hook in it."""
+
+    event: str
+    """The event name as written (`PatternMatch` for a `patterns` handler)."""
+    matcher: str | None
+    """Its group's matcher when that is usable; None (every target) when it is the group
+    that is broken."""
+    name: str
+    """Its `name`, else its command, else where it is (`hooks.Stop[0]`)."""
+    command: str
+    place: str
+    """Where it is in the file: `hooks.BeforeTool[0].hooks[1]`."""
+    fail_closed: bool
+    """It asks to fail closed (`"failClosed": true`, or a value meaning it, anywhere in it)."""
+    enabled: bool = True
+    """False when it says `"enabled": false`: off anyway, so it denies nothing."""
+    errors: list[SettingsError] = msgspec.field(default_factory=list)
+
+    def describe(self) -> str:
+        """What is wrong with it and what that means: `FILE:LINE:COL: PATH: what; hook NAME
+        does not run (…)`."""
+        error = self.errors[0] if self.errors else None
+        what = str(error) if error is not None else self.place
+        more = f" (and {len(self.errors) - 1} more error(s) in it)" if len(self.errors) > 1 else ""
+        effect = (
+            "it is failClosed, so relay denies its events instead"
+            if self.fail_closed and self.enabled
+            else "the file's other hooks still run"
+        )
+        return f"{what}{more}; hook {self.name} does not run until this is fixed: {effect}"
+
+
 class LoadedSettings(msgspec.Struct, kw_only=True):
     """A settings file that was found, read and validated."""
 
     file: str
     scope: Scope
     settings: Settings
+    """Without its broken hooks (`broken`)."""
     warnings: list[ConfigWarning] = msgspec.field(default_factory=list)
+    broken: list[BrokenHook] = msgspec.field(default_factory=list)
+    """Hook entries with an error: left out of `settings`; the rest of the file is used."""

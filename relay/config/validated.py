@@ -21,7 +21,7 @@ from pathlib import Path
 
 import msgspec
 
-from relay.config.loader import parse_settings, read_settings_bytes, strip_bom
+from relay.config.loader import read_settings_bytes, strip_bom, usable_settings
 from relay.config.model import ConfigWarning, LoadedSettings, Scope, Settings
 from relay.config.paths import private_dir
 from relay.version import VERSION
@@ -52,7 +52,7 @@ def load_remembered(path: Path, scope: Scope, folder: Path) -> LoadedSettings:
         pass  # no verdict, or one that does not fit: validate in full
     else:
         return LoadedSettings(file=file, scope=scope, settings=settings, warnings=verdict.warnings)
-    loaded = parse_settings(data, file=file, scope=scope)
+    loaded = usable_settings(data, file=file, scope=scope)
     if _decodes_alike(data, loaded.settings):
         _remember(folder, name, _Verdict(warnings=loaded.warnings))
     return loaded

@@ -21,6 +21,9 @@ class Plan(msgspec.Struct, kw_only=True):
     sequential: bool = False
     untrusted: list[Any] = msgspec.field(default_factory=list)
     """Hooks that matched the event but are not trusted: skipped (the user is told)."""
+    broken: list[Any] = msgspec.field(default_factory=list)
+    """Hooks that matched the event but whose settings entry is broken: not run (an error,
+    or a deny for a failClosed one)."""
 
 
 def plan_event(
@@ -45,8 +48,11 @@ def plan_event(
             return Plan(event=event, hooks=[])
     runnable: list[RegisteredHook] = []
     untrusted: list[RegisteredHook] = []
+    broken: list[RegisteredHook] = []
     for hook in candidates:
-        if trusted is not None and not trusted(hook):
+        if hook.broken is not None:
+            broken.append(hook)
+        elif trusted is not None and not trusted(hook):
             untrusted.append(hook)
         else:
             runnable.append(hook)
@@ -63,4 +69,6 @@ def plan_event(
         seen.add(key)
         chosen.append(hook)
         sequential = sequential or hook.sequential
-    return Plan(event=event, hooks=chosen, sequential=sequential, untrusted=untrusted)
+    return Plan(
+        event=event, hooks=chosen, sequential=sequential, untrusted=untrusted, broken=broken
+    )

@@ -15,6 +15,7 @@ from relay.config.model import (
     DEFAULT_TIMEOUT,
     SCOPE_ORDER,
     TRUST_REQUIRED,
+    BrokenHook,
     HookEntry,
     LoadedSettings,
     Scope,
@@ -32,6 +33,7 @@ from relay.protocol.dialects import Dialect, UnknownEventError, canonical_name, 
 
 PythonHandler = Callable[..., Any]
 _PATTERN_GROUPS = 1_000_000  # pattern handlers come after a file's hook groups in plan order
+_BROKEN_GROUPS = 2_000_000  # broken hooks after them: they never run, only report or deny
 
 
 class RegisteredHook(msgspec.Struct, kw_only=True):
@@ -61,6 +63,9 @@ class RegisteredHook(msgspec.Struct, kw_only=True):
     pin: Pin | ShellPin | None = None
     """A trusted project hook's entry script (or the scripts its shell command runs) as
     its check read it: what runs (DESIGN §7)."""
+    broken: BrokenHook | None = None
+    """A hook whose settings entry has an error: never run; planned to report it (and to
+    deny, when it is failClosed)."""
 
     @property
     def source(self) -> str:
@@ -74,6 +79,8 @@ class RegisteredHook(msgspec.Struct, kw_only=True):
         """The command as written (a Python hook's qualified name)."""
         if self.entry is not None:
             return self.entry.command_line
+        if self.broken is not None:
+            return self.broken.command
         return str(getattr(self.handler, "__qualname__", repr(self.handler)))
 
     @property
@@ -84,8 +91,8 @@ class RegisteredHook(msgspec.Struct, kw_only=True):
 
     @property
     def runnable(self) -> bool:
-        """Enabled and trusted."""
-        return self.enabled and self.trusted
+        """Enabled, trusted, and not broken."""
+        return self.enabled and self.trusted and self.broken is None
 
     @property
     def dedup_key(self) -> object:
@@ -182,7 +189,11 @@ class Registry:
 
     def for_event(self, canonical: str) -> list[RegisteredHook]:
         """The runnable (enabled and trusted) hooks registered for an event, in plan order."""
-        return [hook for hook in self.candidates(canonical) if self.is_trusted(hook)]
+        return [
+            hook
+            for hook in self.candidates(canonical)
+            if hook.broken is None and self.is_trusted(hook)
+        ]
 
     def is_trusted(self, hook: RegisteredHook) -> bool:
         """Whether the hook may run as far as trust goes; fingerprints a project hook once."""
@@ -275,6 +286,7 @@ class Registry:
                             loaded.settings, loaded.file, loaded.scope, file_index, only=canonical
                         )
                     )
+                    built.extend(_broken_of_file(loaded, file_index, only=canonical))
                 for hook in built:
                     self._mark(hook)
                 built.sort(key=lambda hook: hook.order)
@@ -289,6 +301,10 @@ class Registry:
             names = {hook.canonical for hook in self._runtime}
             for loaded in self._files:
                 names.update(_canonical_events(loaded.settings))
+                for broken in loaded.broken:
+                    canonical = _canonical_or_none(broken.event)
+                    if canonical is not None:
+                        names.add(canonical)
             everything = [hook for name in names for hook in self._event(name)]
             everything.sort(key=lambda hook: hook.order)
             self._everything = everything
@@ -455,6 +471,41 @@ def _hooks_of_file(
                 )
             )
     return hooks
+
+
+def _broken_of_file(loaded: LoadedSettings, file_index: int, *, only: str) -> list[RegisteredHook]:
+    """The broken hooks of one file registered for the event with canonical name `only`: in
+    the registry so that they are listed, reported when their event fires, and deny then
+    when failClosed (a typo must not silently switch a guard off)."""
+    hooks: list[RegisteredHook] = []
+    for index, broken in enumerate(loaded.broken):
+        if _canonical_or_none(broken.event) != only:
+            continue
+        hooks.append(
+            RegisteredHook(
+                name=broken.name,
+                event=broken.event,
+                canonical=only,
+                dialect=registered_dialect(broken.event),
+                matcher=Matcher(broken.matcher),
+                sequential=False,
+                scope=loaded.scope,
+                file=str(Path(loaded.file)),
+                order=(SCOPE_ORDER[loaded.scope], file_index, _BROKEN_GROUPS + index, 0),
+                timeout=DEFAULT_TIMEOUT,
+                fail_closed=broken.fail_closed,
+                enabled=broken.enabled,
+                broken=broken,
+            )
+        )
+    return hooks
+
+
+def _canonical_or_none(event: str) -> str | None:
+    try:
+        return canonical_name(event, unknown_passes=True)
+    except UnknownEventError:
+        return None  # not even shaped like an event name; the settings loader said so
 
 
 def _from_entry(

@@ -231,8 +231,7 @@ class HookSystem:
         (`untrusted`: these names; default: every untrusted project hook, which
         fingerprints them all)."""
         lines = [str(warning) for warning in self.settings.warnings]
-        for broken in self.settings.broken:
-            lines.append(f"{broken.error}; the hooks of {broken.file} do not run until it is fixed")
+        lines.extend(self.settings.problems())
         lines.extend(self.registry.warnings)
         lines.extend(self._problems)
         if untrusted is None:
@@ -386,9 +385,9 @@ class HookSystem:
             raw = payload or {}
             envelope, field, tool_input = None, raw.get, raw.get("tool_input")
         plan = plan_event(candidates, canonical, field, registry.is_trusted) if candidates else None
-        if plan is None or not (plan.hooks or plan.untrusted):
+        if plan is None or not (plan.hooks or plan.untrusted or plan.broken):
             return _no_hooks(canonical, tool_input)  # the common case: keep it short
-        if not plan.hooks and not _fail_closed(plan.untrusted):
+        if not plan.hooks and not plan.broken and not _fail_closed(plan.untrusted):
             result = _no_hooks(canonical, tool_input)
             result.untrusted = _names(plan.untrusted)
             if debug_enabled():
@@ -414,6 +413,8 @@ class HookSystem:
             trace.extend(traces[id(hook)] for hook in plan.hooks if id(hook) in traces)
         # A failClosed hook that may not run is a deny (its author said: no answer, no go).
         outcomes = [*outcomes, *(_untrusted_outcome(hook) for hook in _fail_closed(plan.untrusted))]
+        # A hook whose settings entry is broken did not run: an error, or a deny if failClosed.
+        outcomes.extend(_broken_outcome(hook) for hook in plan.broken)
         result = aggregate(
             envelope.name,
             outcomes,
@@ -464,6 +465,18 @@ def _untrusted_outcome(hook: RegisteredHook) -> HookOutcome:
     report = HookReport(name=hook.name, source=hook.source, command=hook.command, error=message)
     return HookOutcome(
         report=report, answer=Answer(error=message), fail_closed=True, from_project=True
+    )
+
+
+def _broken_outcome(hook: RegisteredHook) -> HookOutcome:
+    assert hook.broken is not None
+    message = f"not run: its settings entry is broken: {hook.broken.errors[0]}"
+    report = HookReport(name=hook.name, source=hook.source, command=hook.command, error=message)
+    return HookOutcome(
+        report=report,
+        answer=Answer(error=message),
+        fail_closed=hook.fail_closed,
+        from_project=hook.from_project,
     )
 
 

@@ -123,6 +123,8 @@ def _why_not(
         return "disabled (hooksConfig.disabled or enabled: false)"
     if not hook.trusted:
         return "not trusted: review it and run `relay trust`"
+    if hook.broken is not None:
+        return f"its settings entry is broken: {hook.broken.errors[0]}"
     field = matcher_field(envelope.name)
     if field is not None and not hook.matcher(envelope.field(field)):
         return hook.matcher.explain(envelope.field(field))

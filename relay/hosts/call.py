@@ -280,7 +280,7 @@ def _render(
         lines = [f"relay: warning: {warning}\n" for warning in _warnings(system, result, envelope)]
         stdout = _encoder.encode(result) + b"\n"
         return Reply(0, stdout, "".join(lines).encode())
-    notices = _notices(system, result, envelope, target)
+    notices = _notices(system, planned, result, envelope, target)
     if notices:
         result.systemMessage = "\n".join([*filter(None, [result.systemMessage]), *notices])
     guard = _broken_guard(system.settings.broken, envelope, target)
@@ -313,10 +313,14 @@ def _untrusted(system: HookSystem, result: AggregatedResult, envelope: EventEnve
 
 
 def _notices(
-    system: HookSystem, result: AggregatedResult, envelope: EventEnvelope, target: Host
+    system: HookSystem,
+    planned: PlannedEvent,
+    result: AggregatedResult,
+    envelope: EventEnvelope,
+    target: Host,
 ) -> list[str]:
-    """What relay skipped, for the user: broken settings files that concern this event
-    (or every file, at session start) and untrusted project hooks."""
+    """What relay skipped, for the user: broken settings files and hook entries that
+    concern this event (or all of them, at session start) and untrusted project hooks."""
     names = (envelope.name, target.wire(envelope.name))
     notices = [
         f"relay: {broken.error} — the hooks in this file did not run; fix it "
@@ -324,6 +328,11 @@ def _notices(
         for broken in system.settings.broken
         if envelope.name == "SessionStart" or broken.mentions(*names)
     ]
+    if envelope.name == "SessionStart":
+        broken_hooks = [hook for _, hook in system.settings.broken_hooks]
+    else:
+        broken_hooks = [hook.broken for hook in planned.plan.broken] if planned.plan else []
+    notices.extend(f"relay: {hook.describe()} (`relay hooks validate`)" for hook in broken_hooks)
     untrusted = _untrusted(system, result, envelope)
     if untrusted:
         root = system.settings.root or system.project_dir

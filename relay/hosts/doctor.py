@@ -253,8 +253,8 @@ def _project_checks(cwd: Path, env: Mapping[str, str]) -> Iterator[Finding]:
     except RelayError as exc:
         yield Finding("fail", "settings", f"relay's settings cannot be loaded: {exc}")
         return
-    for broken in system.settings.broken:
-        yield Finding("fail", "settings", f"{broken.error} (its hooks are skipped)")
+    for problem in system.settings.problems():
+        yield Finding("fail", "settings", problem)
     untrusted = [hook for hook in hooks if hook.needs_trust and not hook.trusted]
     if untrusted:
         names = ", ".join(sorted({hook.name for hook in untrusted}))

@@ -515,6 +515,34 @@ def control(path: str, command: str, *, timeout: float = ACK_TIMEOUT) -> bytes |
         return None
 
 
+STOP_WAIT = 10.0
+"""Seconds `stop_server` waits for the server's process to end after it agreed to stop."""
+
+
+def stop_server(path: str, *, wait: float = STOP_WAIT) -> tuple[int | None, bool]:
+    """Ask the server at `path` to stop and wait until its process has ended: (its pid,
+    True) once gone, (its pid, False) if it still runs after `wait` seconds, (None, True)
+    when no server of ours answers there."""
+    import json
+
+    status = control(path, "status")
+    if status is None:
+        return None, True
+    pid = json.loads(status).get("pid")
+    started = _start_ticks(pid) if isinstance(pid, int) else None
+    if control(path, "stop") is None:
+        return (pid if isinstance(pid, int) else None), True  # it ended meanwhile
+    if not isinstance(pid, int):
+        return None, True
+    deadline = time.monotonic() + wait
+    # The pid, not the socket: the socket goes first, while the server still flushes its log.
+    while _alive(pid, started):
+        if time.monotonic() > deadline:
+            return pid, False
+        time.sleep(0.02)
+    return pid, True
+
+
 def _read_count_any(read: Callable[[int], bytes]) -> int:
     (size,) = struct.unpack(">I", _exactly(read, 4))
     if size > 2 * MAX_STRING:

@@ -292,6 +292,12 @@ class Server:
         elif command == "stop":
             answer = json.dumps({"stopping": True, "pid": os.getpid()}).encode()
             self._stopping.set()
+            listener = self._listener
+            if listener is not None:
+                # Wakes the accept loop now rather than at its next 1 s timeout, so the
+                # server is gone soon after it says it stops (`relay serve --stop` waits).
+                with contextlib.suppress(OSError):
+                    listener.shutdown(socket.SHUT_RDWR)
         else:
             answer = json.dumps({"error": f"unknown command {command!r}"}).encode()
         connection.sendall(result_frame(Reply(0, answer, b"")))

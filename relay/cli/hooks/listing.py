@@ -34,7 +34,10 @@ class HookRow(msgspec.Struct, kw_only=True):
     enabled: bool
     trusted: bool
     runs: bool
-    """Enabled, trusted, and hooks not switched off by `hooksConfig.enabled: false`."""
+    """Enabled, trusted, not broken, and hooks not switched off by `hooksConfig.enabled: false`."""
+    broken: str | None = None
+    """Why its settings entry cannot be used (file:line:column: path: what); null when it can."""
+    failClosed: bool = False
 
 
 def hook_rows(registry: Registry, event: str | None = None) -> list[HookRow]:
@@ -59,6 +62,8 @@ def hook_rows(registry: Registry, event: str | None = None) -> list[HookRow]:
             enabled=hook.enabled,
             trusted=hook.trusted,
             runs=registry.enabled and hook.runnable,
+            broken=str(hook.broken.errors[0]) if hook.broken and hook.broken.errors else None,
+            failClosed=hook.fail_closed,
         )
         for hook in hooks
     ]
@@ -72,7 +77,12 @@ def hook_rows(registry: Registry, event: str | None = None) -> list[HookRow]:
 def list_hooks(
     event: str | None, cwd: Path | None, settings_files: tuple[Path, ...], as_json: bool
 ) -> None:
-    """List every registered hook: enabled or not, trusted or not, and where it comes from."""
+    """List every registered hook: enabled or not, trusted or not, and where it comes from.
+
+    Exits 1 when a settings file or hook entry is broken: what could be read is listed,
+    then each error.
+    """
+    from relay.config.model import SCOPE_ORDER
     from relay.engine.system import HookSystem
     from relay.errors import InputError
     from relay.protocol.dialects import UnknownEventError, canonical_name
@@ -84,7 +94,14 @@ def list_hooks(
             canonical = canonical_name(event)
         except UnknownEventError as exc:
             raise InputError(str(exc), source="--event") from None
-    system = HookSystem(cwd=cwd or Path.cwd(), settings=settings_files, telemetry=False)
+    # Every scope's broken file set aside, not raised: list what can be read, then say why
+    # the rest cannot.
+    system = HookSystem(
+        cwd=cwd or Path.cwd(),
+        settings=settings_files,
+        telemetry=False,
+        isolate=frozenset(SCOPE_ORDER),
+    )
     system.initialize()
     # Settings warnings only: untrusted hooks are listed as such, not skipped, here.
     for warning in system.settings.warnings:
@@ -92,14 +109,18 @@ def list_hooks(
     rows = hook_rows(system.registry, canonical)
     if as_json:
         click.echo(msgspec.json.format(msgspec.json.encode(rows), indent=2).decode())
-        return
-    if not rows:
+    elif not rows:
         click.echo(f"no hooks registered for {canonical}" if canonical else "no hooks registered")
-        return
-    for line in table(rows):
-        click.echo(line)
-    if not system.registry.enabled:
-        click.echo("all hooks are off: hooksConfig.enabled is false in a settings file")
+    else:
+        for line in table(rows):
+            click.echo(line)
+        if not system.registry.enabled:
+            click.echo("all hooks are off: hooksConfig.enabled is false in a settings file")
+    problems = system.settings.problems()
+    for problem in problems:
+        click.echo(visible(f"relay: error: {problem}"), err=True)
+    if problems:
+        click.get_current_context().exit(1)
 
 
 def table(rows: list[HookRow]) -> Iterable[str]:
@@ -139,7 +160,7 @@ def table(rows: list[HookRow]) -> Iterable[str]:
             yield aligned(header)
         yield aligned(line)
     counts = [f"{len(rows)} hook{'s' if len(rows) != 1 else ''}"]
-    for status in ("disabled", "untrusted"):
+    for status in ("disabled", "untrusted", "broken"):
         number = sum(status in _status(row) for row in rows)
         if number:
             counts.append(f"{number} {status}")
@@ -150,6 +171,9 @@ def table(rows: list[HookRow]) -> Iterable[str]:
 
 
 def _status(row: HookRow) -> str:
+    if row.broken is not None:
+        # It never runs; a failClosed one denies the events it matches instead.
+        return "broken, denies" if row.failClosed and row.enabled else "broken"
     reasons = [
         word
         for word, applies in (("disabled", not row.enabled), ("untrusted", not row.trusted))

@@ -26,7 +26,8 @@ class HostCommand(click.Command):
         try:
             return super().parse_args(ctx, args)
         except click.UsageError as exc:
-            raise HostUsageError(exc.message, exc.ctx) from None
+            # format_message: with click's "Did you mean …?" for a mistyped option.
+            raise HostUsageError(exc.format_message(), exc.ctx) from None
 
 
 @click.command("run", cls=HostCommand)
