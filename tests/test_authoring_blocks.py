@@ -188,6 +188,10 @@ BLOCKS: dict[str, Entry] = {
     ),
     "relay hooks list [--event EVENT] [--cwd DIR] [--settings FILE]... [--json]": Synopsis(),
     "$ relay hooks list": Commands(setup=hooks_to_list),
+    "relay: error: /p/.relay/settings.json:6:50: hooks.PreToolUse[0].hooks[1].timeout: expected number, got string; hook lint does not run until this is fixed: the file's other hooks still run": Listed(
+        "stderr of a broken entry: tests/test_broken_settings.py::"
+        "test_hooks_list_lists_what_it_can_then_each_error_and_exits_1 checks this line"
+    ),
     "relay hooks validate [FILE]... [--cwd DIR] [--settings FILE]... [--json]": Synopsis(),
     "$ cat .relay/settings.json": Commands(setup=user_file_without_problems),
     '{ "files": [': Listed(
