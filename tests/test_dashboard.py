@@ -418,3 +418,89 @@ def names_running() -> set[str]:
     from relay.session.sessions import list_sessions
 
     return {record.name for record in list_sessions()}
+
+
+def test_the_feed_says_hello_then_numbered_events_and_ends_when_the_server_stops(
+    project: Path, settings: Path, dashboard_server: Start, sessions: Any
+) -> None:
+    server = dashboard_server(project, "--settings", str(settings))
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    connection.putrequest("GET", "/api/events", skip_host=True)
+    connection.putheader("Host", server.host)
+    connection.putheader("Cookie", server.cookie)
+    connection.endheaders()
+    stream = connection.getresponse()
+    assert stream.status == 200
+    assert stream.getheader("content-type", "").startswith("text/event-stream")
+
+    def frame() -> dict[str, str]:
+        fields: dict[str, str] = {}
+        while (line := stream.readline().decode()) not in ("\n", ""):
+            name, _, value = line.rstrip("\n").partition(": ")
+            fields[name] = value
+        return fields
+
+    hello = frame()
+    assert hello["event"] == "hello" and "id" not in hello
+    first = json.loads(hello["data"])["seq"]
+    sessions("Alice", [{"print": "hello"}, {"sleep": 60}], project, settings)
+    event = frame()
+    while event.get("event") != "team.member":
+        event = frame()
+    assert int(event["id"]) > first
+    row = json.loads(event["data"])
+    assert row["name"] == "Alice" and row["kind"] == "agent"
+    snapshot = json.loads(request(server, "/api/team", headers={"Cookie": server.cookie})[2])
+    assert snapshot["seq"] >= int(event["id"])
+    assert "Alice" in [member["name"] for member in snapshot["members"]]
+    # Ctrl-C with a feed open: the feed ends, and so does the server (exit 0).
+    code, printed = server.stop()
+    assert code == 0, printed
+    while frame():
+        pass  # the rest, up to the end of the stream
+    connection.close()
+
+
+def test_bad_actions_are_refused_with_a_reason_and_the_server_goes_on(
+    project: Path, settings: Path, dashboard_server: Start
+) -> None:
+    server = dashboard_server(project, "--settings", str(settings))
+    page_html = request(server, "/", headers={"Cookie": server.cookie})[2]
+    headers = {
+        "Cookie": server.cookie,
+        "Origin": server.base,
+        "X-Relay-CSRF": body_meta(page_html, "relay-csrf"),
+        "Content-Type": "application/json",
+    }
+    cases = [
+        ("/api/team/send", headers, b"{not json", 400, "not JSON"),
+        ("/api/team/send", headers, b"[1, 2]", 400, "JSON object"),
+        ("/api/team/send", {**headers, "Content-Type": "text/plain"}, b"{}", 415, "JSON"),
+        ("/api/team/send", headers, b'{"body": "hi"}', 400, "who the message is for"),
+        ("/api/team/send", headers, b'{"to": "Bob", "body": " "}', 400, "empty"),
+        ("/api/team/send", headers, b"\xff\xfe", 400, "not JSON"),
+        ("/api/team/stop", headers, b"{}", 400, "which agent"),
+        ("/api/team/stop", headers, b'{"name": "Nobody"}', 409, "no agent named Nobody"),
+        ("/api/team/restart", headers, b'{"name": 3}', 400, "which agent"),
+    ]
+    for path, sent_headers, body, status, says in cases:
+        got, _, answer = request(server, path, method="POST", headers=sent_headers, body=body)
+        assert got == status, (path, body, answer)
+        assert says in json.loads(answer)["error"], (path, body, answer)
+    assert request(server, "/api/team", headers={"Cookie": server.cookie})[0] == 200
+
+
+def test_a_port_in_use_is_an_error_that_names_it(
+    project: Path, settings: Path, dashboard_server: Start
+) -> None:
+    server = dashboard_server(project, "--settings", str(settings))
+    done = subprocess.run(
+        [RELAY, "dashboard", "--no-open", "--port", str(server.port)],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"cannot listen on 127.0.0.1:{server.port}: Address already in use" in done.stderr
