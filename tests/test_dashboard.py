@@ -198,7 +198,7 @@ def body_meta(page_html: bytes, name: str) -> str:
 
 
 def test_agents_started_with_relay_run_appear_within_a_second(
-    project: Path, settings: Path, dashboard_server: Start, page: Any, sessions: Any
+    *, project: Path, settings: Path, dashboard_server: Start, page: Any, sessions: Any, shot: Any
 ) -> None:
     server = dashboard_server(project, "--settings", str(settings))
     page.goto(server.url)
@@ -208,7 +208,7 @@ def test_agents_started_with_relay_run_appear_within_a_second(
     sessions("Alice", [{"print": "compiling the parser"}, {"sleep": 60}], project, settings)
     on_board("Alice")
     page.wait_for_selector('tr[data-name="Alice"]', timeout=1000)  # within 1 s of its report
-    sessions("Bob", [{"print": "reading the spec"}, {"sleep": 60}], project, settings)
+    bob = sessions("Bob", [{"print": "reading the spec"}, {"sleep": 60}], project, settings)
     on_board("Bob")
     page.wait_for_selector('tr[data-name="Bob"]', timeout=1000)
     page.wait_for_function(
@@ -218,6 +218,17 @@ def test_agents_started_with_relay_run_appear_within_a_second(
         }""",
         timeout=30_000,
     )
+    # Bob's relay run is killed (nothing more is published): the page shows him lost, in
+    # red, without a reload (the board is read at least once a second).
+    bob.kill()
+    bob.communicate()
+    page.wait_for_selector('tr[data-name="Bob"][data-state="lost"] .state-lost', timeout=10_000)
+    assert page.text_content('tr[data-name="Alice"] [data-field="state"]') == "working"
+    shot("lost")
+    # Ctrl-C with the page open (its feed connected): the server ends, exit 0.
+    code, printed = server.stop()
+    assert code == 0, printed
+    page.wait_for_selector("#connection[data-state=down]")
 
 
 def test_hostile_text_from_an_agent_renders_as_text(
@@ -504,3 +515,100 @@ def test_a_port_in_use_is_an_error_that_names_it(
     )
     assert done.returncode == 1, done.stdout + done.stderr
     assert f"cannot listen on 127.0.0.1:{server.port}: Address already in use" in done.stderr
+
+
+@pytest.fixture
+def nats(tmp_path: Path) -> Iterator[Any]:
+    """A real nats-server with a user per machine (m1, m2) of the team crew."""
+    from nats_server import NatsServer, find_nats_server, server_config
+
+    binary = find_nats_server()
+    if binary is None:
+        pytest.skip("nats-server binary not available: install Debian's nats-server (.ci/run does)")
+    workdir = tmp_path / "nats"
+    workdir.mkdir()
+    running = NatsServer(
+        binary, workdir, server_config(workdir / "js", {}, unrestricted={"crew": ["m1", "m2"]})
+    )
+    running.start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def test_across_machines_the_page_shows_the_whole_team_and_acts_only_on_its_own(
+    *, tmp_path: Path, nats: Any, dashboard_server: Start, page: Any, shot: Any
+) -> None:
+    """Two machines (two RELAY_HOMEs) on one nats-server, each `relay up --machine` its
+    half of one team file; the dashboard of m1 shows both halves, stops only its own, and
+    its message reaches the agent on m2."""
+    from nats_server import password
+
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    records = tmp_path / "records"
+    records.mkdir()
+    lines = ['team = "crew"', ""]
+    for name, machine in (("Alice", "m1"), ("Carol", "m2")):
+        lines += [
+            "[[agent]]",
+            f"name = {json.dumps(name)}",
+            f"command = {json.dumps([sys.executable, FLEET_AGENT])}",
+            f"machine = {json.dumps(machine)}",
+            f"env = {{ AGENT_RECORD = {json.dumps(str(records / f'{name}.jsonl'))} }}",
+            "",
+        ]
+    (project / "relay.team.toml").write_text("\n".join(lines))
+    envs = {}
+    for machine in ("m1", "m2"):
+        home = tmp_path / f"home-{machine}"
+        home.mkdir()
+        server_settings = {"url": nats.url, "user": machine, "password": password(machine)}
+        messaging = {"transport": "nats", "team": "crew", "nats": server_settings}
+        (home / "settings.json").write_text(json.dumps({"messaging": messaging}))
+        envs[machine] = {**os.environ, "RELAY_HOME": str(home), "RELAY_MACHINE": machine}
+
+    def relay_on(machine: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [RELAY, *args],
+            cwd=project,
+            env=envs[machine],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
+
+    try:
+        for machine in ("m1", "m2"):
+            done = relay_on(machine, "up", "--yes", "--headless", "--machine", machine)
+            assert done.returncode == 0, done.stdout + done.stderr
+        server = dashboard_server(project, env=envs["m1"])
+        page.goto(server.url)
+        alice, carol = 'tr[data-name="Alice"]', 'tr[data-name="Carol"]'
+        page.wait_for_selector(f"{alice} button[data-action=stop]", timeout=30_000)
+        page.wait_for_selector(carol, timeout=30_000)
+        cells = page.eval_on_selector(carol, "tr => Array.from(tr.cells, c => c.textContent)")
+        assert "m2" in cells
+        assert page.query_selector(f"{carol} button[data-action=stop]") is None
+        refused = page.evaluate("() => relay.post('/api/team/stop', {name: 'Carol'})")
+        assert refused["status"] == 409
+        assert (
+            "started by relay up on machine m2, not on this one (m1)" in (refused["data"]["error"])
+        )
+        # A message from the page crosses to m2.
+        page.click(f"{carol} button[data-action=message]")
+        page.fill("#send-text", "hello from the page")
+        page.click("#send-button")
+        page.wait_for_function(
+            "() => document.querySelector('#team-notice').textContent.startsWith('queued [')"
+        )
+        wait_for(
+            lambda: "hello from the page" in (records / "Carol.jsonl").read_text(),
+            "Carol (m2) to read the page's message",
+        )
+        shot("two-machines")
+    finally:
+        relay_on("m1", "down")
+        relay_on("m2", "down")
