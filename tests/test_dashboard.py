@@ -612,3 +612,21 @@ def test_across_machines_the_page_shows_the_whole_team_and_acts_only_on_its_own(
     finally:
         relay_on("m1", "down")
         relay_on("m2", "down")
+
+
+def test_another_host_is_warned_about_and_still_checked(
+    project: Path, settings: Path, dashboard_server: Start
+) -> None:
+    import socket
+
+    server = dashboard_server(project, "--settings", str(settings), "--host", "0.0.0.0")
+    assert server.host == f"{socket.gethostname()}:{server.port}"  # the URL names the machine
+    cookie = {"Cookie": server.cookie}
+    for host in (server.host, f"127.0.0.1:{server.port}", f"localhost:{server.port}"):
+        assert request(server, "/api/team", headers={**cookie, "Host": host})[0] == 200, host
+    for host in (f"evil.example:{server.port}", f"{socket.gethostname()}:1"):
+        assert request(server, "/api/team", headers={**cookie, "Host": host})[0] == 403, host
+    assert request(server, "/api/team")[0] == 403
+    code, printed = server.stop()
+    assert code == 0
+    assert "warning: listening on 0.0.0.0, not on loopback" in printed
