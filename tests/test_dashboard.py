@@ -305,16 +305,13 @@ def test_a_message_sent_from_the_page_reaches_the_agents_inbox(
     # The agent itself read it (relay run typed it in).
     wait_for(lambda: text in (project / "Alice.jsonl").read_text(), "Alice to read it")
     assert alice.poll() is None
-    # A message to nobody is refused, and the page says why.
-    page.evaluate(
-        "() => { const o = document.createElement('option'); o.value = 'nobody';"
-        " document.querySelector('#send-to').appendChild(o); }"
-    )
-    page.select_option("#send-to", "nobody")
-    page.fill("#send-text", "hello?")
+    # A message to nobody is refused, and says why; one the server refuses shows why.
+    refused = page.evaluate("() => relay.post('/api/team/send', {to: 'nobody', body: 'x'})")
+    assert refused["status"] == 409 and "nobody" in refused["data"]["error"]
+    page.fill("#send-text", "x" * 70_000)
     page.click("#send-button")
     page.wait_for_selector("#team-notice.error")
-    assert "nobody" in page.text_content("#team-notice")
+    assert "longer than 65536 characters" in page.text_content("#team-notice")
 
 
 def wait_for(condition: Callable[[], Any], what: str, timeout: float = 60) -> Any:
