@@ -201,6 +201,8 @@ def test_agents_started_with_relay_run_appear_within_a_second(
     *, project: Path, settings: Path, dashboard_server: Start, page: Any, sessions: Any, shot: Any
 ) -> None:
     server = dashboard_server(project, "--settings", str(settings))
+    console: list[str] = []
+    page.on("console", lambda message: console.append(f"{message.type}: {message.text}"))
     page.goto(server.url)
     assert page.url == server.base + "/"
     page.wait_for_selector("#team-table")
@@ -225,6 +227,7 @@ def test_agents_started_with_relay_run_appear_within_a_second(
     page.wait_for_selector('tr[data-name="Bob"][data-state="lost"] .state-lost', timeout=10_000)
     assert page.text_content('tr[data-name="Alice"] [data-field="state"]') == "working"
     shot("lost")
+    assert [line for line in console if line.startswith("error")] == []  # no CSP refusal
     # Ctrl-C with the page open (its feed connected): the server ends, exit 0.
     code, printed = server.stop()
     assert code == 0, printed
