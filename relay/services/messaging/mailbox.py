@@ -1363,6 +1363,26 @@ class SqliteMailbox:
         )
         return _delivery(row) if row is not None else None
 
+    def deliveries(self, team: str, seqs: Sequence[int]) -> dict[int, builtins.list[Delivery]]:
+        """Every recipient's delivery of the team's messages with these seqs (`Found.seq`),
+        by seq, each message's in recipient order; a seq with none is left out."""
+        wanted = sorted(set(seqs))
+        found: dict[int, builtins.list[Delivery]] = {}
+
+        def work(db: sqlite3.Connection) -> None:
+            for start in range(0, len(wanted), 500):  # SQLite's bound-parameter limit
+                chunk = wanted[start : start + 500]
+                for row in db.execute(
+                    f"SELECT d.seq, {_DELIVERY_COLUMNS} FROM deliveries d"
+                    " JOIN messages m ON m.seq = d.seq WHERE d.team = ?"
+                    f" AND d.seq IN ({', '.join('?' * len(chunk))}) ORDER BY d.seq, d.recipient",
+                    (team, *chunk),
+                ):
+                    found.setdefault(int(row[0]), []).append(_delivery(row[1:]))
+
+        self._read(work)
+        return found
+
     def history(
         self, *, team: str, thread: str | None = None, limit: int = 50
     ) -> builtins.list[Message]:
