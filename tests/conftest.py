@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["browser"]  # the dashboard's tests: Chromium, a page, a relay dashboard
+
 
 @pytest.fixture(autouse=True)
 def relay_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:

@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "inbox": ("relay.cli.messaging", "inbox"),
     "messages": ("relay.cli.messaging", "messages"),
     "watch": ("relay.cli.fleet_watch", "watch"),
+    "dashboard": ("relay.cli.dashboard", "dashboard"),
     "serve": ("relay.cli.serve", "serve"),
     "install": ("relay.cli.install", "install"),
     "uninstall": ("relay.cli.install", "uninstall"),
