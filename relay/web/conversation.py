@@ -14,13 +14,24 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
+import anyio
+import anyio.to_thread
 import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
+from relay.errors import RelayError
 from relay.services.messaging.history import Found, HistoryQuery, match_expression, moment
-from relay.services.messaging.mailbox import SqliteMailbox
-from relay.services.messaging.model import SYSTEM_SENDER, Delivery, DeliveryState
+from relay.services.messaging.model import SYSTEM_SENDER, Delivery, DeliveryState, utc_now
+from relay.web.app import json_answer, json_error
+from relay.web.pages import Page
+
+if TYPE_CHECKING:
+    from relay.services.messaging.mailbox import SqliteMailbox
+    from relay.web.dashboard import Dashboard
 
 __all__ = [
     "DEFAULT_LIMIT",
@@ -235,17 +246,18 @@ class ConversationFeed:
         self._pending: dict[int, dict[str, DeliveryView]] = {}
         """seq -> recipient -> the delivery as last seen, for those under way."""
         self._ids: dict[int, str] = {}
-        self._track(shown)
+        self.track(shown)
 
     def poll(self) -> Update:
         """New messages stored after the cursor (FEED_PAGE at most: look again while a
         look returns that many) and deliveries that changed since the last look."""
         changes = self._changes()
         entries, self.cursor = self.conversation.since(self.cursor)
-        self._track(entries)
+        self.track(entries)
         return Update(entries=entries, deliveries=changes, cursor=self.cursor)
 
-    def _track(self, entries: Iterable[Entry]) -> None:
+    def track(self, entries: Iterable[Entry]) -> None:
+        """Follow the deliveries under way of `entries` from now on."""
         for entry in entries:
             under_way = {
                 delivery.recipient: delivery
@@ -353,3 +365,138 @@ def _notice(body: str) -> tuple[NoticeKind, LoopStop | None]:
     if _RATE_LIMIT.match(body):
         return "rate-limit", None
     return "other", None
+
+
+# -- the page ----------------------------------------------------------------------------
+
+POLL_SECONDS = 0.25
+"""How often the feed looks again when no doorbell rang: deliveries change without one."""
+MAX_PARAMETER = 2**62
+"""The largest number a route takes (SQLite's integers are 64-bit)."""
+
+
+class ConversationView:
+    """The page's routes and feed over the dashboard's messenger.
+
+    Routes: `GET /api/conversation` (the snapshot: the newest messages the filters
+    select; `?grep=&sender=&recipient=&thread=&since=&until=&limit=`), `GET
+    /api/conversation/since?cursor=N&…` (the messages the filters select stored after
+    seq N). Event `conversation.update` (`Update`): new messages and changed deliveries,
+    of every message (a page showing a search asks `since` for what it selects).
+    """
+
+    def __init__(self, dashboard: Dashboard) -> None:
+        self.dashboard = dashboard
+        self.conversation = Conversation(dashboard.messenger.mailbox, dashboard.team)
+        self.problems: list[str] = []
+
+    async def follow(self) -> None:
+        """Publish what is new in the mailbox, as it is stored: woken by the mailbox's
+        doorbell (`Timeline.follow`, which also reads the team's NATS stream in)."""
+        from relay.services.messaging.timeline import Timeline
+
+        conversation = self.conversation
+        start = await anyio.to_thread.run_sync(conversation.mailbox.newest_seq, conversation.team)
+        feed = ConversationFeed(conversation, after=start)
+        # The deliveries under way of what a page shows at first are followed too.
+        shown = await anyio.to_thread.run_sync(lambda: conversation.page(limit=MAX_LIMIT))
+        feed.track(shown.entries)
+        stored = anyio.Event()
+
+        def wake(found: list[Found]) -> None:
+            stored.set()
+
+        async with Timeline(self.dashboard.messenger, who=self.dashboard.user) as timeline:
+            self.problems = list(timeline.problems)
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(lambda: timeline.follow(HistoryQuery(), after=start, emit=wake))
+                while True:
+                    update = await anyio.to_thread.run_sync(feed.poll)
+                    if update.entries or update.deliveries:
+                        self.dashboard.publish("conversation.update", update)
+                    with anyio.move_on_after(POLL_SECONDS):
+                        await stored.wait()
+                    stored = anyio.Event()
+
+    async def snapshot(self, request: Request) -> Response:
+        """The page's first paint: the newest messages the filters select."""
+        try:
+            query = _query(request)
+            limit = number_parameter(request, "limit", DEFAULT_LIMIT)
+        except (RelayError, ValueError) as exc:
+            return json_error(str(exc))
+        seq = self.dashboard.feed.seq  # before the read: an event after it may repeat a message
+        try:
+            page = await anyio.to_thread.run_sync(
+                lambda: self.conversation.page(query, limit=limit)
+            )
+        except RelayError as exc:
+            return json_error(str(exc), 503)
+        return json_answer(
+            {
+                "seq": seq,
+                "now": utc_now(),
+                "user": self.dashboard.user,
+                "page": page,
+                "filtered": query != HistoryQuery(),
+                "problems": self.problems,
+            }
+        )
+
+    async def since(self, request: Request) -> Response:
+        """The messages the filters select stored after `cursor`."""
+        try:
+            query = _query(request)
+            cursor = number_parameter(request, "cursor", 0)
+        except (RelayError, ValueError) as exc:
+            return json_error(str(exc))
+        try:
+            entries, after = await anyio.to_thread.run_sync(
+                lambda: self.conversation.since(cursor, query)
+            )
+        except RelayError as exc:
+            return json_error(str(exc), 503)
+        return json_answer({"entries": entries, "cursor": after})
+
+
+def _query(request: Request) -> HistoryQuery:
+    parameters = request.query_params
+    return history_query(
+        sender=parameters.get("sender"),
+        recipient=parameters.get("recipient"),
+        since=parameters.get("since"),
+        until=parameters.get("until"),
+        text=parameters.get("grep"),
+        thread=parameters.get("thread"),
+    )
+
+
+def number_parameter(request: Request, name: str, default: int) -> int:
+    """The whole number >= 0 in the query parameter `name` (`default` when not given);
+    ValueError saying what is wrong with it."""
+    value = request.query_params.get(name)
+    if value is None or not value.strip():
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number, not {value[:40]!r}") from None
+    if not 0 <= number <= MAX_PARAMETER:
+        raise ValueError(f"{name} must be a whole number from 0 to {MAX_PARAMETER}")
+    return number
+
+
+def page(dashboard: Dashboard) -> Page:
+    """The Conversation page of `dashboard`."""
+    view = ConversationView(dashboard)
+    return Page(
+        name="conversation",
+        title="Conversation",
+        script="conversation.js",
+        style="pages.css",
+        routes=[
+            Route("/api/conversation", view.snapshot),
+            Route("/api/conversation/since", view.since),
+        ],
+        tasks=[view.follow],
+    )

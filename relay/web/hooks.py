@@ -16,13 +16,25 @@ import threading
 from collections import deque
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import anyio
+import anyio.to_thread
 import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
-from relay.engine.hooklog import HookLog, LoggedCall, LoggedEvent
+from relay.engine.hooklog import HookLog, LoggedCall, LoggedEvent, UnknownLogEventError
 from relay.engine.replay import logged_result
+from relay.errors import RelayError
 from relay.timestamps import iso_millis
+from relay.web.app import json_answer, json_error
+from relay.web.conversation import number_parameter
+from relay.web.pages import Page
+
+if TYPE_CHECKING:
+    from relay.web.dashboard import Dashboard
 
 __all__ = [
     "DEFAULT_LIMIT",
@@ -308,3 +320,88 @@ def _report(event: LoggedEvent, index: int, call: LoggedCall) -> dict[str, Any] 
     if not isinstance(report, dict) or report.get("name") != call.hook:
         return None
     return report
+
+
+# -- the page ----------------------------------------------------------------------------
+
+POLL_SECONDS = 0.05
+"""How often the feed looks at the log's files (a look is two stat calls); the log is read
+only when they changed. Its writer commits in batches gathered over 0.2 s."""
+STATS_SECONDS = 1.0
+"""The figures are published at most this often."""
+
+
+class HooksView:
+    """The page's routes and feed over the dashboard's hook log.
+
+    Routes: `GET /api/hooks` (the snapshot: the newest calls and the figures; `?limit=`),
+    `GET /api/hooks/call?event=N&call=M` (one call in full). Events: `hooks.calls`
+    (`{"calls": [CallRow, …] oldest first, "cursor": N}`), `hooks.stats` (`HookWindow`).
+    """
+
+    def __init__(self, dashboard: Dashboard) -> None:
+        self.dashboard = dashboard
+        self.hooks = Hooks(HookLog(dashboard.hook_log))
+
+    async def follow(self) -> None:
+        """Publish the calls logged from now on, as they are logged, and the figures."""
+        hooks, log = self.hooks, self.hooks.log
+        cursor = await anyio.to_thread.run_sync(lambda: (log.id_range() or (0, 0))[1])
+        stamp: tuple[int, ...] = ()
+        published = 0.0
+        while True:
+            now = log.stamp()
+            if now != stamp:
+                stamp = now
+                calls, cursor = await anyio.to_thread.run_sync(hooks.since, cursor)
+                if calls:
+                    self.dashboard.publish("hooks.calls", {"calls": calls, "cursor": cursor})
+                    if anyio.current_time() - published >= STATS_SECONDS:
+                        published = anyio.current_time()
+                        stats = await anyio.to_thread.run_sync(hooks.stats)
+                        self.dashboard.publish("hooks.stats", stats)
+                    continue  # more may be waiting
+            await anyio.sleep(POLL_SECONDS)
+
+    async def snapshot(self, request: Request) -> Response:
+        """The page's first paint: the newest calls, newest first, and the figures."""
+        try:
+            limit = number_parameter(request, "limit", DEFAULT_LIMIT)
+        except ValueError as exc:
+            return json_error(str(exc))
+        seq = self.dashboard.feed.seq  # before the read: an event after it may repeat a call
+        try:
+            page = await anyio.to_thread.run_sync(lambda: self.hooks.page(limit=limit))
+        except RelayError as exc:
+            return json_error(str(exc), 503)
+        return json_answer({"seq": seq, "now": iso_millis(datetime.now(UTC)), "page": page})
+
+    async def call(self, request: Request) -> Response:
+        """One call in full: its event's input, its answer, the logged result."""
+        try:
+            event_id = number_parameter(request, "event", 0)
+            call_id = number_parameter(request, "call", 0)
+        except ValueError as exc:
+            return json_error(str(exc))
+        try:
+            detail = await anyio.to_thread.run_sync(lambda: self.hooks.detail(call_id, event_id))
+        except UnknownLogEventError as exc:
+            return json_error(str(exc), 404)
+        except RelayError as exc:
+            return json_error(str(exc), 503)
+        if detail is None:
+            return json_error(f"event {event_id} of the hook log has no call {call_id}", 404)
+        return json_answer(detail)
+
+
+def page(dashboard: Dashboard) -> Page:
+    """The Hooks page of `dashboard`."""
+    view = HooksView(dashboard)
+    return Page(
+        name="hooks",
+        title="Hooks",
+        script="hooks.js",
+        style="pages.css",
+        routes=[Route("/api/hooks", view.snapshot), Route("/api/hooks/call", view.call)],
+        tasks=[view.follow],
+    )

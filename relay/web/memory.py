@@ -13,14 +13,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeVar
 
+import anyio
+import anyio.to_thread
 import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from relay.errors import RelayError
 from relay.services.memory.model import Memory, MemoryHit, MemoryService, Ranking
 from relay.services.memory.namespace import unwritten_tags
+from relay.web.app import json_answer, json_error
+from relay.web.conversation import number_parameter
+from relay.web.pages import Page
 
 if TYPE_CHECKING:
     from relay.config.discovery import SettingsSet
+    from relay.web.dashboard import Dashboard
 
 __all__ = [
     "SCOPES",
@@ -237,7 +246,7 @@ def _enough(
         wanted = min(wanted * 4, MAX_SCAN)
 
 
-def _checked_scope(scope: str) -> Scope:
+def _checked_scope(scope: str | None) -> Scope:
     if scope not in SCOPES:
         raise MemoryPageError(f"no scope {scope!r}: one of {', '.join(SCOPES)}")
     return scope
@@ -270,4 +279,135 @@ def _item(memory: Memory) -> MemoryItem:
 def _hit(hit: MemoryHit) -> SearchHit:
     return SearchHit(
         memory=_item(hit.memory), score=hit.score, why=reasons(hit.explain), ranking=hit.explain
+    )
+
+
+# -- the page ----------------------------------------------------------------------------
+
+LOOK_SECONDS = 1.0
+"""How often the feed looks at the store's files for a change."""
+
+
+class MemoryView:
+    """The page's routes and feed over the memory service the settings configure.
+
+    Routes: `GET /api/memory` (the snapshot: each scope's newest memories; `?limit=`),
+    `GET /api/memory/search?q=WORDS&scope=&limit=` (hits with their reasons), `GET
+    /api/memory/scope?scope=S&limit=` (one scope's newest). Event `memory.changed` (`{}`):
+    the store was written (a save or a forget elsewhere); the page reads it again.
+    """
+
+    def __init__(self, dashboard: Dashboard) -> None:
+        self.dashboard = dashboard
+        self.memories: Memories | None = None
+        self.problem: str | None = None
+        """Why the memory service cannot be opened (the routes say it)."""
+        try:
+            self.memories = open_memories(dashboard.settings, dashboard.project)
+        except RelayError as exc:
+            self.problem = str(exc)
+
+    async def follow(self) -> None:
+        """Publish `memory.changed` when the store's files change."""
+        if self.memories is None:
+            return
+        files = _store_files(self.memories.service)
+        if not files:
+            return  # a backend of its own (a command): nothing to look at
+        stamp = _stamp(files)
+        while True:
+            await anyio.sleep(LOOK_SECONDS)
+            now = _stamp(files)
+            if now != stamp:
+                stamp = now
+                self.dashboard.publish("memory.changed", {})
+
+    async def snapshot(self, request: Request) -> Response:
+        """The page's first paint: each scope's newest memories."""
+        try:
+            limit = number_parameter(request, "limit", DEFAULT_LIMIT)
+        except ValueError as exc:
+            return json_error(str(exc))
+        seq = self.dashboard.feed.seq
+        return await self._answer(lambda memories: memories.overview(limit=limit), seq=seq)
+
+    async def search(self, request: Request) -> Response:
+        """A search, with each hit's reasons."""
+        parameters = request.query_params
+        query = parameters.get("q", "")
+        scope = parameters.get("scope") or None
+        try:
+            limit = number_parameter(request, "limit", DEFAULT_LIMIT)
+        except ValueError as exc:
+            return json_error(str(exc))
+        return await self._answer(
+            lambda memories: memories.search(
+                query, scope=_checked_scope(scope) if scope else None, limit=limit
+            )
+        )
+
+    async def scope(self, request: Request) -> Response:
+        """One scope's newest memories."""
+        scope = request.query_params.get("scope", "")
+        try:
+            limit = number_parameter(request, "limit", DEFAULT_LIMIT)
+        except ValueError as exc:
+            return json_error(str(exc))
+        return await self._answer(
+            lambda memories: memories.listing(_checked_scope(scope), limit=limit)
+        )
+
+    async def _answer(
+        self, read: Callable[[Memories], object], *, seq: int | None = None
+    ) -> Response:
+        memories = self.memories
+        if memories is None:
+            return json_error(f"memories cannot be read: {self.problem}", 503)
+        try:
+            data = await anyio.to_thread.run_sync(lambda: read(memories))
+        except MemoryPageError as exc:
+            return json_error(str(exc))
+        except RelayError as exc:
+            return json_error(str(exc), 503)
+        if seq is None:
+            return json_answer(data)
+        return json_answer({"seq": seq, "data": data})
+
+
+def _store_files(service: MemoryService) -> list[Path]:
+    """The files of the SQLite store behind `service` (a team's wraps one); none for
+    another backend."""
+    local = getattr(service, "local", service)
+    path = getattr(local, "path", None)
+    if not isinstance(path, Path):
+        return []
+    return [path, Path(f"{path}-wal")]
+
+
+def _stamp(files: list[Path]) -> tuple[int, ...]:
+    stamp: list[int] = []
+    for path in files:
+        try:
+            info = path.stat()
+        except OSError:
+            stamp += [0, 0]
+        else:
+            stamp += [info.st_size, info.st_mtime_ns]
+    return tuple(stamp)
+
+
+def page(dashboard: Dashboard) -> Page:
+    """The Memory page of `dashboard`."""
+    view = MemoryView(dashboard)
+    return Page(
+        name="memory",
+        title="Memory",
+        script="memory.js",
+        style="pages.css",
+        routes=[
+            Route("/api/memory", view.snapshot),
+            Route("/api/memory/search", view.search),
+            Route("/api/memory/scope", view.scope),
+        ],
+        tasks=[view.follow],
     )
