@@ -1,8 +1,8 @@
 """A real Chromium and a real `relay dashboard` for the dashboard's tests.
 
 Not a test module: conftest.py loads it as a plugin, so its fixtures (`chromium`,
-`page`, `dashboard_server`) are every test's; a test imports its helpers (`from browser
-import shot, DashboardServer`; tests/ is on sys.path).
+`page`, `shot`, `dashboard_server`) are every test's; a test imports its types (`from
+browser import DashboardServer`; tests/ is on sys.path).
 
 - Chromium is the distribution's (`/usr/bin/chromium`, `apt-get install chromium`; or
   $RELAY_CHROMIUM), driven by Playwright's Python API. Playwright's own browser downloads
@@ -92,11 +92,16 @@ def page(chromium: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
             context.close()
 
 
-def shot(page: Any, request: pytest.FixtureRequest, what: str) -> Path:
-    """A screenshot of `page` now, as the artifact `<test>-what.png`."""
-    path = artifact(request, what)
-    page.screenshot(path=str(path), full_page=True)
-    return path
+@pytest.fixture
+def shot(page: Any, request: pytest.FixtureRequest) -> Callable[[str], Path]:
+    """`shot("what")`: a screenshot of the test's page now, as `<test>-what.png`."""
+
+    def take(what: str) -> Path:
+        path = artifact(request, what)
+        page.screenshot(path=str(path), full_page=True)
+        return path
+
+    return take
 
 
 @dataclass

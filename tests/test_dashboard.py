@@ -4,9 +4,12 @@ driving the page (tests/browser.py)."""
 
 from __future__ import annotations
 
+import getpass
 import http.client
 import json
+import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -107,14 +110,14 @@ def request(
         connection.close()
 
 
-def on_board(name: str, timeout: float = 60) -> float:
-    """Wait until `name` has a status on this machine's board; when it was first seen."""
+def on_board(name: str, timeout: float = 60) -> None:
+    """Wait until `name` has a status on this machine's board."""
     board = SqliteBoard()
     try:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if any(status.name == name for status in board.statuses_now(TEAM)):
-                return time.monotonic()
+                return
             time.sleep(0.01)
     finally:
         board.close()
@@ -195,7 +198,7 @@ def body_meta(page_html: bytes, name: str) -> str:
 
 
 def test_agents_started_with_relay_run_appear_within_a_second(
-    project: Path, settings: Path, dashboard_server: Start, page: Any, sessions: Any
+    *, project: Path, settings: Path, dashboard_server: Start, page: Any, sessions: Any, shot: Any
 ) -> None:
     server = dashboard_server(project, "--settings", str(settings))
     page.goto(server.url)
@@ -203,10 +206,9 @@ def test_agents_started_with_relay_run_appear_within_a_second(
     page.wait_for_selector("#team-table")
     page.wait_for_selector("#connection[data-state=live]")
     sessions("Alice", [{"print": "compiling the parser"}, {"sleep": 60}], project, settings)
-    seen = on_board("Alice")
-    page.wait_for_selector('tr[data-name="Alice"]', timeout=1000)
-    assert time.monotonic() - seen < 1.5
-    sessions("Bob", [{"print": "reading the spec"}, {"sleep": 60}], project, settings)
+    on_board("Alice")
+    page.wait_for_selector('tr[data-name="Alice"]', timeout=1000)  # within 1 s of its report
+    bob = sessions("Bob", [{"print": "reading the spec"}, {"sleep": 60}], project, settings)
     on_board("Bob")
     page.wait_for_selector('tr[data-name="Bob"]', timeout=1000)
     page.wait_for_function(
@@ -216,3 +218,397 @@ def test_agents_started_with_relay_run_appear_within_a_second(
         }""",
         timeout=30_000,
     )
+    # Bob's relay run is killed (nothing more is published): the page shows him lost, in
+    # red, without a reload (the board is read at least once a second).
+    bob.kill()
+    bob.communicate()
+    page.wait_for_selector('tr[data-name="Bob"][data-state="lost"] .state-lost', timeout=10_000)
+    assert page.text_content('tr[data-name="Alice"] [data-field="state"]') == "working"
+    shot("lost")
+    # Ctrl-C with the page open (its feed connected): the server ends, exit 0.
+    code, printed = server.stop()
+    assert code == 0, printed
+    page.wait_for_selector("#connection[data-state=down]")
+
+
+def test_hostile_text_from_an_agent_renders_as_text(
+    *, tmp_path: Path, settings: Path, dashboard_server: Start, page: Any, sessions: Any, shot: Any
+) -> None:
+    folder = tmp_path / "<img src=x onerror=window.pwned=1>"
+    (folder / ".git").mkdir(parents=True)
+    machine = '<script>window.pwned=4</script><img src=x onerror="window.pwned=5">'
+    script = "<script>window.pwned=2</script>"
+    image = '<img src=x onerror="window.pwned=3">'
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    server = dashboard_server(folder, "--settings", str(settings))
+    page.goto(server.url)
+    page.wait_for_selector("#connection[data-state=live]")
+    sessions(
+        "Mallory",
+        [{"print": script}, {"print": image}, {"sleep": 60}],
+        folder,
+        settings,
+        env={**os.environ, "RELAY_MACHINE": machine},
+    )
+    row = 'tr[data-name="Mallory"]'
+    page.wait_for_function(
+        f"""() => {{
+            const cell = document.querySelector('{row} td.last');
+            return cell && cell.textContent === {json.dumps(image)};
+        }}""",
+        timeout=30_000,
+    )
+    cells = page.eval_on_selector(row, "tr => Array.from(tr.cells, cell => cell.textContent)")
+    assert machine in cells
+    assert folder.name in cells
+    assert page.get_attribute(f"{row} td.last", "title") == image
+    shot("hostile")
+    assert page.evaluate("window.pwned") is None
+    assert page.evaluate("document.querySelectorAll('#main img, #main script').length") == 0
+    assert page.evaluate("document.scripts.length") == 2  # app.js and team.js
+    assert dialogs == []
+
+
+def test_a_message_sent_from_the_page_reaches_the_agents_inbox(
+    *, project: Path, settings: Path, dashboard_server: Start, page: Any, sessions: Any, shot: Any
+) -> None:
+    alice = sessions(
+        "Alice", [{"print": "ready"}, {"read": "mail"}, {"sleep": 60}], project, settings
+    )
+    server = dashboard_server(project, "--settings", str(settings))
+    page.goto(server.url)
+    page.wait_for_selector('tr[data-name="Alice"]')
+    text = "please look at <b>this</b> & run the tests"
+    page.click('tr[data-name="Alice"] button[data-action="message"]')
+    assert page.input_value("#send-to") == "Alice"
+    page.fill("#send-text", text)
+    page.click("#send-button")
+    page.wait_for_function(
+        "() => document.querySelector('#team-notice').textContent.startsWith('queued [')"
+    )
+    assert page.text_content("#team-notice").endswith("for Alice")
+    assert page.input_value("#send-text") == ""
+    shot("sent")
+    done = subprocess.run(
+        [RELAY, "inbox", "Alice", "--all", "--json", "--settings", str(settings)],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    deliveries = json.loads(done.stdout)
+    user = os.environ.get("USER") or getpass.getuser()
+    assert [(d["message"]["sender"], d["message"]["body"]) for d in deliveries] == [(user, text)]
+    # The agent itself read it (relay run typed it in).
+    wait_for(lambda: text in (project / "Alice.jsonl").read_text(), "Alice to read it")
+    assert alice.poll() is None
+    # A message to nobody is refused, and the page says why.
+    page.evaluate(
+        "() => { const o = document.createElement('option'); o.value = 'nobody';"
+        " document.querySelector('#send-to').appendChild(o); }"
+    )
+    page.select_option("#send-to", "nobody")
+    page.fill("#send-text", "hello?")
+    page.click("#send-button")
+    page.wait_for_selector("#team-notice.error")
+    assert "nobody" in page.text_content("#team-notice")
+
+
+def wait_for(condition: Callable[[], Any], what: str, timeout: float = 60) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            value = condition()
+        except OSError:
+            value = None
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+FLEET_AGENT = str(Path(__file__).resolve().parent / "resources" / "fleet" / "agent.py")
+
+
+def write_team(project: Path, names: list[str], records: Path, *, team: str) -> None:
+    """A team file of scripted fleet agents (tests/resources/fleet/agent.py)."""
+    lines = [f"team = {json.dumps(team)}", ""]
+    for name in names:
+        lines += [
+            "[[agent]]",
+            f"name = {json.dumps(name)}",
+            f"command = {json.dumps([sys.executable, FLEET_AGENT])}",
+            f"env = {{ AGENT_RECORD = {json.dumps(str(records / f'{name}.jsonl'))} }}",
+            "",
+        ]
+    (project / "relay.team.toml").write_text("\n".join(lines))
+
+
+def relay(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [RELAY, *args], cwd=cwd, capture_output=True, text=True, check=False, timeout=120
+    )
+
+
+@pytest.fixture
+def team_project(tmp_path: Path) -> Iterator[Path]:
+    """A project whose `relay up` team is stopped at the end."""
+    folder = tmp_path / "team"
+    (folder / ".git").mkdir(parents=True)
+    (tmp_path / "records").mkdir()
+    yield folder
+    relay("down", cwd=folder)
+
+
+def test_stop_and_restart_from_the_page_act_on_relay_up_agents_only(
+    *,
+    team_project: Path,
+    settings: Path,
+    dashboard_server: Start,
+    page: Any,
+    sessions: Any,
+    shot: Any,
+) -> None:
+    write_team(team_project, ["Alice"], team_project.parent / "records", team="crew")
+    up = relay("up", "--yes", "--headless", cwd=team_project)
+    assert up.returncode == 0, up.stdout + up.stderr
+    sessions(
+        "Bob",
+        [{"print": "not supervised"}, {"sleep": 60}],
+        team_project,
+        settings,
+        "--team",
+        "crew",
+    )
+    server = dashboard_server(team_project, "--team", "crew")
+    page.goto(server.url)
+    alice, bob = 'tr[data-name="Alice"]', 'tr[data-name="Bob"]'
+    page.wait_for_selector(f"{alice} button[data-action=stop]")
+    page.wait_for_selector(bob)
+    assert page.query_selector(f"{bob} button[data-action=stop]") is None
+    # Bob was not started by relay up: the server refuses, and says so.
+    refused = page.evaluate("() => relay.post('/api/team/stop', {name: 'Bob'})")
+    assert refused["status"] == 409
+    assert "not started by relay up on this machine" in refused["data"]["error"]
+    # Restart: a second click confirms; the agent's run ends and starts again.
+    page.click(f"{alice} button[data-action=restart]")
+    page.click(f"{alice} button[data-action=restart]")
+    page.wait_for_function(
+        "() => document.querySelector('#team-notice').textContent === 'restarted Alice'"
+    )
+    runs = team_project.parent / "records" / "Alice.runs"
+    wait_for(lambda: runs.read_text() == "2", "Alice's second run")
+    page.wait_for_function(
+        """() => document.querySelector('tr[data-name="Alice"] td.last').textContent
+            === 'ready Alice run 2'""",
+        timeout=30_000,
+    )
+    # Stop: its supervisor ends it (SessionEnd), and the page shows it stopped.
+    page.click(f"{alice} button[data-action=stop]")
+    page.click(f"{alice} button[data-action=stop]")
+    page.wait_for_function(
+        "() => document.querySelector('#team-notice').textContent === 'stopped Alice'",
+        timeout=60_000,
+    )
+    assert relay_ps(team_project)["Alice"]["state"] == "stopped"
+    page.wait_for_selector(f'{alice}[data-state="stopped"]', timeout=10_000)
+    shot("stopped")
+    assert wait_for(lambda: "Bob" in names_running(), "Bob still runs")
+
+
+def relay_ps(project: Path) -> dict[str, dict[str, Any]]:
+    done = relay("ps", "--json", cwd=project)
+    assert done.returncode == 0, done.stderr
+    return {row["name"]: row for row in json.loads(done.stdout)}
+
+
+def names_running() -> set[str]:
+    from relay.session.sessions import list_sessions
+
+    return {record.name for record in list_sessions()}
+
+
+def test_the_feed_says_hello_then_numbered_events_and_ends_when_the_server_stops(
+    project: Path, settings: Path, dashboard_server: Start, sessions: Any
+) -> None:
+    server = dashboard_server(project, "--settings", str(settings))
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    connection.putrequest("GET", "/api/events", skip_host=True)
+    connection.putheader("Host", server.host)
+    connection.putheader("Cookie", server.cookie)
+    connection.endheaders()
+    stream = connection.getresponse()
+    assert stream.status == 200
+    assert stream.getheader("content-type", "").startswith("text/event-stream")
+
+    def frame() -> dict[str, str]:
+        fields: dict[str, str] = {}
+        while (line := stream.readline().decode()) not in ("\n", ""):
+            name, _, value = line.rstrip("\n").partition(": ")
+            fields[name] = value
+        return fields
+
+    hello = frame()
+    assert hello["event"] == "hello" and "id" not in hello
+    first = json.loads(hello["data"])["seq"]
+    sessions("Alice", [{"print": "hello"}, {"sleep": 60}], project, settings)
+    event = frame()
+    while event.get("event") != "team.member":
+        event = frame()
+    assert int(event["id"]) > first
+    row = json.loads(event["data"])
+    assert row["name"] == "Alice" and row["kind"] == "agent"
+    snapshot = json.loads(request(server, "/api/team", headers={"Cookie": server.cookie})[2])
+    assert snapshot["seq"] >= int(event["id"])
+    assert "Alice" in [member["name"] for member in snapshot["members"]]
+    # Ctrl-C with a feed open: the feed ends, and so does the server (exit 0).
+    code, printed = server.stop()
+    assert code == 0, printed
+    while frame():
+        pass  # the rest, up to the end of the stream
+    connection.close()
+
+
+def test_bad_actions_are_refused_with_a_reason_and_the_server_goes_on(
+    project: Path, settings: Path, dashboard_server: Start
+) -> None:
+    server = dashboard_server(project, "--settings", str(settings))
+    page_html = request(server, "/", headers={"Cookie": server.cookie})[2]
+    headers = {
+        "Cookie": server.cookie,
+        "Origin": server.base,
+        "X-Relay-CSRF": body_meta(page_html, "relay-csrf"),
+        "Content-Type": "application/json",
+    }
+    cases = [
+        ("/api/team/send", headers, b"{not json", 400, "not JSON"),
+        ("/api/team/send", headers, b"[1, 2]", 400, "JSON object"),
+        ("/api/team/send", {**headers, "Content-Type": "text/plain"}, b"{}", 415, "JSON"),
+        ("/api/team/send", headers, b'{"body": "hi"}', 400, "who the message is for"),
+        ("/api/team/send", headers, b'{"to": "Bob", "body": " "}', 400, "empty"),
+        ("/api/team/send", headers, b"\xff\xfe", 400, "not JSON"),
+        ("/api/team/stop", headers, b"{}", 400, "which agent"),
+        ("/api/team/stop", headers, b'{"name": "Nobody"}', 409, "no agent named Nobody"),
+        ("/api/team/restart", headers, b'{"name": 3}', 400, "which agent"),
+    ]
+    for path, sent_headers, body, status, says in cases:
+        got, _, answer = request(server, path, method="POST", headers=sent_headers, body=body)
+        assert got == status, (path, body, answer)
+        assert says in json.loads(answer)["error"], (path, body, answer)
+    assert request(server, "/api/team", headers={"Cookie": server.cookie})[0] == 200
+
+
+def test_a_port_in_use_is_an_error_that_names_it(
+    project: Path, settings: Path, dashboard_server: Start
+) -> None:
+    server = dashboard_server(project, "--settings", str(settings))
+    done = subprocess.run(
+        [RELAY, "dashboard", "--no-open", "--port", str(server.port)],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"cannot listen on 127.0.0.1:{server.port}: Address already in use" in done.stderr
+
+
+@pytest.fixture
+def nats(tmp_path: Path) -> Iterator[Any]:
+    """A real nats-server with a user per machine (m1, m2) of the team crew."""
+    from nats_server import NatsServer, find_nats_server, server_config
+
+    binary = find_nats_server()
+    if binary is None:
+        pytest.skip("nats-server binary not available: install Debian's nats-server (.ci/run does)")
+    workdir = tmp_path / "nats"
+    workdir.mkdir()
+    running = NatsServer(
+        binary, workdir, server_config(workdir / "js", {}, unrestricted={"crew": ["m1", "m2"]})
+    )
+    running.start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def test_across_machines_the_page_shows_the_whole_team_and_acts_only_on_its_own(
+    *, tmp_path: Path, nats: Any, dashboard_server: Start, page: Any, shot: Any
+) -> None:
+    """Two machines (two RELAY_HOMEs) on one nats-server, each `relay up --machine` its
+    half of one team file; the dashboard of m1 shows both halves, stops only its own, and
+    its message reaches the agent on m2."""
+    from nats_server import password
+
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    records = tmp_path / "records"
+    records.mkdir()
+    lines = ['team = "crew"', ""]
+    for name, machine in (("Alice", "m1"), ("Carol", "m2")):
+        lines += [
+            "[[agent]]",
+            f"name = {json.dumps(name)}",
+            f"command = {json.dumps([sys.executable, FLEET_AGENT])}",
+            f"machine = {json.dumps(machine)}",
+            f"env = {{ AGENT_RECORD = {json.dumps(str(records / f'{name}.jsonl'))} }}",
+            "",
+        ]
+    (project / "relay.team.toml").write_text("\n".join(lines))
+    envs = {}
+    for machine in ("m1", "m2"):
+        home = tmp_path / f"home-{machine}"
+        home.mkdir()
+        server_settings = {"url": nats.url, "user": machine, "password": password(machine)}
+        messaging = {"transport": "nats", "team": "crew", "nats": server_settings}
+        (home / "settings.json").write_text(json.dumps({"messaging": messaging}))
+        envs[machine] = {**os.environ, "RELAY_HOME": str(home), "RELAY_MACHINE": machine}
+
+    def relay_on(machine: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [RELAY, *args],
+            cwd=project,
+            env=envs[machine],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
+
+    try:
+        for machine in ("m1", "m2"):
+            done = relay_on(machine, "up", "--yes", "--headless", "--machine", machine)
+            assert done.returncode == 0, done.stdout + done.stderr
+        server = dashboard_server(project, env=envs["m1"])
+        page.goto(server.url)
+        alice, carol = 'tr[data-name="Alice"]', 'tr[data-name="Carol"]'
+        page.wait_for_selector(f"{alice} button[data-action=stop]", timeout=30_000)
+        page.wait_for_selector(carol, timeout=30_000)
+        cells = page.eval_on_selector(carol, "tr => Array.from(tr.cells, c => c.textContent)")
+        assert "m2" in cells
+        assert page.query_selector(f"{carol} button[data-action=stop]") is None
+        refused = page.evaluate("() => relay.post('/api/team/stop', {name: 'Carol'})")
+        assert refused["status"] == 409
+        assert (
+            "started by relay up on machine m2, not on this one (m1)" in (refused["data"]["error"])
+        )
+        # A message from the page crosses to m2.
+        page.click(f"{carol} button[data-action=message]")
+        page.fill("#send-text", "hello from the page")
+        page.click("#send-button")
+        page.wait_for_function(
+            "() => document.querySelector('#team-notice').textContent.startsWith('queued [')"
+        )
+        wait_for(
+            lambda: "hello from the page" in (records / "Carol.jsonl").read_text(),
+            "Carol (m2) to read the page's message",
+        )
+        shot("two-machines")
+    finally:
+        relay_on("m1", "down")
+        relay_on("m2", "down")

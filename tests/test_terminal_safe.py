@@ -298,6 +298,7 @@ PROTOCOL = "protocol"
 INVOCATIONS: dict[str, list[list[str]]] = {
     "agents": [[], ["--prune", "--older-than", "999d"]],
     "agents forget": [["Carol"]],
+    "dashboard": [["--no-open", "--host", EVERY_KIND]],
     "doctor": [["--no-measure"]],
     "hooks disable": [[f"project{EVERY_KIND}"], ["--force", "nothing"]],
     "hooks enable": [[f"project{EVERY_KIND}"]],

@@ -44,8 +44,10 @@
 
   function actions(row) {
     if (row.here) {
+      const ended = ["exited", "stopped"].includes(row.state);
       return el("span", { class: "actions" },
-        actionButton(row, "stop", "stop"), actionButton(row, "restart", "restart"),
+        ended ? null : actionButton(row, "stop", "stop"),
+        actionButton(row, "restart", ended ? "start" : "restart"),
         messageButton(row));
     }
     const why = row.supervised
