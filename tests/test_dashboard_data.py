@@ -222,9 +222,14 @@ def test_search_is_relay_messages_grep(mailbox: SqliteMailbox, project: Path) ->
     assert isinstance(error.value, MessagingError) and "since" in str(error.value)
 
 
-def test_the_feed_gives_what_is_new_since_its_cursor(mailbox: SqliteMailbox, project: Path) -> None:
+def test_the_feed_gives_what_is_new_since_its_cursor(
+    mailbox: SqliteMailbox, project: Path, request: pytest.FixtureRequest
+) -> None:
     first, _ = mailbox.send(team=TEAM, sender="Alice", recipient="Bob", body="first")
-    conversation = Conversation(mailbox, TEAM)
+    # The dashboard's own connection to the mailbox; sessions write through theirs.
+    reader = SqliteMailbox(mailbox.path)
+    request.addfinalizer(reader.close)
+    conversation = Conversation(reader, TEAM)
     page = conversation.page()
     feed = ConversationFeed(conversation, after=page.cursor, shown=page.entries)
     assert feed.poll().entries == [] and feed.poll().deliveries == []
@@ -269,11 +274,30 @@ def test_deliveries_of_many_messages_in_one_read(mailbox: SqliteMailbox) -> None
         for n in range(1200)  # more than one chunk of bound parameters
     ]
     found = mailbox.search(TEAM, HistoryQuery(), limit=2000)
-    deliveries = mailbox.deliveries(TEAM, [item.seq for item in found] + [10**9])
+    keys = [(item.seq, item.message.recipient) for item in found]
+    deliveries = mailbox.deliveries(TEAM, [*keys, (10**9, "*"), (found[0].seq, "Carol")])
     assert len(deliveries) == 1200
     assert {d.message.id for item in found for d in deliveries[item.seq]} == {m.id for m in sent}
     assert all([d.recipient for d in deliveries[item.seq]] == ["Alice", "Bob"] for item in found)
-    assert mailbox.deliveries("other-team", [item.seq for item in found]) == {}
+    assert mailbox.deliveries("other-team", keys) == {}
+    # One recipient's, and those of a name no longer in the team (its mail died then).
+    assert [
+        d.recipient for d in mailbox.deliveries(TEAM, [(found[0].seq, "Bob")])[found[0].seq]
+    ] == ["Bob"]
+    mailbox.forget("pat", team=TEAM)
+    mailbox.register_agent("Carol", team=TEAM, session_id="c", pid=_gone_pid())
+    mailbox.set_presence("Carol", team=TEAM, session_id="c", state="offline")
+    mailbox.send(team=TEAM, sender="Alice", recipient="*", body="last call")
+    mailbox.forget("Carol", team=TEAM)
+    (last,) = mailbox.search(TEAM, HistoryQuery(text="last call"), limit=1)
+    states = mailbox.deliveries(TEAM, [(last.seq, "*")])[last.seq]
+    assert [(d.recipient, d.state) for d in states] == [("Bob", "queued"), ("Carol", "dead")]
+
+
+def _gone_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
 
 
 # -- Hooks -------------------------------------------------------------------------------

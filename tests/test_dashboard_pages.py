@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser import DashboardServer, shot
+from browser import DashboardServer
 
 from relay.services.messaging.mailbox import SqliteMailbox
 from relay.services.messaging.model import LoopStoppedError
@@ -30,6 +30,7 @@ GUARD = "import sys; sys.stderr.write('no rm, <b>really</b>'); sys.exit(2)"
 BROKEN = "import sys; sys.stderr.write('boom <img src=x onerror=alert(1)>'); sys.exit(1)"
 FINE = "import json; print(json.dumps({'decision': 'allow'}))"
 Start = Callable[..., DashboardServer]
+Shot = Callable[[str], Path]
 
 
 def relay(*args: str, stdin: str = "", cwd: Path, **env: str) -> str:
@@ -98,7 +99,7 @@ def test_a_relay_send_appears_in_the_conversation_live_as_text(
     dashboard_server: Start,
     page: Any,
     dialogs: list[str],
-    request: pytest.FixtureRequest,
+    shot: Shot,
 ) -> None:
     mailbox.send(team=TEAM, sender="Alice", recipient="Bob", body="the parser is done")
     # Alice and Bob in a reply loop, stopped by relay after 2 exchanges.
@@ -149,7 +150,7 @@ def test_a_relay_send_appears_in_the_conversation_live_as_text(
     assert page.query_selector_all("#conversation-list img, #conversation-list script") == []
     page.wait_for_timeout(500)  # a handler that would run has had its turn
     assert dialogs == []
-    shot(page, request, "conversation")
+    shot("conversation")
 
     # Search: the same words as relay messages --grep; then the thread.
     page.fill("#conversation-grep", "deploy")
@@ -166,7 +167,7 @@ def test_a_relay_send_appears_in_the_conversation_live_as_text(
         "#conversation-list .body", "nodes => nodes.map((node) => node.textContent)"
     )
     assert bodies == ["please deploy", "no deploy today"]
-    shot(page, request, "search")
+    shot("search")
     page.click("#conversation-threads .thread-link")
     page.wait_for_function(
         "() => document.querySelector('#conversation-thread').value === 'deploy'"
@@ -180,7 +181,7 @@ def test_a_deny_appears_on_the_hooks_page_live_highlighted_and_opens_on_click(
     dashboard_server: Start,
     page: Any,
     dialogs: list[str],
-    request: pytest.FixtureRequest,
+    shot: Shot,
 ) -> None:
     server = dashboard_server(project)
     open_page(page, server, "hooks")
@@ -209,7 +210,7 @@ def test_a_deny_appears_on_the_hooks_page_live_highlighted_and_opens_on_click(
     page.wait_for_selector('#hooks-stats tr[data-hook="broken"].failed', timeout=WAIT_MS)
     stats = page.inner_text('#hooks-stats tr[data-hook="guard"]')
     assert stats.split()[:2] == ["guard", "1"]
-    shot(page, request, "live")
+    shot("live")
 
     denied.click()
     page.wait_for_selector("#hooks-detail pre.json", timeout=WAIT_MS)
@@ -224,7 +225,7 @@ def test_a_deny_appears_on_the_hooks_page_live_highlighted_and_opens_on_click(
     assert page.query_selector_all("#page-hooks img, #page-hooks b:has-text('really')") == []
     page.wait_for_timeout(500)
     assert dialogs == []
-    shot(page, request, "detail")
+    shot("detail")
 
     page.check("#hooks-only")
     assert page.is_hidden('tr.call[data-hook="fine"]')
@@ -236,7 +237,7 @@ def test_a_memory_search_shows_results_with_their_reasons(
     dashboard_server: Start,
     page: Any,
     dialogs: list[str],
-    request: pytest.FixtureRequest,
+    shot: Shot,
 ) -> None:
     relay("memory", "save", "the deploy script lives in tools/deploy.sh #deploy", cwd=project)
     relay("memory", "save", "--global", "prefer small commits", cwd=project)
@@ -262,7 +263,7 @@ def test_a_memory_search_shows_results_with_their_reasons(
         "#memory-hits .body", "nodes => nodes.map((node) => node.textContent)"
     )
     assert HOSTILE[1] + " deploy notes" in bodies
-    shot(page, request, "search")
+    shot("search")
 
     # A memory saved elsewhere shows without a reload.
     relay("memory", "save", "a new note about releases", cwd=project)

@@ -52,8 +52,9 @@ DEFAULT_LIMIT = 200
 MAX_LIMIT = 2000
 FEED_PAGE = 500
 """Messages read at a time for the feed."""
-TRACKED = 5000
-"""Deliveries under way (queued or handed) the feed watches at most; the oldest go first."""
+TRACKED = 3000
+"""Deliveries under way (queued or handed) the feed watches at most, those of the oldest
+messages let go first: each look reads each of them (one index look-up each)."""
 
 SenderKind = Literal["agent", "human", "relay"]
 NoticeKind = Literal["loop-stop", "refused", "undelivered", "rate-limit", "other"]
@@ -193,6 +194,8 @@ class Conversation:
     def __init__(self, mailbox: SqliteMailbox, team: str) -> None:
         self.mailbox = mailbox
         self.team = team
+        self._kinds: dict[str, SenderKind] = {}
+        """Whether a name is an agent's or a human's, read again when a name is new."""
 
     def page(
         self, query: HistoryQuery | None = None, *, limit: int = DEFAULT_LIMIT
@@ -224,12 +227,15 @@ class Conversation:
         """The timeline entries of messages the mailbox found, with their deliveries."""
         if not found:
             return []
-        deliveries = self.mailbox.deliveries(self.team, [item.seq for item in found])
-        kinds: dict[str, SenderKind] = {
-            agent.name: agent.kind for agent in self.mailbox.agents(self.team)
-        }
+        deliveries = self.mailbox.deliveries(
+            self.team, [(item.seq, item.message.recipient) for item in found]
+        )
+        senders = {item.message.sender for item in found} - {SYSTEM_SENDER}
+        if not senders <= self._kinds.keys():
+            # A name not seen yet (a name is known to the mailbox before it sends).
+            self._kinds = {agent.name: agent.kind for agent in self.mailbox.agents(self.team)}
         return [
-            _entry(item, deliveries.get(item.seq, []), kinds.get(item.message.sender))
+            _entry(item, deliveries.get(item.seq, []), self._kinds.get(item.message.sender))
             for item in found
         ]
 
@@ -246,12 +252,19 @@ class ConversationFeed:
         self._pending: dict[int, dict[str, DeliveryView]] = {}
         """seq -> recipient -> the delivery as last seen, for those under way."""
         self._ids: dict[int, str] = {}
+        self._tracked = 0
+        """How many deliveries `_pending` holds."""
+        self._version: int | None = None
+        """The mailbox's data_version at the last look at the deliveries."""
         self.track(shown)
 
     def poll(self) -> Update:
         """New messages stored after the cursor (FEED_PAGE at most: look again while a
-        look returns that many) and deliveries that changed since the last look."""
-        changes = self._changes()
+        look returns that many) and deliveries that changed since the last look (read
+        again only when another connection has written to the mailbox since)."""
+        version = self.conversation.mailbox.data_version()
+        changes = self._changes() if version != self._version else []
+        self._version = version
         entries, self.cursor = self.conversation.since(self.cursor)
         self.track(entries)
         return Update(entries=entries, deliveries=changes, cursor=self.cursor)
@@ -264,19 +277,21 @@ class ConversationFeed:
                 for delivery in entry.deliveries
                 if delivery.state in ("queued", "handed")
             }
-            if under_way:
+            if under_way and entry.seq not in self._pending:
                 self._pending[entry.seq] = under_way
                 self._ids[entry.seq] = entry.id
-        while len(self._pending) > TRACKED:
+                self._tracked += len(under_way)
+        while self._tracked > TRACKED:
             oldest = min(self._pending)
-            del self._pending[oldest]
+            self._tracked -= len(self._pending.pop(oldest))
             self._ids.pop(oldest, None)
 
     def _changes(self) -> list[DeliveryChange]:
         if not self._pending:
             return []
         conversation = self.conversation
-        now = conversation.mailbox.deliveries(conversation.team, list(self._pending))
+        keys = [(seq, name) for seq, seen in self._pending.items() for name in seen]
+        now = conversation.mailbox.deliveries(conversation.team, keys)
         changes: list[DeliveryChange] = []
         for seq in sorted(self._pending):
             seen = self._pending[seq]
@@ -290,6 +305,7 @@ class ConversationFeed:
                     seen[delivery.recipient] = delivery
                 else:
                     del seen[delivery.recipient]
+                    self._tracked -= 1
             if not seen:
                 del self._pending[seq]
                 self._ids.pop(seq, None)
@@ -399,7 +415,7 @@ class ConversationView:
         start = await anyio.to_thread.run_sync(conversation.mailbox.newest_seq, conversation.team)
         feed = ConversationFeed(conversation, after=start)
         # The deliveries under way of what a page shows at first are followed too.
-        shown = await anyio.to_thread.run_sync(lambda: conversation.page(limit=MAX_LIMIT))
+        shown = await anyio.to_thread.run_sync(conversation.page)
         feed.track(shown.entries)
         stored = anyio.Event()
 
