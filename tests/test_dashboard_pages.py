@@ -148,6 +148,17 @@ def test_a_relay_send_appears_in_the_conversation_live_as_text(
             timeout=WAIT_MS,
         )
     assert page.query_selector_all("#conversation-list img, #conversation-list script") == []
+    # A broadcast to many shows its deliveries as counts by state.
+    for number in range(6):
+        mailbox.register_agent(f"Helper{number}", team=TEAM, session_id=f"h{number}")
+    relay("send", "*", "stand-up in five", cwd=project, USER="pat")
+    grouped = page.wait_for_selector(
+        'li.entry:has-text("stand-up in five") .chip[data-state="queued"]', timeout=WAIT_MS
+    )
+    assert grouped.inner_text() == "8 queued"
+    assert grouped.get_attribute("title") == ", ".join(
+        sorted(["Alice", "Bob", *(f"Helper{number}" for number in range(6))])
+    )
     page.wait_for_timeout(500)  # a handler that would run has had its turn
     assert dialogs == []
     shot("conversation")

@@ -6,6 +6,7 @@
 (function () {
   const { el, clear } = window.relay;
   const KEEP = 1000;  // entries kept in the page; the oldest go first
+  const GROUP_ABOVE = 6;  // more deliveries than this are shown as counts by state
   const FIELDS = ["grep", "sender", "recipient", "thread", "since", "until"];
   const shown = new Map();  // seq -> {entry, node, chips}
   let view = null;
@@ -14,6 +15,20 @@
   let catching = null;  // a search's catch-up under way
   let again = false;
   let held = null;  // the events that came while the page reads a search of its own
+
+  // `work` at the next animation frame, or within 250 ms where frames are not drawn (a
+  // hidden tab).
+  function nextFrame(work) {
+    let done = false;
+    const run = () => {
+      if (!done) {
+        done = true;
+        work();
+      }
+    };
+    requestAnimationFrame(run);
+    setTimeout(run, 250);
+  }
 
   function query(extra) {
     const parameters = new URLSearchParams();
@@ -49,9 +64,28 @@
       " resume when a human writes to either, or at " + stop.until + " UTC");
   }
 
+  // A message's deliveries: a chip each, or for many (a broadcast) one chip per state
+  // with how many, the names in its tooltip.
+  function paintChips(made) {
+    clear(made.chips);
+    const all = Array.from(made.deliveries.values());
+    if (all.length <= GROUP_ABOVE) {
+      for (const delivery of all) made.chips.appendChild(chip(delivery));
+      return;
+    }
+    const byState = new Map();
+    for (const delivery of all) {
+      if (!byState.has(delivery.state)) byState.set(delivery.state, []);
+      byState.get(delivery.state).push(delivery.recipient);
+    }
+    for (const [state, names] of byState) {
+      made.chips.appendChild(el("span", { class: "chip delivery-" + state, title: names.join(", "),
+        dataset: { state: state, count: names.length } }, names.length + " " + state));
+    }
+  }
+
   function entryNode(entry) {
     const chips = el("span", { class: "deliveries" });
-    for (const delivery of entry.deliveries) chips.appendChild(chip(delivery));
     const classes = ["entry"];
     if (entry.notice) classes.push("notice-entry", "notice-" + entry.notice);
     if (entry.sender_kind) classes.push("from-" + entry.sender_kind);
@@ -71,11 +105,14 @@
       head,
       entry.loop_stop ? loopBanner(entry.loop_stop) : null,
       el("div", { class: "body" }, entry.body));
-    return { entry: entry, node: node, chips: chips };
+    const made = { entry: entry, node: node, chips: chips, deliveries: new Map() };
+    for (const delivery of entry.deliveries) made.deliveries.set(delivery.recipient, delivery);
+    paintChips(made);
+    return made;
   }
 
   function add(entries) {
-    const atEnd = nearEnd();
+    const atEnd = following && entries.length > 0;
     for (const entry of entries) {
       if (shown.has(entry.seq)) continue;
       const made = entryNode(entry);
@@ -90,7 +127,7 @@
     }
     recount();
     threadsLater();
-    if (atEnd && view.list.lastElementChild) view.list.lastElementChild.scrollIntoView({ block: "end" });
+    if (atEnd) toEnd();
   }
 
   // The threads of the messages shown (as the server's `threads_of` sums them), at most
@@ -104,19 +141,26 @@
     return shown.keys().next().value;
   }
 
+  // Whether the view is at the end of the timeline (so it follows new messages): read on
+  // scrolling, not on every message (a read of the layout costs one).
+  let following = true;
   function nearEnd() {
     const rest = document.documentElement.scrollHeight - (window.scrollY + window.innerHeight);
     return rest < 120;
   }
+  window.addEventListener("scroll", () => {
+    if (view && !view.list.closest("[hidden]")) following = nearEnd();
+  }, { passive: true });
 
-  function changed(change) {
-    const made = shown.get(change.seq);
-    if (!made) return;
-    const delivery = change.delivery;
-    const old = made.chips.querySelector('[data-recipient="' + CSS.escape(delivery.recipient) + '"]');
-    const fresh = chip(delivery);
-    if (old) old.replaceWith(fresh);
-    else made.chips.appendChild(fresh);
+  function changed(changes) {
+    const touched = new Set();
+    for (const change of changes) {
+      const made = shown.get(change.seq);
+      if (!made) continue;
+      made.deliveries.set(change.delivery.recipient, change.delivery);
+      touched.add(made);
+    }
+    for (const made of touched) paintChips(made);
   }
 
   function recount() {
@@ -161,8 +205,13 @@
     view.problem.textContent = (snapshot.problems || []).join("; ");
     view.problem.hidden = !(snapshot.problems || []).length;
     view.searching.textContent = filtered() ? "matching the search" : "";
-    const last = view.list.lastElementChild;
-    if (last) last.scrollIntoView({ block: "end" });
+    following = true;
+    toEnd();
+  }
+
+  function toEnd() {
+    if (!view.list.parentNode || view.list.closest("[hidden]")) return;
+    window.scrollTo(0, document.documentElement.scrollHeight);
   }
 
   async function load() {
@@ -178,6 +227,7 @@
     const waiting = held;
     held = null;
     for (const data of waiting) update(null, data);
+    if (inbox) flush();
   }
 
   function search(wanted) {
@@ -212,14 +262,36 @@
     }
   }
 
+  // Updates are applied once a frame, together: a flood of messages costs one layout a
+  // frame, not one a message.
+  let inbox = null;
   function update(section, data) {
     if (held) {
       held.push(data);
       return;
     }
-    if (filtered()) catchUp();
-    else add(data.entries.filter((entry) => entry.seq > cursor));
-    for (const change of data.deliveries) changed(change);
+    if (!inbox) {
+      inbox = [];
+      nextFrame(flush);
+    }
+    inbox.push(data);
+  }
+
+  function flush() {
+    const batch = inbox || [];
+    inbox = null;
+    const entries = [];
+    const changes = [];
+    for (const data of batch) {
+      for (const entry of data.entries) entries.push(entry);
+      for (const change of data.deliveries) changes.push(change);
+    }
+    if (filtered()) {
+      if (entries.length) catchUp();
+    } else {
+      add(entries.filter((entry) => entry.seq > cursor));
+    }
+    changed(changes);
   }
 
   function mount(section) {

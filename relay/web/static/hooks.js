@@ -198,12 +198,39 @@
         view.detail)));
   }
 
+  // `work` at the next animation frame, or within 250 ms where frames are not drawn.
+  function nextFrame(work) {
+    let done = false;
+    const run = () => {
+      if (!done) {
+        done = true;
+        work();
+      }
+    };
+    requestAnimationFrame(run);
+    setTimeout(run, 250);
+  }
+
+  // Calls are added once a frame, together.
+  let inbox = null;
+  function calls(section, data) {
+    if (!inbox) {
+      inbox = [];
+      nextFrame(() => {
+        const batch = inbox;
+        inbox = null;
+        add(batch);
+      });
+    }
+    for (const call of data.calls) inbox.push(call);
+  }
+
   window.relay.page("hooks", {
     snapshot: "/api/hooks",
     mount: mount,
     render: render,
     events: {
-      "hooks.calls": (section, data) => add(data.calls.filter((call) => call.event_id > cursor)),
+      "hooks.calls": calls,
       "hooks.stats": (section, data) => stats(data),
     },
   });
