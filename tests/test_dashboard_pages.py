@@ -283,3 +283,33 @@ def test_a_memory_search_shows_results_with_their_reasons(
     )
     page.wait_for_timeout(500)
     assert dialogs == []
+
+
+def test_bad_requests_are_refused_with_a_reason_and_the_page_says_it(
+    project: Path, mailbox: SqliteMailbox, dashboard_server: Start, page: Any
+) -> None:
+    server = dashboard_server(project)
+    open_page(page, server, "conversation")
+
+    def get(path: str) -> tuple[int, str]:
+        answer = page.request.get(server.base + path)
+        return answer.status, str(answer.json().get("error", ""))
+
+    status, error = get("/api/conversation?grep=%21%21%21")
+    assert status == 400 and "no words in it" in error
+    status, error = get("/api/conversation?since=last%20tuesday")
+    assert status == 400 and "neither a duration ago" in error
+    assert get("/api/conversation/since?cursor=99999999999999999999999")[0] == 400
+    assert get("/api/conversation?limit=-1")[0] == 400
+    status, error = get("/api/hooks/call?event=7&call=1")
+    assert status == 404 and "no event 7 in the hook log" in error
+    assert get("/api/hooks?limit=ten")[0] == 400
+    status, error = get("/api/memory/search?q=deploy&scope=everywhere")
+    assert status == 400 and "no scope 'everywhere'" in error
+    assert get("/api/memory/search?q=" + "x" * 2000)[0] == 400
+    # The server goes on answering, and the page shows a bad search's reason.
+    assert page.request.get(server.base + "/api/conversation").status == 200
+    page.fill("#conversation-grep", "!!!")
+    page.click("#conversation-go")
+    page.wait_for_selector("#conversation-error:not([hidden])", timeout=WAIT_MS)
+    assert "no words in it" in page.inner_text("#conversation-error")
