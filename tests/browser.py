@@ -178,7 +178,8 @@ def start_dashboard(cwd: Path, *options: str, env: dict[str, str] | None = None)
                     return DashboardServer(process, line.strip(), printed.decode(errors="replace"))
     process.kill()
     out, err = process.communicate()
-    raise AssertionError(f"relay dashboard printed no URL: {printed.decode()}{out}{err}")
+    said = (printed + out + err).decode(errors="replace")
+    raise AssertionError(f"relay dashboard printed no URL: {said}")
 
 
 @pytest.fixture

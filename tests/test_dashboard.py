@@ -201,6 +201,8 @@ def test_agents_started_with_relay_run_appear_within_a_second(
     *, project: Path, settings: Path, dashboard_server: Start, page: Any, sessions: Any, shot: Any
 ) -> None:
     server = dashboard_server(project, "--settings", str(settings))
+    console: list[str] = []
+    page.on("console", lambda message: console.append(f"{message.type}: {message.text}"))
     page.goto(server.url)
     assert page.url == server.base + "/"
     page.wait_for_selector("#team-table")
@@ -225,6 +227,7 @@ def test_agents_started_with_relay_run_appear_within_a_second(
     page.wait_for_selector('tr[data-name="Bob"][data-state="lost"] .state-lost', timeout=10_000)
     assert page.text_content('tr[data-name="Alice"] [data-field="state"]') == "working"
     shot("lost")
+    assert [line for line in console if line.startswith("error")] == []  # no CSP refusal
     # Ctrl-C with the page open (its feed connected): the server ends, exit 0.
     code, printed = server.stop()
     assert code == 0, printed
@@ -305,16 +308,13 @@ def test_a_message_sent_from_the_page_reaches_the_agents_inbox(
     # The agent itself read it (relay run typed it in).
     wait_for(lambda: text in (project / "Alice.jsonl").read_text(), "Alice to read it")
     assert alice.poll() is None
-    # A message to nobody is refused, and the page says why.
-    page.evaluate(
-        "() => { const o = document.createElement('option'); o.value = 'nobody';"
-        " document.querySelector('#send-to').appendChild(o); }"
-    )
-    page.select_option("#send-to", "nobody")
-    page.fill("#send-text", "hello?")
+    # A message to nobody is refused, and says why; one the server refuses shows why.
+    refused = page.evaluate("() => relay.post('/api/team/send', {to: 'nobody', body: 'x'})")
+    assert refused["status"] == 409 and "nobody" in refused["data"]["error"]
+    page.fill("#send-text", "x" * 70_000)
     page.click("#send-button")
     page.wait_for_selector("#team-notice.error")
-    assert "nobody" in page.text_content("#team-notice")
+    assert "longer than 65536 characters" in page.text_content("#team-notice")
 
 
 def wait_for(condition: Callable[[], Any], what: str, timeout: float = 60) -> Any:
@@ -612,3 +612,54 @@ def test_across_machines_the_page_shows_the_whole_team_and_acts_only_on_its_own(
     finally:
         relay_on("m1", "down")
         relay_on("m2", "down")
+
+
+def test_another_host_is_warned_about_and_still_checked(
+    project: Path, settings: Path, dashboard_server: Start
+) -> None:
+    import socket
+
+    server = dashboard_server(project, "--settings", str(settings), "--host", "0.0.0.0")
+    assert server.host == f"{socket.gethostname()}:{server.port}"  # the URL names the machine
+    cookie = {"Cookie": server.cookie}
+    for host in (server.host, f"127.0.0.1:{server.port}", f"localhost:{server.port}"):
+        assert request(server, "/api/team", headers={**cookie, "Host": host})[0] == 200, host
+    for host in (f"evil.example:{server.port}", f"{socket.gethostname()}:1"):
+        assert request(server, "/api/team", headers={**cookie, "Host": host})[0] == 403, host
+    assert request(server, "/api/team")[0] == 403
+    code, printed = server.stop()
+    assert code == 0
+    assert "warning: listening on 0.0.0.0, not on loopback" in printed
+
+
+def test_the_feed_cuts_off_a_browser_that_falls_behind_and_refuses_bad_event_types() -> None:
+    import anyio
+
+    from relay.web.feed import BACKLOG, Feed
+
+    async def main() -> None:
+        feed = Feed()
+        feed.publish("team.member", {"name": "before"})
+        slow, quick = feed.subscribe(), feed.subscribe()
+        assert await anext(slow) == b'event: hello\ndata: {"seq": 1}\n\n'
+        assert await anext(quick) == b'event: hello\ndata: {"seq": 1}\n\n'
+        feed.publish("team.member", {"name": "<b>x</b>\n"})
+        assert await anext(quick) == (
+            b'id: 2\nevent: team.member\ndata: {"name":"<b>x</b>\\n"}\n\n'
+        )
+        for number in range(BACKLOG):
+            feed.publish("team.member", {"n": number})
+            await anext(quick)
+        # slow read none of them: it is cut off once its backlog is full (it reconnects).
+        frames = [frame async for frame in slow]
+        assert len(frames) == BACKLOG
+        for kind in ("Team.member", "team member", "team\nevent: x", ""):
+            with pytest.raises(ValueError, match="not an event type"):
+                feed.publish(kind, {})
+        feed.close()
+        assert [frame async for frame in quick] == []
+        assert [frame async for frame in feed.subscribe()] == [
+            b'event: hello\ndata: {"seq": %d}\n\n' % feed.seq
+        ]
+
+    anyio.run(main)

@@ -97,4 +97,12 @@ def _open(url: str) -> None:
     import threading
     import webbrowser
 
-    threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
+    def open_it() -> None:
+        try:
+            opened = webbrowser.open(url)
+        except webbrowser.Error:
+            opened = False
+        if not opened:
+            click.echo("relay dashboard: no browser could be opened; open the URL above", err=True)
+
+    threading.Thread(target=open_it, daemon=True).start()

@@ -45,4 +45,7 @@ The modules:
 
 Every text from agents, messages, hooks and memories is set with `textContent` (through
 `relay.el`), never as HTML: the CSP forbids inline scripts and styles in any case.
+
+A page is tested in Chromium through `tests/browser.py`: its fixtures start a real
+`relay dashboard` (`dashboard_server`), a page (`page`) and save screenshots (`shot`).
 """

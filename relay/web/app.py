@@ -105,20 +105,9 @@ def create_app(
             headers={**NO_STORE, "x-accel-buffering": "no"},
         )
 
-    async def describe(request: Request) -> Response:
-        return json_answer(
-            {
-                "team": dashboard.team,
-                "user": dashboard.user,
-                "machine": dashboard.machine,
-                "pages": [{"name": p.name, "title": p.title} for p in pages],
-            }
-        )
-
     routes: list[BaseRoute] = [
         Route("/", index),
         Route("/api/events", events),
-        Route("/api/dashboard", describe),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     for each in pages:

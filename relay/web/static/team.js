@@ -59,7 +59,8 @@
   function messageButton(row) {
     if (row.kind !== "agent") return null;
     return el("button", { type: "button", dataset: { action: "message", name: row.name },
-      on: { click: () => { view.to.value = row.name; view.text.focus(); } } }, "message");
+      on: { click: () => { view.to.value = view.picked = row.name; view.text.focus(); } } },
+      "message");
   }
 
   function rowNode(row) {
@@ -112,14 +113,17 @@
     view.empty.hidden = rows.size > 0;
   }
 
+  // The form's names: the agents, then everyone (`*`), which is never chosen for the
+  // human: the first agent is, until they pick one.
   function options() {
-    const chosen = view.to.value;
+    const chosen = view.picked || view.to.value;
     const names = Array.from(rows.values()).filter((entry) => entry.row.kind === "agent")
       .map((entry) => entry.row.name).sort();
     clear(view.to);
-    view.to.appendChild(el("option", { value: "*" }, "everyone (*)"));
     for (const name of names) view.to.appendChild(el("option", { value: name }, name));
-    view.to.value = names.includes(chosen) || chosen === "*" ? chosen : (names[0] || "*");
+    view.to.appendChild(el("option", { value: "*" }, "everyone (*)"));
+    view.to.value = names.includes(chosen) || (chosen === "*" && view.picked) ? chosen
+      : (names[0] || "*");
   }
 
   function notice(kind, text) {
@@ -145,12 +149,13 @@
 
   function mount(section) {
     const body = el("tbody", { id: "team-rows" });
-    const to = el("select", { id: "send-to", "aria-label": "to" });
+    const to = el("select", { id: "send-to", "aria-label": "to",
+      on: { change: () => { view.picked = to.value; } } });
     const text = el("input", { id: "send-text", type: "text", autocomplete: "off",
       placeholder: "a message from you to the agent" });
     const sendButton = el("button", { id: "send-button", type: "submit" }, "send");
     view = {
-      body: body, to: to, text: text, send: sendButton,
+      body: body, to: to, text: text, send: sendButton, picked: null,
       count: el("span", { class: "dim", id: "team-count" }),
       problem: el("div", { class: "notice error", id: "team-problem", hidden: true }),
       empty: el("div", { class: "empty", id: "team-empty" },
