@@ -73,16 +73,21 @@ def mailbox(relay_home: Path, project: Path) -> Iterator[SqliteMailbox]:
 
 
 @pytest.fixture
-def dialogs(page: Any) -> list[str]:
-    """Every dialog (alert, confirm, prompt) the page opens: there must be none."""
+def dialogs(page: Any) -> Iterator[list[str]]:
+    """Every dialog (alert, confirm, prompt) the page opens: there must be none. Nor may
+    the page log an error (a script's exception, or anything the CSP refused)."""
     opened: list[str] = []
+    errors: list[str] = []
 
     def dismiss(dialog: Any) -> None:
         opened.append(dialog.message)
         dialog.dismiss()
 
     page.on("dialog", dismiss)
-    return opened
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("console", lambda message: message.type == "error" and errors.append(message.text))
+    yield opened
+    assert errors == []
 
 
 def open_page(page: Any, server: DashboardServer, name: str) -> None:
