@@ -12,7 +12,12 @@ from starlette.routing import BaseRoute
 if TYPE_CHECKING:
     from relay.web.dashboard import Dashboard
 
-PAGE_MODULES: tuple[str, ...] = ("relay.web.team",)
+PAGE_MODULES: tuple[str, ...] = (
+    "relay.web.team",
+    "relay.web.conversation",
+    "relay.web.hooks",
+    "relay.web.memory",
+)
 """The page modules, in the navigation's order; each has `page(dashboard) -> Page`."""
 
 

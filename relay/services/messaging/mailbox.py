@@ -61,7 +61,7 @@ import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -220,6 +220,23 @@ _CLAIMABLE_QUEUED = f"""
 SELECT {_DELIVERY_COLUMNS}, d.seq FROM deliveries d INDEXED BY deliveries_by_state
 JOIN messages m ON m.seq = d.seq
 WHERE d.team = ? AND d.recipient = ? AND d.state = 'queued' ORDER BY d.seq LIMIT ?
+"""
+# Every name the team's deliveries are for (a name removed from `agents` keeps its
+# deliveries): one seek per name along the primary key, not a scan of the deliveries.
+_RECIPIENTS = """
+WITH RECURSIVE named(name) AS (
+    SELECT (SELECT MIN(recipient) FROM deliveries WHERE team = ?1)
+    UNION ALL SELECT (SELECT MIN(recipient) FROM deliveries WHERE team = ?1 AND recipient > name)
+    FROM named WHERE name IS NOT NULL
+) SELECT name FROM named WHERE name IS NOT NULL
+"""
+# The deliveries of a JSON list of [recipient, seq] pairs, each by its primary key (CROSS
+# JOIN keeps the list the outer loop: the planner would scan the team's deliveries).
+_DELIVERIES_OF = f"""
+SELECT d.seq, {_DELIVERY_COLUMNS} FROM json_each(?2) AS j
+CROSS JOIN deliveries d ON d.team = ?1 AND d.recipient = json_extract(j.value, '$[0]')
+    AND d.seq = json_extract(j.value, '$[1]')
+CROSS JOIN messages m ON m.seq = d.seq ORDER BY d.seq, d.recipient
 """
 _CLAIMABLE_ELSEWHERE = """
 SELECT seq FROM deliveries
@@ -1362,6 +1379,28 @@ class SqliteMailbox:
             ).fetchone()
         )
         return _delivery(row) if row is not None else None
+
+    def deliveries(
+        self, team: str, keys: Iterable[tuple[int, str]]
+    ) -> dict[int, builtins.list[Delivery]]:
+        """The deliveries that `keys` name, each (seq, recipient): a message's (by its
+        `Found.seq`) to that recipient, or with recipient `*` (a broadcast's) to each of
+        its recipients. By seq, each message's in recipient order; what does not exist is
+        left out. One index look-up a delivery, whatever the history."""
+        wanted = set(keys)
+
+        def work(db: sqlite3.Connection) -> dict[int, builtins.list[Delivery]]:
+            pairs = {(name, seq) for seq, name in wanted if name != BROADCAST}
+            broadcasts = {seq for seq, name in wanted if name == BROADCAST}
+            if broadcasts:
+                names = [row[0] for row in db.execute(_RECIPIENTS, (team,))]
+                pairs.update((name, seq) for seq in broadcasts for name in names)
+            found: dict[int, builtins.list[Delivery]] = {}
+            for row in db.execute(_DELIVERIES_OF, (team, json.dumps(sorted(pairs)))):
+                found.setdefault(int(row[0]), []).append(_delivery(row[1:]))
+            return found
+
+        return self._read(work)
 
     def history(
         self, *, team: str, thread: str | None = None, limit: int = 50
