@@ -269,7 +269,9 @@ def test_hostile_text_from_an_agent_renders_as_text(
     shot("hostile")
     assert page.evaluate("window.pwned") is None
     assert page.evaluate("document.querySelectorAll('#main img, #main script').length") == 0
-    assert page.evaluate("document.scripts.length") == 2  # app.js and team.js
+    # Only the shell's own scripts (app.js and one per page), none from the agent's text.
+    sources = page.evaluate("Array.from(document.scripts, s => s.getAttribute('src'))")
+    assert sources and all(src and src.startswith("/static/") for src in sources), sources
     assert dialogs == []
 
 
