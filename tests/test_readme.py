@@ -434,6 +434,10 @@ def stop_team(project: Project) -> None:
 
 
 BLOCKS: dict[str, Entry] = {
+    "$ relay dashboard             # serves on 127.0.0.1, prints its URL with a token, opens it": Listed(
+        "serves until Ctrl-C and opens a browser: tests/test_dashboard.py runs it against "
+        "the distribution's Chromium"
+    ),
     TEAM_FILE: File("relay.team.toml", team_file_is_read_as_shown),
     TEAM_TOUR: Commands(
         setup=scripted_team,
