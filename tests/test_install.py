@@ -119,6 +119,62 @@ def test_a_stale_client_path_is_updated_in_place(env: dict[str, str]) -> None:
     assert "/old/place" not in path.read_text()
 
 
+def run_entry(command: str, env: dict[str, str], event: str) -> subprocess.CompletedProcess[str]:
+    """A host entry's command run as a host runs it: `sh -c`, the event on stdin."""
+    payload = json.dumps({"session_id": "s", "cwd": env["HOME"], "hook_event_name": event})
+    return subprocess.run(
+        ["sh", "-c", command],
+        input=payload,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_a_damaged_entry_of_relays_is_named_by_doctor_repaired_by_install_removed_by_uninstall(
+    env: dict[str, str],
+) -> None:
+    """relay's entry hand-edited to `--dialect claud` exits 2 on every Stop (a block):
+    doctor fails on it and says install repairs it; install repairs it in place (no second
+    entry); a damaged copy beside a sound entry goes; uninstall takes a damaged one out."""
+    path = claude_file(env)
+    assert relay(env, "install", "claude", "--python-client", "--no-mcp").returncode == 0
+    sound = path.read_text()
+    command = json.loads(sound)["hooks"]["Stop"][0]["hooks"][0]["command"]
+    broken = command.replace("--dialect claude Stop", "--dialect claud Stop")
+    damaged_text = sound.replace(json.dumps(command), json.dumps(broken))
+    path.write_text(damaged_text)
+    assert run_entry(broken, env, "Stop").returncode == 2  # what Claude Code would get
+
+    doctor = relay(env, "doctor", "--no-measure")
+    assert doctor.returncode == 1, doctor.stdout
+    assert "relay's entry for Stop is damaged" in doctor.stdout
+    assert "`relay install claude` repairs it in place" in doctor.stdout
+    assert "not installed for Stop" not in doctor.stdout
+
+    done = relay(env, "install", "claude", "--python-client", "--no-mcp", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1])["repaired"] == ["Stop"]
+    assert path.read_text() == sound  # repaired in place: one Stop entry of relay's
+    assert run_entry(command, env, "Stop").returncode == 0
+    assert "is damaged" not in relay(env, "doctor", "--no-measure").stdout
+
+    # A damaged copy beside relay's sound entry is taken out.
+    stop = json.loads(sound)["hooks"]["Stop"]
+    copy = {"hooks": [{**stop[0]["hooks"][0], "command": broken}]}
+    path.write_text(json.dumps({"hooks": {**json.loads(sound)["hooks"], "Stop": [*stop, copy]}}))
+    assert relay(env, "install", "claude", "--python-client", "--no-mcp").returncode == 0
+    assert json.loads(path.read_text())["hooks"]["Stop"] == stop
+
+    # uninstall takes out a damaged entry too, and leaves no file relay created.
+    path.write_text(damaged_text)
+    removed = relay(env, "uninstall", "claude")
+    assert removed.returncode == 0, removed.stderr
+    assert not path.exists(), path.read_text()
+
+
 def test_gemini_gets_milliseconds_and_a_name(env: dict[str, str]) -> None:
     done = relay(env, "install", "gemini", "--python-client")
     assert done.returncode == 0, done.stderr

@@ -137,6 +137,8 @@ def install(  # noqa: PLR0917 (click passes options positionally)
         parts = [f"{len(change.added)} added", f"{len(change.kept)} already there"]
         if change.updated:
             parts.append(f"{len(change.updated)} updated to this client")
+        if change.repaired:
+            parts.append(f"{len(change.repaired)} damaged, repaired ({', '.join(change.repaired)})")
         say(f"  entries: {', '.join(parts)}")
         say(f"  client: {client.argv[-1]} ({client.kind})")
         if client.note:
@@ -165,6 +167,7 @@ def install(  # noqa: PLR0917 (click passes options positionally)
             "added": list(change.added),
             "kept": list(change.kept),
             "updated": list(change.updated),
+            "repaired": list(change.repaired),
             "client": {"path": client.argv[-1], "kind": client.kind},
             "foreign": list(change.foreign),
             "theirs": list(change.theirs),
