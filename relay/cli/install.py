@@ -216,14 +216,16 @@ def uninstall(host_name: str, user: bool, dry_run: bool, as_json: bool, cwd: Pat
         stale_keys: list[str] = []
         if chosen_host.name == "codex" and not dry_run:
             stale_keys = _codex_keys(where, start)
+        if stale_keys:
+            # First, so that the removal of relay's MCP table below finds the file holding
+            # nothing else of relay's and removes it when relay created it.
+            _codex_forget(stale_keys)
         edits: list[Any] = [
             (file, lambda text: uninstall_text(text, chosen_host, file=str(file), record=record)),
             *uninstall_edits(where),
         ]
         done = apply_edits(edits, where, dry_run=dry_run, undo=True)
         change = done[0]
-        if stale_keys:
-            _codex_forget(stale_keys)
         verb = "would remove" if dry_run else "removed"
         for edit in done[1:]:
             if edit.changed:
@@ -315,9 +317,15 @@ def _codex_trust(
             new = trusted_text(text or "", pending, file=str(config))
         except CodexError as exc:
             raise RelayError(str(exc)) from None
-        return Change(file=config, text=new, changed=new != (text or ""))
+        return Change(file=config, text=new, changed=new != (text or ""), created_file=text is None)
 
-    update_file(config, record)
+    done = update_file(config, record)
+    if done.created_file:  # so that uninstall, which takes the trust out, removes the file
+        from relay.hosts import ledger
+        from relay.hosts.ledger import FileRecord
+
+        known = ledger.load(config) or FileRecord(file=str(config.absolute()))
+        ledger.save(known.merged(created=True, containers=[], items=[]))
     say(f"  Codex trust recorded for {len(pending)} entries in {config}")
 
 
@@ -337,17 +345,22 @@ def _codex_keys(where: Target, cwd: Path) -> list[str]:
 
 
 def _codex_forget(keys: list[str]) -> None:
+    from relay.hosts import ledger
     from relay.hosts.codex_trust import CodexError, codex_home, untrusted_text
     from relay.hosts.install import Change, update_file
 
     config = codex_home() / "config.toml"
+    known = ledger.load(config)
 
     def forget(text: str | None) -> Change:
         new = untrusted_text(text, keys, file=str(config)) if text is not None else None
+        if new is not None and not new.strip() and known is not None and known.created:
+            new = None  # relay created the file, and nothing else is left in it
         return Change(file=config, text=new, changed=new != text)
 
     try:
-        update_file(config, forget)
+        if update_file(config, forget).text is None:
+            ledger.forget(config)
     except CodexError as exc:
         click.echo(visible(f"  left Codex's trust entries as they are: {exc}"), err=True)
 
