@@ -195,6 +195,37 @@ def test_project_scope_writes_the_projects_file(env: dict[str, str], tmp_path: P
     assert not claude_file(env).exists()
 
 
+def test_a_project_install_says_plainly_that_the_shared_files_hold_this_machines_paths(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """The files --project writes are meant to be committed; relay's entries in them name
+    this machine's client and Python, so install says so, names the files, and offers the
+    user scope. A user install says nothing of the kind."""
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    done = relay(env, "install", "claude", "--project", "--python-client", cwd=project)
+    assert done.returncode == 0, done.stderr
+    (warning,) = [line for line in done.stderr.splitlines() if "meant to be committed" in line]
+    assert "warning: .claude/settings.json, .mcp.json are meant to be committed" in warning
+    client = json.loads((project / ".claude" / "settings.json").read_text())["hooks"]["Stop"]
+    assert client[0]["hooks"][0]["command"].split(" -I -S ")[1].split()[0] in warning
+    assert sys.executable in warning  # the MCP server's Python, written into .mcp.json
+    assert "on a teammate's machine they do not run" in warning
+    assert "`relay uninstall claude --project` then `relay install claude`" in warning
+    user = relay(env, "install", "claude", "--python-client", cwd=project)
+    assert "meant to be committed" not in user.stdout + user.stderr
+
+
+def test_installing_from_an_editable_checkout_warns(env: dict[str, str]) -> None:
+    """The suite's relay is an editable install of this checkout (as `make` makes it): the
+    README says to install from the relay you keep, and install warns."""
+    done = relay(env, "install", "gemini", "--python-client")
+    assert done.returncode == 0, done.stderr
+    checkout = Path(__file__).resolve().parent.parent
+    assert f"warning: this relay is an editable install of the checkout {checkout}" in done.stderr
+    assert f"`pipx install {checkout}`" in done.stderr
+
+
 def test_an_unknown_event_is_refused(env: dict[str, str]) -> None:
     done = relay(env, "install", "claude", "--events", "PreToolUse,Bogus")
     assert done.returncode == 1

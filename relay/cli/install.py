@@ -85,6 +85,7 @@ def install(  # noqa: PLR0917 (click passes options positionally)
     from relay.hosts import host
     from relay.hosts.install import (
         apply_edits,
+        editable_checkout,
         ensure_client,
         host_events,
         install_lock,
@@ -143,6 +144,33 @@ def install(  # noqa: PLR0917 (click passes options positionally)
         say(f"  client: {client.argv[-1]} ({client.kind})")
         if client.note:
             say(f"  note: {client.note}")
+        checkout = editable_checkout()
+        if checkout is not None:
+            say(
+                f"  warning: this relay is an editable install of the checkout {checkout}: "
+                "the host's entries run that checkout's code, and stop working when it is "
+                "moved, deleted or on a broken branch; install relay for good (`pipx install "
+                f"{checkout}`) and run `relay install {host_name}` from that relay",
+                err=True,
+            )
+        if where.scope == "project" and where.root is not None:
+            shared = [file, *(edit.file for edit in done[1:])]
+            names = sorted(
+                {str(path.relative_to(where.root)) for path in shared if path != where.local_file}
+            )
+            say(
+                f"  warning: {', '.join(names)}"
+                + (" are" if len(names) > 1 else " is")
+                + " meant to be committed, but relay's entries there name this "
+                f"machine's paths (the client {client.argv[-1]}"
+                + (f", the MCP server's Python {sys.executable}" if mcp else "")
+                + "): on a teammate's machine they do not run until the teammate runs "
+                f"`relay install {host_name} --project` too (which rewrites those paths in "
+                "the shared files). For relay in your own sessions only, the user scope "
+                f"leaves the project's files alone: `relay uninstall {host_name} --project` "
+                f"then `relay install {host_name}`",
+                err=True,
+            )
         if change.theirs:
             say(
                 f"  your own entries that run relay on {', '.join(change.theirs)} are left as "

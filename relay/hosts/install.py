@@ -124,6 +124,24 @@ class Client(msgspec.Struct, frozen=True, kw_only=True):
         return " ".join(shlex.quote(word) for word in words)
 
 
+def editable_checkout() -> Path | None:
+    """The source checkout this relay runs from when it is an editable install (`pip
+    install -e`), else None: the host's entries then run that checkout's code, and stop
+    working when it is moved, deleted or switched to a broken branch."""
+    import importlib.metadata
+    import json
+
+    try:
+        text = importlib.metadata.distribution("agent-relay").read_text("direct_url.json")
+        origin = json.loads(text or "{}")
+    except (importlib.metadata.PackageNotFoundError, ValueError, OSError):
+        return None
+    if not isinstance(origin, dict) or not (origin.get("dir_info") or {}).get("editable"):
+        return None
+    url = str(origin.get("url", ""))
+    return Path(url.removeprefix("file://")) if url.startswith("file://") else None
+
+
 def client_folder(env: Mapping[str, str] | None = None) -> Path:
     """Where the clients live: `<state dir>/bin`."""
     return state_dir(env) / "bin"
