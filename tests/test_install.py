@@ -175,6 +175,63 @@ def test_a_damaged_entry_of_relays_is_named_by_doctor_repaired_by_install_remove
     assert not path.exists(), path.read_text()
 
 
+def running(pid: int) -> bool:
+    """Whether `pid` runs (a detached server that ended may wait, a zombie, for its reaper)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_uninstall_all_lists_asks_and_removes_every_host_the_server_the_client_and_state(
+    env: dict[str, str], tmp_path: Path, relay_home: Path
+) -> None:
+    """`relay uninstall --all --purge` lists what it will remove; off a terminal it removes
+    nothing without --yes; with it, every host's entries (user and project), the running
+    server, the client and relay's state go, and the user's settings stay."""
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    for args in (("claude",), ("gemini",), ("claude", "--project")):
+        done = relay(env, "install", *args, "--python-client", cwd=project)
+        assert done.returncode == 0, done.stderr
+    settings = relay_home / "settings.json"
+    settings.write_text('{"hooks": {}}\n')
+    started = relay(env, "serve", "--detach", cwd=project)
+    assert started.returncode == 0, started.stderr
+    status = json.loads(relay(env, "serve", "--status").stdout)
+    pid = status["pid"]
+    files = [
+        claude_file(env),
+        Path(env["HOME"]) / ".claude.json",
+        Path(env["HOME"]) / ".gemini" / "settings.json",
+        project / ".claude" / "settings.json",
+        project / ".mcp.json",
+        project / ".claude" / "settings.local.json",
+    ]
+    before = {path: path.read_text() for path in files}
+
+    refused = relay(env, "uninstall", "--all", "--purge", cwd=project)
+    assert refused.returncode == 1
+    assert "not removing anything without asking" in refused.stderr
+    for path in files:
+        assert str(path) in refused.stdout
+    assert f"relay's server (pid {pid}, stopped first)" in refused.stdout
+    assert "relay's hook client" in refused.stdout and "relay's state" in refused.stdout
+    assert {path: path.read_text() for path in files} == before
+    assert running(pid)
+
+    done = relay(env, "uninstall", "--all", "--purge", "--yes", cwd=project)
+    assert done.returncode == 0, done.stderr
+    assert [path for path in files if path.exists()] == []
+    assert f"stopped relay's server (pid {pid})" in done.stdout
+    assert not running(pid)
+    assert not (relay_home / "state").exists()
+    assert settings.read_text() == '{"hooks": {}}\n'
+    again = relay(env, "uninstall", "--all", "--yes", cwd=project)
+    assert again.returncode == 0 and "nothing to remove" in again.stdout
+
+
 def test_gemini_gets_milliseconds_and_a_name(env: dict[str, str]) -> None:
     done = relay(env, "install", "gemini", "--python-client")
     assert done.returncode == 0, done.stderr
