@@ -19,6 +19,7 @@ from typing import Literal
 
 import msgspec
 
+from relay.config.paths import find_project_root
 from relay.hosts import HOST_NAMES, host
 from relay.hosts.install import (
     Client,
@@ -32,6 +33,7 @@ from relay.hosts.install import (
     target,
     their_relay_entries,
 )
+from relay.hosts.model import Host
 from relay.server import client as server_client
 
 Level = Literal["ok", "warn", "fail"]
@@ -232,6 +234,46 @@ def _host_checks(
             yield from _codex_trust(known.executable, where, text, cwd, client)
     if known is None and not found:
         yield Finding("ok", chosen.name, f"{chosen.title}: relay is not installed")
+    if name == "gemini":
+        yield from _gemini_folder_trust(chosen, cwd, env)
+
+
+def _gemini_folder_trust(chosen: Host, cwd: Path, env: Mapping[str, str]) -> Iterator[Finding]:
+    """Where relay's MCP server is registered in Gemini CLI: does Gemini trust this folder?
+    In a folder it does not trust it starts no MCP server (`gemini mcp list`: Disabled)."""
+    from relay.errors import RelayError
+    from relay.hosts.gemini import folder_trust
+    from relay.hosts.install import decode_host_json
+    from relay.hosts.mcp_config import SERVER_NAME, is_relay_server
+
+    registered = []
+    for scope in ("user", "project"):
+        where = target(chosen, scope, cwd, env)
+        try:
+            text = read_text(where.file)
+            value = decode_host_json(text, file=str(where.file)) if text else None
+        except RelayError:  # a broken file is reported by the checks above
+            continue
+        servers = value.get("mcpServers") if isinstance(value, dict) else None
+        if isinstance(servers, dict) and is_relay_server(servers.get(SERVER_NAME)):
+            registered.append(where.file)
+    if not registered:
+        return
+    trust = folder_trust(cwd, env)
+    if trust.trusted:
+        yield Finding(
+            "ok", "gemini", f"Gemini CLI trusts {cwd} ({trust.reason}): relay's MCP server runs"
+        )
+        return
+    root = find_project_root(cwd) or cwd
+    yield Finding(
+        "warn",
+        "gemini",
+        f"Gemini CLI does not trust {cwd} ({trust.reason}), so it starts no MCP server there "
+        f"(`gemini mcp list` shows relay Disabled) and relay's tools are missing; to trust it, "
+        f"run `gemini` in {root} and choose to trust the folder, or add "
+        f'"{root}": "TRUST_FOLDER" to {trust.file}',
+    )
 
 
 def _codex_trust(
