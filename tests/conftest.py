@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import json
 import os
+import shutil
+import stat
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +34,16 @@ def relay_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
     path = client.socket_path()
     if os.path.exists(path):
         client.control(path, "stop")
+    if not path.startswith(str(home) + os.sep):
+        # A RELAY_HOME path too long for a socket puts it in the shared /tmp/agent-relay-<uid>/,
+        # with the lock and spawn stamp beside it: those go once the server has.
+        deadline = time.monotonic() + 10
+        while os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for leftover in (path, path + ".lock", path + ".spawned"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(leftover)
+        _record(SHARED_SOCKETS, path)
 
 
 @pytest.fixture
@@ -49,9 +65,103 @@ LEFTOVER_GRACE = 10.0
 """Seconds processes of the run get to end after the last test before they count as left."""
 
 
+RUN_FOLDER = "RELAY_TEST_RUN_FOLDER"
+"""A short private folder of the run (xdist's workers inherit it): each test's tmux sockets
+and doorbells are made under it, so that what the suite left there is the suite's."""
+SHARED_SOCKETS = "shared-sockets"
+"""The run's record of the server sockets its tests' RELAY_HOMEs put in /tmp/agent-relay-<uid>/."""
+LEFT_SOCKETS = "left-sockets"
+"""The run's record of the sockets a test left in its folder, by test."""
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if not os.environ.get(RUN_MARKER):  # xdist's workers inherit the controller's
         os.environ[RUN_MARKER] = f"{os.getpid()}-{time.time_ns()}"
+        os.environ[RUN_FOLDER] = tempfile.mkdtemp(prefix="rr-", dir="/tmp")
+
+
+@pytest.fixture(autouse=True)
+def socket_folder(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A folder of this test's own for the sockets it makes: tmux's (TMUX_TMPDIR) and relay's
+    doorbells (XDG_RUNTIME_DIR). At the end, tmux servers are gone (tmux 3.3 leaves its
+    socket file behind when killed: removed here) and any other socket still there is a
+    leftover of the test, which fails the run."""
+    folder = tempfile.mkdtemp(prefix="t", dir=os.environ[RUN_FOLDER])
+    runtime = os.path.join(folder, "x")
+    os.mkdir(runtime, 0o700)
+    monkeypatch.setenv("TMUX_TMPDIR", folder)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", runtime)
+    yield folder
+    left = [f"{path} (a tmux server still running)" for path in _end_tmux_servers(folder)]
+    left += _sockets(folder)
+    if left:
+        _record(LEFT_SOCKETS, f"{request.node.nodeid}: {', '.join(left)}")
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _end_tmux_servers(folder: str) -> list[str]:
+    """Remove the tmux sockets under `folder`; the ones a server still answered on (after
+    `kill-server` to it) are returned."""
+    import socket
+
+    def answers(path: str) -> bool:
+        with socket.socket(socket.AF_UNIX) as probe:
+            try:
+                probe.connect(path)
+            except OSError:
+                return False  # its server has ended: only the file is left
+            return True
+
+    running = []
+    for path in glob.glob(os.path.join(folder, "tmux-*", "*")):
+        # A server told to end by the test (`kill-server` returns before it has) gets 10 s.
+        deadline = time.monotonic() + 10
+        while answers(path) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if answers(path):
+            running.append(path)
+            subprocess.run(
+                ["tmux", "-S", path, "kill-server"], capture_output=True, timeout=30, check=False
+            )
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    return running
+
+
+def _sockets(folder: str) -> list[str]:
+    return [
+        os.path.join(parent, name)
+        for parent, _, names in os.walk(folder)
+        for name in names
+        if stat.S_ISSOCK(os.lstat(os.path.join(parent, name)).st_mode)
+    ]
+
+
+def _record(name: str, line: str) -> None:
+    """One line into the run's record `name` (appended whole: xdist's workers share it)."""
+    fd = os.open(
+        os.path.join(os.environ[RUN_FOLDER], name), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
+    )
+    try:
+        os.write(fd, (line.replace("\n", " ") + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def _socket_leftovers() -> list[str]:
+    """What the run left: sockets a test left in its folder, any socket still in the run's
+    folder, and a server socket (or its lock, its stamp) still in /tmp/agent-relay-<uid>/."""
+    folder = os.environ[RUN_FOLDER]
+    found = []
+    with contextlib.suppress(FileNotFoundError):
+        found += Path(folder, LEFT_SOCKETS).read_text().splitlines()
+    found += _sockets(folder)
+    with contextlib.suppress(FileNotFoundError):
+        for path in Path(folder, SHARED_SOCKETS).read_text().splitlines():
+            found += [
+                name for name in (path, path + ".lock", path + ".spawned") if os.path.exists(name)
+            ]
+    return found
 
 
 @pytest.hookimpl(trylast=True)
@@ -70,6 +180,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         lines = "\n".join(f"  pid {pid}: {command}" for pid, command in left)
         sys.stderr.write(f"\nthe test run left {len(left)} process(es) behind:\n{lines}\n")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    sockets = _socket_leftovers()
+    if sockets:
+        lines = "\n".join(f"  {line}" for line in sockets)
+        sys.stderr.write(f"\nthe test run left {len(sockets)} socket file(s) behind:\n{lines}\n")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    shutil.rmtree(os.environ[RUN_FOLDER], ignore_errors=True)
 
 
 def _leftovers() -> list[tuple[int, str]]:
