@@ -34,6 +34,9 @@ def relay_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
     path = client.socket_path()
     if os.path.exists(path):
         client.control(path, "stop")
+    # A server a hook client started may still be starting (not answering yet) or stopping:
+    # found by its command line, ended (SIGTERM: it removes its socket), waited for.
+    _end(_servers_at(path))
     if not path.startswith(str(home) + os.sep):
         # A RELAY_HOME path too long for a socket puts it in the shared /tmp/agent-relay-<uid>/,
         # with the lock and spawn stamp beside it: those go once the server has.
@@ -44,6 +47,46 @@ def relay_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(leftover)
         _record(SHARED_SOCKETS, path)
+
+
+def _servers_at(path: str) -> list[int]:
+    """The pids of `relay serve --socket PATH` processes (clients start servers so)."""
+    wanted = f"\0serve\0--socket\0{path}\0".encode()
+    found = []
+    for name in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as cmdline:
+                if wanted in cmdline.read() + b"\0":
+                    found.append(int(name))
+        except OSError:
+            continue
+    return found
+
+
+def _end(pids: list[int], grace: float = 10.0) -> None:
+    """SIGTERM to each pid, SIGKILL to those still there after `grace` seconds."""
+    import signal
+
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while pids and time.monotonic() < deadline:
+        pids = [pid for pid in pids if _running(pid)]
+        time.sleep(0.05)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            return stat_file.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
 
 
 @pytest.fixture

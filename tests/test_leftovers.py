@@ -15,6 +15,7 @@ import pytest
 
 CONFTEST = Path(__file__).resolve().parent / "conftest.py"
 LEAVING = """
+import contextlib
 import os
 import socket
 import subprocess
@@ -42,14 +43,18 @@ def test_cleans_up() -> None:
 """
 
 
-def kill_sleeps(seconds: str) -> None:
-    """End the `sleep SECONDS` the inner suite left on purpose (found by its command line)."""
+def end_what_it_left(tmp_path: Path) -> None:
+    """Kill what the inner suite left on purpose: its processes, found by the environment
+    they inherited (the suite's folder, its RELAY_HOMEs under `tmp_path`)."""
+    mark = str(tmp_path).encode()
     for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
         try:
-            with open(f"/proc/{name}/cmdline", "rb") as cmdline:
-                if cmdline.read() == f"sleep\0{seconds}\0".encode():
+            with open(f"/proc/{name}/environ", "rb") as environ:
+                if mark in environ.read():
                     os.kill(int(name), 9)
-        except (OSError, ValueError):
+        except OSError:
             continue
 
 
@@ -67,7 +72,18 @@ def inner_suite(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]
         and not key.startswith("PYTEST_")
     }
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "."],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            f"--basetemp={tmp_path / 'inner-tmp'}",
+            ".",
+        ],
         cwd=suite,
         env=env,
         capture_output=True,
@@ -81,11 +97,11 @@ def inner_suite(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]
 def test_a_run_that_leaves_sockets_tmux_servers_or_processes_fails_and_names_them(
     tmp_path: Path,
 ) -> None:
-    seconds = f"100.{secrets.randbelow(10**9)}"
+    seconds = f"100.{secrets.randbelow(10**9)}"  # its own: found in the report
     try:
         done = inner_suite(tmp_path, LEAVING.replace("SECONDS", seconds))
     finally:
-        kill_sleeps(seconds)
+        end_what_it_left(tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "4 passed" in done.stdout
     report = done.stderr
@@ -96,3 +112,34 @@ def test_a_run_that_leaves_sockets_tmux_servers_or_processes_fails_and_names_the
     assert "test_inner.py::test_leaves_a_tmux_server: /tmp/rr-" in report
     assert "/left (a tmux server still running)" in report
     assert "tidy" not in report  # a server killed by its test: its socket file is removed
+
+
+STARTING_SERVER = """
+import subprocess
+import sys
+
+from relay.server import client
+
+
+def test_a_hook_client_starts_a_server_just_before_the_test_ends() -> None:
+    # As a hook client does (detached), and the test is over before it answers.
+    subprocess.Popen(
+        [sys.executable, "-I", "-m", "relay", "serve", "--socket", client.socket_path()],
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+"""
+
+
+def test_a_server_still_starting_when_its_test_ends_is_ended_with_it(tmp_path: Path) -> None:
+    """The race that left `relay serve` processes after the suite: a client starts a server
+    and the test ends before it answers; the RELAY_HOME fixture ends it all the same."""
+    try:
+        done = inner_suite(tmp_path, STARTING_SERVER)
+    finally:
+        end_what_it_left(tmp_path)  # never leave one, whatever happened
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout
+    assert "behind" not in done.stderr, done.stderr
