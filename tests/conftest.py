@@ -125,10 +125,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(autouse=True)
 def socket_folder(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A folder of this test's own for the sockets it makes: tmux's (TMUX_TMPDIR) and relay's
-    doorbells (XDG_RUNTIME_DIR). At the end, tmux servers are gone (tmux 3.3 leaves its
-    socket file behind when killed: removed here) and any other socket still there is a
-    leftover of the test, which fails the run."""
+    """A folder of this test's own for the sockets it makes: tmux's (TMUX_TMPDIR), relay's
+    doorbells and the hosts' own (XDG_RUNTIME_DIR), so none is left in a shared folder. At
+    the end, tmux servers are gone (tmux 3.3 leaves its socket file when killed) and a
+    socket a process still listens on is a leftover of the test, which fails the run; the
+    folder is removed."""
     folder = tempfile.mkdtemp(prefix="t", dir=os.environ[RUN_FOLDER])
     runtime = os.path.join(folder, "x")
     os.mkdir(runtime, 0o700)
@@ -136,7 +137,10 @@ def socket_folder(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureReques
     monkeypatch.setenv("XDG_RUNTIME_DIR", runtime)
     yield folder
     left = [f"{path} (a tmux server still running)" for path in _end_tmux_servers(folder)]
-    left += _sockets(folder)
+    # A socket nothing listens on is a file its ended process left (a session killed by
+    # its test, tmux, Claude Code's own): it goes with the folder. One a process still
+    # listens on is a leftover of the test.
+    left += [f"{path} (still listened on)" for path in _sockets(folder) if _listened(path)]
     if left:
         _record(LEFT_SOCKETS, f"{request.node.nodeid}: {', '.join(left)}")
     shutil.rmtree(folder, ignore_errors=True)
@@ -169,6 +173,23 @@ def _end_tmux_servers(folder: str) -> list[str]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
     return running
+
+
+def _listened(path: str) -> bool:
+    """Whether a process still listens on the Unix socket at `path` (stream or datagram)."""
+    import errno
+    import socket
+
+    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+        with socket.socket(socket.AF_UNIX, kind) as probe:
+            try:
+                probe.connect(path)
+            except OSError as exc:
+                if exc.errno == errno.EPROTOTYPE:
+                    continue  # the other kind of socket
+                return False
+            return True
+    return False
 
 
 def _sockets(folder: str) -> list[str]:

@@ -15,15 +15,25 @@ import pytest
 
 CONFTEST = Path(__file__).resolve().parent / "conftest.py"
 LEAVING = """
-import contextlib
 import os
 import socket
 import subprocess
+import sys
+import time
 
 
-def test_leaves_a_socket() -> None:
+def test_leaves_a_socket_listened_on() -> None:
+    path = os.path.join(os.environ["XDG_RUNTIME_DIR"], "bell")
+    bind = "import socket, sys, time; s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); "
+    bind += "s.bind(sys.argv[1]); time.sleep(100)"
+    subprocess.Popen([sys.executable, "-c", bind, path])
+    while not os.path.exists(path):
+        time.sleep(0.01)
+
+
+def test_leaves_the_socket_of_a_process_that_ended() -> None:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.bind(os.path.join(os.environ["XDG_RUNTIME_DIR"], "bell"))
+    sock.bind(os.path.join(os.environ["XDG_RUNTIME_DIR"], "ended"))
     sock.close()
 
 
@@ -103,12 +113,13 @@ def test_a_run_that_leaves_sockets_tmux_servers_or_processes_fails_and_names_the
     finally:
         end_what_it_left(tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "4 passed" in done.stdout
+    assert "5 passed" in done.stdout
     report = done.stderr
-    assert "left 1 process(es) behind" in report and f"sleep {seconds}" in report
+    assert "left 2 process(es) behind" in report and f"sleep {seconds}" in report
     assert "left 2 socket file(s) behind" in report, report
-    assert "test_inner.py::test_leaves_a_socket: /tmp/rr-" in report
-    assert "/x/bell" in report
+    assert "test_inner.py::test_leaves_a_socket_listened_on: /tmp/rr-" in report
+    assert "/x/bell (still listened on)" in report
+    assert "ended" not in report  # its process is gone: only a file, removed with the folder
     assert "test_inner.py::test_leaves_a_tmux_server: /tmp/rr-" in report
     assert "/left (a tmux server still running)" in report
     assert "tidy" not in report  # a server killed by its test: its socket file is removed
