@@ -140,7 +140,14 @@ def socket_folder(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureReques
     # A socket nothing listens on is a file its ended process left (a session killed by
     # its test, tmux, Claude Code's own): it goes with the folder. One a process still
     # listens on is a leftover of the test.
-    left += [f"{path} (still listened on)" for path in _sockets(folder) if _listened(path)]
+    # Processes told to end as the test ended (a tmux pane's, on kill-server) get the grace
+    # a process gets.
+    deadline = time.monotonic() + LEFTOVER_GRACE
+    listened = [path for path in _sockets(folder) if _listened(path)]
+    while listened and time.monotonic() < deadline:
+        time.sleep(0.1)
+        listened = [path for path in listened if _listened(path)]
+    left += [f"{path} (still listened on)" for path in listened]
     if left:
         _record(LEFT_SOCKETS, f"{request.node.nodeid}: {', '.join(left)}")
     shutil.rmtree(folder, ignore_errors=True)
