@@ -66,19 +66,22 @@ def _servers_at(path: str) -> list[int]:
 
 
 def _end(pids: list[int], grace: float = 10.0) -> None:
-    """SIGTERM to each pid, SIGKILL to those still there after `grace` seconds."""
+    """Wait for each pid to end (a server told to stop is ending); SIGTERM to those still
+    there after `grace` seconds (one still starting never heard the stop), SIGKILL to those
+    still there `grace` seconds later."""
     import signal
 
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while pids and time.monotonic() < deadline:
-        pids = [pid for pid in pids if _running(pid)]
-        time.sleep(0.05)
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    for sent in (None, signal.SIGTERM, signal.SIGKILL):
+        for pid in pids if sent is not None else []:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sent)
+        deadline = time.monotonic() + grace
+        while pids and time.monotonic() < deadline:
+            pids = [pid for pid in pids if _running(pid)]
+            if pids:
+                time.sleep(0.05)
+        if not pids:
+            return
 
 
 def _running(pid: int) -> bool:
