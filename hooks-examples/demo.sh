@@ -11,9 +11,13 @@ export RELAY_HOME PATH
 RELAY_HOME=$(mktemp -d)
 PATH="$(cd "$(dirname "$relay")" && pwd):$PATH"  # the agent calls `relay hooks run` itself
 trap 'rm -rf "$RELAY_HOME"' EXIT
+bold='' plain=''
+if [ -t 1 ] && [ -z "${NO_COLOR:-}" ]; then  # escape codes for a terminal only, never a pipe
+  bold=$(printf '\033[1m') plain=$(printf '\033[0m')
+fi
 
 cat <<TEXT
-$(printf '\033[1m')relay run: an agent CLI wrapped in a PTY, with hooks and directives$(printf '\033[0m')
+${bold}relay run: an agent CLI wrapped in a PTY, with hooks and directives${plain}
   settings: hooks-examples/demo/settings.json (a start-up context, the bash guard as
             PreToolUse, an @deploy handler, an Idle nudge after 2 s of quiet)
   agent:    hooks-examples/demo/demo_agent.py (it prints tool calls, asks relay's hook

@@ -11,11 +11,15 @@ export RELAY_HOME RELAY_NOTIFICATION_LOG
 RELAY_HOME=$(mktemp -d)
 RELAY_NOTIFICATION_LOG=$RELAY_HOME/notifications.jsonl
 trap 'rm -rf "$RELAY_HOME"' EXIT
+bold='' plain=''
+if [ -t 1 ] && [ -z "${NO_COLOR:-}" ]; then  # escape codes for a terminal only, never a pipe
+  bold=$(printf '\033[1m') plain=$(printf '\033[0m')
+fi
 
 show() {  # show TITLE EVENT JSON [NAME=VALUE]: fire EVENT (with NAME set) and print the result
   local setting=${4:-}
-  printf "\n\033[1m== %s\033[0m\n\$ echo '%s' | %srelay hooks run %s --settings hooks-examples/settings.json\n" \
-    "$1" "$3" "${setting:+${setting%%=*}='${setting#*=}' }" "$2"
+  printf "\n%s== %s%s\n\$ echo '%s' | %srelay hooks run %s --settings hooks-examples/settings.json\n" \
+    "$bold" "$1" "$plain" "$3" "${setting:+${setting%%=*}='${setting#*=}' }" "$2"
   printf '%s' "$3" | env ${setting:+"$setting"} "$relay" hooks run "$2" --settings "$here/settings.json" --cwd "$root" |
     "$python" "$here/show_result.py"
 }
@@ -29,4 +33,4 @@ show "The agent wants to stop, but the tests fail: the stop hook asks it to go o
   'RELAY_TEST_COMMAND=echo "FAILED test_cli.py::test_verbose"; exit 1'
 show "The agent asks for permission: the notification is logged" Notification '{"notification_type": "permission_prompt", "message": "Claude needs your permission to use Bash"}'
 printf 'logged: %s' "$(tail -n 1 "$RELAY_NOTIFICATION_LOG")"
-printf '\n\nClaude Code can use all of this through one hook entry:\n  {"type": "command", "command": "relay hooks run --dialect claude PreToolUse"}\n'
+printf '\n\nClaude Code (or Gemini CLI, or Codex) runs these hooks once relay is its hook layer:\n  relay install claude      # one entry per event, through relay'"'"'s client and server; relay doctor checks it\n'

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import json
 import os
+import shutil
+import stat
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +36,62 @@ def relay_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
     path = client.socket_path()
     if os.path.exists(path):
         client.control(path, "stop")
+    # A server a hook client started may still be starting (not answering yet) or stopping:
+    # found by its command line, ended (SIGTERM: it removes its socket), waited for.
+    _end(_servers_at(path))
+    if not path.startswith(str(home) + os.sep):
+        # A RELAY_HOME path too long for a socket puts it in the shared /tmp/agent-relay-<uid>/,
+        # with the lock and spawn stamp beside it: those go once the server has.
+        deadline = time.monotonic() + 10
+        while os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for leftover in (path, path + ".lock", path + ".spawned"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(leftover)
+        _record(SHARED_SOCKETS, path)
+
+
+def _servers_at(path: str) -> list[int]:
+    """The pids of `relay serve --socket PATH` processes (clients start servers so)."""
+    wanted = f"\0serve\0--socket\0{path}\0".encode()
+    found = []
+    for name in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as cmdline:
+                if wanted in cmdline.read() + b"\0":
+                    found.append(int(name))
+        except OSError:
+            continue
+    return found
+
+
+def _end(pids: list[int], grace: float = 10.0) -> None:
+    """Wait for each pid to end (a server told to stop is ending); SIGTERM to those still
+    there after `grace` seconds (one still starting never heard the stop), SIGKILL to those
+    still there `grace` seconds later."""
+    import signal
+
+    for sent in (None, signal.SIGTERM, signal.SIGKILL):
+        for pid in pids if sent is not None else []:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sent)
+        deadline = time.monotonic() + grace
+        while pids and time.monotonic() < deadline:
+            pids = [pid for pid in pids if _running(pid)]
+            if pids:
+                time.sleep(0.05)
+        if not pids:
+            return
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            return stat_file.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
 
 
 @pytest.fixture
@@ -51,9 +113,131 @@ LEFTOVER_GRACE = 10.0
 """Seconds processes of the run get to end after the last test before they count as left."""
 
 
+RUN_FOLDER = "RELAY_TEST_RUN_FOLDER"
+"""A short private folder of the run (xdist's workers inherit it): each test's tmux sockets
+and doorbells are made under it, so that what the suite left there is the suite's."""
+SHARED_SOCKETS = "shared-sockets"
+"""The run's record of the server sockets its tests' RELAY_HOMEs put in /tmp/agent-relay-<uid>/."""
+LEFT_SOCKETS = "left-sockets"
+"""The run's record of the sockets a test left in its folder, by test."""
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if not os.environ.get(RUN_MARKER):  # xdist's workers inherit the controller's
         os.environ[RUN_MARKER] = f"{os.getpid()}-{time.time_ns()}"
+        os.environ[RUN_FOLDER] = tempfile.mkdtemp(prefix="rr-", dir="/tmp")
+
+
+@pytest.fixture(autouse=True)
+def socket_folder(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A folder of this test's own for the sockets it makes: tmux's (TMUX_TMPDIR), relay's
+    doorbells and the hosts' own (XDG_RUNTIME_DIR), so none is left in a shared folder. At
+    the end, tmux servers are gone (tmux 3.3 leaves its socket file when killed) and a
+    socket a process still listens on is a leftover of the test, which fails the run; the
+    folder is removed."""
+    folder = tempfile.mkdtemp(prefix="t", dir=os.environ[RUN_FOLDER])
+    runtime = os.path.join(folder, "x")
+    os.mkdir(runtime, 0o700)
+    monkeypatch.setenv("TMUX_TMPDIR", folder)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", runtime)
+    yield folder
+    left = [f"{path} (a tmux server still running)" for path in _end_tmux_servers(folder)]
+    # A socket nothing listens on is a file its ended process left (a session killed by
+    # its test, tmux, Claude Code's own): it goes with the folder. One a process still
+    # listens on is a leftover of the test.
+    # Processes told to end as the test ended (a tmux pane's, on kill-server) get the grace
+    # a process gets.
+    deadline = time.monotonic() + LEFTOVER_GRACE
+    listened = [path for path in _sockets(folder) if _listened(path)]
+    while listened and time.monotonic() < deadline:
+        time.sleep(0.1)
+        listened = [path for path in listened if _listened(path)]
+    left += [f"{path} (still listened on)" for path in listened]
+    if left:
+        _record(LEFT_SOCKETS, f"{request.node.nodeid}: {', '.join(left)}")
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _end_tmux_servers(folder: str) -> list[str]:
+    """Remove the tmux sockets under `folder`; the ones a server still answered on (after
+    `kill-server` to it) are returned."""
+    import socket
+
+    def answers(path: str) -> bool:
+        with socket.socket(socket.AF_UNIX) as probe:
+            try:
+                probe.connect(path)
+            except OSError:
+                return False  # its server has ended: only the file is left
+            return True
+
+    running = []
+    for path in glob.glob(os.path.join(folder, "tmux-*", "*")):
+        # A server told to end by the test (`kill-server` returns before it has) gets 10 s.
+        deadline = time.monotonic() + 10
+        while answers(path) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if answers(path):
+            running.append(path)
+            subprocess.run(
+                ["tmux", "-S", path, "kill-server"], capture_output=True, timeout=30, check=False
+            )
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    return running
+
+
+def _listened(path: str) -> bool:
+    """Whether a process still listens on the Unix socket at `path` (stream or datagram)."""
+    import errno
+    import socket
+
+    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+        with socket.socket(socket.AF_UNIX, kind) as probe:
+            try:
+                probe.connect(path)
+            except OSError as exc:
+                if exc.errno == errno.EPROTOTYPE:
+                    continue  # the other kind of socket
+                return False
+            return True
+    return False
+
+
+def _sockets(folder: str) -> list[str]:
+    return [
+        os.path.join(parent, name)
+        for parent, _, names in os.walk(folder)
+        for name in names
+        if stat.S_ISSOCK(os.lstat(os.path.join(parent, name)).st_mode)
+    ]
+
+
+def _record(name: str, line: str) -> None:
+    """One line into the run's record `name` (appended whole: xdist's workers share it)."""
+    fd = os.open(
+        os.path.join(os.environ[RUN_FOLDER], name), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
+    )
+    try:
+        os.write(fd, (line.replace("\n", " ") + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def _socket_leftovers() -> list[str]:
+    """What the run left: sockets a test left in its folder, any socket still in the run's
+    folder, and a server socket (or its lock, its stamp) still in /tmp/agent-relay-<uid>/."""
+    folder = os.environ[RUN_FOLDER]
+    found = []
+    with contextlib.suppress(FileNotFoundError):
+        found += Path(folder, LEFT_SOCKETS).read_text().splitlines()
+    found += _sockets(folder)
+    with contextlib.suppress(FileNotFoundError):
+        for path in Path(folder, SHARED_SOCKETS).read_text().splitlines():
+            found += [
+                name for name in (path, path + ".lock", path + ".spawned") if os.path.exists(name)
+            ]
+    return found
 
 
 @pytest.hookimpl(trylast=True)
@@ -72,6 +256,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         lines = "\n".join(f"  pid {pid}: {command}" for pid, command in left)
         sys.stderr.write(f"\nthe test run left {len(left)} process(es) behind:\n{lines}\n")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    sockets = _socket_leftovers()
+    if sockets:
+        lines = "\n".join(f"  {line}" for line in sockets)
+        sys.stderr.write(f"\nthe test run left {len(sockets)} socket file(s) behind:\n{lines}\n")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    shutil.rmtree(os.environ[RUN_FOLDER], ignore_errors=True)
 
 
 def _leftovers() -> list[tuple[int, str]]:

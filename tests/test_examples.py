@@ -787,6 +787,50 @@ def test_demo_runs_a_whole_session(relay_home: Path) -> None:
     ]
     positions = [lines.index(line) for line in expected_in_order]
     assert positions == sorted(positions)
+    assert "\x1b" not in done.stdout, "no escape codes into a pipe"
+
+
+def run_on_a_terminal(script: str, env: Mapping[str, str]) -> str:
+    """What `script` prints with its stdout on a pseudo-terminal (stdin and stderr not)."""
+    import pty
+
+    parent, child = pty.openpty()
+    try:
+        process = subprocess.Popen(
+            ["bash", str(EXAMPLES / script), str(BIN / "relay")],
+            stdin=subprocess.DEVNULL,
+            stdout=child,
+            stderr=subprocess.PIPE,
+            env=dict(env),
+        )
+        os.close(child)
+        child = -1
+        output = bytearray()
+        while True:
+            try:
+                chunk = os.read(parent, 65536)
+            except OSError:  # EIO: every holder of the terminal has closed it
+                break
+            if not chunk:
+                break
+            output += chunk
+        assert process.wait(timeout=60) == 0
+        assert process.stderr is not None
+        process.stderr.close()
+        return output.decode("utf-8", "replace")
+    finally:
+        os.close(parent)
+        if child >= 0:
+            os.close(child)
+
+
+@pytest.mark.parametrize("script", ["tour.sh", "demo.sh"])
+def test_the_scripts_are_bold_on_a_terminal_only_and_never_with_no_color(script: str) -> None:
+    if script == "demo.sh" and (shutil.which("node") is None or shutil.which("perl") is None):
+        pytest.skip("the demo's hooks need node and perl")
+    environ = {key: value for key, value in os.environ.items() if key != "NO_COLOR"}
+    assert "\x1b[1m" in run_on_a_terminal(script, environ)
+    assert "\x1b" not in run_on_a_terminal(script, {**environ, "NO_COLOR": "1"})
 
 
 def test_tour_script_runs(relay_home: Path) -> None:
@@ -806,10 +850,10 @@ def test_tour_script_runs(relay_home: Path) -> None:
     assert "decision: deny  (reason: Refusing to write '.env'" in done.stdout
     assert "decision: deny  (reason: Tests are failing: " in done.stdout
     assert 'logged: {"time":' in done.stdout
-    assert (
-        json.dumps({"type": "command", "command": "relay hooks run --dialect claude PreToolUse"})
-        in done.stdout
-    )
+    # The README's way into Claude Code, not a hand-written entry of `relay hooks run`.
+    assert "\n  relay install claude " in done.stdout
+    assert "relay hooks run --dialect" not in done.stdout
+    assert "\x1b" not in done.stdout, "no escape codes into a pipe"
 
 
 # -- message-guard (Python) -------------------------------------------------------------

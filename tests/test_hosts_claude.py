@@ -329,8 +329,17 @@ def test_a_directive_in_the_assistants_answer_runs_and_one_in_a_tool_result_does
 
 
 def test_claude_calls_relays_mcp_tools_that_install_registered(claude: Claude) -> None:
+    """Claude Code offers relay's tools and calls them. It connects MCP servers in the
+    background by default and may send its first request before relay's is up (a loaded
+    machine): the run waits on that event instead (MCP_CONNECTION_NONBLOCKING=0, within a
+    generous MCP_CONNECT_TIMEOUT_MS), shown by a relay MCP server slow to start (3 s)."""
     from hostkit.claude_code import ToolUse
 
+    slow = claude.root / "slow-start"
+    slow.mkdir()
+    (slow / "sitecustomize.py").write_text(
+        "import sys, time\nif sys.argv[:2] == ['-m', 'mcp']:\n    time.sleep(3)\n"
+    )
     mailbox = _mailbox()
     try:
         mailbox.register_agent("Bob", team="default", session_id="bob")
@@ -347,7 +356,15 @@ def test_claude_calls_relays_mcp_tools_that_install_registered(claude: Claude) -
             ToolUse("mcp__relay__send_message", {"to": "Bob", "body": "MCP-HELLO from Alice"}),
         ],
         home=claude.home,
-        env={"RELAY_AGENT_NAME": "Alice"},
+        env={
+            "RELAY_AGENT_NAME": "Alice",
+            "PYTHONPATH": str(slow),
+            # Wait for the MCP servers before the first request (the bound is not a timing
+            # of the test: it only keeps a server that never starts from hanging the run).
+            "MCP_CONNECTION_NONBLOCKING": "0",
+            "MCP_CONNECT_TIMEOUT_MS": "120000",
+            "MCP_TIMEOUT": "120000",
+        },
     )
     assert run.returncode == 0, run.describe()
     sent = json.dumps([request.json for request in run.main_requests], ensure_ascii=False)

@@ -273,6 +273,26 @@ def test_untrusted_entries_are_a_doctor_failure_and_uninstall_forgets_the_trust(
     assert list_hooks(codex.home, codex.project) == []
 
 
+@pytest.mark.parametrize("mcp", ["--mcp", "--no-mcp"])
+def test_uninstall_leaves_no_file_that_install_created(
+    codex: Codex, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mcp: str
+) -> None:
+    """Into a fresh CODEX_HOME, install writes hooks.json and config.toml (relay's MCP server
+    and Codex's trust in relay's entries); uninstall takes all of it out, and with it the
+    files relay created, not an empty config.toml or hooks.json left behind."""
+    fresh = tmp_path / "fresh-codex-home"
+    fresh.mkdir()
+    monkeypatch.setenv("CODEX_HOME", str(fresh))
+    out = codex.install("--trust", mcp)
+    assert "Codex trust recorded for 11 entries" in out, out
+    assert "trusted_hash" in (fresh / "config.toml").read_text()
+    assert (fresh / "hooks.json").is_file()
+    removed = codex.relay("uninstall", "codex")
+    assert removed.returncode == 0, removed.stderr
+    assert not (fresh / "hooks.json").exists()
+    assert not (fresh / "config.toml").exists(), (fresh / "config.toml").read_text()
+
+
 def test_trust_goes_to_relays_entries_and_never_to_look_alikes(codex: Codex) -> None:
     """A cloned repository's `.codex/hooks.json` holds commands that look like relay's entry;
     `relay install codex --project --trust` records trust for the 11 entries it wrote and

@@ -301,3 +301,47 @@ def test_gemini_calls_relays_mcp_tools_that_install_registered(gemini: Gemini) -
     finally:
         mailbox.close()
     assert (delivery.message.sender, delivery.message.body) == ("Alice", "MCP-HELLO from Alice")
+
+
+def gemini_mcp_list(gemini: Gemini) -> str:
+    """`gemini mcp list` as the user runs it in the project (no GEMINI_* from the suite)."""
+    env = {key: value for key, value in gemini.env.items() if not key.startswith("GEMINI_")}
+    done = subprocess.run(
+        ["gemini", "mcp", "list"],
+        cwd=gemini.project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout + done.stderr
+
+
+def test_doctor_says_when_gemini_does_not_trust_the_folder_and_how_to_trust_it(
+    gemini: Gemini,
+) -> None:
+    """With folder trust on (Gemini CLI's default), an untrusted folder gets no MCP server:
+    `gemini mcp list` shows relay Disabled, and doctor warns and says how to trust it;
+    done as doctor says, Gemini CLI connects relay's server and doctor is content."""
+    settings = gemini.home / ".gemini" / "settings.json"
+    document = json.loads(settings.read_text())
+    document["security"]["folderTrust"] = {"enabled": True}
+    settings.write_text(json.dumps(document, indent=2))
+    gemini.install("--python-client")
+    gemini.env = {key: value for key, value in gemini.env.items() if not key.startswith("GEMINI_")}
+    assert "relay: " in gemini_mcp_list(gemini) and "Disabled" in gemini_mcp_list(gemini)
+
+    doctor = gemini.relay("doctor", "--no-measure")
+    (warning,) = [line for line in doctor.stdout.splitlines() if "does not trust" in line]
+    assert "relay Disabled" in warning
+    fix = warning.split("or add ", 1)[1]
+    rule, file = fix.split(" to ", 1)
+    assert Path(file) == gemini.home / ".gemini" / "trustedFolders.json"
+    Path(file).write_text("{" + rule + "}\n")
+
+    assert "Disabled" not in gemini_mcp_list(gemini)
+    doctor = gemini.relay("doctor", "--no-measure")
+    assert "does not trust" not in doctor.stdout
+    assert f"Gemini CLI trusts {gemini.project}" in doctor.stdout

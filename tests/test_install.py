@@ -119,6 +119,119 @@ def test_a_stale_client_path_is_updated_in_place(env: dict[str, str]) -> None:
     assert "/old/place" not in path.read_text()
 
 
+def run_entry(command: str, env: dict[str, str], event: str) -> subprocess.CompletedProcess[str]:
+    """A host entry's command run as a host runs it: `sh -c`, the event on stdin."""
+    payload = json.dumps({"session_id": "s", "cwd": env["HOME"], "hook_event_name": event})
+    return subprocess.run(
+        ["sh", "-c", command],
+        input=payload,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_a_damaged_entry_of_relays_is_named_by_doctor_repaired_by_install_removed_by_uninstall(
+    env: dict[str, str],
+) -> None:
+    """relay's entry hand-edited to `--dialect claud` exits 2 on every Stop (a block):
+    doctor fails on it and says install repairs it; install repairs it in place (no second
+    entry); a damaged copy beside a sound entry goes; uninstall takes a damaged one out."""
+    path = claude_file(env)
+    assert relay(env, "install", "claude", "--python-client", "--no-mcp").returncode == 0
+    sound = path.read_text()
+    command = json.loads(sound)["hooks"]["Stop"][0]["hooks"][0]["command"]
+    broken = command.replace("--dialect claude Stop", "--dialect claud Stop")
+    damaged_text = sound.replace(json.dumps(command), json.dumps(broken))
+    path.write_text(damaged_text)
+    assert run_entry(broken, env, "Stop").returncode == 2  # what Claude Code would get
+
+    doctor = relay(env, "doctor", "--no-measure")
+    assert doctor.returncode == 1, doctor.stdout
+    assert "relay's entry for Stop is damaged" in doctor.stdout
+    assert "`relay install claude` repairs it in place" in doctor.stdout
+    assert "not installed for Stop" not in doctor.stdout
+
+    done = relay(env, "install", "claude", "--python-client", "--no-mcp", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1])["repaired"] == ["Stop"]
+    assert path.read_text() == sound  # repaired in place: one Stop entry of relay's
+    assert run_entry(command, env, "Stop").returncode == 0
+    assert "is damaged" not in relay(env, "doctor", "--no-measure").stdout
+
+    # A damaged copy beside relay's sound entry is taken out.
+    stop = json.loads(sound)["hooks"]["Stop"]
+    copy = {"hooks": [{**stop[0]["hooks"][0], "command": broken}]}
+    path.write_text(json.dumps({"hooks": {**json.loads(sound)["hooks"], "Stop": [*stop, copy]}}))
+    assert relay(env, "install", "claude", "--python-client", "--no-mcp").returncode == 0
+    assert json.loads(path.read_text())["hooks"]["Stop"] == stop
+
+    # uninstall takes out a damaged entry too, and leaves no file relay created.
+    path.write_text(damaged_text)
+    removed = relay(env, "uninstall", "claude")
+    assert removed.returncode == 0, removed.stderr
+    assert not path.exists(), path.read_text()
+
+
+def running(pid: int) -> bool:
+    """Whether `pid` runs (a detached server that ended may wait, a zombie, for its reaper)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_uninstall_all_lists_asks_and_removes_every_host_the_server_the_client_and_state(
+    env: dict[str, str], tmp_path: Path, relay_home: Path
+) -> None:
+    """`relay uninstall --all --purge` lists what it will remove; off a terminal it removes
+    nothing without --yes; with it, every host's entries (user and project), the running
+    server, the client and relay's state go, and the user's settings stay."""
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    for args in (("claude",), ("gemini",), ("claude", "--project")):
+        done = relay(env, "install", *args, "--python-client", cwd=project)
+        assert done.returncode == 0, done.stderr
+    settings = relay_home / "settings.json"
+    settings.write_text('{"hooks": {}}\n')
+    started = relay(env, "serve", "--detach", cwd=project)
+    assert started.returncode == 0, started.stderr
+    status = json.loads(relay(env, "serve", "--status").stdout)
+    pid = status["pid"]
+    files = [
+        claude_file(env),
+        Path(env["HOME"]) / ".claude.json",
+        Path(env["HOME"]) / ".gemini" / "settings.json",
+        project / ".claude" / "settings.json",
+        project / ".mcp.json",
+        project / ".claude" / "settings.local.json",
+    ]
+    before = {path: path.read_text() for path in files}
+
+    refused = relay(env, "uninstall", "--all", "--purge", cwd=project)
+    assert refused.returncode == 1
+    assert "not removing anything without asking" in refused.stderr
+    for path in files:
+        assert str(path) in refused.stdout
+    assert f"relay's server (pid {pid}, stopped first)" in refused.stdout
+    assert "relay's hook client" in refused.stdout and "relay's state" in refused.stdout
+    assert {path: path.read_text() for path in files} == before
+    assert running(pid)
+
+    done = relay(env, "uninstall", "--all", "--purge", "--yes", cwd=project)
+    assert done.returncode == 0, done.stderr
+    assert [path for path in files if path.exists()] == []
+    assert f"stopped relay's server (pid {pid})" in done.stdout
+    assert not running(pid)
+    assert not (relay_home / "state").exists()
+    assert settings.read_text() == '{"hooks": {}}\n'
+    again = relay(env, "uninstall", "--all", "--yes", cwd=project)
+    assert again.returncode == 0 and "nothing to remove" in again.stdout
+
+
 def test_gemini_gets_milliseconds_and_a_name(env: dict[str, str]) -> None:
     done = relay(env, "install", "gemini", "--python-client")
     assert done.returncode == 0, done.stderr
@@ -137,6 +250,37 @@ def test_project_scope_writes_the_projects_file(env: dict[str, str], tmp_path: P
     assert done.returncode == 0, done.stderr
     assert (project / ".claude" / "settings.json").is_file()
     assert not claude_file(env).exists()
+
+
+def test_a_project_install_says_plainly_that_the_shared_files_hold_this_machines_paths(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """The files --project writes are meant to be committed; relay's entries in them name
+    this machine's client and Python, so install says so, names the files, and offers the
+    user scope. A user install says nothing of the kind."""
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    done = relay(env, "install", "claude", "--project", "--python-client", cwd=project)
+    assert done.returncode == 0, done.stderr
+    (warning,) = [line for line in done.stderr.splitlines() if "meant to be committed" in line]
+    assert "warning: .claude/settings.json, .mcp.json are meant to be committed" in warning
+    client = json.loads((project / ".claude" / "settings.json").read_text())["hooks"]["Stop"]
+    assert client[0]["hooks"][0]["command"].split(" -I -S ")[1].split()[0] in warning
+    assert sys.executable in warning  # the MCP server's Python, written into .mcp.json
+    assert "on a teammate's machine they do not run" in warning
+    assert "`relay uninstall claude --project` then `relay install claude`" in warning
+    user = relay(env, "install", "claude", "--python-client", cwd=project)
+    assert "meant to be committed" not in user.stdout + user.stderr
+
+
+def test_installing_from_an_editable_checkout_warns(env: dict[str, str]) -> None:
+    """The suite's relay is an editable install of this checkout (as `make` makes it): the
+    README says to install from the relay you keep, and install warns."""
+    done = relay(env, "install", "gemini", "--python-client")
+    assert done.returncode == 0, done.stderr
+    checkout = Path(__file__).resolve().parent.parent
+    assert f"warning: this relay is an editable install of the checkout {checkout}" in done.stderr
+    assert f"`pipx install {checkout}`" in done.stderr
 
 
 def test_an_unknown_event_is_refused(env: dict[str, str]) -> None:

@@ -118,6 +118,42 @@ def test_search_explain_on_the_command_line(tmp_path: Path, relay_home: Path) ->
     assert "explain" not in json.loads(done.output)[0]
 
 
+def test_explain_shows_how_the_score_is_made_from_its_parts(
+    tmp_path: Path, relay_home: Path
+) -> None:
+    """`--explain` prints the score's formula with the hit's numbers: the fused score from
+    its places by words and by meaning, each place from what it was ranked on (bm25 or
+    similarity, times the recency lift); by words only, bm25 times the lift."""
+    project = tmp_path / "proj"
+    (project / ".git").mkdir(parents=True)
+    where = ("--cwd", str(project))
+    runner = CliRunner()
+    for text in (SECRET, "the deploy reads auth tokens from the vault #deploy"):
+        assert runner.invoke(cli, ["memory", "save", *where, text]).exit_code == 0
+    for query in (LOGGED_IN, "auth deploy"):
+        done = runner.invoke(cli, ["memory", "search", *where, "--explain", query])
+        assert done.exit_code == 0, done.output
+        scores = re.findall(r"\(score ([0-9.]+)\)", done.output)
+        formulas = re.findall(r"how: score ([0-9.]+) = \((.*)\) / \((2/\(10\+1\))\),", done.output)
+        assert scores and [score for score, _, _ in formulas] == scores, done.output
+        for score, terms, best in formulas:
+            parts = re.sub(r" by (words|meaning)", "", terms)
+            assert eval(f"({parts}) / ({best})") == pytest.approx(float(score), abs=0.005)
+        products = re.findall(
+            r"on (?:similarity|bm25) ([0-9.e-]+) \* recency ([0-9.]+) = ([0-9.e-]+)", done.output
+        )
+        assert products, done.output
+        for factor, lift, product in products:
+            assert float(factor) * float(lift) == pytest.approx(float(product), rel=0.05, abs=0.006)
+    assert "0.3/(10+2) by words" in done.output  # the memory with only some of the words
+    (relay_home / "settings.json").write_text(json.dumps({"memory": {"semantic": False}}))
+    done = runner.invoke(cli, ["memory", "search", *where, "--explain", "auth"])
+    (score, bm25, lift) = re.findall(
+        r"how: score ([0-9.e-]+) = bm25 ([0-9.e-]+) \* recency ([0-9.]+)$", done.output, re.M
+    )[0]
+    assert float(bm25) * float(lift) == pytest.approx(float(score), rel=0.05)
+
+
 def test_an_older_store_is_backfilled_with_progress(tmp_path: Path) -> None:
     """A store from before embeddings (here schema 1, upgraded through 2 to 3) gets every
     memory embedded on its first search, in batches, saying how far it is."""

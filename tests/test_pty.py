@@ -781,7 +781,7 @@ def test_the_native_copier_refuses_arguments_it_does_not_understand() -> None:
     ("script", "runs"),
     [
         ("echo 'version GLIBC_2.99 not found' >&2; exit 1", False),  # starts, then fails
-        ("sleep 60", False),  # never answers
+        ("exec sleep 60", False),  # never answers (exec: the probe kills what it started)
         ("exit 2", True),  # refuses no arguments, as the copier does
     ],
 )

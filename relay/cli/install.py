@@ -15,7 +15,7 @@ from relay.hosts import HOST_NAMES
 from relay.protocol.display import visible
 
 if TYPE_CHECKING:
-    from relay.hosts.install import Client, Target
+    from relay.hosts.install import Change, Client, Target
 
 host_argument = click.argument("host_name", metavar="HOST", type=click.Choice(HOST_NAMES))
 scope_option = click.option(
@@ -85,6 +85,7 @@ def install(  # noqa: PLR0917 (click passes options positionally)
     from relay.hosts import host
     from relay.hosts.install import (
         apply_edits,
+        editable_checkout,
         ensure_client,
         host_events,
         install_lock,
@@ -137,10 +138,39 @@ def install(  # noqa: PLR0917 (click passes options positionally)
         parts = [f"{len(change.added)} added", f"{len(change.kept)} already there"]
         if change.updated:
             parts.append(f"{len(change.updated)} updated to this client")
+        if change.repaired:
+            parts.append(f"{len(change.repaired)} damaged, repaired ({', '.join(change.repaired)})")
         say(f"  entries: {', '.join(parts)}")
         say(f"  client: {client.argv[-1]} ({client.kind})")
         if client.note:
             say(f"  note: {client.note}")
+        checkout = editable_checkout()
+        if checkout is not None:
+            say(
+                f"  warning: this relay is an editable install of the checkout {checkout}: "
+                "the host's entries run that checkout's code, and stop working when it is "
+                "moved, deleted or on a broken branch; install relay for good (`pipx install "
+                f"{checkout}`) and run `relay install {host_name}` from that relay",
+                err=True,
+            )
+        if where.scope == "project" and where.root is not None:
+            shared = [file, *(edit.file for edit in done[1:])]
+            names = sorted(
+                {str(path.relative_to(where.root)) for path in shared if path != where.local_file}
+            )
+            say(
+                f"  warning: {', '.join(names)}"
+                + (" are" if len(names) > 1 else " is")
+                + " meant to be committed, but relay's entries there name this "
+                f"machine's paths (the client {client.argv[-1]}"
+                + (f", the MCP server's Python {sys.executable}" if mcp else "")
+                + "): on a teammate's machine they do not run until the teammate runs "
+                f"`relay install {host_name} --project` too (which rewrites those paths in "
+                "the shared files). For relay in your own sessions only, the user scope "
+                f"leaves the project's files alone: `relay uninstall {host_name} --project` "
+                f"then `relay install {host_name}`",
+                err=True,
+            )
         if change.theirs:
             say(
                 f"  your own entries that run relay on {', '.join(change.theirs)} are left as "
@@ -170,6 +200,7 @@ def install(  # noqa: PLR0917 (click passes options positionally)
             "added": list(change.added),
             "kept": list(change.kept),
             "updated": list(change.updated),
+            "repaired": list(change.repaired),
             "client": {"path": client.argv[-1], "kind": client.kind},
             "foreign": list(change.foreign),
             "theirs": list(change.theirs),
@@ -188,18 +219,41 @@ def _mcp_part(file: Path) -> str:
 
 
 @click.command()
-@host_argument
+@click.argument("host_name", metavar="[HOST]", required=False, type=click.Choice(HOST_NAMES))
 @scope_option
+@click.option(
+    "--all",
+    "every",
+    is_flag=True,
+    help="Every host (user scope, and this project's), then stop relay's server and remove "
+    "its client; lists what it will remove and asks first.",
+)
+@click.option(
+    "--purge",
+    is_flag=True,
+    help="With --all: relay's state too (trust, hook log, messages, memories, the record of "
+    "installs); your settings files stay.",
+)
+@click.option("--yes", is_flag=True, help="With --all: do not ask (needed off a terminal).")
 @click.option("--dry-run", is_flag=True, help="Say what would change; write nothing.")
 @click.option(
     "--json", "as_json", is_flag=True, help="Print what was removed as JSON (file, events, notes)."
 )
 @cwd_option
-def uninstall(host_name: str, user: bool, dry_run: bool, as_json: bool, cwd: Path | None) -> None:
-    """Remove relay's entries from HOST's settings (and nothing else)."""
-    from relay.hosts import host, ledger
-    from relay.hosts.install import apply_edits, install_lock, target, uninstall_text
-    from relay.hosts.mcp_config import uninstall_edits
+def uninstall(  # noqa: PLR0917 (click passes options positionally)
+    host_name: str | None,
+    user: bool,
+    every: bool,
+    purge: bool,
+    yes: bool,
+    dry_run: bool,
+    as_json: bool,
+    cwd: Path | None,
+) -> None:
+    """Remove relay's entries from HOST's settings (and nothing else), or with --all from
+    every host, and relay's server and client (with --purge, its state) too."""
+    from relay.hosts import host
+    from relay.hosts.install import install_lock, target
 
     lines: list[str] = []
 
@@ -209,45 +263,216 @@ def uninstall(host_name: str, user: bool, dry_run: bool, as_json: bool, cwd: Pat
         else:
             click.echo(visible(line))
 
-    chosen_host = host(host_name)
     start = cwd or Path.cwd()
+    if every:
+        if host_name is not None:
+            raise click.UsageError("name a HOST or give --all, not both")
+        _uninstall_all(start, purge=purge, yes=yes, dry_run=dry_run, say=say)
+        if as_json:
+            click.echo(
+                json.dumps({"all": True, "purge": purge, "dry_run": dry_run, "lines": lines})
+            )
+        return
+    if host_name is None:
+        raise click.UsageError("name a HOST (claude, gemini, codex), or give --all")
+    if purge or yes:
+        raise click.UsageError("--purge and --yes go with --all")
+    chosen_host = host(host_name)
     where = target(chosen_host, "user" if user else "project", start)
-    file = where.file
     with install_lock():
-        record = ledger.load(file)
-        stale_keys: list[str] = []
-        if chosen_host.name == "codex" and not dry_run:
-            stale_keys = _codex_keys(where, start)
-        edits: list[Any] = [
-            (file, lambda text: uninstall_text(text, chosen_host, file=str(file), record=record)),
-            *uninstall_edits(where),
-        ]
-        done = apply_edits(edits, where, dry_run=dry_run, undo=True)
-        change = done[0]
-        if stale_keys:
-            _codex_forget(stale_keys)
-        verb = "would remove" if dry_run else "removed"
-        for edit in done[1:]:
-            if edit.changed:
-                say(f"{verb} {_mcp_part(edit.file)} from {edit.file}")
-        if not change.removed:
-            say(f"relay is not installed in {file}")
-        else:
-            say(f"{verb} relay's entries for {len(change.removed)} event(s) from {file}")
-            from relay.hosts.moving import restore_host_hooks
-
-            for line in restore_host_hooks(where, dry_run=dry_run):
-                say(f"  {line}")
+        change = _uninstall_host(where, start, dry_run=dry_run, say=say)
     if as_json:
         report = {
             "host": chosen_host.name,
             "scope": where.scope,
-            "file": str(file),
+            "file": str(where.file),
             "dry_run": dry_run,
             "removed": list(change.removed),
             "lines": lines,
         }
         click.echo(json.dumps(report, default=str))
+
+
+def _uninstall_host(
+    where: Target, start: Path, *, dry_run: bool, say: Callable[[str], None]
+) -> Change:
+    """Take relay's entries (and its MCP server, Codex's trust in them, hooks moved by
+    --import) out of one host file; the caller holds the install lock."""
+    from relay.hosts import ledger
+    from relay.hosts.install import apply_edits, uninstall_text
+    from relay.hosts.mcp_config import uninstall_edits
+
+    chosen_host = where.host
+    file = where.file
+    record = ledger.load(file)
+    stale_keys: list[str] = []
+    if chosen_host.name == "codex" and not dry_run:
+        stale_keys = _codex_keys(where, start)
+    if stale_keys:
+        # First, so that the removal of relay's MCP table below finds the file holding
+        # nothing else of relay's and removes it when relay created it.
+        _codex_forget(stale_keys)
+    edits: list[Any] = [
+        (file, lambda text: uninstall_text(text, chosen_host, file=str(file), record=record)),
+        *uninstall_edits(where),
+    ]
+    done = apply_edits(edits, where, dry_run=dry_run, undo=True)
+    change: Change = done[0]
+    verb = "would remove" if dry_run else "removed"
+    for edit in done[1:]:
+        if edit.changed:
+            say(f"{verb} {_mcp_part(edit.file)} from {edit.file}")
+    if not change.removed:
+        say(f"relay is not installed in {file}")
+    else:
+        say(f"{verb} relay's entries for {len(change.removed)} event(s) from {file}")
+        from relay.hosts.moving import restore_host_hooks
+
+        for line in restore_host_hooks(where, dry_run=dry_run):
+            say(f"  {line}")
+    return change
+
+
+def _installed_targets(start: Path) -> list[tuple[Target, list[Path]]]:
+    """Every host and scope (the user's, this project's) where uninstall would change a
+    file, with those files (a file it cannot read is listed: uninstall will say why)."""
+    from relay.errors import RelayError
+    from relay.hosts import host
+    from relay.hosts.install import apply_edits, target, uninstall_text
+    from relay.hosts.mcp_config import uninstall_edits
+
+    found: list[tuple[Target, list[Path]]] = []
+    seen: set[Path] = set()
+    for name in HOST_NAMES:
+        for scope in ("user", "project"):
+            where = target(host(name), scope, start)
+            if where.file in seen:
+                continue  # a project at the home folder: its file is the user scope's
+            seen.add(where.file)
+            file, chosen = where.file, where.host
+            edits: list[Any] = [
+                (file, lambda text, f=file, h=chosen: uninstall_text(text, h, file=str(f))),
+                *uninstall_edits(where),
+            ]
+            try:
+                planned = apply_edits(edits, where, dry_run=True, undo=True)
+            except RelayError:
+                found.append((where, [file]))
+                continue
+            changed = [edit.file for edit in planned if edit.changed]
+            if changed:
+                found.append((where, list(dict.fromkeys(changed))))
+    return found
+
+
+def _uninstall_all(
+    start: Path, *, purge: bool, yes: bool, dry_run: bool, say: Callable[[str], None]
+) -> None:
+    """`relay uninstall --all [--purge]`: list, ask, then remove every host's entries, stop
+    the server, remove the client (and with --purge, relay's state)."""
+    import shutil
+
+    from relay.config.paths import state_dir
+    from relay.errors import RelayError
+    from relay.hosts.install import client_folder, install_lock
+    from relay.server import client as server_client
+
+    with install_lock():
+        targets = _installed_targets(start)
+    socket = server_client.socket_path()
+    status = server_client.control(socket, "status")
+    server_pid = None
+    if status is not None:
+        try:
+            server_pid = json.loads(status).get("pid")
+        except (ValueError, AttributeError):
+            server_pid = "?"
+    clients = client_folder()
+    state = state_dir()
+    plan: list[str] = []
+    for where, files in targets:
+        plan.append(
+            f"relay's entries in {where.host.title} ({where.scope}): "
+            + ", ".join(str(path) for path in files)
+        )
+    if server_pid is not None:
+        plan.append(f"relay's server (pid {server_pid}, stopped first): {socket}")
+    if clients.exists():
+        plan.append(f"relay's hook client: {clients}")
+    if purge and state.exists():
+        plan.append(
+            f"relay's state: {state} (trust, hook log, messages, memories, the record of installs)"
+        )
+    if not plan:
+        say(
+            "relay is not installed in any host, no server runs, and no client is left: "
+            "nothing to remove"
+        )
+        return
+    say("relay uninstall --all " + ("would remove" if dry_run else "will remove") + ":")
+    for line in plan:
+        say(f"  {line}")
+    if not purge and state.exists():
+        say(f"  (relay's state stays: {state}; --purge removes it too)")
+    if dry_run:
+        return
+    if not yes:
+        if not sys.stdin.isatty():
+            raise RelayError(
+                "not removing anything without asking: run it on a terminal, or add --yes"
+            )
+        if not click.confirm("Remove all of this?", default=False):
+            say("nothing removed")
+            return
+    with install_lock():
+        for where, _ in targets:
+            _uninstall_host(where, start, dry_run=False, say=say)
+    if server_pid is not None:
+        if _stop_server(socket, server_pid):
+            say(f"stopped relay's server (pid {server_pid})")
+        else:
+            say(f"relay's server (pid {server_pid}) has not stopped within 10 s: kill it")
+    if clients.exists():
+        shutil.rmtree(clients)
+        say(f"removed relay's hook client: {clients}")
+    if purge and state.exists():
+        shutil.rmtree(state)
+        say(f"removed relay's state: {state}")
+
+
+def _stop_server(socket: str, pid: object) -> bool:
+    """Ask the server to stop, and wait (up to 10 s) until it no longer answers and its
+    process has ended; False if it has not."""
+    import time
+
+    from relay.server import client as server_client
+
+    server_client.control(socket, "stop")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if server_client.control(socket, "status") is None and not _alive(pid):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _alive(pid: object) -> bool:
+    """Whether process `pid` still runs (one that has ended but is not yet reaped has not)."""
+    import os
+
+    if not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return True  # no /proc to tell a zombie by
 
 
 def _codex_trust(
@@ -317,9 +542,15 @@ def _codex_trust(
             new = trusted_text(text or "", pending, file=str(config))
         except CodexError as exc:
             raise RelayError(str(exc)) from None
-        return Change(file=config, text=new, changed=new != (text or ""))
+        return Change(file=config, text=new, changed=new != (text or ""), created_file=text is None)
 
-    update_file(config, record)
+    done = update_file(config, record)
+    if done.created_file:  # so that uninstall, which takes the trust out, removes the file
+        from relay.hosts import ledger
+        from relay.hosts.ledger import FileRecord
+
+        known = ledger.load(config) or FileRecord(file=str(config.absolute()))
+        ledger.save(known.merged(created=True, containers=[], items=[]))
     say(f"  Codex trust recorded for {len(pending)} entries in {config}")
 
 
@@ -339,17 +570,22 @@ def _codex_keys(where: Target, cwd: Path) -> list[str]:
 
 
 def _codex_forget(keys: list[str]) -> None:
+    from relay.hosts import ledger
     from relay.hosts.codex_trust import CodexError, codex_home, untrusted_text
     from relay.hosts.install import Change, update_file
 
     config = codex_home() / "config.toml"
+    known = ledger.load(config)
 
     def forget(text: str | None) -> Change:
         new = untrusted_text(text, keys, file=str(config)) if text is not None else None
+        if new is not None and not new.strip() and known is not None and known.created:
+            new = None  # relay created the file, and nothing else is left in it
         return Change(file=config, text=new, changed=new != text)
 
     try:
-        update_file(config, forget)
+        if update_file(config, forget).text is None:
+            ledger.forget(config)
     except CodexError as exc:
         click.echo(visible(f"  left Codex's trust entries as they are: {exc}"), err=True)
 

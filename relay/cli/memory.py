@@ -161,7 +161,11 @@ def search(
     for hit in hits:
         _print_memory(hit.memory, extra=f"  (score {hit.score:.2f})")
         if explain:
+            from relay.services.memory.sqlite import score_formula
+
             click.echo(f"    {_explained(hit.explain)}")
+            for line in score_formula(hit):
+                click.echo(f"    how: {visible(line)}")
 
 
 def _explained(ranking: Any) -> str:

@@ -19,17 +19,21 @@ from typing import Literal
 
 import msgspec
 
+from relay.config.paths import find_project_root
 from relay.hosts import HOST_NAMES, host
 from relay.hosts.install import (
     Client,
     Target,
+    client_folder,
     current_client,
+    damaged_entries,
     host_events,
     installed_events,
     read_text,
     target,
     their_relay_entries,
 )
+from relay.hosts.model import Host
 from relay.server import client as server_client
 
 Level = Literal["ok", "warn", "fail"]
@@ -165,6 +169,7 @@ def _host_checks(
 ) -> Iterator[Finding]:
     chosen = host(name)
     known = None
+    found = False  # relay's entries, sound or damaged, in either file
     for scope in ("user", "project"):
         where = target(chosen, scope, cwd, env)
         try:
@@ -173,21 +178,35 @@ def _host_checks(
             yield Finding("fail", chosen.name, f"{where.file}: {exc}")
             continue
         label = f"{chosen.title} ({scope}, {where.file})"
-        for event, commands in their_relay_entries(text, chosen).items():
+        again = f"`relay install {name}{' --project' if scope == 'project' else ''}`"
+        damaged = damaged_entries(text, chosen, client_folder(env))
+        for event, commands in damaged.items():
+            yield Finding(
+                "fail",
+                chosen.name,
+                f"{label}: relay's entry for {event} is damaged ({commands[0]}: its last words "
+                f"are not `--dialect {chosen.name} {event}`), so {event} does not reach relay "
+                f"as it should (the client refuses it, and a refusal is exit 2: a block); "
+                f"{again} repairs it in place",
+            )
+        for event, all_commands in their_relay_entries(text, chosen).items():
+            commands = [item for item in all_commands if item not in damaged.get(event, [])]
+            if not commands:
+                continue
             yield Finding(
                 "warn",
                 chosen.name,
                 f"{label}: {event} has an entry of yours that runs relay ({commands[0]}); relay "
                 "leaves it as it is (install adds its own beside it, and the events run "
-                "relay twice): if it is meant to be relay's, remove it and run "
-                f"`relay install {name}{' --project' if scope == 'project' else ''}`",
+                f"relay twice): if it is meant to be relay's, remove it and run {again}",
             )
         entries = installed_events(text, chosen)
+        found = found or bool(damaged)
         if not entries:
             continue
         if known is None:
             known = host_events(chosen, env)
-        missing = [event for event in known.events if event not in entries]
+        missing = [event for event in known.events if event not in entries and event not in damaged]
         stale = sorted(
             event
             for event, commands in entries.items()
@@ -213,8 +232,48 @@ def _host_checks(
             yield Finding("ok", chosen.name, f"{label}: installed for {len(entries)} event(s)")
         if name == "codex" and known.executable:
             yield from _codex_trust(known.executable, where, text, cwd, client)
-    if known is None:
+    if known is None and not found:
         yield Finding("ok", chosen.name, f"{chosen.title}: relay is not installed")
+    if name == "gemini":
+        yield from _gemini_folder_trust(chosen, cwd, env)
+
+
+def _gemini_folder_trust(chosen: Host, cwd: Path, env: Mapping[str, str]) -> Iterator[Finding]:
+    """Where relay's MCP server is registered in Gemini CLI: does Gemini trust this folder?
+    In a folder it does not trust it starts no MCP server (`gemini mcp list`: Disabled)."""
+    from relay.errors import RelayError
+    from relay.hosts.gemini import folder_trust
+    from relay.hosts.install import decode_host_json
+    from relay.hosts.mcp_config import SERVER_NAME, is_relay_server
+
+    registered = []
+    for scope in ("user", "project"):
+        where = target(chosen, scope, cwd, env)
+        try:
+            text = read_text(where.file)
+            value = decode_host_json(text, file=str(where.file)) if text else None
+        except RelayError:  # a broken file is reported by the checks above
+            continue
+        servers = value.get("mcpServers") if isinstance(value, dict) else None
+        if isinstance(servers, dict) and is_relay_server(servers.get(SERVER_NAME)):
+            registered.append(where.file)
+    if not registered:
+        return
+    trust = folder_trust(cwd, env)
+    if trust.trusted:
+        yield Finding(
+            "ok", "gemini", f"Gemini CLI trusts {cwd} ({trust.reason}): relay's MCP server runs"
+        )
+        return
+    root = find_project_root(cwd) or cwd
+    yield Finding(
+        "warn",
+        "gemini",
+        f"Gemini CLI does not trust {cwd} ({trust.reason}), so it starts no MCP server there "
+        f"(`gemini mcp list` shows relay Disabled) and relay's tools are missing; to trust it, "
+        f"run `gemini` in {root} and choose to trust the folder, or add "
+        f'"{root}": "TRUST_FOLDER" to {trust.file}',
+    )
 
 
 def _codex_trust(

@@ -124,6 +124,24 @@ class Client(msgspec.Struct, frozen=True, kw_only=True):
         return " ".join(shlex.quote(word) for word in words)
 
 
+def editable_checkout() -> Path | None:
+    """The source checkout this relay runs from when it is an editable install (`pip
+    install -e`), else None: the host's entries then run that checkout's code, and stop
+    working when it is moved, deleted or switched to a broken branch."""
+    import importlib.metadata
+    import json
+
+    try:
+        text = importlib.metadata.distribution("agent-relay").read_text("direct_url.json")
+        origin = json.loads(text or "{}")
+    except (importlib.metadata.PackageNotFoundError, ValueError, OSError):
+        return None
+    if not isinstance(origin, dict) or not (origin.get("dir_info") or {}).get("editable"):
+        return None
+    url = str(origin.get("url", ""))
+    return Path(url.removeprefix("file://")) if url.startswith("file://") else None
+
+
 def client_folder(env: Mapping[str, str] | None = None) -> Path:
     """Where the clients live: `<state dir>/bin`."""
     return state_dir(env) / "bin"
@@ -195,6 +213,27 @@ def is_relay_entry(hook: object, host: Host, event: str) -> bool:
         and os.path.isabs(head[3])
         and os.path.basename(head[3]) == PYTHON_NAME
     )
+
+
+def is_damaged_entry(hook: object, host: Host, event: str, folder: Path) -> bool:
+    """Whether a hook entry is relay's own but damaged: install's form in every part (its
+    fields, relay's quoting, this install's client in `folder` by its full path) except
+    its last three words, which are not `--dialect <host> <event>` (a hand edit to
+    `--dialect claud Stop` makes the client exit 2 on every event). Install repairs such an
+    entry and uninstall removes it; one with another client path, or other words, is the
+    user's (see `is_relay_entry`)."""
+    if not isinstance(hook, dict) or hook.get("type") != "command":
+        return False
+    extra = dict(host.entry_extra)
+    if set(hook) - {"type", "command", "timeout", *extra}:
+        return False
+    words = _canonical_words(hook.get("command"))
+    if words is None or len(words) < 4 or words[-3:] == ["--dialect", host.name, event]:
+        return False
+    head = words[:-3]
+    native = str(folder / NATIVE_NAME)
+    script = str(folder / PYTHON_NAME)
+    return head == [native] or (len(head) == 4 and head[1:] == ["-I", "-S", script])
 
 
 def runs_relay(command: object) -> bool:
@@ -364,6 +403,8 @@ class Change(msgspec.Struct, kw_only=True):
     changed: bool
     added: list[str] = msgspec.field(default_factory=list)
     updated: list[str] = msgspec.field(default_factory=list)
+    repaired: list[str] = msgspec.field(default_factory=list)
+    """Events whose damaged entry of relay's (`is_damaged_entry`) was repaired in place."""
     kept: list[str] = msgspec.field(default_factory=list)
     removed: list[str] = msgspec.field(default_factory=list)
     foreign: list[str] = msgspec.field(default_factory=list)
@@ -455,8 +496,17 @@ def install_text(
             change.added.append(event)
             change.containers.append(("hooks", event))
             continue
+        folder = Path(client.argv[-1]).parent
+        if _repair(editable, expected, host, event, command=command, folder=folder):
+            change.repaired.append(event)
+        groups = expected["hooks"][event]
         found = list(_relay_hooks(groups, host, event))
         change.found_relay = change.found_relay or bool(found)
+        if event in change.repaired:
+            change.found_relay = True
+            if _wants_waiter(host, event):
+                _ensure_waiter(editable, expected, host, event)
+            continue
         if any(hook.get("command") == command for _, _, hook in found):
             change.kept.append(event)
         elif found:
@@ -482,6 +532,51 @@ def install_text(
     return change
 
 
+def _repair(
+    editable: JsonText,
+    expected: dict[str, Any],
+    host: Host,
+    event: str,
+    *,
+    command: str,
+    folder: Path,
+) -> bool:
+    """relay's damaged entries for `event` taken out, the first one put right in place when
+    relay has no sound entry there (True then: repaired)."""
+    groups = expected["hooks"][event]
+    damaged = list(
+        _hooks_in(groups, lambda group, hook: _damaged(group, hook, host, event, folder))
+    )
+    if not damaged:
+        return False
+    repair = not any(_relay_hooks(groups, host, event))
+    if repair:
+        group_index, hook_index, _ = damaged.pop(0)
+        where = ("hooks", event, group_index, "hooks", hook_index, "command")
+        editable.replace(where, command)
+        groups[group_index]["hooks"][hook_index]["command"] = command
+    _drop(editable, expected, event, damaged)
+    return repair
+
+
+def _drop(
+    editable: JsonText,
+    expected: dict[str, Any],
+    event: str,
+    hooks: list[tuple[int, int, dict[str, Any]]],
+) -> None:
+    """Take these hooks of `event` out, and the groups they leave empty."""
+    # From the last one back, so earlier indexes stay valid.
+    for group_index, hook_index, _ in reversed(hooks):
+        group_hooks = expected["hooks"][event][group_index]["hooks"]
+        if len(group_hooks) == 1:
+            editable.remove(("hooks", event, group_index))
+            del expected["hooks"][event][group_index]
+        else:
+            editable.remove(("hooks", event, group_index, "hooks", hook_index))
+            del group_hooks[hook_index]
+
+
 def _ensure_waiter(editable: JsonText, expected: dict[str, Any], host: Host, event: str) -> None:
     """relay's mail waiter in `event`, current (its Python path updated in place)."""
     wanted = waiter_command(host)
@@ -500,16 +595,24 @@ def _ensure_waiter(editable: JsonText, expected: dict[str, Any], host: Host, eve
 
 
 def uninstall_text(
-    text: str | None, host: Host, *, file: str, record: FileRecord | None = None
+    text: str | None,
+    host: Host,
+    *,
+    file: str,
+    record: FileRecord | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Change:
     """The host settings text without relay's entries, and without the containers relay
     created that they leave empty (with no record of what relay created, as an older relay
     left things: the event arrays and `hooks` they leave empty). A file relay created that
     is left holding nothing is removed (`text` None)."""
+    folder = client_folder(env)
     change = remove_hooks_text(
         text,
         lambda event, group, hook: (
-            _relay_hook(group, hook, host, event) or _waiter(group, hook, host)
+            _relay_hook(group, hook, host, event)
+            or _waiter(group, hook, host)
+            or _damaged(group, hook, host, event, folder)
         ),
         file=file,
         prune=None if record is None else record.created_container,
@@ -547,15 +650,7 @@ def remove_hooks_text(
         if not found:
             continue
         change.removed.append(event)
-        # From the last one back, so earlier indexes stay valid.
-        for group_index, hook_index, _ in reversed(found):
-            group_hooks = expected["hooks"][event][group_index]["hooks"]
-            if len(group_hooks) == 1:
-                editable.remove(("hooks", event, group_index))
-                del expected["hooks"][event][group_index]
-            else:
-                editable.remove(("hooks", event, group_index, "hooks", hook_index))
-                del group_hooks[hook_index]
+        _drop(editable, expected, event, found)
         if not expected["hooks"][event] and (prune is None or prune(("hooks", event))):
             editable.remove(("hooks", event))
             del expected["hooks"][event]
@@ -618,6 +713,22 @@ def installed_events(text: str | None, host: Host) -> dict[str, list[str]]:
     """Per event, the commands of relay's entries in a host settings text (unreadable: {})."""
     entries = {
         event: [str(hook["command"]) for _, _, hook in _relay_hooks(groups, host, event)]
+        for event, groups in _hooks_object(text).items()
+        if isinstance(groups, list)
+    }
+    return {event: commands for event, commands in entries.items() if commands}
+
+
+def damaged_entries(text: str | None, host: Host, folder: Path) -> dict[str, list[str]]:
+    """Per event, the commands of relay's damaged entries (`is_damaged_entry`) in a host
+    settings text, for `folder`'s client (unreadable: {})."""
+    entries = {
+        event: [
+            str(hook.get("command"))
+            for _, _, hook in _hooks_in(
+                groups, functools.partial(_damaged, host=host, event=event, folder=folder)
+            )
+        ]
         for event, groups in _hooks_object(text).items()
         if isinstance(groups, list)
     }
@@ -816,6 +927,12 @@ def _plain_group(group: dict[str, Any]) -> bool:
 
 def _relay_hook(group: dict[str, Any], hook: dict[str, Any], host: Host, event: str) -> bool:
     return _plain_group(group) and is_relay_entry(hook, host, event)
+
+
+def _damaged(
+    group: dict[str, Any], hook: dict[str, Any], host: Host, event: str, folder: Path
+) -> bool:
+    return _plain_group(group) and is_damaged_entry(hook, host, event, folder)
 
 
 def _waiter(group: dict[str, Any], hook: dict[str, Any], host: Host) -> bool:

@@ -42,6 +42,9 @@ class Ranking(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
     """Its place among the memories nearest in meaning (1: nearest); None: not among them."""
     similarity: float | None = None
     """Cosine similarity of the query's embedding and the memory's (-1 to 1)."""
+    keyword_weight: float | None = None
+    """In a search by words and meaning, the weight of its place by words in the score: 1.0
+    with every word of the query, 0.3 with only some; None when not found by words."""
     recency: float = 1.0
     """The lift for a recent memory (1.2 saved today, 1.1 at 30 days, towards 1.0)."""
     tags: list[str] = msgspec.field(default_factory=list)

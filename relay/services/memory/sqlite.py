@@ -746,6 +746,13 @@ class SqliteMemory:
                     keyword_rank=keyword_rank.get(seq),
                     semantic_rank=semantic_rank.get(seq),
                     similarity=similarity_of.get(seq),
+                    keyword_weight=(
+                        None
+                        if seq not in keyword_rank
+                        else KEYWORD_WEIGHT
+                        if keyword_rank[seq] <= every
+                        else PARTIAL_WEIGHT
+                    ),
                 )
             hits.append(MemoryHit(memory=_memory(row), score=score, explain=ranking))
         return hits
@@ -1345,6 +1352,7 @@ def _ranking(
     keyword_rank: int | None = None,
     semantic_rank: int | None = None,
     similarity: float | None = None,
+    keyword_weight: float | None = None,
 ) -> Ranking:
     """Why a search row ranked (MemoryHit.explain)."""
     tags = {tag.lower() for tag in _tags_decoder.decode(row[2])}
@@ -1354,9 +1362,48 @@ def _ranking(
         keyword_score=row[_BM25] if keyword_rank is not None else None,
         semantic_rank=semantic_rank,
         similarity=similarity,
+        keyword_weight=keyword_weight,
         recency=row[_LIFT],
         tags=[word for word in words if word in tags],
     )
+
+
+def score_formula(hit: MemoryHit) -> builtins.list[str]:
+    """How a hit's score is made from the parts `--explain` shows, with its numbers (see
+    SqliteMemory.search): one line for the score, one for what each place was ranked on.
+    [] for a hit that carries no Ranking."""
+    ranking = hit.explain
+    if ranking is None:
+        return []
+    lift = f"recency {ranking.recency:.2f}"
+    if ranking.keyword_score is not None:
+        words = f"bm25 {_figure(ranking.keyword_score)} * {lift}"
+        by_words = f"{words} = {_figure(ranking.keyword_score * ranking.recency)}"
+    if not ranking.by_meaning:
+        return [] if ranking.keyword_score is None else [f"score {_figure(hit.score)} = {words}"]
+    terms, ranks = [], []
+    if ranking.keyword_rank is not None and ranking.keyword_weight is not None:
+        some = "" if ranking.keyword_weight == KEYWORD_WEIGHT else ", with only some words"
+        terms.append(f"{ranking.keyword_weight:g}/({RRF_K:g}+{ranking.keyword_rank}) by words")
+        ranks.append(f"#{ranking.keyword_rank} by words on {by_words}{some}")
+    if ranking.semantic_rank is not None and ranking.similarity is not None:
+        nearness = ranking.similarity * ranking.recency
+        terms.append(f"{SEMANTIC_WEIGHT:g}/({RRF_K:g}+{ranking.semantic_rank}) by meaning")
+        ranks.append(
+            f"#{ranking.semantic_rank} by meaning on similarity {ranking.similarity:.2f}"
+            f" * {lift} = {nearness:.2f}"
+        )
+    best = f"{KEYWORD_WEIGHT + SEMANTIC_WEIGHT:g}/({RRF_K:g}+1)"
+    return [
+        f"score {hit.score:.2f} = ({' + '.join(terms) or '0'}) / ({best}),"
+        " the sum for a memory first both ways",
+        "; ".join(ranks) or "ranked neither by words nor by meaning",
+    ]
+
+
+def _figure(value: float) -> str:
+    """Two decimals, or two significant digits for a tiny value (BM25 in a small store)."""
+    return f"{value:.2f}" if value == 0 or abs(value) >= 0.01 else f"{value:.2g}"
 
 
 class _Candidates(NamedTuple):
