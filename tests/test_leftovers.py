@@ -74,6 +74,7 @@ def inner_suite(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]
     suite = tmp_path / "suite"
     suite.mkdir()
     shutil.copy(CONFTEST, suite / "conftest.py")
+    shutil.copy(CONFTEST.with_name("browser.py"), suite / "browser.py")  # its plugin
     (suite / "test_inner.py").write_text(textwrap.dedent(source))
     env = {
         key: value
