@@ -244,6 +244,15 @@ def test_only_the_named_hook_runs(project: Path, tmp_path: Path) -> None:
     assert code == 0 and [hook["name"] for hook in out["hooks"]] == ["b"]
     assert out["result"]["inject"] == "b"
     assert out["skipped"][0]["reason"] == "not selected (--hook b)"
+    # On screen the hooks left out are one line, not a block each (they are not being tried).
+    shown = run(["SessionStart", "--settings", str(file), "--cwd", str(project), "--hook", "b"])
+    assert "○ a" not in shown.stdout and "not selected" not in shown.stdout
+    assert "○ 1 other hook of this event not run: only the one asked for runs" in shown.stdout
+    tried = run(
+        ["SessionStart", "--settings", str(file), "--cwd", str(project), "--command", "true"]
+    )
+    assert "○ 2 other hooks of this event not run" in tried.stdout
+    assert "○ a" not in tried.stdout and "○ b" not in tried.stdout
 
 
 def test_disabled_and_untrusted_hooks_are_explained(project: Path, relay_home: Path) -> None:

@@ -179,10 +179,19 @@ def _print_trial(trial: Any, expect: str | None, ok: bool) -> None:
         _say("\nNo hook ran.", fg="yellow")
     for tried in trial.hooks:
         _print_hook(tried)
+    # Hooks left out by --hook or --command are one line, not a block each: they are
+    # not what is being tried (--json lists each).
+    unselected = [skipped for skipped in trial.skipped if skipped.reason.startswith("not selected")]
     for skipped in trial.skipped:
+        if skipped in unselected:
+            continue
         _say(f"\n○ {skipped.name}", fg="bright_black", bold=True)
         _say(f"  from {skipped.source} (registered under {skipped.registered_as})")
         _say(f"  not run: {skipped.reason}", fg="bright_black")
+    if unselected:
+        count = len(unselected)
+        others = f"{count} other hook{'s' if count != 1 else ''}"
+        _say(f"\n○ {others} of this event not run: only the one asked for runs", fg="bright_black")
     _say("\nResult", bold=True)
     colour = {"allow": "green", "ask": "yellow", "deny": "red"}[result.decision]
     line = click.style(result.decision, fg=colour, bold=True)
