@@ -170,23 +170,9 @@ def search(
 
 def _explained(ranking: Any) -> str:
     """One line saying why a hit ranked (MemoryHit.explain)."""
-    if ranking is None:
-        return "why: this memory backend does not say"
-    parts = []
-    if ranking.keyword_rank is not None:
-        parts.append(f"words #{ranking.keyword_rank} (bm25 {ranking.keyword_score:.2f})")
-    else:
-        parts.append("words: none of the query's")
-    if not ranking.by_meaning:
-        parts.append("meaning: not searched")
-    elif ranking.semantic_rank is not None:
-        parts.append(f"meaning #{ranking.semantic_rank} (similarity {ranking.similarity:.2f})")
-    else:
-        parts.append("meaning: not among the nearest")
-    parts.append(f"recency x{ranking.recency:.2f}")
-    if ranking.tags:
-        parts.append("tags: " + " ".join("#" + tag for tag in ranking.tags))
-    return "why: " + " · ".join(visible(part) for part in parts)
+    from relay.services.memory.sqlite import explain_parts
+
+    return "why: " + " · ".join(visible(part) for part in explain_parts(ranking))
 
 
 @memory.command("list")

@@ -131,23 +131,9 @@ def scope_of(memory: Memory) -> Scope:
 
 def reasons(ranking: Ranking | None) -> list[str]:
     """Why a hit ranked, in the parts `relay memory search --explain` prints."""
-    if ranking is None:
-        return ["this memory backend does not say"]
-    parts = []
-    if ranking.keyword_rank is not None:
-        parts.append(f"words #{ranking.keyword_rank} (bm25 {ranking.keyword_score or 0:.2f})")
-    else:
-        parts.append("words: none of the query's")
-    if not ranking.by_meaning:
-        parts.append("meaning: not searched")
-    elif ranking.semantic_rank is not None:
-        parts.append(f"meaning #{ranking.semantic_rank} (similarity {ranking.similarity or 0:.2f})")
-    else:
-        parts.append("meaning: not among the nearest")
-    parts.append(f"recency x{ranking.recency:.2f}")
-    if ranking.tags:
-        parts.append("tags: " + " ".join("#" + tag for tag in ranking.tags))
-    return parts
+    from relay.services.memory.sqlite import explain_parts
+
+    return explain_parts(ranking)
 
 
 class Memories:
