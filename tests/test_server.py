@@ -530,6 +530,65 @@ def test_a_living_server_that_drops_a_call_leaves_none_of_its_hooks_running(
         stop_server(path)
 
 
+DROPPING_SERVER = """
+import os, socket, subprocess, sys, threading
+from relay.server import client
+
+listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+path = client.socket_path()
+assert client.make_private_dir(os.path.dirname(path))
+listener.bind(path)
+listener.listen(1)
+hooks = []
+
+def serve():
+    connection, _ = listener.accept()
+    with connection, connection.makefile("rb") as reader:
+        hooks.append(subprocess.Popen(["sleep", "60"], env=client.read_request(reader.read)[1].env))
+        connection.sendall(client.accepted_frame(60_000))
+
+threading.Thread(target=serve, daemon=True).start()
+done = subprocess.run(sys.argv[1:], input=b"{}", capture_output=True, timeout=60)
+print(done.stdout.decode(), "sid", os.getsid(0), "exit", hooks[0].wait(timeout=30) if hooks else None)
+"""
+
+
+@pytest.mark.parametrize("kind", ["native", "python"])
+def test_a_lost_call_kills_its_hooks_in_a_pid_namespace_whose_session_leader_is_outside(
+    kind: str, short_home: Path, project: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """In a container the session's leader may be outside the PID namespace, and getsid()
+    says 0 there (CI runs so): a real session all the same, whose hooks the client kills."""
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("a new PID namespace needs unshare(1) and root")
+    script = write(tmp_path / "dropping_server.py", DROPPING_SERVER)
+    command = client_command(kind, tmp_path, request)
+    done = subprocess.run(
+        [
+            "unshare",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            sys.executable,
+            str(script),
+            *command,
+            "--dialect",
+            "claude",
+            "SessionStart",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=project,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "sid 0" in done.stdout  # the condition this test is about
+    assert "(killed 1 of its hook processes)" in done.stdout
+    assert done.stdout.rstrip().endswith("exit -9")
+    # The server the client started for the next call ended with the namespace.
+
+
 @pytest.mark.parametrize("kind", ["native", "python"])
 def test_killing_a_client_that_runs_the_call_itself_leaves_no_hook_running(
     kind: str,

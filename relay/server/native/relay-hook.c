@@ -457,7 +457,9 @@ fail:
     }
     /* Whatever became of the server, nothing will read what is left of the call's hooks:
      * they are killed either way (a living server past its deadline would kill them too). */
-    int killed = server > 0 && server_session > 0 ? kill_call(call_id, server_session) : 0;
+    /* A session id of 0 is real: a session whose leader is outside this PID namespace (a
+     * container's processes see theirs so). Only -1 is getsid's failure. */
+    int killed = server > 0 && server_session != -1 ? kill_call(call_id, server_session) : 0;
     if (server > 0 && !process_alive(server, server_started)) {
         snprintf(lost, lost_size,
                  "relay's server (pid %d) stopped in the middle of this call (killed %d of its "
