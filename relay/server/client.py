@@ -361,12 +361,14 @@ def request(path: str, call: Call, *, ack_timeout: float = ACK_TIMEOUT) -> Reply
             server = _peer_process(sock)
             sock.sendall(encode_call(call))
             sock.shutdown(socket.SHUT_WR)
-            reader = sock.makefile("rb")
+            # recv itself, not a makefile() reader: a reader left open keeps the socket's
+            # fd after close(), and an error's traceback can leave both to the collector.
+            read = sock.recv
             deadline = time.monotonic() + ack_timeout
             while True:
                 sock.settimeout(max(deadline - time.monotonic(), 0.001))
-                kind = _exactly(reader.read, 1)
-                payload = _exactly(reader.read, _read_count_any(reader.read))
+                kind = _exactly(read, 1)
+                payload = _exactly(read, _read_count_any(read))
                 if kind == b"A":
                     accepted = True
                     (milliseconds,) = struct.unpack(">I", payload[:4])
@@ -507,9 +509,8 @@ def control(path: str, command: str, *, timeout: float = ACK_TIMEOUT) -> bytes |
                 return None
             sock.sendall(CONTROL + _string(command.encode()))
             sock.shutdown(socket.SHUT_WR)
-            reader = sock.makefile("rb")
-            kind = _exactly(reader.read, 1)
-            payload = _exactly(reader.read, _read_count_any(reader.read))
+            kind = _exactly(sock.recv, 1)
+            payload = _exactly(sock.recv, _read_count_any(sock.recv))
             return _parse_result(payload).stdout if kind == b"R" else None
     except (OSError, ProtocolViolation, struct.error):
         return None
