@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -270,6 +272,85 @@ def test_the_board_skips_a_row_it_cannot_read(relay_home: Path, board: SqliteBoa
     with sqlite3.connect(board.path) as db:
         db.execute("INSERT INTO statuses VALUES (?, ?, ?)", (TEAM, "Zed", b"{not json"))
     assert [status.name for status in board.statuses_now(TEAM)] == ["Ivy"]
+
+
+def test_a_plain_relay_agents_answers_without_click_exactly_as_click_does(
+    project: Path, relay_home: Path, board: SqliteBoard
+) -> None:
+    """`relay agents` and `relay agents --json` take the console script's quick path (no
+    click imported: the floor of a command); their output is byte for byte what click's
+    command prints (reached here through --team), hostile text shown visibly in both."""
+    from relay.services.messaging.mailbox import SqliteMailbox
+
+    mailbox = SqliteMailbox(relay_home / "state" / "messages.db")
+    for name in ("Ann", "Bo"):
+        mailbox.register_agent(name, team=TEAM, session_id=f"s-{name}", cwd=str(project))
+    mailbox.close()
+    long_ago = utc_millis(-3 * 86400)
+    board.publish_now(
+        _status(
+            "Ann",
+            since=long_ago,
+            started=long_ago,
+            ttl=10 * 86400.0,
+            last_line="building \x1b[31mred\x1b[0m",
+            tool="Bash",
+        )
+    )
+    quick = {"RELAY_TEAM": TEAM}
+    for json_option in ([], ["--json"]):
+        plain = _relay_env(project, quick, "agents", *json_option)
+        through_click = _relay_env(project, {}, "agents", "--team", TEAM, *json_option)
+        assert plain.returncode == through_click.returncode == 0, plain.stderr
+        # A mailbox-only member's age is seconds since it registered: it may tick between.
+        seconds = re.compile(r"\b\d+s\b")
+        assert seconds.sub("Ns", plain.stdout) == seconds.sub("Ns", through_click.stdout)
+        assert plain.stderr == through_click.stderr
+    assert (
+        "\x1b" not in plain.stdout
+        and "team default: 2 agents, 0 humans" in _relay_env(project, quick, "agents").stdout
+    )
+    imports = subprocess.run(
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            "-c",
+            "import sys; sys.argv = ['relay', 'agents']\nfrom relay.cli.entry import run\nrun()",
+        ],
+        cwd=project,
+        env={**os.environ, **quick},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert imports.returncode == 0 and "Ann" in imports.stdout
+    assert not [line for line in imports.stderr.splitlines() if line.endswith("| click")]
+
+
+def test_relay_agents_falls_back_to_click_for_what_its_quick_path_does_not_read(
+    project: Path, relay_home: Path
+) -> None:
+    """Settings it cannot read: the quick path prints nothing and click's command says
+    what is wrong, once, with relay's exit code for bad input."""
+    (relay_home / "settings.json").write_text('{"messaging": {"team": 5}}')
+    done = _relay_env(project, {"RELAY_TEAM": ""}, "agents")
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.count("relay:") == 1
+    assert "settings.json:1:" in done.stderr and "messaging.team" in done.stderr
+
+
+def _relay_env(project: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [RELAY, *args],
+        cwd=project,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
 
 
 def test_reads_as() -> None:

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import click
 
 from relay.cli.options import cwd_option, settings_option, team_option
+from relay.cli.team_view import count, local_team, messenger_for, roster_text
 from relay.protocol.display import visible
 
 Result = TypeVar("Result")
@@ -35,7 +36,7 @@ def _with_messenger(
     other teams know it, and `retry` (see UnknownRecipientError) how to reach them."""
     import anyio
 
-    messenger = _messenger(cwd, settings_files, team)
+    messenger = messenger_for(cwd, settings_files, team)
     config = messenger.config
 
     async def run() -> Result:
@@ -65,16 +66,6 @@ def _with_messenger(
         return anyio.run(run)
     finally:
         messenger.mailbox.close()
-
-
-def _messenger(cwd: Path | None, settings_files: tuple[Path, ...], team: str | None) -> Any:
-    """A `Messenger` as the settings configure it (`team`: instead of theirs)."""
-    from relay.config.discovery import load_settings
-    from relay.services.messaging.messenger import Messenger, messaging_config
-
-    start = (cwd or Path.cwd()).resolve()
-    settings = load_settings(start, settings_files)
-    return Messenger(messaging_config(settings), project=settings.root or start, team=team)
 
 
 def _print_json(value: Any) -> None:
@@ -210,65 +201,16 @@ def agents(
             agents = await messenger.agents()
             return team_members(messenger.team, agents, []), f"live state unavailable: {exc}"
 
-    messenger = _messenger(cwd, settings_files, team)
+    messenger = messenger_for(cwd, settings_files, team)
     team_name = messenger.team
     if messenger.uses_nats:
         messenger.mailbox.close()
         found, problem = _with_messenger(cwd, settings_files, team, work)
     else:  # this machine's mailbox and board (open_board's own choice): no event loop to start
-        from relay.fleet.board import SqliteBoard
-        from relay.fleet.roster import read_team_now
-
-        board = SqliteBoard()
-        try:
-            found, problem = read_team_now(messenger, board)
-        finally:
-            board.close()
-            messenger.mailbox.close()
+        found, problem = local_team(messenger)
     if problem is not None:
         click.echo(visible(f"relay: {problem}"), err=True)
-    if as_json:
-        _print_json(found)
-        return
-    if not found:
-        click.echo(
-            f"no agents yet in team {team_name} (an agent joins with "
-            f"`relay run --name NAME --team {team_name} -- COMMAND`)"
-        )
-        return
-    humans = sum(member.kind == "human" for member in found)
-    click.echo(
-        f"team {team_name}: {_count(len(found) - humans, 'agent')}, {_count(humans, 'human')}"
-    )
-    _print_members(found)
-
-
-def _print_members(members: list[Any]) -> None:
-    """The `relay agents` table: live state, how long, where, what it does."""
-    from datetime import UTC, datetime
-
-    from relay.fleet.roster import age, shown_state, uptime
-
-    now = datetime.now(UTC)
-    click.echo(
-        f"{'NAME':16} {'KIND':5} {'STATE':10} {'FOR':>4} {'HOST':6} {'MACHINE':12} "
-        f"{'PID':>7} {'IN':>4} {'OUT':>4} {'UP':>4}  {'TOOL':12} LAST LINE"
-    )
-    for member in members:
-        live = member.live
-        host_kind = live.host_kind if live is not None else "-"
-        machine = (live.machine if live is not None else member.host) or "-"
-        tool = (live.tool if live is not None else None) or "-"
-        line = (live.last_line if live is not None else None) or ""
-        traffic = (live.messages_in, live.messages_out) if live is not None else ("-", "-")
-        click.echo(
-            visible(
-                f"{member.name:16} {member.kind:5} {shown_state(member):10} "
-                f"{age(member.since, now):>4} {host_kind:6} {machine[:12]:12} "
-                f"{member.pid or '-':>7} {traffic[0]:>4} {traffic[1]:>4} "
-                f"{uptime(member, now):>4}  {tool[:12]:12} {line}"
-            ).rstrip()
-        )
+    click.echo(roster_text(team_name, found, as_json=as_json), nl=False)
 
 
 @agents.command("forget")
@@ -338,7 +280,7 @@ def inbox(
         click.echo(visible(f"no {waiting}messages for {who} in team {team_name}"))
         return
     click.echo(
-        visible(f"team {team_name}, {who}'s inbox: {_count(len(deliveries), waiting + 'message')}")
+        visible(f"team {team_name}, {who}'s inbox: {count(len(deliveries), waiting + 'message')}")
     )
     for delivery in deliveries:
         message = delivery.message
@@ -448,10 +390,6 @@ def _history_line(message: Any) -> str:
         f"{message.created_at} [{message.short_id}] {message.sender} -> "
         f"{message.recipient}{thread_note}: {_one_line(message.body)}"
     )
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def _one_line(text: str, limit: int = 200) -> str:
