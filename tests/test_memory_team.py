@@ -22,7 +22,7 @@ import pytest
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from nats_server import NatsServer, find_nats_server, password, server_config
-from scripted_sessions import RELAY, finish, reads, start_relay_run
+from scripted_sessions import RELAY, agent, finish, reads, start_relay_run
 
 from relay.config.discovery import load_settings
 from relay.config.model import NatsConfig
@@ -381,6 +381,49 @@ def test_a_relay_run_session_starts_with_what_the_team_saved(
     assert answer.endswith("], shared with team a")
     shared_id = answer.split("[", 1)[1].split("]", 1)[0]
     assert cli(env_a, "sync", cwd=tmp_path)["saved"] == [shared_id]
+
+
+def test_relay_run_team_is_the_team_its_memories_are_shared_with(
+    server: NatsServer, tmp_path: Path
+) -> None:
+    """No memory.team in the settings: `relay run --team a` shares its agent's team
+    memories with team a (the session's team), not the repository's, and so does a
+    `relay memory` command the agent runs inside the session ($RELAY_TEAM)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    settings = {
+        "memory": {"transport": "nats"},
+        "messaging": {"nats": {"url": server.url, "user": "eve", "password": password("eve")}},
+    }
+    (home / "settings.json").write_text(json.dumps(settings))
+    env = {**os.environ, "RELAY_HOME": str(home)}
+    env.pop("RELAY_TEAM", None)
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    record = project / "bee.jsonl"
+    command = f"{RELAY} memory save --team the staging VPN needs MFA --json"
+    steps = [
+        {"print": "ready"},
+        {"print": "@memory:save --team deploys freeze on Fridays #release"},
+        {"read": "saved"},
+        {"shell": command, "label": "cli"},
+    ]
+    process = subprocess.Popen(
+        [RELAY, "run", "--headless", "--name", "Bee", "--team", "a", "--", *agent(steps, record)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=project,
+        env=env,
+    )
+    code, err = finish(process, timeout=40)
+    answers = dict(reads(record))
+    assert code == 0, (err, answers)
+    assert answers["saved"].endswith("], shared with team a"), answers["saved"]
+    saved_by_cli = json.loads(answers["cli"].split(" ", 1)[1])
+    assert saved_by_cli["team"] == "a"
+    other = machine(server, tmp_path / "other")
+    assert len(other.sync().saved) == 2
 
 
 def test_a_running_session_picks_up_the_team_s_memories_every_sync_seconds(

@@ -252,6 +252,26 @@ def test_team_option_on_run_send_inbox_agents_messages_and_sessions(
     assert refused.returncode == 1 and "team name 'a.b' is not usable" in refused.stderr
 
 
+def test_relay_runs_own_hooks_are_in_the_sessions_team(
+    tmp_path: Path, relay_home: Path, env: dict[str, str]
+) -> None:
+    """`relay run --team blue`: the hooks relay runs for the session itself (SessionStart
+    here) see RELAY_TEAM=blue, as the agent and its host's hooks do, so a `relay send` from
+    one of them goes to the session's team."""
+    project = repository(tmp_path / "proj")
+    seen = tmp_path / "team.txt"
+    record = f'cat >/dev/null; printf %s "$RELAY_TEAM" > {seen}; echo {{}}'
+    settings = {"hooks": {"SessionStart": [{"hooks": [{"command": "sh", "args": ["-c", record]}]}]}}
+    (relay_home / "settings.json").write_text(json.dumps(settings))
+    steps = [{"print": "ready"}, {"exit": 0}]
+    bob = start(project, "Bob", steps, tmp_path / "bob.jsonl", env, "--team", "blue")
+    try:
+        assert finish(bob)[0] == 0
+    finally:
+        stopped(bob)
+    assert seen.read_text() == "blue"
+
+
 # -- errors that say where an agent is -------------------------------------------------------
 
 

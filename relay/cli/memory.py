@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import IO, Any
@@ -37,7 +38,8 @@ def _open(cwd: Path | None, settings_files: tuple[Path, ...]) -> tuple[Any, str,
     settings = load_settings(start, settings_files)
     project = settings.root or find_project_root(start) or start
     config = memory_config(settings)
-    sharing = team_sharing(settings, Path(project))
+    # In a `relay run --team` session, its team ($RELAY_TEAM), as its messages use.
+    sharing = team_sharing(settings, Path(project), os.environ.get("RELAY_TEAM") or None)
     service = open_memory(config, sharing, progress=_embedding_progress)
     return service, str(Path(project).resolve()), config, sharing
 

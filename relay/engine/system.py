@@ -348,6 +348,13 @@ class HookSystem:
             envelope, plan, outcomes, warnings, started=started, traces=traces, trace=trace
         )
 
+    def add_environment(self, values: Mapping[str, str]) -> None:
+        """Give every hook run from now on `values` in its environment (on top of the one
+        relay reads): `relay run` adds the session's team, as it does for its agent."""
+        self.environ = {**self.environ, **values}
+        if self._executor is not None:
+            self._executor.environ.update(values)
+
     def _executor_for(self) -> Executor:
         if self._executor is None:
             from relay.engine.execution import Executor

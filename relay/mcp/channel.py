@@ -148,7 +148,9 @@ class Channel:
         if not self._has_user_handler("memory"):
             config = memory_config(self.hooks.settings)
             try:
-                self.sharing = team_sharing(self.hooks.settings, self.hooks.project_dir)
+                self.sharing = team_sharing(
+                    self.hooks.settings, self.hooks.project_dir, self.messenger.team
+                )
             except TeamMemoryError as exc:
                 self.notices.append(f"team memory is off: {exc.message}")
             self.memory = open_memory(config, self.sharing)

@@ -202,11 +202,13 @@ class Session:
         self._team_memory_problem: str | None = None
         self.messaging_config = messaging_config(hooks.settings)
         # --team, else messaging.team, else the repository's; in the agent's environment
-        # too, so its own `relay send`, hooks and MCP server use the same team.
+        # and the hooks relay runs for it too, so a `relay send`, a hook and the MCP server
+        # all use the same team.
         self.team = check_name(
             team_for(hooks.project_dir, self.messaging_config.team, team), what="team name"
         )
         self.env["RELAY_TEAM"] = self.team
+        hooks.add_environment({"RELAY_TEAM": self.team})  # the session's own hooks too
         self.messenger: Messenger | None = None
         self.inbox: SessionInbox | None = None
         self._injected: collections.OrderedDict[str, float] = collections.OrderedDict()
@@ -996,7 +998,7 @@ class Session:
         if self._user_namespace("memory"):
             return
         try:
-            self._sharing = team_sharing(self.hooks.settings, self.hooks.project_dir)
+            self._sharing = team_sharing(self.hooks.settings, self.hooks.project_dir, self.team)
         except TeamMemoryError as exc:
             self._tell_user(f"team memory is off: {exc.message}")
         self.memory = self.context.memory = open_memory(self.memory_config, self._sharing)

@@ -55,10 +55,13 @@ class SharedForget(msgspec.Struct, kw_only=True, frozen=True):
     problem: str | None = None
 
 
-def team_sharing(settings: SettingsSet, project: Path | None) -> TeamSharing | None:
+def team_sharing(
+    settings: SettingsSet, project: Path | None, chosen: str | None = None
+) -> TeamSharing | None:
     """Whether and with whom team memories are shared (None: memories stay local). The
-    team: `memory.team`, else messaging's (`messaging.team`, else the repository's);
-    the server: `messaging.nats`. All from files the user controls."""
+    team: `memory.team`, else messaging's (`chosen`: `relay run --team` or $RELAY_TEAM
+    inside its session; else `messaging.team`, else the repository's); the server:
+    `messaging.nats`. All from files the user controls."""
     from relay.services.memory.backends import memory_config
     from relay.services.messaging.messenger import messaging_config
     from relay.services.messaging.model import MessagingError, check_name, team_for
@@ -67,7 +70,7 @@ def team_sharing(settings: SettingsSet, project: Path | None) -> TeamSharing | N
     if config.transport != "nats":
         return None
     messaging = messaging_config(settings)
-    team = config.team or team_for(project or Path.cwd(), messaging.team)
+    team = config.team or team_for(project or Path.cwd(), messaging.team, chosen)
     try:
         check_name(team, what="memory.team")
     except MessagingError as exc:
