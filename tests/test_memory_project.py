@@ -335,3 +335,32 @@ def test_team_memory_lands_in_the_same_project_on_another_machine(
     relay(machine_b, "memory", "forget", saved["id"], cwd=clone)
     relay(machine_a, "memory", "sync", cwd=tmp_path)
     assert contents(machine_a, shop) == {"everyone uses the VPN"}
+
+
+def test_a_relay_run_session_in_a_worktree_has_the_repository_s_memories(
+    tmp_path: Path,
+) -> None:
+    """`relay run` in a linked worktree: the memories an older relay saved under the main
+    checkout's path move over (the user is told how many), the recap has them, and what
+    the agent saves there the main checkout sees."""
+    from scripted_sessions import finish, reads, start_relay_run
+
+    env = home(tmp_path / "home")
+    shop = repository(tmp_path / "shop")
+    worktree = tmp_path / "shop-feature"
+    git("worktree", "add", "-q", "-b", "feature", str(worktree), cwd=shop)
+    legacy_store(env, [("the build needs make release", str(shop))])
+    record = worktree / "agent.jsonl"
+    steps = [
+        {"read": "start"},
+        {"print": "@memory:save saved by the worktree's agent"},
+        {"read": "saved"},
+    ]
+    # Without the recap the agent waits for it: the session is then cut short.
+    code, err = finish(start_relay_run("Wt", steps, record, env=env), timeout=40)
+    assert code == 0, err
+    assert f"moved 1 memory saved in {shop} to this project" in err
+    (_, recap), (_, answer) = reads(record)
+    assert recap.startswith("Memories from earlier sessions") and "make release" in recap
+    assert answer.startswith("✓ Saved to memory [")
+    assert contents(env, shop) == {"the build needs make release", "saved by the worktree's agent"}
