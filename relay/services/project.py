@@ -162,9 +162,17 @@ def _checkouts(found: Repository) -> list[str]:
             continue
         checkout = os.path.dirname(dot_git)
         other = find_repository(checkout)
-        if other is not None and other.checkout == checkout and other.common == found.common:
+        if (
+            other is not None
+            and _same(other.checkout, checkout)
+            and _same(other.common, found.common)
+        ):
             places.append(checkout)
     return places
+
+
+def _same(one: str, other: str) -> bool:
+    return one == other or _real(one) == _real(other)
 
 
 def _project_name(root: str) -> tuple[str | None, str | None]:
