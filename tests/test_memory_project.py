@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from nats_server import NatsServer, find_nats_server, password, server_config
-from scripted_sessions import RELAY
+from scripted_sessions import RELAY, finish, reads, start_relay_run
 
 from relay.services.memory.sqlite import SqliteMemory
 
@@ -343,8 +343,6 @@ def test_a_relay_run_session_in_a_worktree_has_the_repository_s_memories(
     """`relay run` in a linked worktree: the memories an older relay saved under the main
     checkout's path move over (the user is told how many), the recap has them, and what
     the agent saves there the main checkout sees."""
-    from scripted_sessions import finish, reads, start_relay_run
-
     env = home(tmp_path / "home")
     shop = repository(tmp_path / "shop")
     worktree = tmp_path / "shop-feature"
@@ -364,3 +362,29 @@ def test_a_relay_run_session_in_a_worktree_has_the_repository_s_memories(
     assert recap.startswith("Memories from earlier sessions") and "make release" in recap
     assert answer.startswith("✓ Saved to memory [")
     assert contents(env, shop) == {"the build needs make release", "saved by the worktree's agent"}
+
+
+def test_a_history_that_merged_another_keeps_its_project(tmp_path: Path) -> None:
+    """A repository with two root commits (another history merged in) is the project of
+    its main line's: a fresh clone of it elsewhere, with no marker yet, agrees."""
+    env = home(tmp_path / "home")
+    shop = repository(tmp_path / "shop", "shop starts")
+    before = save(env, shop, "saved before the merge")["project"]
+    library = repository(tmp_path / "library", "library starts", "library grows")
+    git(
+        "pull",
+        "-q",
+        "--no-rebase",
+        "-s",
+        "ours",
+        "--allow-unrelated-histories",
+        str(library),
+        "main",
+        cwd=shop,
+    )
+    assert len(git("rev-list", "--max-parents=0", "HEAD", cwd=shop).split()) == 2
+    clone = tmp_path / "elsewhere" / "shop"
+    clone.parent.mkdir()
+    git("clone", "-q", str(shop), str(clone), cwd=tmp_path)
+    assert save(env, clone, "saved in the clone")["project"] == before
+    assert contents(env, clone) == {"saved before the merge", "saved in the clone"}
