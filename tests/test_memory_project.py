@@ -388,3 +388,24 @@ def test_a_history_that_merged_another_keeps_its_project(tmp_path: Path) -> None
     git("clone", "-q", str(shop), str(clone), cwd=tmp_path)
     assert save(env, clone, "saved in the clone")["project"] == before
     assert contents(env, clone) == {"saved before the merge", "saved in the clone"}
+
+
+def test_a_process_that_searched_before_a_move_finds_the_memories_in_their_project(
+    tmp_path: Path,
+) -> None:
+    """A move by another connection (another process's store) is seen by one that loaded
+    its index of embeddings before: by words and by meaning, in the new project only."""
+    pytest.importorskip("tokenizers", reason="the semantic extra is not installed")
+    path = tmp_path / "memory.db"
+    key = "git:" + "a" * 40
+    with SqliteMemory(path) as running, SqliteMemory(path) as mover:
+        running.save("Auth tokens live in httpOnly cookies", project="/src/shop")
+        question = "how do we keep users logged in"
+        assert len(running.search(question, project="/src/shop")) == 1
+        assert mover.move_project(["/src/shop", "/src/other"], key) == {"/src/shop": 1}
+        hits = running.search(question, project=key, explain=True)
+        assert [hit.memory.project for hit in hits] == [key]
+        assert hits[0].explain is not None and hits[0].explain.semantic_rank == 1
+        assert [hit.memory.project for hit in running.search("cookies", project=key)] == [key]
+        assert running.search("cookies", project="/src/shop") == []
+        assert mover.move_project(["/src/shop"], key) == {}
