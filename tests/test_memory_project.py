@@ -254,6 +254,16 @@ def test_a_hostile_repository_cannot_claim_another_project(tmp_path: Path) -> No
     assert contents(env, forged) == set()
     assert save(env, forged, "x")["project"] == str(forged.resolve())
 
+    # The same, with the real first commit borrowed from the private repository's objects.
+    borrower = repository(tmp_path / "borrower")
+    alternates = borrower / ".git" / "objects" / "info" / "alternates"
+    alternates.write_text(f"{private / '.git' / 'objects'}\n")
+    write_object(borrower, head, body)
+    git("update-ref", "refs/heads/main", head, cwd=borrower)
+    assert git("rev-list", "--max-parents=0", "HEAD", cwd=borrower) == target
+    assert git("cat-file", "-t", target, cwd=borrower) == "commit"
+    assert contents(env, borrower) == set()
+
     copied = repository(tmp_path / "copied")
     shutil.copy(private / ".git" / "relay-project", copied / ".git" / "relay-project")
     assert contents(env, copied) == set()

@@ -39,7 +39,7 @@ import msgspec
 from relay.config.paths import PRIVATE_FILE_MODE, PROJECT_DIR_NAME, private_dir, state_dir
 from relay.services.messaging.repository import Repository, find_repository
 
-GIT_SECONDS = 20.0
+GIT_SECONDS = 10.0
 """How long reading a repository's first commit may take (once per repository and machine)."""
 MARKER_NAME = "relay-project"
 """The file in a repository's git common folder that keeps its first commit, signed."""
@@ -212,7 +212,13 @@ def _first_commit(common: str) -> _Commit:
     else:
         key = _signing_key()
         found = _Commit(_read_marker(common, key), None)
-        if found.commit is None:
+        if found.commit is None and os.path.lexists(
+            os.path.join(common, "objects", "info", "alternates")
+        ):
+            # Objects borrowed from another repository on this disk: a hostile `.git`
+            # could borrow another project's first commit, real content and all.
+            found = _Commit(None, "it borrows objects from another repository (alternates)")
+        elif found.commit is None:
             found = _ask_git(common)
             if found.commit is not None and key is not None:
                 _write_marker(common, key, found.commit)
