@@ -419,3 +419,35 @@ def test_a_process_that_searched_before_a_move_finds_the_memories_in_their_proje
         assert [hit.memory.project for hit in running.search("cookies", project=key)] == [key]
         assert running.search("cookies", project="/src/shop") == []
         assert mover.move_project(["/src/shop"], key) == {}
+
+
+def test_reading_a_hostile_repository_runs_none_of_its_commands(tmp_path: Path) -> None:
+    """A `.git` whose config names a command (a partial clone's remote over ssh, with its
+    own ssh command) and whose history lacks a commit, so that git would fetch it: relay
+    reads its identity without running that command, and the folder is its path's project."""
+    env = home(tmp_path / "home")
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    git("init", "-q", "-b", "main", cwd=evil)
+    tree = git("write-tree", cwd=evil)
+    body = (
+        f"tree {tree}\nparent {'1' * 40}\nauthor x <x> 1 +0000\ncommitter x <x> 1 +0000\n\nhead\n"
+    ).encode()
+    head = hashlib.sha1(b"commit %d\0" % len(body) + body).hexdigest()
+    write_object(evil, head, body)
+    git("update-ref", "refs/heads/main", head, cwd=evil)
+    ran = tmp_path / "ran"
+    for name, value in [
+        ("core.repositoryformatversion", "1"),
+        ("core.sshCommand", f"touch {ran}"),
+        ("extensions.partialClone", "origin"),
+        ("remote.origin.url", "ssh://example.invalid/x"),
+        ("remote.origin.promisor", "true"),
+    ]:
+        git("config", name, value, cwd=evil)
+    # git itself would run it: the attack is real.
+    subprocess.run([GIT or "git", "rev-list", "HEAD"], cwd=evil, capture_output=True, check=False)
+    assert ran.exists()
+    ran.unlink()
+    assert save(env, evil, "a note")["project"] == str(evil.resolve())
+    assert not ran.exists()

@@ -235,10 +235,30 @@ def _ask_git(common: str) -> _Commit:
         "GIT_NO_REPLACE_OBJECTS": "1",
         "GIT_TERMINAL_PROMPT": "0",
         "GIT_OPTIONAL_LOCKS": "0",
+        "GIT_NO_LAZY_FETCH": "1",
     }
-    for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY"):
+    for name in (
+        "GIT_DIR",
+        "GIT_WORK_TREE",
+        "GIT_INDEX_FILE",
+        "GIT_OBJECT_DIRECTORY",
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    ):
         environment.pop(name, None)
-    base = ["git", "--git-dir", common, "-c", "core.fsmonitor=false"]
+    # The repository's own config is untrusted: what could run a program is overridden
+    # (the command line wins), and no transport is allowed, so a partial clone's missing
+    # object is never fetched through a remote (or an ssh command) it names.
+    base = [
+        "git",
+        "--git-dir",
+        common,
+        "-c",
+        "core.fsmonitor=false",
+        "-c",
+        "protocol.allow=never",
+        "-c",
+        "core.sshCommand=false",
+    ]
     try:
         listed = subprocess.run(
             [*base, "rev-list", "--first-parent", "--max-parents=0", "HEAD", "--"],
