@@ -250,6 +250,7 @@ def _ask_git(common: str) -> _Commit:
     # object is never fetched through a remote (or an ssh command) it names.
     base = [
         "git",
+        "--no-pager",
         "--git-dir",
         common,
         "-c",
