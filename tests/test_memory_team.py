@@ -233,7 +233,7 @@ def test_hostile_events_are_skipped_and_the_good_ones_applied(
     assert "team 'b'" in report.problems[1]
     assert "100,001 bytes" in report.problems[2]
     assert "8 lowercase hex" in report.problems[3]
-    assert "project must be null" in report.problems[4]
+    assert "not a project key shared by clones" in report.problems[4]
     assert "arrived on" in report.problems[5]
     assert "not team a's" in report.problems[6]
     assert two.get(mine.memory.id) == mine.memory

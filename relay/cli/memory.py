@@ -21,17 +21,19 @@ def memory() -> None:
 
 
 def _service(cwd: Path | None, settings_files: tuple[Path, ...]) -> tuple[Any, str]:
-    """The configured memory backend and this project's root."""
+    """The configured memory backend and this project's key."""
     service, project, _, _ = _open(cwd, settings_files)
     return service, project
 
 
 def _open(cwd: Path | None, settings_files: tuple[Path, ...]) -> tuple[Any, str, Any, Any]:
-    """The configured memory backend, this project's root, the `memory` settings and the
+    """The configured memory backend, this project's key (spec/memory.md "Which project";
+    its old memories moved over, which is said on stderr), the `memory` settings and the
     team sharing (None: team memory is off)."""
     from relay.config.discovery import load_settings
     from relay.config.paths import find_project_root
     from relay.services.memory.backends import memory_config, open_memory
+    from relay.services.memory.projects import memory_project
     from relay.services.memory.sharing import team_sharing
 
     start = cwd or Path.cwd()
@@ -41,7 +43,10 @@ def _open(cwd: Path | None, settings_files: tuple[Path, ...]) -> tuple[Any, str,
     # In a `relay run --team` session, its team ($RELAY_TEAM), as its messages use.
     sharing = team_sharing(settings, Path(project), os.environ.get("RELAY_TEAM") or None)
     service = open_memory(config, sharing, progress=_embedding_progress)
-    return service, str(Path(project).resolve()), config, sharing
+    key, notices = memory_project(service, project)
+    for notice in notices:
+        click.echo(visible(f"relay: {notice}"), err=True)
+    return service, key, config, sharing
 
 
 def _embedding_progress(done: int, total: int) -> None:

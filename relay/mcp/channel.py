@@ -26,6 +26,7 @@ from relay.services.memory.backends import memory_config, open_memory
 from relay.services.memory.model import MemoryService, MemoryStoreError
 from relay.services.memory.namespace import BUILTIN_NAME as MEMORY_BUILTIN
 from relay.services.memory.namespace import MemoryDirectives
+from relay.services.memory.projects import memory_project
 from relay.services.memory.sharing import TeamMemoryError, TeamSharing, team_sharing
 from relay.services.messaging.messenger import Messenger, messaging_config
 from relay.services.messaging.model import (
@@ -154,11 +155,14 @@ class Channel:
             except TeamMemoryError as exc:
                 self.notices.append(f"team memory is off: {exc.message}")
             self.memory = open_memory(config, self.sharing)
+            # Its project by identity (spec/memory.md "Which project"), not its path.
+            key, moved = memory_project(self.memory, self.hooks.project_dir)
+            self.notices.extend(moved)
             self.hooks.register(
                 "PatternMatch",
                 MemoryDirectives(
                     self.memory,
-                    project=self.project,
+                    project=key,
                     scope=config.scope,
                     team=self.sharing.team if self.sharing is not None else None,
                 ),

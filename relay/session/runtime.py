@@ -47,6 +47,7 @@ from relay.services.memory.namespace import (
     MemoryDirectives,
     start_summary,
 )
+from relay.services.memory.projects import memory_project
 from relay.services.memory.sharing import TeamMemoryError, TeamSharing, team_sharing
 from relay.services.messaging.messenger import Messenger, messaging_config
 from relay.services.messaging.model import (
@@ -198,6 +199,7 @@ class Session:
         self.memory: MemoryService | None = None
         self.memory_config = memory_config(hooks.settings)
         self._sharing: TeamSharing | None = None
+        self._memory_project: str | None = None
         """Where team memories are shared (memory.transport "nats"), or None."""
         self._team_memory_problem: str | None = None
         self.messaging_config = messaging_config(hooks.settings)
@@ -987,7 +989,8 @@ class Session:
 
     @property
     def _project(self) -> str:
-        return str(self.hooks.project_dir)
+        # Memories belong to the project by identity (spec/memory.md "Which project").
+        return self._memory_project or str(self.hooks.project_dir)
 
     def _start_memory(self) -> None:
         """The built-in `@memory:` namespace, unless the user has a `memory` handler of their own."""
@@ -1002,6 +1005,9 @@ class Session:
         except TeamMemoryError as exc:
             self._tell_user(f"team memory is off: {exc.message}")
         self.memory = self.context.memory = open_memory(self.memory_config, self._sharing)
+        self._memory_project, notices = memory_project(self.memory, self.hooks.project_dir)
+        for notice in notices:
+            self._tell_user(notice)
         handler = MemoryDirectives(
             self.memory,
             project=self._project,

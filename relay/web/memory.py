@@ -205,13 +205,15 @@ class Memories:
 def open_memories(settings: SettingsSet, project: Path) -> Memories:
     """The memory service the settings configure, for `project` (as `relay memory` opens it)."""
     from relay.services.memory.backends import memory_config, open_memory
+    from relay.services.memory.projects import memory_project
     from relay.services.memory.sharing import team_sharing
 
     config = memory_config(settings)
     sharing = team_sharing(settings, project)
+    service = open_memory(config, sharing)
     return Memories(
-        open_memory(config, sharing),
-        project=str(project.resolve()),
+        service,
+        project=memory_project(service, project)[0],
         team=sharing.team if sharing is not None else None,
     )
 

@@ -158,8 +158,6 @@ class CommandMemory:
     ) -> SavedMemory:
         """Save a memory; `existing` is true when the backend answered that it already
         held one with the same content (finding it is the backend's business)."""
-        if team is not None:
-            project = None
         request = _Add(content=content, tags=list(tags), agent=agent, project=project, team=team)
         reply = self._call("add", request, _AddReply)
         return SavedMemory(memory=reply.memory, existing=reply.existing)

@@ -19,13 +19,15 @@ class Memory(msgspec.Struct, kw_only=True, frozen=True):
     tags: list[str] = msgspec.field(default_factory=list)
     agent: str | None = None
     project: str | None = None
-    """The project root it belongs to; None: global, visible in every project."""
+    """The key of the project it belongs to (spec/memory.md "Which project": `git:…`,
+    shared by the repository's clones, or the project root's path); None: global,
+    visible in every project."""
     created_at: str
     """ISO 8601 UTC with milliseconds and Z."""
     team: str | None = None
     """The team it is shared with (spec/memory.md "Team memory"): saved on one machine,
-    stored on every machine of the team. Always global (project None). None: this
-    machine's alone."""
+    stored on every machine of the team; of a project whose key travels (`git:…`), or
+    global (project None). None: this machine's alone."""
 
 
 class Ranking(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):

@@ -97,7 +97,8 @@ def save_in(
     if scope == "team":
         if team is None:
             raise TeamMemoryError(NOT_SET_UP)
-        return service.save(text, tags=tags, agent=agent, project=None, team=team)
+        # The team memory is the project's where its key travels (TeamMemory.save).
+        return service.save(text, tags=tags, agent=agent, project=project, team=team)
     return service.save(
         text, tags=tags, agent=agent, project=None if scope == "global" else project
     )

@@ -406,6 +406,20 @@ VALUES (:id, :content, :tags, :agent, :project, :created_at, :digest, :team)
 ON CONFLICT(id) DO NOTHING
 """
 _NO_LIMIT = 2**63 - 1
+# Project identity (spec/memory.md "Which project"): moving memories from their old path
+# keys to the project's travelling key, by an index on `project` kept beside the schema.
+_PROJECT_INDEX = "CREATE INDEX IF NOT EXISTS memories_project ON memories(project)"
+_PROJECT_COUNTS = """
+SELECT m.project, count(*) FROM json_each(?) AS j JOIN memories AS m ON m.project = j.value
+GROUP BY m.project
+"""
+_PROJECT_SEQS = "SELECT m.seq FROM json_each(?) AS j JOIN memories AS m ON m.project = j.value"
+_MOVE_PROJECT = "UPDATE memories SET project = ? WHERE project IN (SELECT value FROM json_each(?))"
+_MOVED_VECTORS = """
+SELECT v.seq, v.code, v.vector FROM json_each(?) AS j JOIN memory_vectors AS v ON v.seq = j.value
+"""
+_DROP_VECTORS = "DELETE FROM memory_vectors WHERE seq IN (SELECT value FROM json_each(?))"
+_REVECTOR = "INSERT INTO memory_vectors (seq, code, vector) VALUES (?, ?, ?)"
 # UPSERT rather than INSERT OR REPLACE: REPLACE deletes without firing the delete trigger
 # (unless recursive_triggers is on), which would leave stale rows in the FTS index.
 
@@ -471,6 +485,7 @@ class SqliteMemory:
         self._index: VectorIndex | None = None
         self._index_lock = threading.Lock()  # the index is read by the worker thread
         self._model_checked = False
+        self._project_indexed = False
 
     def __repr__(self) -> str:
         return f"SqliteMemory({str(self.path)!r})"
@@ -515,10 +530,8 @@ class SqliteMemory:
         `project` or globally (model.same_scope); then return that one, `existing` true,
         with the new tags added after its own. Its agent and date stay as they were.
 
-        `team`: a team memory, which is global (`project` is ignored); an identical
-        global memory found that was this machine's alone becomes the team's."""
-        if team is not None:
-            project = None
+        `team`: a team memory (of `project`, or global); an identical memory found
+        that was this machine's alone becomes the team's."""
         tag_list = list(dict.fromkeys(tags))
         key = content_key(content)
         digest = _digest(key)
@@ -1080,6 +1093,48 @@ class SqliteMemory:
             return ImportCounts(added=added, present=present, updated=updated)
 
         return self._write(store)
+
+    # -- project identity (spec/memory.md "Which project") ------------------------------
+
+    def move_project(self, old: Sequence[str], new: str) -> dict[str, int]:
+        """Move every memory stored under one of the `old` project keys (paths, from before
+        identities travelled) to `new`; return how many moved from each key. Copies are
+        kept (as an upgrade keeps them). One indexed read when there is nothing to move."""
+        keys = builtins.list(dict.fromkeys(key for key in old if key != new))
+        if not keys:
+            return {}
+        self._project_index()
+        listed = _tags_encoder.encode(keys).decode()
+        counts = dict(self._fetch(_PROJECT_COUNTS, (listed,)))
+        if not counts:
+            return {}
+
+        def move(connection: sqlite3.Connection) -> dict[str, int]:
+            moved = dict(connection.execute(_PROJECT_COUNTS, (listed,)).fetchall())
+            seqs = [seq for (seq,) in connection.execute(_PROJECT_SEQS, (listed,))]
+            connection.execute(_MOVE_PROJECT, (new, listed))
+            # The embeddings are written again under new vseqs: every process's index
+            # loads what is new since it last looked, so it sees them in their new scope.
+            listed_seqs = _tags_encoder.encode(seqs).decode()
+            rows = connection.execute(_MOVED_VECTORS, (listed_seqs,)).fetchall()
+            if rows:
+                connection.execute(_DROP_VECTORS, (listed_seqs,))
+                connection.executemany(_REVECTOR, rows)
+            return moved
+
+        return self._write(move)
+
+    def _project_index(self) -> None:
+        """The index on `project` that a move reads by (added beside the schema, no version
+        change: an older relay keeps using the file and SQLite keeps the index for it)."""
+        if self._project_indexed:
+            return
+        present = self._fetch(
+            "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'memories_project'", ()
+        )
+        if not present:
+            self._write(lambda connection: connection.execute(_PROJECT_INDEX))
+        self._project_indexed = True
 
     # -- connection and error handling ----------------------------------------------
 

@@ -74,6 +74,7 @@ from relay.services.nats_connection import (
     open_connection,
     without_secrets,
 )
+from relay.services.project import TRAVELLING_KEY
 
 __all__ = [
     "DUPLICATE_WINDOW",
@@ -158,6 +159,7 @@ class MemoryEvent(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True)
             content=memory.content,
             tags=list(memory.tags),
             agent=memory.agent,
+            project=memory.project,
             created_at=memory.created_at,
         )
 
@@ -168,7 +170,7 @@ class MemoryEvent(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True)
             content=self.content or "",
             tags=list(self.tags),
             agent=agent,
-            project=None,
+            project=self.project,
             created_at=self.created_at or "",
             team=self.team,
         )
@@ -337,8 +339,10 @@ def event_problem(
     expected = event_subject(team, event.id)
     if subject != expected:
         return f"it arrived on {subject[:200]}, not {expected}"
-    if event.project is not None:
-        return "a team memory is global: its project must be null"
+    if event.project is not None and TRAVELLING_KEY.match(event.project) is None:
+        # A path means nothing on another machine, and would let a teammate put a memory
+        # in whatever folder of this machine it names.
+        return f"its project {event.project[:80]!r} is not a project key shared by clones (git:…)"
     if event.op == "forget":
         return None
     content = event.content
@@ -570,6 +574,12 @@ class TeamMemory:
         """Import into the local store (nothing is published: an import is this machine's)."""
         return self.local.import_memories(memories)
 
+    def move_project(self, old: Sequence[str], new: str) -> dict[str, int]:
+        """Move the local store's memories of old project keys to `new` (see
+        SqliteMemory.move_project); {} for a store that cannot."""
+        move = getattr(self.local, "move_project", None)
+        return {} if move is None else dict(move(old, new))
+
     # -- shared -------------------------------------------------------------------------
 
     def save(
@@ -592,7 +602,9 @@ class TeamMemory:
             raise TeamMemoryError(
                 f"too long to share: {size:,} bytes, a team memory has at most {MAX_CONTENT_BYTES:,}"
             )
-        saved = self.local.save(content, tags=tags, agent=agent, project=None, team=team)
+        # The project's when its key travels (every clone on every machine has it), else global.
+        shared_in = project if project is not None and TRAVELLING_KEY.match(project) else None
+        saved = self.local.save(content, tags=tags, agent=agent, project=shared_in, team=team)
         memory = saved.memory
         if memory.team != self.team:  # an identical memory already shared with another team
             return SharedMemory(
