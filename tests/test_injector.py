@@ -131,6 +131,7 @@ async def test_a_partial_human_line_blocks_until_submitted_or_cleared(
         assert recorder.writes == [], name
         assert injector.pending == 1
         injector.observe_input(finish)
+        injector.observe_output(b"\r\n> ")  # the agent takes the line (or the clearing)
         await drained(injector)
     # Nothing erased the human's line: the message is all that was written.
     assert recorder.data == b"message\r"
@@ -334,7 +335,7 @@ async def test_enter_is_a_separate_write_after_the_enter_delay() -> None:
 async def test_fifo_and_dedup_by_key() -> None:
     recorder = Recorder()
     delivered: list[tuple[str, str | None]] = []
-    injector = make(recorder, on_delivered=lambda text, key: delivered.append((text, key)))
+    injector = make(recorder, on_delivered=lambda text, key, outcome: delivered.append((text, key)))
     injector.observe_output(b"> ")
     assert injector.submit("first")
     assert injector.submit("second", key="msg-1")
@@ -521,6 +522,7 @@ async def test_readiness_is_checked_again_once_the_input_is_held() -> None:
         await anyio.sleep(QUIET * 3)
         assert recorder.writes == []
         injector.observe_input(b"\r")
+        injector.observe_output(b"\r\n> ")  # the agent takes the human's line
         await drained(injector)
     assert recorder.data == b"message\r"
     assert holds == ["held", "released", "held", "released"]
