@@ -413,8 +413,9 @@ class Injector:
             if before is not None:
                 await self._drawn(written)
             box = _box(before, self._rows(), message.text)
-            await self._enter_key()
             outcome: Outcome = "typed" if not box else await self._confirm(box)
+            if not box:
+                await self._enter_key()
         except BaseException:
             if started:
                 # Partly typed: typing it again would double it, so it is dropped.
@@ -442,12 +443,12 @@ class Injector:
             await anyio.sleep(_POLL)
 
     async def _confirm(self, box: list[tuple[int, str]]) -> Outcome:
-        """After the Enter: `submitted` once the input box's rows are gone; the Enter
-        sent again (alone) while they stay; `left` when they are still there after that."""
+        """Send the Enter: `submitted` once the input box's rows are gone; the Enter sent
+        again (alone) while they stay; `left` when they are still there after that."""
         for attempt in range(ENTER_RETRIES + 1):
-            if attempt:
-                await self._enter_key()
-            if await self._taken(box, self._outputs, attempt):
+            written = self._outputs
+            await self._enter_key()
+            if await self._taken(box, written, attempt):
                 return "submitted"
         return "left"
 
