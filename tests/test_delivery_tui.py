@@ -2,8 +2,8 @@
 only once the agent submitted it), each in a 100x30 tmux pane against its scripted model
 server (tests/hostkit): Gemini CLI frozen while relay types (SIGSTOP for 1 s, as a busy
 Gemini reads a paste and its Enter together), a held message after the human's Enter
-(Codex), and relay's notices while Gemini owns the screen. Skipped, with the reason,
-when npm cannot install the host or tmux is missing."""
+(Gemini CLI and Claude Code), and relay's notices while Gemini owns the screen. Skipped,
+with the reason, when npm cannot install the host or tmux is missing."""
 
 from __future__ import annotations
 
@@ -19,11 +19,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hostkit import gemini_cli
+from hostkit import claude_code, gemini_cli
 from hostkit.model_server import ModelServer, Reply, Request
 from hostkit.npm import host_binary, unavailable
 from test_run_tty import Pane, wait_until
@@ -118,7 +119,7 @@ def _ask(pane: Pane, line: str, taken: Callable[[], bool]) -> None:
     wait_until(taken, 10, f"{line!r} never reached the model:\n{pane.text()}")
 
 
-def _gemini(tmp_path: Path, relay_home: Path, app: gemini_cli.GeminiApp, server: ModelServer):
+def _gemini(tmp_path: Path, relay_home: Path, server: ModelServer) -> tuple[Path, dict[str, str]]:
     project = tmp_path / "project"
     (project / ".git").mkdir(parents=True)
     home = tmp_path / "home"
@@ -137,7 +138,7 @@ def test_a_message_typed_into_a_frozen_gemini_is_submitted_before_it_counts_as_d
     _needs("gemini")
     app = gemini_cli.GeminiApp(["Got it."], final_text="Done.")
     with ModelServer(app) as server:
-        project, env = _gemini(tmp_path, relay_home, app, server)
+        project, env = _gemini(tmp_path, relay_home, server)
         argv = [str(RELAY), "run", "--name", "Bob", "--", str(gemini_cli.gemini_binary())]
         with _pane(env, project, argv, "Type your message") as pane:
             agent = _agent_pid(relay_home, "Bob")
@@ -165,27 +166,60 @@ def test_a_message_typed_into_a_frozen_gemini_is_submitted_before_it_counts_as_d
             assert delivery["evidence"] == "submitted", delivery
 
 
-def test_a_message_held_by_the_humans_line_waits_until_gemini_has_answered_it(
-    tmp_path: Path, relay_home: Path
+@dataclass
+class _Host:
+    """One host TUI under `relay run` against its scripted server: how to start it."""
+
+    name: str
+    ready: str  # on the pane once it takes input
+
+    def app(self, answers: list[str]) -> Any:
+        if self.name == "gemini":
+            return gemini_cli.GeminiApp(answers, final_text="Done.")
+        return claude_code.MessagesApp(answers, final_text="Done.")
+
+    def start(
+        self, tmp_path: Path, relay_home: Path, server: ModelServer
+    ) -> tuple[Path, dict[str, str], list[str]]:
+        """The project, the environment and the `relay run` command line."""
+        if self.name == "gemini":
+            project, env = _gemini(tmp_path, relay_home, server)
+            binary = gemini_cli.gemini_binary()
+        else:
+            project = tmp_path / "project"
+            (project / ".git").mkdir(parents=True)
+            home = tmp_path / "home"
+            claude_code.prepare_home(home, project)
+            env = _env(claude_code.host_env(home, server.url), relay_home)
+            binary = claude_code.claude_binary()
+        return project, env, [str(RELAY), "run", "--name", "Bob", "--", str(binary)]
+
+
+@pytest.mark.parametrize(
+    "host", [_Host("gemini", "Type your message"), _Host("claude", "\u276f")], ids=lambda h: h.name
+)
+def test_a_message_held_by_the_humans_line_waits_until_the_agent_has_answered_it(
+    host: _Host, tmp_path: Path, relay_home: Path
 ) -> None:
     """A message that arrives while the human types waits for the line; after the human's
-    Enter it waits again, until Gemini has taken the line and answered it: the human's
-    line is its own turn, and the message never shows while that turn runs."""
-    _needs("gemini")
-    app = gemini_cli.GeminiApp(["HUMAN-ANSWER fine.", "MAIL-ANSWER noted."], final_text="Done.")
+    Enter it waits again, until the agent has taken the line and answered it: the human's
+    line is its own turn, and the message never shows while that turn runs (it used to
+    be typed 0.1 s after the Enter)."""
+    _needs(host.name)
+    app = host.app(["HUMAN-ANSWER fine.", "MAIL-ANSWER noted."])
     held, release = threading.Event(), threading.Event()
 
     def holding(request: Request) -> Reply:
         if b"HUMAN-LINE" in request.body and not release.is_set():
             held.set()  # the human's turn runs until the test lets it answer
             release.wait(40)
-        return app(request)
+        reply: Reply = app(request)
+        return reply
 
     with ModelServer(holding) as server:
-        project, env = _gemini(tmp_path, relay_home, app, server)
-        argv = [str(RELAY), "run", "--name", "Bob", "--", str(gemini_cli.gemini_binary())]
+        project, env, argv = host.start(tmp_path, relay_home, server)
         try:
-            with _pane(env, project, argv, "Type your message") as pane:
+            with _pane(env, project, argv, host.ready) as pane:
                 time.sleep(1.0)
                 pane.type("HUMAN-LINE how are you")
                 pane.wait_for("HUMAN-LINE how are you")
@@ -207,10 +241,12 @@ def test_a_message_held_by_the_humans_line_waits_until_gemini_has_answered_it(
                     return any(b"HELD-MAIL" in request.body for request in app.main)
 
                 wait_until(mail_sent, 30, f"the message never reached the model:\n{pane.text()}")
-                first = app.main[0].body
-                assert b"HUMAN-LINE" in first and b"HELD-MAIL" not in first
                 [mail] = [request.body for request in app.main if b"HELD-MAIL" in request.body]
                 assert b"HUMAN-ANSWER" in mail, "the message was not a turn of its own"
+                assert not any(
+                    b"HELD-MAIL" in request.body and b"HUMAN-ANSWER" not in request.body
+                    for request in app.main
+                )
         finally:
             release.set()
 
@@ -224,7 +260,7 @@ def test_relays_notices_never_draw_into_geminis_screen_and_are_repeated_after_it
     _needs("gemini")
     app = gemini_cli.GeminiApp(["@nosuch:thing do it now"], final_text="Done.")
     with ModelServer(app) as server:
-        project, env = _gemini(tmp_path, relay_home, app, server)
+        project, env = _gemini(tmp_path, relay_home, server)
         argv = [str(RELAY), "run", "--name", "Bob", "--", str(gemini_cli.gemini_binary())]
         received = tmp_path / "pane-bytes"
         with _pane(env, project, argv, "Type your message") as pane:
