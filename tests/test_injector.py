@@ -725,6 +725,30 @@ async def test_a_text_the_agent_keeps_in_its_box_is_left_not_submitted() -> None
     assert len(agent.enters) == 3  # the first and two more, each alone
 
 
+async def test_nothing_more_is_typed_into_a_box_holding_a_text_left_in_it() -> None:
+    """Later texts do not pile up in an unsent box: they wait until it is submitted or
+    cleared (by the human)."""
+    agent, outcomes = BoxAgent(newlines=3), []
+    injector = box_injector(agent, outcomes)
+    injector.submit("hello there")
+    injector.submit("second text")
+    async with running(injector):
+        await until_true(lambda: len(outcomes) == 1, 15)
+        await anyio.sleep(QUIET * 5)
+        assert outcomes == [("hello there", "left")]
+        assert b"second" not in b"".join(data for _, data in agent.writes)
+        agent.text = ""
+        agent.draw(["", "", "", "", " > ", ""])  # the human cleared the box
+        await drained(injector, timeout=10)
+    assert outcomes == [("hello there", "left"), ("second text", "submitted")]
+
+
+async def until_true(condition: Callable[[], bool], timeout: float) -> None:
+    with anyio.fail_after(timeout):
+        while not condition():
+            await anyio.sleep(0.01)
+
+
 async def test_after_the_humans_enter_a_text_waits_for_the_agent_to_take_the_line() -> None:
     """The human submits a line while a text waits: the text is typed only once the
     agent shows the line as sent and its busy hint is gone (never 0.1 s after the Enter)."""

@@ -146,7 +146,8 @@ class Injector:
     newline, and one more Enter is sent alone (at most ENTER_RETRIES times: an Enter
     into an input box holding the text submits it once, and an Enter into an empty box
     submits nothing, so the text is never submitted twice). A text still in the box
-    after that is `left`. Without a screen, or when the typing added no row the screen
+    after that is `left`, and nothing more is typed while it is there (the next text
+    would join it in the box, unsent). Without a screen, or when the typing added no row the screen
     model can tell, the outcome is `typed` (the caller looks for other evidence).
 
     The human's line: after the human submits a line, a text waits until the agent has
@@ -201,6 +202,8 @@ class Injector:
         """Enters written (a retry after a newline counts again)."""
         self._outputs = 0  # chunks of output seen
         self._last_output = time.monotonic()
+        self._stuck: list[tuple[int, str]] = []
+        """The input box of a text left in it: nothing more is typed while it is there."""
         self._human_enter: _HumanEnter | None = None
         """A line the human submitted that the agent has not reacted to yet."""
         self._queue: deque[_Message] = deque()
@@ -370,6 +373,11 @@ class Injector:
             if not self._reacted(enter) and now - enter.at < REACTION_SECONDS:
                 return min(0.1, enter.at + REACTION_SECONDS - now)
             self._human_enter = None  # taken (or nothing shows it: not waited for longer)
+        if self._stuck:
+            rows = self._rows()
+            if rows is not None and _in_box(rows, self._stuck, ENTER_RETRIES):
+                return 0.1  # a text left in the box: more would pile up in it
+            self._stuck = []
         wait = max(0.0, self._last_activity + self._quiet - now)
         if wait == 0 and self._agent_busy() and now - self._last_output < BUSY_LIMIT:
             return 0.1  # its turn runs (the hint is on screen): looked at again shortly
@@ -450,6 +458,7 @@ class Injector:
             await self._enter_key()
             if await self._taken(box, written, attempt):
                 return "submitted"
+        self._stuck = box
         return "left"
 
     async def _taken(self, box: list[tuple[int, str]], written: int, newlines: int) -> bool:
