@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 
 from relay.config.model import MessagingConfig
@@ -611,3 +612,23 @@ def test_a_mailbox_busy_at_the_start_is_tried_again_and_the_session_gets_its_mai
         holder.close()
         process.terminate()
         process.wait(30)
+
+
+async def test_a_hosts_prompt_hook_tells_the_session_which_messages_were_submitted() -> None:
+    """relay as the host's hooks: the host hook path sends the session a note for the
+    prompt the agent was given, carrying the `[id8]` markers in it, over the session's
+    real status socket (the inbox acknowledges them: evidence `prompt`)."""
+    from relay.protocol.codec import decode_event
+    from relay.session.hostnotes import STATUS_SOCKET_VARIABLE, NoteListener, tell_session
+
+    listener = NoteListener()
+    try:
+        prompt = "Relay message from Alice [abcd1234]: hi\nRelay message from Bob [wxyz9876]: yo"
+        envelope = decode_event("BeforeAgent", msgspec.json.encode({"prompt": prompt}))
+        tell_session({STATUS_SOCKET_VARIABLE: listener.address}, envelope)
+        notes = listener.notes()
+        with anyio.fail_after(10):
+            note = await anext(notes)
+        assert (note.event, note.markers) == ("BeforeAgent", ("[abcd1234]", "[wxyz9876]"))
+    finally:
+        listener.close()
