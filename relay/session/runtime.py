@@ -221,7 +221,8 @@ class Session:
         self._hooked_seen = False
         self._unhandled: set[str] = set()
         self._refused_seen = 0
-        self._confirmer = Confirmer(self._tell_user, available=not self.headless)
+        # Its questions wait for the human's key: shown as lines even over a full screen.
+        self._confirmer = Confirmer(self._ask_user, available=not self.headless)
         self._notices = Notices(self._write_stderr, titles=not self.headless and _is_tty(2))
         self._lines = LineSplitter()
         self._agent: AgentPty | None = None
@@ -1119,6 +1120,11 @@ class Session:
         # the screen, the title, and the line once it has exited (Notices). It may quote a
         # hook's name or answer, a message: made visible (relay.protocol.display).
         self._notices.tell("relay: " + visible(text))
+        self._record("system", text)
+
+    def _ask_user(self, text: str) -> None:
+        """A question to the human (or its answer): a line on the terminal, whoever owns it."""
+        self._write_stderr("relay: " + visible(text).replace("\n", "\r\n") + "\r\n")
         self._record("system", text)
 
     @staticmethod
