@@ -421,8 +421,10 @@ class Injector:
             if before is not None:
                 await self._drawn(written)
             box = _box(before, self._rows(), message.text)
-            outcome: Outcome = "typed" if not box else await self._confirm(box)
-            if not box:
+            outcome: Outcome = "typed"
+            if box:
+                outcome = await self._confirm(box)
+            else:
                 await self._enter_key()
         except BaseException:
             if started:
