@@ -131,6 +131,7 @@ async def test_a_partial_human_line_blocks_until_submitted_or_cleared(
         assert recorder.writes == [], name
         assert injector.pending == 1
         injector.observe_input(finish)
+        injector.observe_output(b"\r\n> ")  # the agent takes the line (or the clearing)
         await drained(injector)
     # Nothing erased the human's line: the message is all that was written.
     assert recorder.data == b"message\r"
@@ -334,7 +335,7 @@ async def test_enter_is_a_separate_write_after_the_enter_delay() -> None:
 async def test_fifo_and_dedup_by_key() -> None:
     recorder = Recorder()
     delivered: list[tuple[str, str | None]] = []
-    injector = make(recorder, on_delivered=lambda text, key: delivered.append((text, key)))
+    injector = make(recorder, on_delivered=lambda text, key, outcome: delivered.append((text, key)))
     injector.observe_output(b"> ")
     assert injector.submit("first")
     assert injector.submit("second", key="msg-1")
@@ -521,6 +522,7 @@ async def test_readiness_is_checked_again_once_the_input_is_held() -> None:
         await anyio.sleep(QUIET * 3)
         assert recorder.writes == []
         injector.observe_input(b"\r")
+        injector.observe_output(b"\r\n> ")  # the agent takes the human's line
         await drained(injector)
     assert recorder.data == b"message\r"
     assert holds == ["held", "released", "held", "released"]
@@ -618,3 +620,156 @@ async def test_injection_into_a_real_agent_never_mixes_with_the_human_line(
     assert recorded() == ["partial line", "message 1", "message 2", "message 3", "exit 5"]
     assert injector.delivered == ["message 1", "message 2", "message 3"]
     assert waiting == [True, False]
+
+
+# ---- submission on a full screen (DESIGN §12: delivered means submitted)
+
+
+class BoxAgent:
+    """A full-screen agent as relay's screen model shows it: six rows, its input box on
+    the fifth. It draws a paste into the box at once, or after `draw_after` seconds (a
+    busy agent); an Enter is a newline `newlines` times (the box grows, its text moves up
+    a row), then submits (the text moves to the history row, the box empties)."""
+
+    def __init__(self, *, newlines: int = 0, draw_after: float = 0.0) -> None:
+        self.rows = ["", "", "", "", " > ", ""]
+        self.newlines = newlines
+        self.draw_after = draw_after
+        self.writes: list[tuple[float, bytes]] = []
+        self.drawn_at: float | None = None
+        self.injector: Injector | None = None
+        self.text = ""
+
+    def screen(self) -> list[str]:
+        return list(self.rows)
+
+    def draw(self, rows: list[str]) -> None:
+        assert self.injector is not None
+        self.rows = rows
+        self.injector.observe_output(b"\x1b[3;1H(drawn)")
+
+    async def write(self, data: bytes) -> None:
+        self.writes.append((time.monotonic(), data))
+        if data.startswith(PASTE_START):
+            self.text = data[len(PASTE_START) : -len(PASTE_END)].decode()
+            if self.draw_after:
+                await anyio.sleep(self.draw_after)
+            self.drawn_at = time.monotonic()
+            self.draw(["", "", "", "", f" > {self.text}", ""])
+        elif data == b"\r" and self.text:
+            if self.newlines:
+                self.newlines -= 1
+                self.draw([*self.rows[1:5], "   ", ""])
+            else:
+                self.draw([f"> {self.text}", "", "", "", " > ", ""])
+                self.text = ""
+
+    @property
+    def enters(self) -> list[float]:
+        return [at for at, data in self.writes if data == b"\r"]
+
+
+def box_injector(agent: BoxAgent, outcomes: list[tuple[str, str]], **options: Any) -> Injector:
+    injector = make(
+        agent.write,  # type: ignore[arg-type]
+        screen=agent.screen,
+        on_delivered=lambda text, key, outcome: outcomes.append((text, outcome)),
+        **options,
+    )
+    agent.injector = injector
+    injector.observe_output(b"\x1b[?2004h\x1b[5;1H > ")
+    return injector
+
+
+async def test_a_text_submitted_on_screen_is_delivered_as_submitted() -> None:
+    agent, outcomes = BoxAgent(), []
+    injector = box_injector(agent, outcomes)
+    injector.submit("hello there [abcd1234]")
+    async with running(injector):
+        await drained(injector, timeout=10)
+    assert outcomes == [("hello there [abcd1234]", "submitted")]
+    assert len(agent.enters) == 1
+
+
+async def test_the_enter_waits_until_a_busy_agent_has_drawn_the_paste() -> None:
+    """A frozen agent reads the paste late: the Enter follows only after it drew it, so
+    the two are never read together (Gemini CLI would take that Enter for a newline)."""
+    agent, outcomes = BoxAgent(draw_after=0.6), []
+    injector = box_injector(agent, outcomes)
+    injector.submit("hello there")
+    async with running(injector):
+        await drained(injector, timeout=10)
+    assert agent.drawn_at is not None
+    assert agent.enters[0] >= agent.drawn_at + 0.09
+    assert outcomes == [("hello there", "submitted")]
+
+
+async def test_an_enter_taken_for_a_newline_is_sent_again_alone_and_the_text_typed_once() -> None:
+    agent, outcomes = BoxAgent(newlines=1), []
+    injector = box_injector(agent, outcomes)
+    injector.submit("hello there")
+    async with running(injector):
+        await drained(injector, timeout=10)
+    assert outcomes == [("hello there", "submitted")]
+    assert len(agent.enters) == 2
+    assert [data for _, data in agent.writes].count(b"\x1b[200~hello there\x1b[201~") == 1
+
+
+async def test_a_text_the_agent_keeps_in_its_box_is_left_not_submitted() -> None:
+    agent, outcomes = BoxAgent(newlines=99), []
+    injector = box_injector(agent, outcomes)
+    injector.submit("hello there")
+    async with running(injector):
+        await drained(injector, timeout=15)
+    assert outcomes == [("hello there", "left")]
+    assert len(agent.enters) == 3  # the first and two more, each alone
+
+
+async def test_nothing_more_is_typed_into_a_box_holding_a_text_left_in_it() -> None:
+    """Later texts do not pile up in an unsent box: they wait until it is submitted or
+    cleared (by the human)."""
+    agent, outcomes = BoxAgent(newlines=3), []
+    injector = box_injector(agent, outcomes)
+    injector.submit("hello there")
+    injector.submit("second text")
+    async with running(injector):
+        await until_true(lambda: len(outcomes) == 1, 15)
+        await anyio.sleep(QUIET * 5)
+        assert outcomes == [("hello there", "left")]
+        assert b"second" not in b"".join(data for _, data in agent.writes)
+        agent.text = ""
+        agent.draw(["", "", "", "", " > ", ""])  # the human cleared the box
+        await drained(injector, timeout=10)
+    assert outcomes == [("hello there", "left"), ("second text", "submitted")]
+
+
+async def until_true(condition: Callable[[], bool], timeout: float) -> None:
+    with anyio.fail_after(timeout):
+        while not condition():
+            await anyio.sleep(0.01)
+
+
+async def test_after_the_humans_enter_a_text_waits_for_the_agent_to_take_the_line() -> None:
+    """The human submits a line while a text waits: the text is typed only once the
+    agent shows the line as sent and its busy hint is gone (never 0.1 s after the Enter)."""
+    agent, outcomes = BoxAgent(), []
+    busy = [False]
+    injector = box_injector(agent, outcomes, busy=lambda: busy[0])
+    injector.observe_input(b"my question")
+    agent.draw(["", "", "", "", " > my question", ""])
+    injector.submit("a message")
+    async with running(injector):
+        await anyio.sleep(QUIET * 3)
+        assert agent.writes == []  # held by the human's line
+        injector.observe_input(b"\r")
+        agent.draw(["", "", "", "", " > ", ""])  # the box emptied, the turn not started yet
+        await anyio.sleep(QUIET * 4)
+        assert agent.writes == [], "typed before the agent took the human's line"
+        busy[0] = True
+        agent.draw(["> my question", "working (esc to interrupt)", "", "", " > ", ""])
+        await anyio.sleep(QUIET * 4)
+        assert agent.writes == [], "typed while the agent answered the human's line"
+        busy[0] = False
+        agent.draw(["> my question", "an answer", "", "", " > ", ""])
+        await drained(injector, timeout=10)
+    assert outcomes == [("a message", "submitted")]

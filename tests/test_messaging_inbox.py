@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 
 from relay.config.model import MessagingConfig
@@ -535,3 +536,99 @@ async def test_a_message_handed_at_the_send_during_a_claim_comes_before_the_clai
         ("first", None),
         ("second", None),  # claimed before it was handed over: nothing to ask
     ]
+
+
+async def test_only_a_submitted_message_is_acknowledged_never_its_echo_in_the_input_box(
+    sender: SqliteMailbox,
+) -> None:
+    """The injector's outcome decides (DESIGN §12): `submitted` acknowledges, `left` (the
+    text still in the agent's input box) is told to the human and never acknowledged,
+    however often its marker shows in the box; the host's hook seeing the marker in a
+    prompt acknowledges it after all."""
+    handed, told = Handed(), []
+
+    def waiting() -> list[Any]:
+        return sender.inbox("Bob", team=TEAM, states=("queued", "handed"))
+
+    async with inbox(handed.submit, tell=told.append) as session:
+        sent, _ = sender.send(team=TEAM, sender="Alice", recipient="Bob", body="one")
+        await until(lambda: len(handed.texts) == 1)
+        left, _ = sender.send(team=TEAM, sender="Alice", recipient="Bob", body="two")
+        await until(lambda: len(handed.texts) == 2)
+        await handed.verdicts()
+        session.on_delivered(sent.id, "submitted")
+        session.on_delivered(left.id, "left")
+        marker = f"[{left.id[-8:].lower()}]".encode()
+        session.observe_output(b"\x1b[5;1H > Relay message from Alice " + marker + b": two")
+        await until(lambda: [d.message.id for d in waiting()] == [left.id])
+        await anyio.sleep(0.5)  # an acknowledgement of the echo would be written by now
+        [still] = waiting()
+        assert (still.message.id, still.state, still.attempts) == (left.id, "handed", 1)
+        assert any("left in the agent's input box" in line for line in told), told
+        session.observe_prompt([marker.decode()])
+        await until(lambda: not waiting())
+    evidence = {d.message.id: d.evidence for d in sender.inbox("Bob", team=TEAM)}
+    assert evidence == {sent.id: "submitted", left.id: "prompt"}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.usefixtures("team_default")
+def test_a_mailbox_busy_at_the_start_is_tried_again_and_the_session_gets_its_mail(
+    relay_home: Path, tmp_path: Path
+) -> None:
+    """Another process holds the (fresh) mailbox locked as `relay run` starts, past its
+    busy timeout (`database is locked`): the session says so, registers once the lock is
+    gone, and mail sent then is typed into its agent."""
+    import sqlite3
+    import subprocess
+    import sys
+
+    from test_run_tty import wait_until
+
+    database = relay_home / "state" / "messages.db"
+    database.parent.mkdir(parents=True, exist_ok=True)
+    holder = sqlite3.connect(database, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    record, errors = tmp_path / "read.txt", tmp_path / "stderr.txt"
+    agent = Path(__file__).parent / "resources" / "session" / "echo_agent.py"
+    relay = str(Path(sys.executable).parent / "relay")
+    argv = [relay, "run", "--headless", "--name", "Bob", "--"]
+    argv += [sys.executable, str(agent), "--record", str(record)]
+    with errors.open("wb") as stderr:
+        process = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr, cwd=tmp_path
+        )
+    try:
+        wait_until(lambda: "messaging unavailable" in errors.read_text(), 60, errors.read_text())
+        holder.execute("ROLLBACK")
+        holder.close()
+        wait_until(
+            lambda: "messaging available again" in errors.read_text(), 30, errors.read_text()
+        )
+        send = [relay, "send", "--as", "Alice", "Bob", "LATE-MAIL hello"]
+        subprocess.run(send, check=True, capture_output=True, timeout=60, cwd=tmp_path)
+        wait_until(lambda: record.exists() and "LATE-MAIL" in record.read_text(), 30, "not typed")
+    finally:
+        holder.close()
+        process.terminate()
+        process.wait(30)
+
+
+async def test_a_hosts_prompt_hook_tells_the_session_which_messages_were_submitted() -> None:
+    """relay as the host's hooks: the host hook path sends the session a note for the
+    prompt the agent was given, carrying the `[id8]` markers in it, over the session's
+    real status socket (the inbox acknowledges them: evidence `prompt`)."""
+    from relay.protocol.codec import decode_event
+    from relay.session.hostnotes import STATUS_SOCKET_VARIABLE, NoteListener, tell_session
+
+    listener = NoteListener()
+    try:
+        prompt = "Relay message from Alice [abcd1234]: hi\nRelay message from Bob [wxyz9876]: yo"
+        envelope = decode_event("BeforeAgent", msgspec.json.encode({"prompt": prompt}))
+        tell_session({STATUS_SOCKET_VARIABLE: listener.address}, envelope)
+        notes = listener.notes()
+        with anyio.fail_after(10):
+            note = await anext(notes)
+        assert (note.event, note.markers) == ("BeforeAgent", ("[abcd1234]", "[wxyz9876]"))
+    finally:
+        listener.close()

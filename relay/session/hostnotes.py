@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import AsyncIterator, Mapping
 
 import msgspec
@@ -26,6 +27,9 @@ NOTED_EVENTS = frozenset({"BeforeTool", "AfterTool", "Notification", "BeforeAgen
 permission prompt, the agent waiting for input), a prompt submitted, a turn ended."""
 NOTE_LIMIT = 1024
 """The longest datagram read; a tool name longer than fits is cut."""
+MAX_MARKERS = 40
+"""Message markers a note carries at most (they fit in NOTE_LIMIT with the rest)."""
+_MARKER = re.compile(r"\[[0-9a-z]{8}\]")
 
 
 class HostNote(msgspec.Struct, kw_only=True, frozen=True):
@@ -37,6 +41,9 @@ class HostNote(msgspec.Struct, kw_only=True, frozen=True):
     """BeforeTool/AfterTool's tool_name."""
     kind: str = ""
     """Notification's notification_type (Claude Code: permission_prompt, idle_prompt…)."""
+    markers: tuple[str, ...] = ()
+    """BeforeAgent: the `[id8]` message markers in the prompt the agent was given (the
+    session's evidence that a message it typed was submitted)."""
 
 
 _encoder = msgspec.json.Encoder()
@@ -52,10 +59,17 @@ def tell_session(env: Mapping[str, str], envelope: EventEnvelope) -> None:
         return
     tool = envelope.field("tool_name") if event in ("BeforeTool", "AfterTool") else ""
     kind = envelope.field("notification_type") if event == "Notification" else ""
+    prompt = envelope.field("prompt") if event == "BeforeAgent" else ""
+    markers = (
+        tuple(dict.fromkeys(_MARKER.findall(prompt)))[:MAX_MARKERS]
+        if isinstance(prompt, str)
+        else ()
+    )
     note = HostNote(
         event=event,
         tool=tool[:200] if isinstance(tool, str) else "",
         kind=kind[:100] if isinstance(kind, str) else "",
+        markers=markers,
     )
     import socket  # here: the hook path of an event from outside a session never loads it
 

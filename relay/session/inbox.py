@@ -2,7 +2,12 @@
 in through the safe injector, and acknowledges it only on evidence the agent took it in.
 
 Evidence (DESIGN §9: a daemon must not acknowledge a message before the agent has seen
-it): after the message's Enter was written, its `[id8]` marker in the agent's output;
+it; §12: delivered means submitted): for an agent that draws a full screen, the
+injector's word that the agent submitted it (its input box emptied: evidence
+`submitted`), or the host's hook seeing its `[id8]` marker in a prompt the agent was
+given (evidence `prompt`), never the text's echo in the input box; a message the
+injector left in the box is said to the human and not acknowledged. For an agent that
+prints lines, after the message's Enter was written, its marker in the agent's output;
 failing that, output of any kind within `ackTimeoutSeconds` after it, acknowledged when
 that time is up. Until then the delivery stays handed: a session that dies first leaves
 it for the next session of that agent, which gets it again (the mailbox never hands one
@@ -24,7 +29,7 @@ from __future__ import annotations
 
 import hmac
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -54,7 +59,7 @@ from relay.services.messaging.namespace import delivery_text
 
 if TYPE_CHECKING:
     from relay.services.messaging.nats import NatsMessaging
-    from relay.session.injector import Admit
+    from relay.session.injector import Admit, Outcome
 
 CLAIM_BATCH = 50
 HEARTBEAT_SECONDS = 10.0
@@ -94,6 +99,9 @@ class _Awaiting:
     marker: bytes
     delivered_at: float
     output_at: float | None = None
+    echo_counts: bool = True
+    """Whether its marker or output in the agent's output is evidence (an agent that
+    prints lines; not one whose input box echoes the text)."""
 
 
 class SessionInbox:
@@ -475,17 +483,34 @@ class SessionInbox:
 
     # -- acknowledging -------------------------------------------------------------------
 
-    def on_delivered(self, key: str | None) -> None:
-        """The injector wrote a message's Enter: start waiting for evidence."""
+    def on_delivered(self, key: str | None, outcome: Outcome = "typed") -> None:
+        """The injector wrote a message's Enter (`outcome`: see Injector): acknowledge it
+        when the agent submitted it, say so when it was left in the input box, else start
+        waiting for evidence."""
         if key is None or key in self._awaiting:
             return
         if key in self._claimed:
             del self._claimed[key]
             self._to_ack.append((key, None))  # the attempt counts now, before any acknowledgement
             self._ack_ready.set()
+        marker = f"[{short_id(key)}]"
         self._awaiting[key] = _Awaiting(
-            marker=f"[{short_id(key)}]".encode(), delivered_at=time.monotonic()
+            marker=marker.encode(), delivered_at=time.monotonic(), echo_counts=outcome == "typed"
         )
+        if outcome == "submitted":
+            self._acknowledge(key, "submitted")
+        elif outcome == "left":
+            self._tell(
+                f"message {marker} was left in the agent's input box, not submitted "
+                "(its Enter was taken for a new line); it stays unacknowledged"
+            )
+
+    def observe_prompt(self, markers: Sequence[str]) -> None:
+        """The host's hook saw a prompt the agent was given, holding these `[id8]` markers:
+        the messages they name are acknowledged (evidence `prompt`)."""
+        for key, awaiting in list(self._awaiting.items()):
+            if awaiting.marker.decode() in markers:
+                self._acknowledge(key, "prompt")
 
     def observe_output(self, data: bytes) -> None:
         """Agent output: a marker acknowledges its message; any output starts the fallback clock."""
@@ -496,6 +521,8 @@ class SessionInbox:
         self._tail = window[-_MARKER_TAIL:]
         now = time.monotonic()
         for key, awaiting in list(self._awaiting.items()):
+            if not awaiting.echo_counts:
+                continue
             if awaiting.marker in window:
                 self._acknowledge(key, "marker")
             elif awaiting.output_at is None:

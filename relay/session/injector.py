@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from typing import Literal
 
 import anyio
 
@@ -33,6 +34,8 @@ _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 # C0 controls except tab and line breaks, DEL, C1 controls: an injected ESC could end a
 # bracketed paste early and turn the rest of the text into keystrokes.
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+# What an input box draws around its text: prompt marks and borders, at either end.
+_BOX_EDGE = re.compile(r"^[\s>\u203a\u276f\u2502|*]+|[\s\u2502|]+$")
 _STRING_LIMIT = 512  # a terminal's string reply is far shorter
 _MIN_CHUNK = len(PASTE_END) + 4  # a marker and the longest UTF-8 character fit
 
@@ -40,6 +43,42 @@ Exclusive = Callable[[], AbstractAsyncContextManager[object]]
 
 
 Admit = Callable[[], Awaitable[bool]]
+Screen = Callable[[], "list[str] | None"]
+"""The rows a full-screen agent shows now, or None while it draws no screen."""
+Busy = Callable[[], bool]
+"""Whether the agent's screen says it is working on a turn (its interrupt hint)."""
+Outcome = Literal["submitted", "left", "typed"]
+"""What became of a delivered text (see Submission in the Injector's docstring)."""
+
+DRAW_SECONDS = 0.1
+"""The agent drew nothing for this long after drawing the paste: the Enter may follow
+(Gemini CLI takes an Enter read within 40 ms of a paste, or 30 ms of a key, for a newline)."""
+DRAW_LIMIT = 5.0
+"""Seconds to wait for the agent to draw what was typed before the Enter is sent anyway."""
+SETTLED_SECONDS = 0.3
+"""After an Enter, the screen holds the same for this long: it is the agent's answer to it."""
+CONFIRM_LIMIT = 15.0
+"""Seconds to wait for the agent to take an Enter in (it may be busy, or stopped)."""
+ENTER_RETRIES = 2
+"""Enters sent again when the first was taken for a newline (each alone, after a pause)."""
+REACTION_SECONDS = 5.0
+"""After the human submits a line: how long to wait for the agent to react to it."""
+BUSY_LIMIT = 120.0
+"""An agent whose busy hint stays up with no output for this long is not waited for."""
+BUSY_ROWS = 12
+"""The bottom rows of the screen where an agent's busy hint is looked for."""
+_POLL = 0.02
+
+
+@dataclass(frozen=True)
+class _HumanEnter:
+    """The human submitted a line: when, the output count then, the start of its text,
+    and the screen's rows that showed it then (its input box)."""
+
+    at: float
+    outputs: int
+    needle: str
+    box: set[tuple[int, str]]
 
 
 @dataclass(eq=False)  # queued texts are told apart by identity: two may be alike
@@ -96,9 +135,29 @@ class Injector:
     still under way, and the claim decides. `withdraw(key)` takes a queued text back at
     once (not one being typed), its key forgotten too.
 
+    Submission (with `screen`, once the agent draws a full screen): a text counts as
+    submitted only on evidence from the agent's screen, never on its echo in the input
+    box. Before the Enter, relay waits until the agent has drawn what was typed and then
+    drawn nothing for DRAW_SECONDS (an Enter read together with a paste, or right after
+    it, is a newline to Gemini CLI), at most DRAW_LIMIT. The rows the typing added to the
+    screen are its input box. After the Enter: the box's rows gone from where they were,
+    and the screen settled that way, is `submitted`; the box still there once the agent
+    has drawn its answer to the Enter and gone quiet means the Enter was taken for a
+    newline, and one more Enter is sent alone (at most ENTER_RETRIES times: an Enter
+    into an input box holding the text submits it once, and an Enter into an empty box
+    submits nothing, so the text is never submitted twice). A text still in the box
+    after that is `left`, and nothing more is typed while it is there (the next text
+    would join it in the box, unsent). Without a screen, or when the typing added no row the screen
+    model can tell, the outcome is `typed` (the caller looks for other evidence).
+
+    The human's line: after the human submits a line, a text waits until the agent has
+    reacted to it (drawn something, for at most REACTION_SECONDS) and gone quiet again,
+    and while `busy()` says the agent is working on a turn (for at most BUSY_LIMIT
+    without output), so the human's line gets its own answer before relay types.
+
     Bookkeeping: `delivered` lists the texts as sent, in order, and `on_delivered(text,
-    key)` is called after each Enter is written (for the transcript, or to acknowledge a
-    message only once the agent has it). A delivery that fails or is cancelled before
+    key, outcome)` is called once its Enter is written and the outcome known (for the
+    transcript, or to acknowledge a message only once the agent has it). A delivery that fails or is cancelled before
     its first write returned stays queued; one that fails or is cancelled later is
     dropped, neither retried nor reported: part of it was typed, and typing it again
     would double it.
@@ -115,9 +174,11 @@ class Injector:
         enter_delay_ms: int = 100,
         await_first_output: bool = True,
         exclusive: Exclusive | None = None,
-        on_delivered: Callable[[str, str | None], None] | None = None,
+        on_delivered: Callable[[str, str | None, Outcome], None] | None = None,
         line_mode: Callable[[], bool] | None = None,
         on_waiting: Callable[[bool], None] | None = None,
+        screen: Screen | None = None,
+        busy: Busy | None = None,
     ) -> None:
         """An injector writing through `write` (typically `AgentPty.write`); `on_waiting`
         is told when a text starts, and stops, waiting for the human to finish a line."""
@@ -134,7 +195,17 @@ class Injector:
         self._exclusive = exclusive
         self._on_delivered = on_delivered
         self._line_mode = line_mode
+        self._screen = screen
+        self._busy = busy
         self.delivered: list[str] = []
+        self.enters = 0
+        """Enters written (a retry after a newline counts again)."""
+        self._outputs = 0  # chunks of output seen
+        self._last_output = time.monotonic()
+        self._stuck: list[tuple[int, str]] = []
+        """The input box of a text left in it: nothing more is typed while it is there."""
+        self._human_enter: _HumanEnter | None = None
+        """A line the human submitted that the agent has not reacted to yet."""
         self._queue: deque[_Message] = deque()
         self._keys: set[str] = set()
         self._last_activity = time.monotonic()
@@ -155,7 +226,8 @@ class Injector:
         only one begun at the end of the last chunk is looked for."""
         if not data:
             return
-        self._last_activity = time.monotonic()
+        self._last_activity = self._last_output = time.monotonic()
+        self._outputs += 1
         first = not self._output_seen
         self._output_seen = True
         self._scan_modes(data, search=modes)
@@ -168,7 +240,13 @@ class Injector:
     def observe_input(self, data: bytes) -> None:
         """The human's keys, as relay passes them to the agent: track whether a partial line is pending."""
         if data:
+            lines = self._line.submitted
             self._line.feed(data)
+            if self._line.submitted != lines:
+                rows = self._rows()
+                needle = " ".join(self._line.last.split())[:12]
+                box = {(y, row) for y, row in enumerate(rows) if needle in row} if rows else set()
+                self._human_enter = _HumanEnter(time.monotonic(), self._outputs, needle, box)
             if self._line.keyed:
                 self._given_input = True
             if self._queue:
@@ -286,10 +364,38 @@ class Injector:
     # ---- delivery
 
     def _time_to_ready(self) -> float | None:
-        """0 when ready, seconds until the quiet period is over, or None while waiting on the human or the first output."""
+        """0 when ready, seconds until it may be, or None while waiting on the human or the first output."""
         if self._line.pending or not self._output_seen:
             return None
-        return max(0.0, self._last_activity + self._quiet - time.monotonic())
+        now = time.monotonic()
+        enter = self._human_enter
+        if enter is not None:
+            if not self._reacted(enter) and now - enter.at < REACTION_SECONDS:
+                return min(0.1, enter.at + REACTION_SECONDS - now)
+            self._human_enter = None  # taken (or nothing shows it: not waited for longer)
+        if self._stuck:
+            rows = self._rows()
+            if rows is not None and _in_box(rows, self._stuck, ENTER_RETRIES):
+                return 0.1  # a text left in the box: more would pile up in it
+            self._stuck = []
+        wait = max(0.0, self._last_activity + self._quiet - now)
+        if wait == 0 and self._agent_busy() and now - self._last_output < BUSY_LIMIT:
+            return 0.1  # its turn runs (the hint is on screen): looked at again shortly
+        return wait
+
+    def _reacted(self, enter: _HumanEnter) -> bool:
+        """Whether the agent has taken the human's line in: it drew since, and, on a
+        full screen, shows the line on a row other than its input box had then (a turn
+        sent: Codex empties its box at once, and shows the turn only once it starts)."""
+        if self._outputs == enter.outputs:
+            return False
+        rows = self._rows()
+        if rows is None or not enter.needle:
+            return True
+        return any(enter.needle in row and (y, row) not in enter.box for y, row in enumerate(rows))
+
+    def _agent_busy(self) -> bool:
+        return self._busy is not None and self._busy()
 
     @contextlib.asynccontextmanager
     async def _hold(self) -> AsyncIterator[None]:
@@ -301,6 +407,7 @@ class Injector:
 
     async def _deliver(self, message: _Message) -> None:
         payload = self.encode(message.text, bracketed_paste=self.bracketed_paste)
+        before = self._rows()
         started = False
         try:
             for index, chunk in enumerate(_chunks(payload, self._chunk_size)):
@@ -309,8 +416,16 @@ class Injector:
                 self._given_input = True  # before the write: the agent may answer at once
                 await self._write(chunk)
                 started = True
+            written = self._outputs
             await anyio.sleep(max(self._enter_delay, self._pace))
-            await self._write(self._enter)
+            if before is not None:
+                await self._drawn(written)
+            box = _box(before, self._rows(), message.text)
+            outcome: Outcome = "typed"
+            if box:
+                outcome = await self._confirm(box)
+            else:
+                await self._enter_key()
         except BaseException:
             if started:
                 # Partly typed: typing it again would double it, so it is dropped.
@@ -319,7 +434,56 @@ class Injector:
             raise
         self.delivered.append(message.text)
         if self._on_delivered is not None:
-            self._on_delivered(message.text, message.key)
+            self._on_delivered(message.text, message.key, outcome)
+
+    def _rows(self) -> list[str] | None:
+        return self._screen() if self._screen is not None else None
+
+    async def _enter_key(self) -> None:
+        await self._write(self._enter)
+        self.enters += 1
+
+    async def _drawn(self, written: int) -> None:
+        """Wait until the agent has drawn something since `written` and then nothing for
+        DRAW_SECONDS (at most DRAW_LIMIT)."""
+        deadline = time.monotonic() + DRAW_LIMIT
+        while time.monotonic() < deadline:
+            if self._outputs > written and time.monotonic() - self._last_output >= DRAW_SECONDS:
+                return
+            await anyio.sleep(_POLL)
+
+    async def _confirm(self, box: list[tuple[int, str]]) -> Outcome:
+        """Send the Enter: `submitted` once the input box's rows are gone; the Enter sent
+        again (alone) while they stay; `left` when they are still there after that."""
+        for attempt in range(ENTER_RETRIES + 1):
+            written = self._outputs
+            await self._enter_key()
+            if await self._taken(box, written, attempt):
+                return "submitted"
+        self._stuck = box
+        return "left"
+
+    async def _taken(self, box: list[tuple[int, str]], written: int, newlines: int) -> bool:
+        """Whether the agent took the text in: its box rows gone and the screen settled
+        so (True), or still there with the agent quiet after drawing (False)."""
+        deadline = time.monotonic() + CONFIRM_LIMIT
+        gone_since: float | None = None
+        while True:
+            await anyio.sleep(_POLL)
+            now = time.monotonic()
+            rows = self._rows()
+            if rows is None:
+                return True  # the agent left its screen: the text went with it
+            held = _in_box(rows, box, newlines)
+            if held:
+                gone_since = None
+                quiet = now - self._last_output >= SETTLED_SECONDS
+                if (self._outputs > written and quiet) or now >= deadline:
+                    return False
+            else:
+                gone_since = gone_since if gone_since is not None else now
+                if now - gone_since >= SETTLED_SECONDS or now >= deadline:
+                    return True
 
     @staticmethod
     def encode(text: str, *, bracketed_paste: bool) -> bytes:
@@ -368,6 +532,40 @@ class Injector:
             self._output_tail = b""
 
 
+def _box(before: list[str] | None, after: list[str] | None, text: str) -> list[tuple[int, str]]:
+    """The rows the typing added to the screen that show part of `text`, as (row, text):
+    the input box holding it (rows that were on the screen before, anywhere, and rows
+    of the agent's own, a hint or a counter, are not counted)."""
+    if before is None or after is None:
+        return []
+    shown = {row.rstrip() for row in before}
+    typed = " ".join(text.split())
+    return [
+        (y, row.rstrip())
+        for y, row in enumerate(after)
+        if row.strip() and row.rstrip() not in shown and _shows_part(row, typed)
+    ]
+
+
+def _shows_part(row: str, typed: str) -> bool:
+    """Whether a row shows a piece of the typed text: its words, after the box's prompt
+    or border characters, start with at least 6 characters of it (or all of a shorter one)."""
+    words = " ".join(_BOX_EDGE.sub(" ", row).split())
+    if not words:
+        return False
+    return words[: min(len(words), 12)] in typed and min(len(words), 12) >= min(6, len(typed))
+
+
+def _in_box(rows: list[str], box: list[tuple[int, str]], newlines: int) -> bool:
+    """Whether a row of the input box is still on the screen where it was: at most one
+    row lower, or higher by the rows the Enters taken for newlines added to the box."""
+    for y, text in box:
+        for near in range(max(0, y - 1 - newlines), min(len(rows), y + 2)):
+            if rows[near].rstrip() == text:
+                return True
+    return False
+
+
 def _chunks(payload: bytes, size: int) -> Iterator[bytes]:
     """`payload` in pieces of at most `size` bytes, never inside a UTF-8 character or the closing paste marker."""
     marker_at = len(payload) - len(PASTE_END) if payload.endswith(PASTE_END) else len(payload)
@@ -400,6 +598,10 @@ class _HumanLine:
         self._in_string = False  # inside a DCS/OSC/APC/PM/SOS string, up to ST or BEL
         self._string = bytearray()  # its bytes: typing after all, if it never ends
         self._in_paste = False
+        self.submitted = 0
+        """Lines the human submitted (an Enter after typing something)."""
+        self.last = ""
+        """The last line the human submitted, as far as the keys tell."""
         self.keyed = False
         """Whether a key has been fed that is not an escape sequence (a terminal's reply,
         an arrow, a focus report): the agent has been given input."""
@@ -425,6 +627,9 @@ class _HumanLine:
         if self._in_paste:
             self._text.append(byte)
         elif byte in (0x0D, 0x0A, 0x03, 0x15):  # Enter, Ctrl-C, Ctrl-U
+            if byte in (0x0D, 0x0A) and self._text:
+                self.submitted += 1
+                self.last = self._text.decode(errors="replace")
             self._text.clear()
         elif byte in (0x7F, 0x08):  # Backspace: one character, UTF-8 aware
             while self._text and self._text.pop() & 0xC0 == 0x80:
@@ -472,3 +677,14 @@ class _HumanLine:
                 self._in_paste = False
         elif len(sequence) > _PREFIX_LIMIT:
             self._escape = b""  # not a sequence after all
+
+
+_ANY_BUSY = re.compile(r"\besc to (?:interrupt|cancel)\b")
+"""The interrupt hints of Claude Code, Codex and Gemini CLI, for a voice that has none."""
+
+
+def busy_hint(rows: list[str], pattern: re.Pattern[str] | None) -> bool:
+    """Whether the bottom rows of a screen show an agent's busy hint (`pattern`, else
+    any known agent's)."""
+    hint = pattern or _ANY_BUSY
+    return any(hint.search(row) for row in rows[-BUSY_ROWS:])

@@ -73,11 +73,11 @@ from relay.session.echo import EchoFilter
 from relay.session.escapes import acted_on
 from relay.session.hostnotes import STATUS_SOCKET_VARIABLE, NoteListener
 from relay.session.inbox import SessionInbox
-from relay.session.injector import PASTE_END, PASTE_START, Admit, Injector
+from relay.session.injector import PASTE_END, PASTE_START, Admit, Injector, Outcome, busy_hint
 from relay.session.lines import RecentOutput, clean_block
 from relay.session.pty import AgentExitedError, AgentPty
 from relay.session.screen import SETTLE_SECONDS, ScreenReader, draws_screen
-from relay.session.terminal import passthrough, raw_terminal, terminal_size
+from relay.session.terminal import Notices, passthrough, raw_terminal, terminal_size
 from relay.session.transcript import Transcript
 from relay.session.voices import voice_for
 
@@ -213,6 +213,8 @@ class Session:
         hooks.add_environment({"RELAY_TEAM": self.team})  # the session's own hooks too
         self.messenger: Messenger | None = None
         self.inbox: SessionInbox | None = None
+        self._inbox_later: SessionInbox | None = None
+        """An inbox whose registration failed at the start: tried again while the agent runs."""
         self._injected: collections.OrderedDict[str, float] = collections.OrderedDict()
         self.context = SessionContext(self)
         self.exit_code: int | None = None
@@ -223,7 +225,9 @@ class Session:
         self._hooked_seen = False
         self._unhandled: set[str] = set()
         self._refused_seen = 0
-        self._confirmer = Confirmer(self._tell_user, available=not self.headless)
+        # Its questions wait for the human's key: shown as lines even over a full screen.
+        self._confirmer = Confirmer(self._ask_user, available=not self.headless)
+        self._notices = Notices(self._write_stderr, titles=not self.headless and _is_tty(2))
         self._lines = LineSplitter()
         self._agent: AgentPty | None = None
         self._injector: Injector | None = None
@@ -415,6 +419,8 @@ class Session:
     async def _listen_to_host(self, listener: NoteListener) -> None:
         """What the host's hooks say (a tool, a prompt waiting), into the session's status."""
         async for note in listener.notes():
+            if note.markers and self.inbox is not None:
+                self.inbox.observe_prompt(note.markers)  # the host saw a message submitted
             if self._reporter is not None:
                 self._reporter.note(note)
 
@@ -481,6 +487,8 @@ class Session:
             on_delivered=self._delivered,
             line_mode=agent.line_mode,
             on_waiting=self._show_waiting,
+            screen=self._screen_rows,
+            busy=self._agent_busy,
         )
         if not self.inject_enabled:
             if self._early_injects:
@@ -512,6 +520,8 @@ class Session:
             if self.inbox is not None:
                 # With typing off, mail stays in the mailbox: nothing is claimed.
                 group.start_soon(partial(self.inbox.run, receive=self.inject_enabled))
+            elif self._inbox_later is not None:
+                group.start_soon(self._register_later, self._inbox_later, group)
             self._output_hooked = self._has_hooks("Output")
             if self._output_hooked:  # no Output hooks, no cost (DESIGN: issue 4)
                 group.start_soon(self._fire_output_batches)
@@ -527,6 +537,7 @@ class Session:
                         on_input=self._observe_input,
                         intercept=self._confirmer.intercept,
                     )
+                self._notices.release()  # held while the agent owned the screen
             injecting.cancel()  # the agent is gone: nothing more can be typed in
             if self._screen is not None:
                 ending = self._screen.settle(final=True)
@@ -564,6 +575,8 @@ class Session:
         if screen is None and escapes and draws_screen(data):
             assert self._agent is not None
             screen = self._screen = ScreenReader(self.voice, self._scanner, *self._agent.size)
+            if not self.headless:  # relay's notices would draw into the agent's screen now
+                self._notices.own()
             if debug_enabled():
                 debug("the agent draws a full screen: reading its display for directives")
         if screen is not None:
@@ -936,11 +949,20 @@ class Session:
             self.request_stop("stop")
         return result
 
-    def _delivered(self, text: str, key: str | None) -> None:
-        """The injector typed a text in (Enter written)."""
+    def _screen_rows(self) -> list[str] | None:
+        return self._screen.screen() if self._screen is not None else None
+
+    def _agent_busy(self) -> bool:
+        """Whether the agent's screen says it is answering (its interrupt hint)."""
+        return self._screen is not None and busy_hint(self._screen.screen(), self.voice.busy)
+
+    def _delivered(self, text: str, key: str | None, outcome: Outcome) -> None:
+        """The injector typed a text in (Enter written; `outcome`: see Injector)."""
         self._record("inject", text)
+        if outcome == "left" and key is None:
+            self._tell_user(f"left in the agent's input box, not submitted: {text[:200]!r}")
         if self.inbox is not None:
-            self.inbox.on_delivered(key)
+            self.inbox.on_delivered(key, outcome)
             if self._reporter is not None:
                 self._reporter.message()  # its acknowledgement follows: counted again
 
@@ -969,9 +991,11 @@ class Session:
         except NameTakenError:
             raise  # a second live agent of that name: refused before the agent starts
         except MessagingError as exc:
-            # A broken mailbox or an unreachable server never stops the session.
-            self._tell_user(f"messaging unavailable: {exc}")
+            # A broken mailbox or an unreachable server never stops the session, and a
+            # busy one (two sessions starting on a fresh state folder) is tried again.
+            self._tell_user(f"messaging unavailable: {exc}; trying again")
             self.messenger.unavailable = str(exc)
+            self._inbox_later = inbox
         else:
             self.messenger.unavailable = None
             self.inbox = inbox
@@ -984,6 +1008,29 @@ class Session:
             name=RELAY_BUILTIN_NAME,
             sequential=True,
         )
+
+    async def _register_later(self, inbox: SessionInbox, group: anyio.abc.TaskGroup) -> None:
+        """Register the inbox that failed at the start, trying again (1 s, then up to 30 s
+        apart) until it works; then it runs as if registered at the start."""
+        assert self.messenger is not None
+        delay = 1.0
+        while True:
+            await anyio.sleep(delay)
+            try:
+                await inbox.register(cwd=str(self.cwd), receive=self.inject_enabled)
+            except NameTakenError as exc:
+                self._tell_user(f"messaging off for this session: {exc}")
+                return
+            except MessagingError as exc:
+                self.messenger.unavailable = str(exc)
+                delay = min(30.0, delay * 2)
+                continue
+            break
+        self._inbox_later = None
+        self.messenger.unavailable = None
+        self.inbox = inbox
+        self._tell_user("messaging available again: this session receives its mail now")
+        group.start_soon(partial(inbox.run, receive=self.inject_enabled))
 
     # -- memory ---------------------------------------------------------------------------
 
@@ -1077,15 +1124,33 @@ class Session:
         return bool(self.hooks.registry.for_event(event))
 
     def _tell_user(self, text: str) -> None:
-        # stderr, and \r\n: the user's terminal may be in raw mode. It may quote a hook's
-        # name or answer, a message: made visible (relay.protocol.display).
-        sys.stderr.write("relay: " + visible(text).replace("\n", "\r\n") + "\r\n")
-        sys.stderr.flush()
+        # stderr, and \r\n: the user's terminal may be in raw mode; while the agent owns
+        # the screen, the title, and the line once it has exited (Notices). It may quote a
+        # hook's name or answer, a message: made visible (relay.protocol.display).
+        self._notices.tell("relay: " + visible(text))
         self._record("system", text)
+
+    def _ask_user(self, text: str) -> None:
+        """A question to the human (or its answer): a line on the terminal, whoever owns it."""
+        self._write_stderr("relay: " + visible(text).replace("\n", "\r\n") + "\r\n")
+        self._record("system", text)
+
+    @staticmethod
+    def _write_stderr(text: str) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.write(text)
+            sys.stderr.flush()
 
     def _record(self, kind: str, text: str) -> None:
         if self._transcript is not None:
             self._transcript.record(kind, text)
+
+
+def _is_tty(fd: int) -> bool:
+    try:
+        return os.isatty(fd)
+    except OSError:
+        return False
 
 
 def _pollable(fd: int) -> bool:

@@ -323,3 +323,63 @@ async def _read(fd: int) -> bytes:
             if exc.errno == errno.EIO:  # terminal hung up
                 return b""
             raise
+
+
+# ---- relay's notices
+
+
+class Notices:
+    """relay's notices to the human on the terminal (`relay: …` lines, on stderr).
+
+    While the agent owns the screen (it draws a full screen: cursor addressing, the
+    alternate screen), a line written to the terminal would land inside the agent's
+    display, over its input row, and be wiped by its next redraw. Then a notice goes to
+    the terminal's title (xterm's title stack: the human's title comes back after) and
+    is held, to be written as a line once the agent has exited (`release`). The caller
+    records every notice in the transcript as well (`relay logs`).
+    """
+
+    def __init__(self, write: Callable[[str], None], *, titles: bool) -> None:
+        """`write`: a text to the terminal (stderr); `titles`: whether it is a terminal
+        that shows a title (TTY mode)."""
+        self._write = write
+        self._titles = titles
+        self._owned = False
+        self._titled = False
+        self.held: list[str] = []
+        """Notices given while the agent owned the screen, not written as lines yet."""
+
+    @property
+    def owned(self) -> bool:
+        return self._owned
+
+    def own(self) -> None:
+        """The agent draws a full screen from now on (until `release`)."""
+        self._owned = True
+
+    def tell(self, line: str) -> None:
+        """One notice (already made visible, without its line break)."""
+        if not self._owned:
+            self._write(line.replace("\n", "\r\n") + "\r\n")
+            return
+        self.held.append(line)
+        if self._titles:
+            push = "" if self._titled else TITLE_PUSH
+            self._titled = True
+            title = " ".join(line.split())[:200]
+            self._write(f"{push}\x1b]0;{title}\x07")
+
+    def release(self) -> None:
+        """The agent has exited: the title the human had back, and the held notices
+        written as lines."""
+        self._owned = False
+        if self._titled:
+            self._titled = False
+            self._write(TITLE_POP)
+        held, self.held = self.held, []
+        if held:
+            self._write("".join(line.replace("\n", "\r\n") + "\r\n" for line in held))
+
+
+TITLE_PUSH, TITLE_POP = "\x1b[22;0t", "\x1b[23;0t"
+"""xterm's title stack: the title saved, and restored."""
