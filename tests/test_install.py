@@ -84,7 +84,7 @@ def test_install_adds_the_events_the_host_knows_and_keeps_everything_else(
     assert command.endswith("relay-hook.py --dialect claude Stop") and " -I -S " in command
     assert stop[1]["hooks"][0]["timeout"] == 600
     assert "Claude Code hooks of its own also run on Stop" in done.stdout
-    assert "the 4 of relay's 30 Claude Code events" in done.stdout
+    assert "the 4 of relay's 34 Claude Code events" in done.stdout
 
 
 def test_install_twice_changes_nothing_and_uninstall_restores_the_file_byte_for_byte(
@@ -345,7 +345,10 @@ def test_doctor_reports_what_is_installed_and_what_is_not(
     assert relay(env, "install", "claude", "--python-client", "--events", "Stop").returncode == 0
     done = relay(env, "doctor", "--json", cwd=tmp_path)
     findings = json.loads(done.stdout)
-    by_topic = {(f["topic"], f["level"]): f["text"] for f in findings}
+    by_topic: dict[tuple[str, str], str] = {}
+    for f in findings:
+        key = (f["topic"], f["level"])
+        by_topic[key] = f"{by_topic[key]}\n{f['text']}" if key in by_topic else f["text"]
     assert "not installed for PreToolUse, PostToolUse, SessionStart" in by_topic["claude", "warn"]
     assert "relay is not installed" in by_topic["gemini", "ok"]
     assert "an event with no hook" in by_topic["cost", "ok"]

@@ -33,6 +33,10 @@ from hostkit.npm import host_binary
 _FINISHED = re.compile(r"Hooks: (\w+)(?::\S+)? \[(.*?)\] finished with status (-?\d+)")
 API_KEY = "sk-ant-hostkit-test-0123456789abcdefghij"
 MODEL = "claude-sonnet-4-5"
+PERMISSION_MODE = "default"
+"""The permission mode every run is pinned to: Claude Code 2.1.3xx may start in "auto", whose
+safety check is a classifier on Anthropic's servers (unreachable here), so what a tool call
+does would depend on the build's default rather than on relay's answer and the rules."""
 
 
 @dataclass(frozen=True)
@@ -322,9 +326,11 @@ def run_claude(
     extra_args: Sequence[str] = (),
     final_text: str = "Done.",
     allowed_tools: Sequence[str] = ("Bash", "Write", "Read", "Edit"),
+    permission_mode: str = PERMISSION_MODE,
 ) -> ClaudeRun:
     """Run `claude -p` once in `project` against a fresh scripted server; the tools in
-    `allowed_tools` (permission rules: `Bash(echo:*)`) run without asking."""
+    `allowed_tools` (permission rules: `Bash(echo:*)`) run without asking, in
+    `permission_mode` (pinned: see PERMISSION_MODE)."""
     app = MessagesApp(script, final_text=final_text)
     if not (home / ".claude.json").exists():
         prepare_home(home, project)
@@ -338,6 +344,8 @@ def run_claude(
             "--verbose",
             "--debug",
             "hooks",
+            "--permission-mode",
+            permission_mode,
             "--allowedTools",
             *allowed_tools,
             *extra_args,
