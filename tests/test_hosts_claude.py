@@ -498,3 +498,37 @@ def test_relays_allow_is_what_lets_a_tool_run_in_claudes_default_permission_mode
     assert [event["permission_mode"] for event in claude.logged()] == ["default", "default"]
     assert (claude.project / "made-by-allow").exists(), run.describe()
     assert not (claude.project / "made-without").exists(), run.describe()
+
+
+def test_an_mcp_tool_hook_left_with_claude_code_by_import_still_runs(claude: Claude) -> None:
+    """`relay install claude --import` moves the command hooks into relay and leaves an
+    `mcp_tool` hook with Claude Code (relay cannot reach Claude's MCP servers), saying so;
+    Claude Code goes on running it: here, against relay's own MCP server, which saves a memory."""
+    settings = claude.home / ".claude" / "settings.json"
+    settings.parent.mkdir(parents=True, exist_ok=True)
+    mcp_hook = {
+        "type": "mcp_tool",
+        "server": "relay",
+        "tool": "memory_save",
+        "input": {"content": "saved by an mcp_tool hook: ${prompt} #hooked"},
+    }
+    settings.write_text(json.dumps({"hooks": {"UserPromptSubmit": [{"hooks": [mcp_hook]}]}}))
+    out = claude.install("--import")
+    assert "that relay cannot run (Claude Code goes on running them)" in out
+    assert (
+        "'mcp_tool' hook (tool 'memory_save' of MCP server 'relay') stays with Claude Code" in out
+    )
+    run = run_claude(
+        claude.project,
+        "remember me",
+        [],
+        home=claude.home,
+        env={
+            "MCP_CONNECTION_NONBLOCKING": "0",
+            "MCP_CONNECT_TIMEOUT_MS": "120000",
+            "MCP_TIMEOUT": "120000",
+        },
+    )
+    assert run.returncode == 0, run.describe()
+    saved = claude.relay("memory", "list").stdout
+    assert "saved by an mcp_tool hook: remember me #hooked" in saved, run.describe()

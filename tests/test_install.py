@@ -339,6 +339,39 @@ def test_import_moves_the_hosts_hooks_into_relay_and_uninstall_puts_them_back(
     assert json.loads(path.read_text()) == json.loads(ORIGINAL)
 
 
+def test_import_leaves_an_mcp_tool_hook_with_claude_code_and_says_so(
+    env: dict[str, str], relay_home: Path
+) -> None:
+    path = claude_file(env)
+    path.parent.mkdir()
+    mcp_hook = {"type": "mcp_tool", "server": "relay", "tool": "memory_save", "input": {}}
+    path.write_text(
+        json.dumps(
+            {
+                "hooks": {
+                    "Stop": [
+                        {"hooks": [{"type": "command", "command": "echo hi"}, mcp_hook]},
+                    ]
+                }
+            }
+        )
+    )
+    done = relay(env, "install", "claude", "--python-client", "--import")
+    assert done.returncode == 0, done.stderr
+    assert f"left 1 hook(s) in {path} that relay cannot run (Claude Code goes on running them)" in (
+        done.stdout
+    )
+    assert (
+        "hooks.Stop[0].hooks[1] (Stop): 'mcp_tool' hook (tool 'memory_save' of MCP server "
+        "'relay') stays with Claude Code" in done.stdout
+    )
+    assert "moved 1 Claude Code hook(s)" in done.stdout
+    host_hooks = json.loads(path.read_text())["hooks"]["Stop"]
+    assert host_hooks[0]["hooks"] == [mcp_hook]  # the command hook moved, this one stayed
+    relay_hooks = json.loads((relay_home / "settings.json").read_text())["hooks"]["Stop"]
+    assert [hook["command"] for group in relay_hooks for hook in group["hooks"]] == ["echo hi"]
+
+
 def test_doctor_reports_what_is_installed_and_what_is_not(
     env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -958,7 +991,7 @@ SWITCH = {"from_model": "claude-sonnet-4-5", "to_model": "claude-opus-4-1", "sou
         ),
     ],
 )
-def test_claude_gets_each_answer_field_as_it_reads_it(
+def test_claude_gets_each_answer_field_as_it_reads_it(  # noqa: PLR0917 (pytest parameters)
     env: dict[str, str],
     relay_home: Path,
     event: str,
@@ -1001,12 +1034,15 @@ def _fake_claude_code(env: dict[str, str], code: str) -> Path:
 
 def _schema_code(events: list[str], top: list[str], specific: dict[str, list[str]]) -> str:
     """Code in the shape of Claude Code's own: its event list and its zod schema of an answer."""
+
+    def optional(fields: list[str]) -> str:
+        return ",".join(f"{field}:z.string().optional()" for field in fields)
+
     union = ",".join(
-        "z.object({hookEventName:z.literal(%s),%s})"
-        % (json.dumps(event), ",".join(f"{field}:z.string().optional()" for field in fields))
+        f"z.object({{hookEventName:z.literal({json.dumps(event)}),{optional(fields)}}})"
         for event, fields in specific.items()
     )
-    keys = ",".join(f"{field}:z.string().optional()" for field in top)
+    keys = optional(top)
     return (
         f"var kc={json.dumps(events, separators=(',', ':'))};"
         'var d=z.enum(["a","b"]);'  # unrelated code around it
