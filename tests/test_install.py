@@ -1097,6 +1097,13 @@ def test_doctor_warns_and_goes_on_when_claude_codes_code_cannot_be_read(
     cli.write_text('var kc=["SessionStart","PreToolUse","Stop"];hookSpecificOutput:{{{{(((')
     warned = [f["text"] for f in _doctor_claude(env, tmp_path) if "cannot tell" in f["text"]]
     assert warned and "no schema of a hook's answer" in warned[0]
+    cli.write_text(
+        'var kc=["SessionStart","PreToolUse","Stop"];'
+        + "{a:b(" * 3000
+        + "hookSpecificOutput:{{{{" * 200_000
+    )
+    warned = [f["text"] for f in _doctor_claude(env, tmp_path) if "cannot tell" in f["text"]]
+    assert warned and "gave up reading" in warned[0]  # a bounded read, not a hang
     cli.unlink()
     cli.mkdir()  # not a file at all
     done = relay(env, "doctor", "--json", "--no-measure", cwd=tmp_path)

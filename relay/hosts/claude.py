@@ -191,6 +191,7 @@ _TOKEN = re.compile(
     rb"|[^\s{}()\[\],:\"'`A-Za-z_$]+"
 )
 """JavaScript, coarsely: strings (quoted and template), brackets, commas, colons, words."""
+_MAX_OCCURRENCES = 2000
 _OBJECT_LIMIT = 64 * 1024
 """The longest object literal read (Claude Code's output schema is about 8 KiB)."""
 
@@ -269,15 +270,33 @@ def read_bundle(path: Path) -> BundleNames:
         raise BundleError(f"cannot read it: {exc}") from None
 
 
+class _Budget:
+    """How many more tokens of object literals may be read from one file: the bound keeps
+    odd code (a million braces) from making the reading slow."""
+
+    def __init__(self, tokens: int) -> None:
+        self.tokens = tokens
+
+    def spend(self) -> None:
+        self.tokens -= 1
+        if self.tokens < 0:
+            raise BundleError("too much of it looks like the code relay reads; gave up reading")
+
+
+_TOKEN_BUDGET = 300_000
+"""Tokens read in object literals per file (Claude Code 2.1.332's code takes about 6,000)."""
+
+
 def _read_names(data: mmap.mmap) -> BundleNames:
     events = _event_list(data)
     if not events:
         raise BundleError("no list of hook events found in it")
-    output_fields = _output_fields(data)
+    budget = _Budget(_TOKEN_BUDGET)
+    output_fields = _output_fields(data, budget)
     if not output_fields:
         raise BundleError("no schema of a hook's answer found in it")
     specific: dict[str, set[str]] = {}
-    for event, fields in _specific_schemas(data):
+    for event, fields in _specific_schemas(data, budget):
         if event in events:
             specific.setdefault(event, set()).update(fields)
     return BundleNames(
@@ -305,17 +324,17 @@ def _event_list(data: mmap.mmap) -> list[str]:
     return list(found)
 
 
-def _output_fields(data: mmap.mmap) -> set[str]:
+def _output_fields(data: mmap.mmap, budget: _Budget) -> set[str]:
     """The keys of the schema objects whose `hookSpecificOutput` key is a schema (a call,
     as `z.union([...])`), found around each `hookSpecificOutput:` in the code."""
     fields: set[str] = set()
     for at in _occurrences(data, b"hookSpecificOutput:"):
         start = at
-        for _ in range(256):
+        for _ in range(64):
             start = data.rfind(b"{", max(0, at - 16_384), start)
             if start < 0:
                 break
-            read = _object_keys(data, start)
+            read = _object_keys(data, start, budget)
             if read is None or read[1] <= at:
                 continue
             keys = dict(read[0])
@@ -328,10 +347,10 @@ def _output_fields(data: mmap.mmap) -> set[str]:
     return fields
 
 
-def _specific_schemas(data: mmap.mmap) -> Iterator[tuple[str, set[str]]]:
+def _specific_schemas(data: mmap.mmap, budget: _Budget) -> Iterator[tuple[str, set[str]]]:
     """(event, fields) of each schema object `{hookEventName: z.literal("Event"), …}`."""
     for at in _occurrences(data, b"{hookEventName:"):
-        read = _object_keys(data, at)
+        read = _object_keys(data, at, budget)
         if read is None:
             continue
         keys = dict(read[0])
@@ -342,13 +361,19 @@ def _specific_schemas(data: mmap.mmap) -> Iterator[tuple[str, set[str]]]:
 
 
 def _occurrences(data: mmap.mmap, needle: bytes) -> Iterator[int]:
+    """Where `needle` is, the first _MAX_OCCURRENCES times (Claude Code's code has fewer than
+    100 of each: the bound keeps odd code from making the reading slow)."""
     at = data.find(needle)
-    while at >= 0:
+    for _ in range(_MAX_OCCURRENCES):
+        if at < 0:
+            return
         yield at
         at = data.find(needle, at + 1)
 
 
-def _object_keys(data: mmap.mmap, start: int) -> tuple[list[tuple[str, str]], int] | None:
+def _object_keys(
+    data: mmap.mmap, start: int, budget: _Budget
+) -> tuple[list[tuple[str, str]], int] | None:
     """The keys of the object literal opening at `start`, each with the kind of its value
     ("call" when it begins with a name followed by `(` or `.`, else "value"), and where the
     object ends; None when no object literal ends within reach."""
@@ -358,6 +383,7 @@ def _object_keys(data: mmap.mmap, start: int) -> tuple[list[tuple[str, str]], in
     key: bytes | None = None
     value: list[bytes] = []
     for match in _TOKEN.finditer(data, start, min(len(data), start + _OBJECT_LIMIT)):
+        budget.spend()
         token = match.group()
         first = token[:1]
         if depth == 1 and key is not None and len(value) < 3 and first not in b",}":
