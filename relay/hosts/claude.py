@@ -17,6 +17,7 @@ from pathlib import Path
 
 import msgspec
 
+from relay.config.paths import private_dir, state_dir
 from relay.hosts.model import Host
 
 EVENTS: tuple[str, ...] = (
@@ -244,7 +245,7 @@ def _cached(path: Path, cache: Path | None) -> BundleNames:
         entries = {k: v for k, v in entries.items() if not k.startswith(f"{path}|")}
         entries[key] = msgspec.to_builtins(names)
         try:
-            cache.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(cache.parent, top=cache.parent)
             temporary = cache.with_name(f".{cache.name}.{os.getpid()}")
             temporary.write_bytes(json.dumps(entries).encode())
             os.replace(temporary, cache)
@@ -435,6 +436,4 @@ def unknown_names(names: BundleNames) -> list[str]:
 
 def bundle_cache(env: Mapping[str, str] | None = None) -> Path:
     """Where what was read from host code is kept (relay's state folder)."""
-    from relay.config.paths import state_dir
-
     return state_dir(env) / "host-code.json"

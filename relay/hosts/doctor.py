@@ -1,7 +1,8 @@
 """`relay doctor`: is relay working as each host's hook layer, and what does an event cost?
 
 Each check is a `Finding`: ok, warn (works, but not as well as it could) or fail (a host
-event would not reach relay, or reach it broken). Nothing here changes anything.
+event would not reach relay, or reach it broken). Nothing here changes anything (what it
+reads out of a host's code is cached in relay's state folder, relay.hosts.claude).
 """
 
 from __future__ import annotations
