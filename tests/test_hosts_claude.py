@@ -532,3 +532,36 @@ def test_an_mcp_tool_hook_left_with_claude_code_by_import_still_runs(claude: Cla
     assert run.returncode == 0, run.describe()
     saved = claude.relay("memory", "list").stdout
     assert "saved by an mcp_tool hook: remember me #hooked" in saved, run.describe()
+
+
+def test_a_directory_added_reaches_relay_and_its_matcher_tests_the_source(claude: Claude) -> None:
+    """DirectoryAdded fires on /add-dir (interactive) and on the SDK's register_repo_root
+    control request, which a headless run can send on stdin (stream-json)."""
+    logger = claude.script(
+        "log.sh", f'input=$(cat); printf "%s\\n" "$input" >> {claude.log}\necho "{{}}"\n'
+    )
+    wrong = claude.root / "wrong-matcher-ran"
+    other = claude.script("other.sh", f"cat >/dev/null; touch {wrong}; echo '{{}}'\n")
+    claude.settings(
+        {
+            "DirectoryAdded": [
+                {"matcher": "slash_command", "hooks": [{"name": "other", "command": other}]},
+                {"matcher": "register_repo_root", "hooks": [{"name": "log", "command": logger}]},
+            ]
+        }
+    )
+    claude.install()
+    added = claude.project / "packages" / "api"
+    added.mkdir(parents=True)
+    run = run_claude(
+        claude.project,
+        "hi",
+        [],
+        home=claude.home,
+        control=[{"subtype": "register_repo_root", "directory": str(added)}],
+    )
+    assert run.returncode == 0, run.describe()
+    [event] = claude.logged()
+    assert event["hook_event_name"] == "DirectoryAdded"
+    assert (event["directory"], event["source"]) == (str(added), "register_repo_root")
+    assert not wrong.exists()  # the matcher tests `source`, as Claude Code's does
