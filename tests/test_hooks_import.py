@@ -907,3 +907,37 @@ def test_install_import_sees_a_numbered_name_as_already_there(
     assert installed.exit_code == 0, installed.output
     assert "0 group(s) added" in installed.stdout
     assert target.read_text() == text
+
+
+def test_an_mcp_tool_hook_is_said_to_stay_with_claude_code(project: Path) -> None:
+    """Claude Code's `mcp_tool` hooks call a tool of an MCP server that Claude Code connects
+    (and signs in to): relay cannot, so import leaves each one with Claude Code and says so."""
+    source = write(
+        project / ".claude" / "settings.json",
+        {
+            "hooks": {
+                "PostToolUse": [
+                    {
+                        "matcher": "Write",
+                        "hooks": [
+                            {"type": "command", "command": "./fmt.sh", "timeout": 5},
+                            {
+                                "type": "mcp_tool",
+                                "server": "linter",
+                                "tool": "lint_file",
+                                "input": {"path": "${tool_input.file_path}"},
+                            },
+                        ],
+                    }
+                ]
+            }
+        },
+    )
+    result = import_project("claude", project)
+    assert result.hook_count == 1
+    assert result.report == [
+        f"{source}: hooks.PostToolUse[0].hooks[1] (PostToolUse[Write]): 'mcp_tool' hook (tool "
+        "'lint_file' of MCP server 'linter') stays with Claude Code, which goes on running it: "
+        "it calls a tool of an MCP server that Claude Code connects and signs in to, which "
+        "relay cannot reach; left out"
+    ]

@@ -110,7 +110,7 @@ def test_every_event_passes_through_relay_and_context_reaches_the_model(claude: 
     }
     claude.settings(hooks)
     out = claude.install()
-    assert "the 30 of relay's 30 Claude Code events" in out
+    assert "the 34 of relay's 34 Claude Code events" in out
     run = claude.run("list files", bash("echo listed"))
     assert run.returncode == 0, run.describe()
     assert not run.refused and not run.errors
@@ -377,3 +377,191 @@ def test_claude_calls_relays_mcp_tools_that_install_registered(claude: Claude) -
     finally:
         mailbox.close()
     assert (delivery.message.sender, delivery.message.body) == ("Alice", "MCP-HELLO from Alice")
+
+
+# -- Claude Code 2.1.332's newer events and answer fields (issue 32) ------------------------
+
+
+def test_relay_knows_every_event_and_answer_field_the_installed_claude_code_names() -> None:
+    """The events and answer fields the installed Claude Code's own code names (its event
+    list and its schema of a hook's answer) are all in relay's table: a new release that
+    adds one fails here the day it is pinned."""
+    from relay.hosts import claude as claude_host
+
+    names = claude_host.bundle_names(claude_binary())
+    assert {"PreToolUse", "Stop", "SessionStart"} <= set(names.events)  # it was read at all
+    assert "PostToolUse" in names.specific_fields and "continue" in names.output_fields
+    assert claude_host.unknown_names(names) == []
+    assert set(names.events) == set(claude_host.EVENTS)
+
+
+def _logging_hooks(claude: Claude, events: list[str], answer: str = "{}") -> None:
+    logger = claude.script(
+        "log.sh", f'input=$(cat); printf "%s\\n" "$input" >> {claude.log}\necho \'{answer}\'\n'
+    )
+    claude.settings(
+        {event: [{"hooks": [{"name": f"log-{event}", "command": logger}]}] for event in events}
+    )
+
+
+def _skill(claude: Claude) -> None:
+    commands = claude.project / ".claude" / "commands"
+    commands.mkdir(parents=True)
+    (commands / "hello.md").write_text("Repeat this: !`echo SKILL-$((40 + 2))`\n")
+
+
+def test_a_skills_shell_command_and_its_expansion_reach_relay(claude: Claude) -> None:
+    _skill(claude)
+    _logging_hooks(claude, ["UserPromptExpansion", "PreSkillShellCommand"])
+    claude.install()
+    run = claude.run("/hello")
+    assert run.returncode == 0, run.describe()
+    logged = {event["hook_event_name"]: event for event in claude.logged()}
+    assert logged["PreSkillShellCommand"]["tool_input"] == {"command": "echo SKILL-$((40 + 2))"}
+    assert logged["UserPromptExpansion"]["command_name"] == "hello"
+    assert "SKILL-42" in run.sent()  # no opinion: the command ran
+
+
+def test_a_guard_keeps_a_skills_shell_command_from_running(claude: Claude) -> None:
+    _skill(claude)
+    guard_script = claude.script(
+        "skill-guard.sh",
+        'cat >/dev/null; echo \'{"decision": "deny", "reason": "SKILL-GUARD: not here"}\'\n',
+    )
+    claude.settings(
+        {
+            "PreSkillShellCommand": [
+                {"matcher": "Bash", "hooks": [{"name": "skill-guard", "command": guard_script}]}
+            ]
+        }
+    )
+    claude.install()
+    run = claude.run("/hello")
+    assert "SKILL-42" not in run.sent() and "SKILL-42" not in run.stdout, run.describe()
+    assert "(blocked by hook: SKILL-GUARD: not here)" in run.system_messages()[-1], run.describe()
+
+
+def test_a_model_switch_fires_both_model_events_and_a_deny_keeps_the_model(claude: Claude) -> None:
+    _logging_hooks(claude, ["PreModelSwitch", "PostModelSwitch"])
+    claude.install()
+    run = claude.run("/model claude-opus-4-1")
+    assert run.returncode == 0, run.describe()
+    logged = [event["hook_event_name"] for event in claude.logged()]
+    assert logged == ["PreModelSwitch", "PostModelSwitch"], run.describe()
+    claude.log.unlink()
+    _logging_hooks(
+        claude,
+        ["PreModelSwitch", "PostModelSwitch"],
+        '{"decision": "deny", "reason": "MODEL-GUARD: stay on this model"}',
+    )
+    run = claude.run("/model claude-opus-4-1")
+    logged = [event["hook_event_name"] for event in claude.logged()]
+    assert logged == ["PreModelSwitch"], run.describe()  # refused: no switch happened
+    assert "MODEL-GUARD: stay on this model" in run.stdout, run.describe()
+
+
+def test_a_rewritten_tool_output_is_what_the_model_gets(claude: Claude) -> None:
+    rewrite = claude.script(
+        "output.sh",
+        'cat >/dev/null; echo \'{"hookSpecificOutput": {"updatedToolOutput": '
+        '{"stdout": "REDACTED-BY-RELAY", "stderr": "", "interrupted": false, '
+        '"isImage": false}, "classifierContext": "the user asked for this"}}\'\n',
+    )
+    claude.settings({"PostToolUse": [{"hooks": [{"name": "redact", "command": rewrite}]}]})
+    claude.install()
+    run = claude.run("show the secret", bash("echo SECRET-VALUE"))
+    result = run.tool_results()["toolu_1_0"]
+    assert "REDACTED-BY-RELAY" in result and "SECRET-VALUE" not in result, run.describe()
+    assert "validation" not in run.debug.lower()
+
+
+def test_relays_allow_is_what_lets_a_tool_run_in_claudes_default_permission_mode(
+    claude: Claude,
+) -> None:
+    """Pinned to Claude Code's `default` mode (no "auto" classifier): a Bash call that no
+    permission rule allows does not run headless, unless relay renders a hook's allow."""
+    allow = claude.script(
+        "allow.sh",
+        f'input=$(cat); printf "%s\\n" "$input" >> {claude.log}\n'
+        'case "$input" in *made-by-allow*) echo \'{"decision": "allow"}\' ;; *) echo \'{}\' ;; esac\n',
+    )
+    claude.settings({"PreToolUse": [{"hooks": [{"name": "allow", "command": allow}]}]})
+    claude.install()
+    run = run_claude(
+        claude.project,
+        "make them",
+        [bash("touch made-by-allow"), bash("touch made-without")],
+        home=claude.home,
+        allowed_tools=("Read",),
+    )
+    assert run.returncode == 0, run.describe()
+    assert [event["permission_mode"] for event in claude.logged()] == ["default", "default"]
+    assert (claude.project / "made-by-allow").exists(), run.describe()
+    assert not (claude.project / "made-without").exists(), run.describe()
+
+
+def test_an_mcp_tool_hook_left_with_claude_code_by_import_still_runs(claude: Claude) -> None:
+    """`relay install claude --import` moves the command hooks into relay and leaves an
+    `mcp_tool` hook with Claude Code (relay cannot reach Claude's MCP servers), saying so;
+    Claude Code goes on running it: here, against relay's own MCP server, which saves a memory."""
+    settings = claude.home / ".claude" / "settings.json"
+    settings.parent.mkdir(parents=True, exist_ok=True)
+    mcp_hook = {
+        "type": "mcp_tool",
+        "server": "relay",
+        "tool": "memory_save",
+        "input": {"content": "saved by an mcp_tool hook: ${prompt} #hooked"},
+    }
+    settings.write_text(json.dumps({"hooks": {"UserPromptSubmit": [{"hooks": [mcp_hook]}]}}))
+    out = claude.install("--import")
+    assert "that relay cannot run (Claude Code goes on running them)" in out
+    assert (
+        "'mcp_tool' hook (tool 'memory_save' of MCP server 'relay') stays with Claude Code" in out
+    )
+    run = run_claude(
+        claude.project,
+        "remember me",
+        [],
+        home=claude.home,
+        env={
+            "MCP_CONNECTION_NONBLOCKING": "0",
+            "MCP_CONNECT_TIMEOUT_MS": "120000",
+            "MCP_TIMEOUT": "120000",
+        },
+    )
+    assert run.returncode == 0, run.describe()
+    saved = claude.relay("memory", "list").stdout
+    assert "saved by an mcp_tool hook: remember me #hooked" in saved, run.describe()
+
+
+def test_a_directory_added_reaches_relay_and_its_matcher_tests_the_source(claude: Claude) -> None:
+    """DirectoryAdded fires on /add-dir (interactive) and on the SDK's register_repo_root
+    control request, which a headless run can send on stdin (stream-json)."""
+    logger = claude.script(
+        "log.sh", f'input=$(cat); printf "%s\\n" "$input" >> {claude.log}\necho "{{}}"\n'
+    )
+    wrong = claude.root / "wrong-matcher-ran"
+    other = claude.script("other.sh", f"cat >/dev/null; touch {wrong}; echo '{{}}'\n")
+    claude.settings(
+        {
+            "DirectoryAdded": [
+                {"matcher": "slash_command", "hooks": [{"name": "other", "command": other}]},
+                {"matcher": "register_repo_root", "hooks": [{"name": "log", "command": logger}]},
+            ]
+        }
+    )
+    claude.install()
+    added = claude.project / "packages" / "api"
+    added.mkdir(parents=True)
+    run = run_claude(
+        claude.project,
+        "hi",
+        [],
+        home=claude.home,
+        control=[{"subtype": "register_repo_root", "directory": str(added)}],
+    )
+    assert run.returncode == 0, run.describe()
+    [event] = claude.logged()
+    assert event["hook_event_name"] == "DirectoryAdded"
+    assert (event["directory"], event["source"]) == (str(added), "register_repo_root")
+    assert not wrong.exists()  # the matcher tests `source`, as Claude Code's does

@@ -84,7 +84,7 @@ def test_install_adds_the_events_the_host_knows_and_keeps_everything_else(
     assert command.endswith("relay-hook.py --dialect claude Stop") and " -I -S " in command
     assert stop[1]["hooks"][0]["timeout"] == 600
     assert "Claude Code hooks of its own also run on Stop" in done.stdout
-    assert "the 4 of relay's 30 Claude Code events" in done.stdout
+    assert "the 4 of relay's 34 Claude Code events" in done.stdout
 
 
 def test_install_twice_changes_nothing_and_uninstall_restores_the_file_byte_for_byte(
@@ -339,13 +339,49 @@ def test_import_moves_the_hosts_hooks_into_relay_and_uninstall_puts_them_back(
     assert json.loads(path.read_text()) == json.loads(ORIGINAL)
 
 
+def test_import_leaves_an_mcp_tool_hook_with_claude_code_and_says_so(
+    env: dict[str, str], relay_home: Path
+) -> None:
+    path = claude_file(env)
+    path.parent.mkdir()
+    mcp_hook = {"type": "mcp_tool", "server": "relay", "tool": "memory_save", "input": {}}
+    path.write_text(
+        json.dumps(
+            {
+                "hooks": {
+                    "Stop": [
+                        {"hooks": [{"type": "command", "command": "echo hi"}, mcp_hook]},
+                    ]
+                }
+            }
+        )
+    )
+    done = relay(env, "install", "claude", "--python-client", "--import")
+    assert done.returncode == 0, done.stderr
+    assert f"left 1 hook(s) in {path} that relay cannot run (Claude Code goes on running them)" in (
+        done.stdout
+    )
+    assert (
+        "hooks.Stop[0].hooks[1] (Stop): 'mcp_tool' hook (tool 'memory_save' of MCP server "
+        "'relay') stays with Claude Code" in done.stdout
+    )
+    assert "moved 1 Claude Code hook(s)" in done.stdout
+    host_hooks = json.loads(path.read_text())["hooks"]["Stop"]
+    assert host_hooks[0]["hooks"] == [mcp_hook]  # the command hook moved, this one stayed
+    relay_hooks = json.loads((relay_home / "settings.json").read_text())["hooks"]["Stop"]
+    assert [hook["command"] for group in relay_hooks for hook in group["hooks"]] == ["echo hi"]
+
+
 def test_doctor_reports_what_is_installed_and_what_is_not(
     env: dict[str, str], tmp_path: Path
 ) -> None:
     assert relay(env, "install", "claude", "--python-client", "--events", "Stop").returncode == 0
     done = relay(env, "doctor", "--json", cwd=tmp_path)
     findings = json.loads(done.stdout)
-    by_topic = {(f["topic"], f["level"]): f["text"] for f in findings}
+    by_topic: dict[tuple[str, str], str] = {}
+    for f in findings:
+        key = (f["topic"], f["level"])
+        by_topic[key] = f"{by_topic[key]}\n{f['text']}" if key in by_topic else f["text"]
     assert "not installed for PreToolUse, PostToolUse, SessionStart" in by_topic["claude", "warn"]
     assert "relay is not installed" in by_topic["gemini", "ok"]
     assert "an event with no hook" in by_topic["cost", "ok"]
@@ -771,3 +807,304 @@ def test_entries_an_older_relay_wrote_without_a_record_still_come_out_cleanly(
     assert again.returncode == 0 and "3 added, 1 already there" in again.stdout
     assert relay(env, "uninstall", "claude").returncode == 0
     assert path.read_text() == ORIGINAL
+
+
+# -- Claude Code's answer fields, as the hook entry renders them (issue 32) -----------------
+
+
+def _answering(output: object) -> dict[str, object]:
+    program = f"import sys; sys.stdin.read(); sys.stdout.write({json.dumps(output)!r})"
+    return {"type": "command", "command": sys.executable, "args": ["-c", program]}
+
+
+def _claude_answer(
+    env: dict[str, str], relay_home: Path, event: str, outputs: list[object], payload: object
+) -> subprocess.CompletedProcess[str]:
+    (relay_home / "settings.json").write_text(
+        json.dumps({"hooks": {event: [{"hooks": [_answering(output) for output in outputs]}]}})
+    )
+    return subprocess.run(
+        [*RELAY, "hooks", "run", "--dialect", "claude", event],
+        env=env,
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+SKILL_CALL = {"tool_name": "Bash", "tool_input": {"command": "echo hi"}, "command_name": "x"}
+SWITCH = {"from_model": "claude-sonnet-4-5", "to_model": "claude-opus-4-1", "source": "command"}
+
+
+@pytest.mark.parametrize(
+    ("event", "outputs", "payload", "expected"),
+    [
+        pytest.param(
+            "PostToolUse",
+            [
+                {"hookSpecificOutput": {"classifierContext": "the user asked for it"}},
+                {"hookSpecificOutput": {"classifierContext": "and confirmed it"}},
+            ],
+            {"tool_name": "Bash", "tool_input": {}, "tool_response": {}},
+            {
+                "hookSpecificOutput": {
+                    "hookEventName": "PostToolUse",
+                    "classifierContext": "the user asked for it\nand confirmed it",
+                }
+            },
+            id="classifierContext-joined",
+        ),
+        pytest.param(
+            "PostToolUse",
+            [
+                {"hookSpecificOutput": {"updatedToolOutput": {"stdout": "first"}}},
+                {"hookSpecificOutput": {"updatedToolOutput": {"stdout": "REDACTED"}}},
+            ],
+            {"tool_name": "Bash", "tool_input": {}, "tool_response": {}},
+            {
+                "hookSpecificOutput": {
+                    "hookEventName": "PostToolUse",
+                    "updatedToolOutput": {"stdout": "REDACTED"},
+                }
+            },
+            id="updatedToolOutput-last",
+        ),
+        pytest.param(
+            "UserPromptExpansion",
+            [
+                {"decision": "block", "reason": "not this command"},
+                {"hookSpecificOutput": {"suppressOriginalPrompt": True}},
+            ],
+            {"expansion_type": "slash_command", "command_name": "x", "prompt": "/x"},
+            {
+                "decision": "block",
+                "reason": "not this command",
+                "hookSpecificOutput": {
+                    "hookEventName": "UserPromptExpansion",
+                    "suppressOriginalPrompt": True,
+                },
+            },
+            id="suppressOriginalPrompt-with-its-block",
+        ),
+        pytest.param(
+            "UserPromptSubmit",
+            [{"hookSpecificOutput": {"sessionTitle": "Fix the build"}}],
+            {"prompt": "fix it"},
+            {
+                "hookSpecificOutput": {
+                    "hookEventName": "UserPromptSubmit",
+                    "sessionTitle": "Fix the build",
+                }
+            },
+            id="sessionTitle",
+        ),
+        pytest.param(
+            "SessionStart",
+            [
+                {"hookSpecificOutput": {"watchPaths": ["/a", "/b"], "reloadSkills": False}},
+                {"hookSpecificOutput": {"watchPaths": ["/b", "/c"], "reloadSkills": True}},
+                {"hookSpecificOutput": {"reloadSkills": False}},
+            ],
+            {"source": "startup"},
+            {
+                "hookSpecificOutput": {
+                    "hookEventName": "SessionStart",
+                    "watchPaths": ["/a", "/b", "/c"],
+                    "reloadSkills": True,
+                }
+            },
+            id="watchPaths-union-reloadSkills-any",
+        ),
+        pytest.param(
+            "PermissionDenied",
+            [{"hookSpecificOutput": {"retry": True}}, {"hookSpecificOutput": {"retry": False}}],
+            {"tool_name": "Bash", "tool_input": {}},
+            {"hookSpecificOutput": {"hookEventName": "PermissionDenied", "retry": True}},
+            id="retry-any",
+        ),
+        pytest.param(
+            "Stop",
+            [{"terminalSequence": "\x1b]9;done\x07"}, {"terminalSequence": "\x07"}],
+            {"stop_hook_active": False},
+            {"terminalSequence": "\x1b]9;done\x07\x07"},
+            id="terminalSequence",
+        ),
+        pytest.param(
+            "PreModelSwitch",
+            [{"decision": "deny", "reason": "stay on sonnet"}],
+            SWITCH,
+            {
+                "hookSpecificOutput": {
+                    "hookEventName": "PreModelSwitch",
+                    "permissionDecision": "deny",
+                    "permissionDecisionReason": "stay on sonnet",
+                }
+            },
+            id="PreModelSwitch-deny",
+        ),
+        pytest.param(
+            "PreModelSwitch",
+            [{"decision": "defer", "reason": "ask first"}],
+            SWITCH,
+            {
+                "hookSpecificOutput": {
+                    "hookEventName": "PreModelSwitch",
+                    "permissionDecision": "ask",
+                    "permissionDecisionReason": "ask first",
+                }
+            },
+            id="PreModelSwitch-has-no-defer",
+        ),
+        pytest.param(
+            "PreSkillShellCommand",
+            [
+                {
+                    "hookSpecificOutput": {
+                        "permissionDecision": "deny",
+                        "permissionDecisionReason": "no",
+                    }
+                }
+            ],
+            SKILL_CALL,
+            {
+                "hookSpecificOutput": {
+                    "hookEventName": "PreSkillShellCommand",
+                    "permissionDecision": "deny",
+                    "permissionDecisionReason": "no",
+                }
+            },
+            id="PreSkillShellCommand-deny",
+        ),
+        pytest.param(
+            "PostModelSwitch",
+            [{"inject": "now on opus"}],
+            SWITCH,
+            {
+                "hookSpecificOutput": {
+                    "hookEventName": "PostModelSwitch",
+                    "additionalContext": "now on opus",
+                }
+            },
+            id="PostModelSwitch-context",
+        ),
+    ],
+)
+def test_claude_gets_each_answer_field_as_it_reads_it(  # noqa: PLR0917 (pytest parameters)
+    env: dict[str, str],
+    relay_home: Path,
+    event: str,
+    outputs: list[object],
+    payload: object,
+    expected: dict[str, object],
+) -> None:
+    done = _claude_answer(env, relay_home, event, outputs, payload)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == expected
+
+
+def test_a_claude_field_of_the_wrong_type_is_an_error_that_names_it(
+    env: dict[str, str], relay_home: Path
+) -> None:
+    """Claude Code rejects a whole answer over one field of the wrong type: relay never
+    passes one on (the hook's answer is a protocol error naming $.hookSpecificOutput.watchPaths,
+    in relay's log); the other hooks' answers still count."""
+    done = _claude_answer(
+        env,
+        relay_home,
+        "SessionStart",
+        [
+            {"hookSpecificOutput": {"watchPaths": "/not/a/list"}},
+            {"hookSpecificOutput": {"sessionTitle": "kept"}},
+        ],
+        {"source": "startup"},
+    )
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["hookSpecificOutput"] == {"hookEventName": "SessionStart", "sessionTitle": "kept"}
+
+
+def _fake_claude_code(env: dict[str, str], code: str) -> Path:
+    """The fake Claude Code of `env` with `code` as its cli.js."""
+    cli = Path(shutil.which("claude", path=env["PATH"]) or "").resolve().parent / "cli.js"
+    cli.write_text(code)
+    return cli
+
+
+def _schema_code(events: list[str], top: list[str], specific: dict[str, list[str]]) -> str:
+    """Code in the shape of Claude Code's own: its event list and its zod schema of an answer."""
+
+    def optional(fields: list[str]) -> str:
+        return ",".join(f"{field}:z.string().optional()" for field in fields)
+
+    union = ",".join(
+        f"z.object({{hookEventName:z.literal({json.dumps(event)}),{optional(fields)}}})"
+        for event, fields in specific.items()
+    )
+    keys = optional(top)
+    return (
+        f"var kc={json.dumps(events, separators=(',', ':'))};"
+        'var d=z.enum(["a","b"]);'  # unrelated code around it
+        f"var NM=p(()=>z.object({{{keys},hookSpecificOutput:z.union([{union}]).optional()}}));"
+        "function f(e){let{systemMessage:n,metrics:o,hookSpecificOutput:g}=e;return n}"
+    )
+
+
+def _doctor_claude(env: dict[str, str], cwd: Path) -> list[dict[str, str]]:
+    done = relay(env, "doctor", "--json", "--no-measure", cwd=cwd)
+    findings: list[dict[str, str]] = json.loads(done.stdout)
+    return [f for f in findings if f["topic"] == "claude"]
+
+
+def test_doctor_fails_on_an_event_or_answer_field_of_the_installed_claude_code_relay_does_not_know(
+    env: dict[str, str], tmp_path: Path, relay_home: Path
+) -> None:
+    from relay.hosts import claude
+
+    events = [*claude.EVENTS]
+    specific = {event: sorted(fields) for event, fields in claude.SPECIFIC_FIELDS.items()}
+    top = sorted(claude.OUTPUT_FIELDS - {"hookSpecificOutput"})
+    cli = _fake_claude_code(env, _schema_code(events, top, specific))
+    known = _doctor_claude(env, tmp_path)
+    assert any(
+        f["level"] == "ok" and f"relay knows the {len(events)} hook events" in f["text"]
+        for f in known
+    ), known
+    newer = {**specific, "PostToolUse": [*specific["PostToolUse"], "toolOutputNote"]}
+    newer["PreFlight"] = ["permissionDecision"]
+    cli.write_text(_schema_code([*events, "PreFlight"], [*top, "bellSound"], newer))
+    failing = [f for f in _doctor_claude(env, tmp_path) if f["level"] == "fail"]
+    assert len(failing) == 1, failing
+    text = failing[0]["text"]
+    assert (
+        "does not know: event PreFlight, field bellSound, field PostToolUse.toolOutputNote" in text
+    )
+    assert "field PreFlight.permissionDecision" in text
+    assert "metrics" not in text  # a destructuring, not the schema
+    assert relay(env, "doctor", "--no-measure", cwd=tmp_path).returncode == 1
+    cache = json.loads((relay_home / "state" / "host-code.json").read_text())
+    assert [key.split("|")[0] for key in cache] == [str(cli)]  # one entry per file, kept current
+
+
+def test_doctor_warns_and_goes_on_when_claude_codes_code_cannot_be_read(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    cli = _fake_claude_code(env, '\x00\x01 not JavaScript [ { ( "unterminated')
+    findings = _doctor_claude(env, tmp_path)
+    warned = [f["text"] for f in findings if f["level"] == "warn" and "cannot tell" in f["text"]]
+    assert warned and "no list of hook events found" in warned[0], findings
+    cli.write_text('var kc=["SessionStart","PreToolUse","Stop"];hookSpecificOutput:{{{{(((')
+    warned = [f["text"] for f in _doctor_claude(env, tmp_path) if "cannot tell" in f["text"]]
+    assert warned and "no schema of a hook's answer" in warned[0]
+    cli.write_text(
+        'var kc=["SessionStart","PreToolUse","Stop"];'
+        + "{a:b(" * 3000
+        + "hookSpecificOutput:{{{{" * 200_000
+    )
+    warned = [f["text"] for f in _doctor_claude(env, tmp_path) if "cannot tell" in f["text"]]
+    assert warned and "gave up reading" in warned[0]  # a bounded read, not a hang
+    cli.unlink()
+    cli.mkdir()  # not a file at all
+    done = relay(env, "doctor", "--json", "--no-measure", cwd=tmp_path)
+    assert "Traceback" not in done.stderr and json.loads(done.stdout)

@@ -270,3 +270,34 @@ def test_event_schemas_allow_unknown_fields_and_describe_fields() -> None:
     assert {"session_id", "cwd", "timestamp", "hook_event_name", "tool_name", "tool_input"} <= set(
         schema["properties"]
     )
+
+
+def test_claude_codes_newer_events_are_known_with_the_field_their_matcher_tests() -> None:
+    """Claude Code 2.1.332: the field its own matcher reads for each event (issue 32)."""
+    assert matcher_field("PreModelSwitch") == "to_model"
+    assert matcher_field("PostModelSwitch") == "to_model"
+    assert matcher_field("DirectoryAdded") == "source"
+    assert matcher_field("PreSkillShellCommand") == "tool_name"
+    assert matcher_field("UserPromptExpansion") == "command_name"
+    assert matcher_field("StopFailure") == "error"
+    assert matcher_field("InstructionsLoaded") == "load_reason"
+    for name in ("PreModelSwitch", "PostModelSwitch", "DirectoryAdded", "PreSkillShellCommand"):
+        assert canonical_name(name) == name and registered_dialect(name) == "claude"
+
+
+def test_claude_codes_own_answer_fields_are_checked_and_kept_for_the_host() -> None:
+    answer = parse(
+        '{"terminalSequence": "\\u0007", "hookSpecificOutput": {"classifierContext": "ok",'
+        ' "watchPaths": ["/a"], "retry": true, "updatedToolOutput": {"stdout": "x"}}}',
+        event="PostToolUse",
+    )
+    assert answer.error is None and answer.warnings == []
+    assert answer.terminalSequence == "\x07"
+    assert answer.extra_specific == {
+        "classifierContext": "ok",
+        "watchPaths": ["/a"],
+        "retry": True,
+        "updatedToolOutput": {"stdout": "x"},
+    }
+    wrong = parse('{"hookSpecificOutput": {"retry": "yes"}}', event="PermissionDenied")
+    assert wrong.error is not None and "$.hookSpecificOutput.retry" in wrong.error

@@ -409,6 +409,40 @@ def _read_source(path: Path) -> Any:
     return {} if is_empty_document(document) else document
 
 
+def not_carried(agent: Agent, hook: dict[str, Any]) -> str:
+    """Why a hook that is not a command hook is not carried into relay, and what becomes of it."""
+    kind = hook.get("type", "command")
+    if kind == "mcp_tool" and agent == "claude":
+        server, tool = hook.get("server"), hook.get("tool")
+        called = f"tool {str(tool)[:60]!r} of MCP server {str(server)[:60]!r}"
+        return (
+            f"'mcp_tool' hook ({called}) stays with Claude Code, which goes on running it: it "
+            "calls a tool of an MCP server that Claude Code connects and signs in to, which "
+            "relay cannot reach; left out"
+        )
+    what = hook.get("prompt") or hook.get("url") or hook.get("command") or ""
+    shown = f" {str(what)[:60]!r}" if what else ""
+    return f"{kind!r} hook{shown} cannot be carried over (relay runs command hooks only); left out"
+
+
+def hooks_left_with_host(agent: Agent, file: str, hooks: Any) -> list[str]:
+    """One line per hook of a host settings file's `hooks` that is not a command hook, which
+    `--import` leaves in the host's file (the host goes on running it)."""
+    if not isinstance(hooks, dict):
+        return []
+    lines: list[str] = []
+    for event, groups in hooks.items():
+        for index, group in enumerate(groups if isinstance(groups, list) else ()):
+            entries = group.get("hooks") if isinstance(group, dict) else None
+            for number, hook in enumerate(entries if isinstance(entries, list) else ()):
+                if isinstance(hook, dict) and hook.get("type", "command") != "command":
+                    where = render_path(("hooks", event, index, "hooks", number))
+                    label = _describe_group(event, group.get("matcher"))
+                    reason = not_carried(agent, hook).removesuffix("; left out")
+                    lines.append(f"{file}: {where} ({label}): {reason}; left where it is")
+    return lines
+
+
 def _describe_group(event: str, matcher: object) -> str:
     return f"{event}[{matcher}]" if matcher not in (None, "", "*") else event
 
@@ -753,15 +787,7 @@ class _Converter:
             return None
         kind = hook.get("type", "command")
         if kind != "command":
-            what = hook.get("prompt") or hook.get("url") or hook.get("command") or ""
-            shown = f" {str(what)[:60]!r}" if what else ""
-            self._note(
-                file,
-                path,
-                label,
-                f"{kind!r} hook{shown} cannot be carried over (relay runs command hooks only); "
-                "left out",
-            )
+            self._note(file, path, label, not_carried(self.agent, hook))
             return None
         command = hook.get("command")
         if not isinstance(command, str) or not command.strip():

@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 
 from relay.protocol.answers import Answer
+from relay.protocol.dialects import merge_specific_field
 from relay.protocol.output import (
     AggregatedResult,
     Decision,
@@ -140,6 +141,7 @@ def aggregate(
         inject=cap_text(_join(merge.injects)),
         systemMessage=cap_text(_join(merge.messages)),
         suppressOutput=merge.suppress,
+        terminalSequence=cap_text("".join(merge.terminal)) or None,
         stopped_by=stopped_by,
         tool_input=merge.tool_input if event in TOOL_INPUT_EVENTS else None,
         hookSpecificOutput=merge.specific() or None,
@@ -169,6 +171,7 @@ class _Merge:
         self.clear_context: bool | None = None
         self.body: str | None = None
         self.extra: dict[str, Any] = {}
+        self.terminal: list[str] = []
         self.errors: list[HookError] = []
 
     def add(self, outcome: HookOutcome) -> None:
@@ -189,6 +192,8 @@ class _Merge:
         if answer.systemMessage:
             self.messages.append(answer.systemMessage)
         self.suppress = self.suppress or answer.suppressOutput
+        if answer.terminalSequence:
+            self.terminal.append(answer.terminalSequence)
         if answer.toolConfig is not None:
             self.tool_config = _merge_tool_config(self.tool_config, answer.toolConfig)
         if answer.clearContext is not None:
@@ -208,7 +213,7 @@ class _Merge:
                 if _DECISION_RANK[behavior] > current_rank:
                     self.extra["decision"] = value
             else:
-                self.extra[key] = value
+                self.extra[key] = merge_specific_field(key, self.extra.get(key), value)
 
     def rewrite(self, answer: Answer) -> None:
         """Apply one hook's rewrites (called in `rewrite_order`); a failed hook's are void."""

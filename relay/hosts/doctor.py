@@ -1,7 +1,8 @@
 """`relay doctor`: is relay working as each host's hook layer, and what does an event cost?
 
 Each check is a `Finding`: ok, warn (works, but not as well as it could) or fail (a host
-event would not reach relay, or reach it broken). Nothing here changes anything.
+event would not reach relay, or reach it broken). Nothing here changes anything (what it
+reads out of a host's code is cached in relay's state folder, relay.hosts.claude).
 """
 
 from __future__ import annotations
@@ -234,8 +235,47 @@ def _host_checks(
             yield from _codex_trust(known.executable, where, text, cwd, client)
     if known is None and not found:
         yield Finding("ok", chosen.name, f"{chosen.title}: relay is not installed")
+    if name == "claude":
+        yield from _claude_code_names(chosen, env)
     if name == "gemini":
         yield from _gemini_folder_trust(chosen, cwd, env)
+
+
+def _claude_code_names(chosen: Host, env: Mapping[str, str]) -> Iterator[Finding]:
+    """Whether relay knows every hook event and answer field the installed Claude Code names
+    in its own code (so a new release is noticed the day it is installed)."""
+    from relay.hosts import claude
+
+    executable = shutil.which(chosen.executable, path=env.get("PATH"))
+    if executable is None:
+        return
+    try:
+        names = claude.bundle_names(Path(executable), cache=claude.bundle_cache(env))
+        unknown = claude.unknown_names(names)
+    except Exception as exc:  # odd or unreadable host code is a finding, not a crash
+        yield Finding(
+            "warn",
+            chosen.name,
+            f"cannot tell which hook events and answer fields {executable} has: {exc}",
+        )
+        return
+    if unknown:
+        yield Finding(
+            "fail",
+            chosen.name,
+            f"{executable} names what relay (checked against {chosen.title} {chosen.version}) "
+            f"does not know: {', '.join(unknown)}; relay passes such events and fields through "
+            "as hooks give them, but does not install, merge or render them as the host reads "
+            "them: update relay",
+        )
+        return
+    fields = len(names.output_fields) + sum(len(f) for f in names.specific_fields.values())
+    yield Finding(
+        "ok",
+        chosen.name,
+        f"relay knows the {len(names.events)} hook events and {fields} answer fields "
+        f"{executable} names",
+    )
 
 
 def _gemini_folder_trust(chosen: Host, cwd: Path, env: Mapping[str, str]) -> Iterator[Finding]:

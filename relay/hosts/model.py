@@ -58,6 +58,11 @@ class Host(msgspec.Struct, frozen=True, kw_only=True):
     permission_values: frozenset[str] = frozenset({"allow", "deny", "ask", "defer"})
     """The `permissionDecision` values it accepts; `defer` where it has none becomes `ask`
     (the host's own approval flow decides, never a silent allow)."""
+    event_permission_values: dict[str, frozenset[str]] = msgspec.field(default_factory=dict)
+    """Per event, the `permissionDecision` values it accepts there, where they are fewer
+    (Claude Code's PreModelSwitch has no `defer`)."""
+    terminal_sequences: bool = False
+    """Whether it reads a top-level `terminalSequence` (Claude Code)."""
     allow_means: AllowMeaning = "approve"
     """What a hook's allow does in the host, and so what a rewrite costs there. `approve`
     (Claude Code's `permissionDecision: "allow"`): the call runs without the host's own
@@ -139,11 +144,13 @@ def _render_claude(host: Host, result: AggregatedResult) -> HostAnswer:
     decision = result.decision
     reason = result.reason
     out = _common(result)
+    if result.terminalSequence and host.terminal_sequences:
+        out["terminalSequence"] = result.terminalSequence
     specific: dict[str, Any] = {"hookEventName": event}
     merged = dict(result.hookSpecificOutput or {})
     hook_decision = merged.pop("decision", None)
     if event in host.permission_events:
-        mapped, reason = _permission(host, decision, reason)
+        mapped, reason = _permission(host, decision, reason, event)
         value, rewrite = _permission_answer(host, mapped, result, merged.get("tool_input"))
         if value is not None:
             specific["permissionDecision"] = value
@@ -194,12 +201,15 @@ def _permission_answer(
     return value, rewrite
 
 
-def _permission(host: Host, decision: str, reason: str | None) -> tuple[str, str | None]:
-    """The decision in a value the host accepts: `defer` falls back to `ask`, and where the
-    host has no `ask` either, to a deny that says why (never to a silent allow)."""
-    if decision in host.permission_values:
+def _permission(
+    host: Host, decision: str, reason: str | None, event: str | None = None
+) -> tuple[str, str | None]:
+    """The decision in a value the host accepts (on `event`): `defer` falls back to `ask`,
+    and where the host has no `ask` either, to a deny that says why (never a silent allow)."""
+    values = host.event_permission_values.get(event or "", host.permission_values)
+    if decision in values:
         return decision, reason
-    if decision == "defer" and "ask" in host.permission_values:
+    if decision == "defer" and "ask" in values:
         return "ask", reason
     why = f"a relay hook asked for the user's approval ({decision}), which {host.title} hooks "
     why += "cannot request"

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from relay.config.importing import Agent, convert, merge_into_file
+from relay.config.importing import Agent, convert, hooks_left_with_host, merge_into_file
 from relay.config.paths import (
     PROJECT_DIR_NAME,
     find_project_root,
@@ -69,6 +69,13 @@ def import_host_hooks(
         check_inside(where, host_file)
         text = read_text(host_file)
         moved = _foreign_groups(text, host_file)
+        staying = _host_only(agent, text, host_file)
+        if staying:
+            lines.append(
+                f"left {len(staying)} hook(s) in {host_file} that relay cannot run "
+                f"({host.title} goes on running them):"
+            )
+            lines.extend(f"  {line}" for line in staying)
         if not moved:
             continue
         converted = convert(agent, [(str(host_file), {"hooks": moved})])
@@ -164,6 +171,18 @@ def _foreign_groups(text: str | None, host_file: Path) -> dict[str, list[Any]]:
             if inner:
                 moved.setdefault(event, []).append({**group, "hooks": inner})
     return moved
+
+
+def _host_only(agent: Agent, text: str | None, host_file: Path) -> list[str]:
+    """What `--import` leaves in the host file because relay cannot run it, one line each."""
+    if text is None or not text.strip():
+        return []
+    try:
+        document = decode_host_json(text, file=str(host_file))
+    except SettingsError:
+        return []  # _foreign_groups has said why the file cannot be read
+    hooks = document.get("hooks") if isinstance(document, dict) else None
+    return hooks_left_with_host(agent, str(host_file), hooks)
 
 
 def _without_moved(text: str | None, *, moved: dict[str, list[Any]], file: Path) -> Change:

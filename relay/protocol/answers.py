@@ -17,6 +17,7 @@ from relay.protocol.dialects import Dialect
 from relay.protocol.output import (
     HOOK_OUTPUT_FIELDS,
     HOOK_SPECIFIC_FIELDS,
+    HOST_SPECIFIC_FIELDS,
     Decision,
     HookOutput,
     ToolConfig,
@@ -43,6 +44,7 @@ class Answer(msgspec.Struct, kw_only=True):
     stopReason: str | None = None
     systemMessage: str | None = None
     suppressOutput: bool = False
+    terminalSequence: str | None = None
     tool_input: dict[str, Any] | None = None
     tool_input_replaces: bool = False
     llm_request: dict[str, Any] | None = None
@@ -176,6 +178,7 @@ def normalize(output: HookOutput, extra: dict[str, Any], warnings: list[str]) ->
         stopReason=output.stopReason,
         systemMessage=output.systemMessage,
         suppressOutput=bool(output.suppressOutput),
+        terminalSequence=output.terminalSequence or None,
         extra_specific=extra,
         warnings=warnings,
     )
@@ -198,6 +201,10 @@ def normalize(output: HookOutput, extra: dict[str, Any], warnings: list[str]) ->
         answer.toolConfig = specific.toolConfig
         answer.clearContext = specific.clearContext
         answer.body = specific.body
+        for name in HOST_SPECIFIC_FIELDS:
+            value = getattr(specific, name)
+            if value is not None:
+                extra[name] = value
     answer.decision = decision
     answer.reason = reason
     answer.inject = "\n".join(injects) if injects else None

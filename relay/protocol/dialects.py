@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from relay.protocol.events import CANONICAL_EVENTS, MATCHER_FIELDS
 
@@ -29,9 +29,9 @@ CLAUDE_PASS_THROUGH_MATCHERS: dict[str, str | None] = {
     "SubagentStop": "agent_type",
     "Setup": "trigger",
     "ConfigChange": "source",
-    "InstructionsLoaded": None,
-    "UserPromptExpansion": None,
-    "StopFailure": None,
+    "InstructionsLoaded": "load_reason",
+    "UserPromptExpansion": "command_name",
+    "StopFailure": "error",
     "TeammateIdle": None,
     "TaskCreated": None,
     "TaskCompleted": None,
@@ -43,8 +43,38 @@ CLAUDE_PASS_THROUGH_MATCHERS: dict[str, str | None] = {
     "MessageDisplay": None,
     "Elicitation": "mcp_server_name",
     "ElicitationResult": "mcp_server_name",
+    "PreModelSwitch": "to_model",
+    "PostModelSwitch": "to_model",
+    "DirectoryAdded": "source",
+    "PreSkillShellCommand": "tool_name",
 }
 """Other Claude Code events, accepted as pass-through, with the field their matcher tests."""
+
+CLAUDE_FIELD_MERGE: dict[str, Literal["join", "union", "any"]] = {
+    "classifierContext": "join",
+    "watchPaths": "union",
+    "retry": "any",
+    "reloadSkills": "any",
+    "suppressOriginalPrompt": "any",
+}
+"""How Claude Code's own `hookSpecificOutput` fields merge across hooks: `join` texts with
+"\n" in plan order (Claude shares one budget among the hooks of a call), `union` lists in
+order without repeats, `any` true wins; every other field: the last hook in plan order."""
+
+
+def merge_specific_field(key: str, current: Any, value: Any) -> Any:
+    """`value` of a later hook merged onto `current` (None: no hook set it yet)."""
+    rule = CLAUDE_FIELD_MERGE.get(key)
+    if current is None or rule is None:
+        return value
+    if rule == "join" and isinstance(current, str) and isinstance(value, str):
+        return f"{current}\n{value}" if current and value else current or value
+    if rule == "union" and isinstance(current, list) and isinstance(value, list):
+        return [*current, *(item for item in value if item not in current)]
+    if rule == "any" and isinstance(current, bool) and isinstance(value, bool):
+        return current or value
+    return value
+
 
 EVENT_NAME = re.compile(r"[A-Z][A-Za-z0-9]{0,63}")
 """What an event name relay has never heard of must look like to pass through."""

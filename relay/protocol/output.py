@@ -36,6 +36,24 @@ class HookSpecificOutput(msgspec.Struct, kw_only=True, omit_defaults=True):
     updatedInput: dict[str, Any] | None = None
     body: str | None = None
     """MessageReceived: the message body to deliver instead (the last hook in plan order that sets it wins)."""
+    classifierContext: str | None = None
+    """Claude Code PostToolUse: context for its auto-mode permission classifier (joined)."""
+    updatedToolOutput: Any = None
+    """Claude Code PostToolUse: the tool output the model gets instead (the last hook wins)."""
+    updatedMCPToolOutput: Any = None
+    """Claude Code PostToolUse, MCP tools only (older form of updatedToolOutput)."""
+    suppressOriginalPrompt: bool | None = None
+    """Claude Code UserPromptSubmit/UserPromptExpansion: a block leaves the prompt out of its message."""
+    sessionTitle: str | None = None
+    """Claude Code SessionStart/UserPromptSubmit: the session's title (the last hook wins)."""
+    initialUserMessage: str | None = None
+    """Claude Code SessionStart: a first user message for the session (the last hook wins)."""
+    watchPaths: list[str] | None = None
+    """Claude Code SessionStart/CwdChanged/FileChanged: absolute paths to watch (union)."""
+    reloadSkills: bool | None = None
+    """Claude Code SessionStart: re-scan skills and commands after the hooks (any true)."""
+    retry: bool | None = None
+    """Claude Code PermissionDenied: let the model retry the denied call (any true)."""
 
 
 class HookOutput(
@@ -51,6 +69,9 @@ class HookOutput(
     suppressOutput: bool | None = None
     decision: WireDecision | None = None
     reason: str | None = None
+    terminalSequence: str | None = None
+    """Claude Code: a notification or title escape sequence (OSC 0/1/2/9/99/777, BEL) for the
+    host to write to its terminal; concatenated in plan order."""
     hookSpecificOutput: HookSpecificOutput | None = None
 
 
@@ -60,6 +81,19 @@ HOOK_OUTPUT_FIELDS: frozenset[str] = frozenset(
 HOOK_SPECIFIC_FIELDS: frozenset[str] = frozenset(
     field.encode_name for field in msgspec.structs.fields(HookSpecificOutput)
 )
+HOST_SPECIFIC_FIELDS: tuple[str, ...] = (
+    "classifierContext",
+    "updatedToolOutput",
+    "updatedMCPToolOutput",
+    "suppressOriginalPrompt",
+    "sessionTitle",
+    "initialUserMessage",
+    "watchPaths",
+    "reloadSkills",
+    "retry",
+)
+"""Fields of HookSpecificOutput that relay checks and merges but only a host reads: they are
+passed on to the host (relay.protocol.dialects.merge_specific_field says how they merge)."""
 
 
 class HookReport(msgspec.Struct, kw_only=True):
@@ -97,6 +131,7 @@ class AggregatedResult(msgspec.Struct, kw_only=True, rename={"continue_": "conti
     inject: str | None = None
     systemMessage: str | None = None
     suppressOutput: bool = False
+    terminalSequence: str | None = None
     stopped_by: str | None = None
     tool_input: dict[str, Any] | None = None
     hookSpecificOutput: dict[str, Any] | None = None

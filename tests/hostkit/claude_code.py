@@ -33,6 +33,10 @@ from hostkit.npm import host_binary
 _FINISHED = re.compile(r"Hooks: (\w+)(?::\S+)? \[(.*?)\] finished with status (-?\d+)")
 API_KEY = "sk-ant-hostkit-test-0123456789abcdefghij"
 MODEL = "claude-sonnet-4-5"
+PERMISSION_MODE = "default"
+"""The permission mode every run is pinned to: Claude Code 2.1.3xx may start in "auto", whose
+safety check is a classifier on Anthropic's servers (unreachable here), so what a tool call
+does would depend on the build's default rather than on relay's answer and the rules."""
 
 
 @dataclass(frozen=True)
@@ -322,22 +326,39 @@ def run_claude(
     extra_args: Sequence[str] = (),
     final_text: str = "Done.",
     allowed_tools: Sequence[str] = ("Bash", "Write", "Read", "Edit"),
+    permission_mode: str = PERMISSION_MODE,
+    control: Sequence[dict[str, Any]] = (),
 ) -> ClaudeRun:
     """Run `claude -p` once in `project` against a fresh scripted server; the tools in
-    `allowed_tools` (permission rules: `Bash(echo:*)`) run without asking."""
+    `allowed_tools` (permission rules: `Bash(echo:*)`) run without asking, in
+    `permission_mode` (pinned: see PERMISSION_MODE). With `control`, the SDK's control
+    requests (`{"subtype": "register_repo_root", …}`) are sent first, on stdin in
+    stream-json, then the prompt as a user message."""
     app = MessagesApp(script, final_text=final_text)
     if not (home / ".claude.json").exists():
         prepare_home(home, project)
+    stdin: str | None = None
+    how = [prompt]
+    if control:
+        how = ["--input-format", "stream-json"]
+        lines: list[dict[str, Any]] = [
+            {"type": "control_request", "request_id": f"req_{index}", "request": dict(request)}
+            for index, request in enumerate(control)
+        ]
+        lines.append({"type": "user", "message": {"role": "user", "content": prompt}})
+        stdin = "".join(json.dumps(line) + "\n" for line in lines)
     with ModelServer(app) as server:
         args = [
             str(claude_binary()),
             "-p",
-            prompt,
+            *how,
             "--output-format",
             "stream-json",
             "--verbose",
             "--debug",
             "hooks",
+            "--permission-mode",
+            permission_mode,
             "--allowedTools",
             *allowed_tools,
             *extra_args,
@@ -346,7 +367,8 @@ def run_claude(
             args,
             cwd=project,
             env=host_env(home, server.url, env),
-            stdin=subprocess.DEVNULL,
+            input=stdin,
+            stdin=subprocess.DEVNULL if stdin is None else None,
             capture_output=True,
             text=True,
             timeout=timeout,

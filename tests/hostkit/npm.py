@@ -16,7 +16,7 @@ from pathlib import Path
 
 HOSTS: dict[str, tuple[str, str, str]] = {
     # name: (npm package, version, executable under node_modules/.bin)
-    "claude": ("@anthropic-ai/claude-code", "2.1.331", "claude"),
+    "claude": ("@anthropic-ai/claude-code", "2.1.332", "claude"),
     "gemini": ("@google/gemini-cli", "0.61.0", "gemini"),
     "codex": ("@openai/codex", "0.169.0", "codex"),
     # Not a host: the `trail` CLI that the trajectory example hooks drive.
