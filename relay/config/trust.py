@@ -107,6 +107,12 @@ class TrustVerdict(msgspec.Struct, frozen=True, kw_only=True):
     scripts: tuple[CheckedScript, ...] = ()
     """The checked scripts (check_trust's `scripts`) that are project files the
     fingerprint holds, in the order given."""
+    reached: int = 0
+    """How many project files the fingerprint holds (none: nothing of the project can be
+    swapped in under the hook)."""
+    hashes: dict[str, str] = msgspec.field(default_factory=dict)
+    """A trusted hook's project files (relative to the root) and their hashes as
+    fingerprinted: what its snapshot of modules is copied and checked from."""
 
 
 COPY_LIMIT = 256 * 1024
@@ -255,7 +261,12 @@ def check_trust(
     trusted = store is not None and candidate and store.is_trusted(root, assessed.digest, key)
     paths = (scripts() if callable(scripts) else scripts) if trusted else ()
     if not paths:
-        return TrustVerdict(fingerprint=assessed.digest, trusted=trusted)
+        return TrustVerdict(
+            fingerprint=assessed.digest,
+            trusted=trusted,
+            reached=len(assessed.files),
+            hashes=_hashes(assessed) if trusted else {},
+        )
     return _with_scripts(assessed, root, paths)
 
 
@@ -280,7 +291,17 @@ def _with_scripts(assessed: HookFingerprint, root: Path, paths: Sequence[str]) -
             refusal = f"its script {name} cannot be run as checked ({reason})"
             return TrustVerdict(fingerprint=assessed.digest, trusted=False, refusal=refusal)
         checked.append(script)
-    return TrustVerdict(fingerprint=assessed.digest, trusted=True, scripts=tuple(checked))
+    return TrustVerdict(
+        fingerprint=assessed.digest,
+        trusted=True,
+        scripts=tuple(checked),
+        reached=len(assessed.files),
+        hashes=_hashes(assessed),
+    )
+
+
+def _hashes(assessed: HookFingerprint) -> dict[str, str]:
+    return {name: state.sha256 for name, state in assessed.files.items() if state.sha256}
 
 
 def project_scripts(

@@ -1,0 +1,106 @@
+"""Private copies of the checked files a trusted hook's script loads (DESIGN §7: no gap
+between check and exec).
+
+A trusted Python script imports modules beside it, or from folders of the project it
+puts on its search path. Its interpreter opens them by path when it reaches the import,
+long after the trust check hashed them: a file renamed over one in between would run
+unchecked. So relay copies the modules the hook's fingerprint holds, from the bytes it
+hashes, into a folder of its own state (private, content-addressed), and the pinned
+script's imports from the project are served from there (relay.engine.interpreters).
+
+A snapshot is named by the names and hashes it holds: made once from one read of each
+file, whose hash must be the fingerprint's, then reused by every call that checks the
+same files; what is in it never changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import msgspec
+
+from relay.config.paths import private_dir, state_dir
+
+MODULE_SUFFIXES = (".py", ".pyc", ".so", ".js", ".cjs", ".mjs", ".json", ".node")
+"""What Python's path finder loads from a folder (sources, bytecode, extension modules),
+and Node's `require` (scripts, JSON, addons)."""
+MAX_SNAPSHOTS = 256
+"""Snapshots kept; older ones go when a new one is made (each is made again when needed)."""
+
+
+class SnapshotError(Exception):
+    """A file changed between its hash and its copy: the hook must not run now."""
+
+
+def snapshot_of(root: Path, hashes: Mapping[str, str]) -> str:
+    """The folder holding the checked copies of the project's modules among `hashes`
+    (path relative to root -> sha256 from the trusted fingerprint), laid out as in the
+    project; made on first use. Raises SnapshotError or OSError."""
+    chosen = sorted(
+        (name, digest)
+        for name, digest in hashes.items()
+        if digest and name.endswith(MODULE_SUFFIXES)
+    )
+    key = hashlib.sha256(msgspec.json.encode(chosen)).hexdigest()[:32]
+    top = state_dir() / "pinned"
+    folder = top / key
+    if os.path.isdir(folder):
+        return str(folder)
+    import tempfile  # only when a snapshot is made
+
+    private_dir(top)
+    building = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=top))
+    try:
+        for name, digest in chosen:
+            _copy_checked(Path(root, name), building / name, digest)
+        try:
+            os.rename(building, folder)
+        except OSError:
+            if not os.path.isdir(folder):
+                raise
+            import shutil
+
+            shutil.rmtree(building, ignore_errors=True)  # another call made it first
+    except BaseException:
+        import shutil
+
+        shutil.rmtree(building, ignore_errors=True)
+        raise
+    _forget_old(top)
+    return str(folder)
+
+
+def _copy_checked(source: Path, target: Path, digest: str) -> None:
+    """Copy one file from a single read, checking its hash against the fingerprint's."""
+    descriptor = os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(descriptor, 1 << 20):
+            chunks.append(chunk)
+    finally:
+        os.close(descriptor)
+    data = b"".join(chunks)
+    if hashlib.sha256(data).hexdigest() != digest:
+        raise SnapshotError(f"{source} changed while it was checked")
+    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    written = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o400)
+    with os.fdopen(written, "wb") as stream:
+        stream.write(data)
+
+
+def _forget_old(top: Path) -> None:
+    """Keep at most MAX_SNAPSHOTS snapshots: the least recently made go."""
+    try:
+        entries = [entry for entry in os.scandir(top) if not entry.name.startswith(".")]
+    except OSError:
+        return
+    if len(entries) <= MAX_SNAPSHOTS:
+        return
+    import shutil
+
+    entries.sort(key=lambda entry: entry.stat(follow_symlinks=False).st_mtime_ns)
+    for entry in entries[: len(entries) - MAX_SNAPSHOTS]:
+        shutil.rmtree(entry.path, ignore_errors=True)

@@ -1,0 +1,475 @@
+"""Every form a trusted hook's code reaches is pinned or refused (issue 29, points 4 and 5).
+
+For each form that relay used to run by its path once trusted (make, npm, npx, uv run, a
+sourced file, a command relay cannot read, zsh/ksh strings, a PATH into the project; and
+the modules a script imports beside it), a real process renames an untrusted version
+over the file in a loop while SessionStart fires as `relay hooks run` fires it: the
+untrusted text never runs. A form relay pins still runs as trusted and answers as when
+run by its path; a form it refuses is shown by `relay trust` with the reason and the way
+to make it pinnable, and never runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from test_trust_pinned import _runs, fire, register, swapping, trust_all, write
+
+from relay.cli.main import cli
+
+NODE = shutil.which("node")
+NPM = shutil.which("npm")
+MAKE = shutil.which("make")
+UV = shutil.which("uv")
+ZSH = shutil.which("zsh")
+KSH = shutil.which("ksh") or shutil.which("mksh")
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    (root / ".git").mkdir(parents=True)
+    (root / "hooks").mkdir()
+    return root
+
+
+@dataclass
+class Form:
+    """A hook whose command reaches `target`, and the two versions swapped over it: the
+    trusted one makes the hook print `trusted`; the untrusted one appends to {marker}."""
+
+    command: str
+    target: str
+    trusted: str
+    untrusted: str
+    files: dict[str, str] = field(default_factory=dict)
+    """Other project files, as written."""
+    env: dict[str, str] = field(default_factory=dict)
+    executable: bool = False
+    calls: int = 200
+
+
+def sh_text(says: str, marker: str | None = None) -> str:
+    append = f"echo untrusted >> '{marker}'\n" if marker else ""
+    return f"#!/bin/sh\n{append}echo {says}\n"
+
+
+def make_form() -> Form:
+    return Form(
+        command="make -s hook",
+        target="Makefile",
+        trusted="hook:\n\t@echo trusted\n",
+        untrusted="hook:\n\t@echo untrusted >> '{marker}'; echo untrusted\n",
+    )
+
+
+def npm_form() -> Form:
+    return Form(
+        command="npm run --silent hook",
+        target="package.json",
+        trusted=json.dumps({"scripts": {"hook": "echo trusted"}}),
+        untrusted=json.dumps({"scripts": {"hook": "echo untrusted >> '{marker}'; echo untrusted"}}),
+        calls=40,
+    )
+
+
+def npx_form() -> Form:
+    return Form(
+        command="npx --no-install tool",
+        target="node_modules/.bin/tool",
+        trusted=sh_text("trusted"),
+        untrusted=sh_text("untrusted", "{marker}"),
+        files={"package.json": "{}"},
+        executable=True,
+        calls=40,
+    )
+
+
+def uv_form() -> Form:
+    return Form(
+        command="uv run --no-project --offline hooks/guard.py",
+        target="hooks/guard.py",
+        trusted="print('trusted')\n",
+        untrusted="open({marker!r}, 'a').write('untrusted'); print('untrusted')\n",
+        env={"UV_CACHE_DIR": "{cache}"},
+        calls=60,
+    )
+
+
+REFUSED_FORMS = [
+    pytest.param(
+        make_form(),
+        "make -s hook: make reads its Makefile",
+        id="make",
+        marks=pytest.mark.skipif(MAKE is None, reason="needs make"),
+    ),
+    pytest.param(
+        npm_form(),
+        "npm run --silent: the package tool reads package.json",
+        id="npm-run",
+        marks=pytest.mark.skipif(NPM is None, reason="needs npm"),
+    ),
+    pytest.param(
+        npx_form(),
+        "npx --no-install tool: the package tool runs node_modules programs by path",
+        id="npx",
+        marks=pytest.mark.skipif(NPM is None, reason="needs npm"),
+    ),
+    pytest.param(
+        uv_form(),
+        "uv run --no-project: the runner opens the script by path",
+        id="uv-run",
+        marks=pytest.mark.skipif(UV is None, reason="needs uv"),
+    ),
+    pytest.param(
+        Form(
+            command='. ./hooks/env.sh && echo "$SAID"',
+            target="hooks/env.sh",
+            trusted="SAID=trusted\n",
+            untrusted="echo untrusted >> '{marker}'\nSAID=untrusted\n",
+        ),
+        ". ./hooks/env.sh: a file the command sources is read by path",
+        id="command-sources",
+    ),
+    pytest.param(
+        Form(
+            command="sh hooks/guard.sh",
+            target="hooks/lib.sh",
+            trusted="say() { echo trusted; }\n",
+            untrusted="say() { echo untrusted >> '{marker}'; echo untrusted; }\n",
+            files={"hooks/guard.sh": '. "$(dirname "$0")/lib.sh"\nsay\n'},
+        ),
+        "hooks/guard.sh: loads hooks/lib.sh: the shell reads a file it sources by path",
+        id="script-sources",
+    ),
+    pytest.param(
+        Form(
+            command="if true; then ./hooks/guard.sh; fi",
+            target="hooks/guard.sh",
+            trusted=sh_text("trusted"),
+            untrusted=sh_text("untrusted", "{marker}"),
+            executable=True,
+        ),
+        "relay cannot rewrite this command soundly (the compound command 'if')",
+        id="unreadable-command",
+    ),
+    pytest.param(
+        Form(
+            command="zsh -c './hooks/guard.sh'",
+            target="hooks/guard.sh",
+            trusted=sh_text("trusted"),
+            untrusted=sh_text("untrusted", "{marker}"),
+            executable=True,
+        ),
+        "the scripts a zsh -c string runs are run by path",
+        id="zsh-c",
+        marks=pytest.mark.skipif(ZSH is None, reason="needs zsh"),
+    ),
+    pytest.param(
+        Form(
+            command=f"{os.path.basename(KSH or 'ksh')} -c './hooks/guard.sh'",
+            target="hooks/guard.sh",
+            trusted=sh_text("trusted"),
+            untrusted=sh_text("untrusted", "{marker}"),
+            executable=True,
+        ),
+        "-c string runs are run by path",
+        id="ksh-c",
+        marks=pytest.mark.skipif(KSH is None, reason="needs ksh"),
+    ),
+    pytest.param(
+        Form(
+            command="guard",
+            target="hooks/bin/guard",
+            trusted=sh_text("trusted"),
+            untrusted=sh_text("untrusted", "{marker}"),
+            env={"PATH": f"hooks/bin:{os.environ['PATH']}"},
+            executable=True,
+        ),
+        "PATH in env: programs found on the PATH it sets are run by path",
+        id="path-into-the-project",
+    ),
+    pytest.param(
+        Form(
+            command=f"{sys.executable} -c 'import helper; helper.say()'",
+            target="helper.py",
+            trusted="def say():\n    print('trusted')\n",
+            untrusted=(
+                "def say():\n    open({marker!r}, 'a').write('untrusted'); print('untrusted')\n"
+            ),
+        ),
+        "the interpreter loads the project files its code string imports by path",
+        id="python-c-imports",
+    ),
+]
+
+
+def set_up(project: Path, tmp_path: Path, form: Form) -> tuple[Path, Path, Path]:
+    """The project with the trusted version in place: (trusted, untrusted, target)."""
+    marker = str(tmp_path / "marker")
+
+    def fill(text: str) -> str:
+        text = text.replace("{marker!r}", repr(marker)).replace("{marker}", marker)
+        return text.replace("{cache}", str(tmp_path / "cache"))
+
+    for name, text in form.files.items():
+        write(project / name, text, executable=True)
+    trusted = write(tmp_path / "versions" / "trusted", form.trusted, executable=form.executable)
+    untrusted = write(
+        tmp_path / "versions" / "untrusted", fill(form.untrusted), executable=form.executable
+    )
+    target = project / form.target
+    put(trusted, target)
+    env = {name: fill(value) for name, value in form.env.items()}
+    register(project, {"name": "guard", "command": form.command, "env": env})
+    return trusted, untrusted, target
+
+
+def put(version: Path, target: Path) -> None:
+    """A copy of `version` at `target` (not a link to it: the swap loop links)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.unlink(missing_ok=True)
+    shutil.copy2(version, target)
+
+
+def trust_as_before(project: Path) -> None:
+    """Record each project hook's fingerprint as relay recorded it before it refused what
+    runs by path: the files it reaches, whatever opens them."""
+    from relay.config.reach import plan_reach
+    from relay.config.trust import TrustStore, assess
+    from relay.engine.system import HookSystem
+
+    system = HookSystem(cwd=project, telemetry=False)
+    fingerprints = []
+    for hook in system.registry.untrusted:
+        assert hook.entry is not None
+        plan = plan_reach(hook.entry, project)
+        if hasattr(plan, "by_path"):
+            plan.by_path.clear()  # what this change refuses
+        assessed = assess(hook.event, hook.matcher.text, hook.entry, project, plan=plan)
+        assert assessed.digest is not None, assessed.refusal
+        fingerprints.append((assessed.digest, hook.name))
+    system.close()
+    assert fingerprints
+    TrustStore().trust(project, fingerprints)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(("form", "why"), REFUSED_FORMS)
+def test_a_form_relay_cannot_pin_never_runs_a_swapped_file(
+    project: Path, tmp_path: Path, form: Form, why: str
+) -> None:
+    trusted, untrusted, target = set_up(project, tmp_path, form)
+    # Trusted as the fingerprint alone let an older relay trust it: it ran by path.
+    trust_as_before(project)
+    marker = tmp_path / "marker"
+    with swapping(trusted, untrusted, target, tmp_path / "stop"):
+        results = [fire(project, errors=True)[0] for _ in range(form.calls)]
+    assert not marker.exists(), _runs(results, marker)
+    assert set(results) == {None}, results
+    # relay trust says why it cannot trust it, and how to make it pinnable.
+    put(trusted, target)
+    shown = CliRunner().invoke(cli, ["trust", "--yes", "--cwd", str(project)])
+    assert shown.exit_code == 1, shown.output
+    text = " ".join(shown.stdout.split())
+    assert "CANNOT TRUST SessionStart guard" in text, text
+    assert why in text and "to pin it:" in text, text
+    assert "cannot be trusted (see why above): guard" in shown.stderr
+
+
+# ---- forms relay pins: the imports of a trusted script ----------------------------------
+
+PYTHON_GUARD = """\
+import helper
+print(helper.said(), helper.__file__ == __import__("os").path.join(
+    __import__("os").path.dirname(__file__), "helper.py"))
+"""
+
+PINNED_FORMS = [
+    pytest.param(
+        Form(
+            command=f"{sys.executable} hooks/guard.py",
+            target="hooks/helper.py",
+            trusted="def said():\n    return 'trusted'\n",
+            untrusted=(
+                "def said():\n    open({marker!r}, 'a').write('untrusted'); return 'untrusted'\n"
+            ),
+            files={"hooks/guard.py": PYTHON_GUARD},
+        ),
+        "trusted True",
+        id="python-import-beside",
+    ),
+    pytest.param(
+        Form(
+            command=f"{sys.executable} hooks/guard.py | cat",
+            target="hooks/helper.py",
+            trusted="def said():\n    return 'trusted'\n",
+            untrusted=(
+                "def said():\n    open({marker!r}, 'a').write('untrusted'); return 'untrusted'\n"
+            ),
+            files={"hooks/guard.py": PYTHON_GUARD},
+        ),
+        "trusted True",
+        id="python-import-in-a-shell-command",
+    ),
+    pytest.param(
+        Form(
+            command=f"{sys.executable} hooks/guard.py",
+            target="hooks/lib/pkg/deep.py",
+            trusted="def said():\n    return 'trusted'\n",
+            untrusted=(
+                "def said():\n    open({marker!r}, 'a').write('untrusted'); return 'untrusted'\n"
+            ),
+            files={
+                "hooks/guard.py": (
+                    "import os, sys\n"
+                    "sys.path.insert(0, os.path.join(os.path.dirname(__file__), 'lib'))\n"
+                    "from pkg import deep\nprint(deep.said(), deep.__name__)\n"
+                ),
+                "hooks/lib/pkg/__init__.py": "",
+            },
+        ),
+        "trusted pkg.deep",
+        id="python-sys-path-package",
+    ),
+    pytest.param(
+        Form(
+            command=f"{sys.executable} -m hooks.guard",
+            target="hooks/guard.py",
+            trusted="import sys\nprint('trusted', sys.argv[0].endswith('guard.py'))\n",
+            untrusted="open({marker!r}, 'a').write('untrusted'); print('untrusted')\n",
+            files={"hooks/__init__.py": ""},
+        ),
+        "trusted True",
+        id="python-dash-m",
+    ),
+    pytest.param(
+        Form(
+            command="node hooks/guard.js",
+            target="hooks/lib.js",
+            trusted="exports.said = () => 'trusted';\n",
+            untrusted=(
+                "require('fs').appendFileSync({marker!r}, 'untrusted');\n"
+                "exports.said = () => 'untrusted';\n"
+            ),
+            files={
+                "hooks/guard.js": (
+                    "const lib = require('./lib');\n"
+                    "console.log(lib.said(), require.resolve('./lib') === __dirname + '/lib.js');\n"
+                )
+            },
+            calls=80,
+        ),
+        "trusted true",
+        id="node-require-beside",
+        marks=pytest.mark.skipif(NODE is None, reason="needs node"),
+    ),
+    pytest.param(
+        Form(
+            command="node hooks/guard.mjs",
+            target="hooks/helper.mjs",
+            trusted="export const said = () => 'trusted';\n",
+            untrusted=(
+                "import { appendFileSync } from 'node:fs';\n"
+                "appendFileSync({marker!r}, 'untrusted');\n"
+                "export const said = () => 'untrusted';\n"
+            ),
+            files={
+                "hooks/guard.mjs": (
+                    "import { said } from './helper.mjs';\n"
+                    "console.log(said(), import.meta.url.endsWith('/hooks/guard.mjs'));\n"
+                )
+            },
+            calls=60,
+        ),
+        "trusted true",
+        id="node-import-beside",
+        marks=pytest.mark.skipif(NODE is None, reason="needs node"),
+    ),
+]
+
+
+def by_path(project: Path, command: str) -> str:
+    """What the command prints run by its path, from the project root (the hook's cwd)."""
+    done = subprocess.run(
+        ["/bin/sh", "-c", command],
+        cwd=project,
+        input=b"{}",
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
+    return done.stdout.decode().strip()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(("form", "output"), PINNED_FORMS)
+def test_a_pinned_form_runs_the_checked_modules_only(
+    project: Path, tmp_path: Path, form: Form, output: str
+) -> None:
+    trusted, untrusted, target = set_up(project, tmp_path, form)
+    assert by_path(project, form.command) == output
+    shown = CliRunner().invoke(cli, ["trust", "--yes", "--cwd", str(project)])
+    assert shown.exit_code == 0, shown.output
+    # It still runs, and answers as run by its path.
+    inject, traces = fire(project)
+    assert inject == output, traces
+    marker = tmp_path / "marker"
+    with swapping(trusted, untrusted, target, tmp_path / "stop"):
+        results = [fire(project, errors=True)[0] for _ in range(form.calls)]
+    assert not marker.exists(), _runs(results, marker, output)
+    assert set(results) <= {output, None}, results
+    assert output in results, _runs(results, marker, output)
+    assert [trace.mode for trace in traces] == ["pinned"]
+
+
+def test_a_module_that_appears_after_the_check_is_not_imported(project: Path) -> None:
+    """A module put beside a pinned script after its check (shadowing the standard
+    library's) is not imported: the script gets the module it got when checked."""
+    write(project / "hooks" / "guard.py", "import json\nprint(json.__name__, 'trusted')\n")
+    register(project, {"name": "guard", "command": f"{sys.executable} hooks/guard.py"})
+    trust_all(project)
+    from relay.engine.system import HookSystem
+
+    system = HookSystem(cwd=project, telemetry=False)
+    try:
+        # The check happens at planning; the module appears before the process starts.
+        assert system.registry.for_event("SessionStart")
+        write(project / "hooks" / "json.py", "raise SystemExit('the planted module ran')\n")
+        result = system.run("SessionStart", {})
+    finally:
+        system.close()
+    assert result.inject == "json trusted", result
+
+
+def test_a_project_module_not_among_the_checked_files_is_refused_on_import(
+    project: Path,
+) -> None:
+    """One found beside the script now but not checked is not imported (not the project's
+    copy, and not another of that name further along the path)."""
+    write(
+        project / "hooks" / "guard.py",
+        "try:\n    import plugin\nexcept ModuleNotFoundError as exc:\n    print(exc)\n",
+    )
+    register(project, {"name": "guard", "command": f"{sys.executable} hooks/guard.py"})
+    trust_all(project)
+    from relay.engine.system import HookSystem
+
+    system = HookSystem(cwd=project, telemetry=False)
+    try:
+        assert system.registry.for_event("SessionStart")
+        write(project / "hooks" / "plugin.py", "raise SystemExit('the planted module ran')\n")
+        result = system.run("SessionStart", {})
+    finally:
+        system.close()
+    assert result.inject == "No module named 'plugin' among the files relay trust checked"
