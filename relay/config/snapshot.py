@@ -10,7 +10,8 @@ script's imports from the project are served from there (relay.engine.interprete
 
 A snapshot is named by the names and hashes it holds: made once from one read of each
 file, whose hash must be the fingerprint's, then reused by every call that checks the
-same files; what is in it never changes.
+same files; the copies never change (Python caches their bytecode beside them, in the
+snapshot, checked against the copy as usual).
 """
 
 from __future__ import annotations

@@ -146,12 +146,16 @@ def _relay_imports(roots, snapshot):
     def original(copy):
         return roots[0] + copy[len(snapshot):]
     class PinnedSource(SourceFileLoader):
-        # Compiled from the checked copy, named as the project's file; no bytecode cache.
+        # Compiled from the checked copy (its bytecode cached beside it, in the snapshot),
+        # named as the project's file.
         def __init__(self, name, path, copy):
             super().__init__(name, path)
             self.copy = copy
         def get_code(self, fullname):
-            return self.source_to_code(super().get_data(self.copy), self.path)
+            import _imp
+            code = SourceFileLoader(fullname, self.copy).get_code(fullname)
+            _imp._fix_co_filename(code, self.path)
+            return code
         def get_data(self, path):
             return super().get_data(self.copy if path == self.path else path)
     class RelayPinnedImports:
