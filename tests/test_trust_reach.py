@@ -689,6 +689,15 @@ def test_a_file_a_script_sources(project: Path) -> None:
     )
 
 
+def test_a_computed_source_is_refused_even_when_reach_names_its_folder(project: Path) -> None:
+    """`reach` pins what relay cannot name, for the fingerprint; the shell still reads the
+    file by path when it gets there, so the hook cannot be trusted."""
+    write(project / "hooks" / "x.sh", '. "$LIB/x.sh"\nsay\n')
+    write(project / "lib" / "x.sh", "say() { echo original; }\n")
+    settings(project, {"name": "source", "command": "sh hooks/x.sh", "reach": ["lib"]})
+    check_refused(project, "source", 'hooks/x.sh:1: . "$LIB/x.sh"', "the shell reads a file it")
+
+
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 def test_a_make_target_and_its_makefile(project: Path) -> None:
     write(project / "hooks" / "x.sh", "echo original\n")

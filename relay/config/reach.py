@@ -74,8 +74,10 @@ class Language(msgspec.Struct, frozen=True, kw_only=True):
     by_path: str | None = None
     """Why relay cannot run the project files a file of this language loads as checked
     (its interpreter opens them by path when it reaches them), with how to make the hook
-    pinnable; a trusted hook may not load any. None: they run from a private snapshot of
-    the checked files (relay.config.snapshot)."""
+    pinnable; a trusted hook may not load any. None: Python and JavaScript load them from
+    a private snapshot of the checked files (relay.config.snapshot); what Perl and Ruby
+    load, read from any quoted string that names a file (data files too), stays by path
+    (protocol §9 says so)."""
 
 
 LANGUAGES: Mapping[str, Language] = {
@@ -764,6 +766,8 @@ class _CommandReader:
         rule = LANGUAGES.get(language or "")
         if rule is not None and rule.by_path is not None:
             self._loaded_by_path(loads, folder, place, rule.by_path)
+            for line, what in loads.unpinned:  # `. "$LIB/x.sh"`: by path, wherever it is
+                self.state.by_path(f"{place}:{line}" if line else place, what, rule.by_path)
         if language is not None and rule is not None:
             if rule.module_folders == "node_modules":
                 for parent in [folder, *folder.parents]:
