@@ -473,3 +473,38 @@ def test_a_project_module_not_among_the_checked_files_is_refused_on_import(
     finally:
         system.close()
     assert result.inject == "No module named 'plugin' among the files relay trust checked"
+
+
+def test_modules_that_cannot_be_copied_skip_the_hook_with_the_reason(
+    project: Path, relay_home: Path
+) -> None:
+    """A state folder where the snapshot cannot be made: the hook is skipped with why,
+    never run with its modules by path; relay and the other hooks keep working."""
+    write(project / "hooks" / "guard.py", "import helper\nprint(helper.SAID)\n")
+    write(project / "hooks" / "helper.py", "SAID = 'trusted'\n")
+    register(
+        project,
+        {"name": "guard", "command": f"{sys.executable} hooks/guard.py"},
+        {"name": "plain", "command": "./hooks/plain.sh"},
+    )
+    write(project / "hooks" / "plain.sh", "#!/bin/sh\necho plain\n", executable=True)
+    trust_all(project)
+    pinned = relay_home / "state" / "pinned"
+    shutil.rmtree(pinned, ignore_errors=True)
+    pinned.parent.mkdir(parents=True, exist_ok=True)
+    pinned.write_text("not a folder\n")  # mkdir fails here even for root
+    done = subprocess.run(
+        [sys.executable, "-m", "relay", "hooks", "run", "SessionStart", "--cwd", str(project)],
+        input=b"{}",
+        capture_output=True,
+        env={**os.environ, "RELAY_HOME": str(relay_home)},
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["inject"] == "plain"
+    assert [hook["name"] for hook in answer["hooks"]] == ["plain"]
+    assert "project hook guard cannot be trusted: its modules cannot be copied as checked" in (
+        done.stderr.decode()
+    )

@@ -48,8 +48,8 @@ def snapshot_of(root: Path, hashes: Mapping[str, str]) -> str:
     key = hashlib.sha256(msgspec.json.encode(chosen)).hexdigest()[:32]
     top = state_dir() / "pinned"
     folder = top / key
-    if os.path.isdir(folder):
-        return str(folder)
+    if not chosen or os.path.isdir(folder):
+        return str(folder)  # none to copy: a folder that need not exist serves nothing
     import tempfile  # only when a snapshot is made
 
     private_dir(top)
@@ -75,21 +75,26 @@ def snapshot_of(root: Path, hashes: Mapping[str, str]) -> str:
 
 
 def _copy_checked(source: Path, target: Path, digest: str) -> None:
-    """Copy one file from a single read, checking its hash against the fingerprint's."""
+    """Copy one file from a single read, checking its hash against the fingerprint's (the
+    copy is in the folder being built: a mismatch leaves nothing behind)."""
+    import stat
+
+    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # O_NONBLOCK: a FIFO put there since the check must not hang relay.
     descriptor = os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        chunks = []
-        while chunk := os.read(descriptor, 1 << 20):
-            chunks.append(chunk)
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise SnapshotError(f"{source} is no longer a regular file")
+        written = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o400)
+        hashed = hashlib.sha256()
+        with os.fdopen(written, "wb") as stream:
+            while chunk := os.read(descriptor, 1 << 20):
+                hashed.update(chunk)
+                stream.write(chunk)
     finally:
         os.close(descriptor)
-    data = b"".join(chunks)
-    if hashlib.sha256(data).hexdigest() != digest:
+    if hashed.hexdigest() != digest:
         raise SnapshotError(f"{source} changed while it was checked")
-    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    written = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o400)
-    with os.fdopen(written, "wb") as stream:
-        stream.write(data)
 
 
 def _forget_old(top: Path) -> None:
