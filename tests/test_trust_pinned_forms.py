@@ -508,3 +508,23 @@ def test_modules_that_cannot_be_copied_skip_the_hook_with_the_reason(
     assert "project hook guard cannot be trusted: its modules cannot be copied as checked" in (
         done.stderr.decode()
     )
+
+
+def test_a_built_in_module_is_not_shadowed_by_a_checked_file_beside_the_script(
+    project: Path,
+) -> None:
+    """Run by path, Python finds a built-in module (`faulthandler`) before any folder; a pinned
+    run finds it first too, though a checked hooks/faulthandler.py is in the snapshot."""
+    write(
+        project / "hooks" / "guard.py",
+        "import faulthandler\nprint(faulthandler.__name__, 'built in')\n",
+    )
+    write(
+        project / "hooks" / "faulthandler.py",
+        "raise SystemExit('the file beside the script ran')\n",
+    )
+    command = f"{sys.executable} hooks/guard.py"
+    assert by_path(project, command) == "faulthandler built in"
+    register(project, {"name": "guard", "command": command})
+    trust_all(project)
+    assert fire(project)[0] == "faulthandler built in"

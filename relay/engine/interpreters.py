@@ -133,7 +133,7 @@ exec(*globals().pop("_relay_pinned")())
 PYTHON_PINNED_IMPORTS = """\
 def _relay_imports(roots, snapshot):
     import os, sys
-    from importlib.machinery import PathFinder, SourceFileLoader
+    from importlib.machinery import FrozenImporter, PathFinder, SourceFileLoader
     from importlib.util import spec_from_file_location
     def copy_of(entry):
         if not isinstance(entry, str):
@@ -161,6 +161,8 @@ def _relay_imports(roots, snapshot):
     class RelayPinnedImports:
         @classmethod
         def find_spec(cls, name, path=None, target=None):
+            if name in sys.builtin_module_names or FrozenImporter.find_spec(name):
+                return None  # found before any path, as without this finder
             entries, inside = [], []
             for entry in sys.path if path is None else path:
                 copy = copy_of(entry)
