@@ -528,3 +528,33 @@ def test_a_built_in_module_is_not_shadowed_by_a_checked_file_beside_the_script(
     register(project, {"name": "guard", "command": command})
     trust_all(project)
     assert fire(project)[0] == "faulthandler built in"
+
+
+def test_snapshots_are_bounded_and_half_built_ones_go(
+    project: Path, relay_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import hashlib
+
+    from relay.config import snapshot
+
+    monkeypatch.setattr(snapshot, "MAX_SNAPSHOTS", 2)
+    top = relay_home / "state" / "pinned"
+    top.mkdir(parents=True)
+    half_built = top / ".abc.left-by-a-dead-process"
+    half_built.mkdir()
+    os.utime(half_built, (1, 1))
+    made = []
+    for version in range(3):
+        text = f"VERSION = {version}\n"
+        write(project / "hooks" / "helper.py", text)
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        folder = Path(snapshot.snapshot_of(project, {"hooks/helper.py": digest}))
+        assert (folder / "hooks" / "helper.py").read_text() == text
+        os.utime(folder, (version + 10, version + 10))  # made in this order
+        made.append(folder)
+    assert sorted(top.iterdir()) == sorted(made[1:])
+    # A file changed since it was hashed is not copied: nothing is left of the attempt.
+    write(project / "hooks" / "helper.py", "VERSION = 'changed'\n")
+    with pytest.raises(snapshot.SnapshotError, match="changed while it was checked"):
+        snapshot.snapshot_of(project, {"hooks/helper.py": "0" * 64})
+    assert sorted(top.iterdir()) == sorted(made[1:])

@@ -98,15 +98,21 @@ def _copy_checked(source: Path, target: Path, digest: str) -> None:
 
 
 def _forget_old(top: Path) -> None:
-    """Keep at most MAX_SNAPSHOTS snapshots: the least recently made go."""
+    """Keep at most MAX_SNAPSHOTS snapshots (the least recently made go), and no folder
+    left half-built by a process that died an hour ago or more."""
+    import shutil
+    import time
+
     try:
-        entries = [entry for entry in os.scandir(top) if not entry.name.startswith(".")]
+        listed = list(os.scandir(top))
+        ages = {entry.path: entry.stat(follow_symlinks=False).st_mtime for entry in listed}
     except OSError:
         return
-    if len(entries) <= MAX_SNAPSHOTS:
-        return
-    import shutil
-
-    entries.sort(key=lambda entry: entry.stat(follow_symlinks=False).st_mtime_ns)
-    for entry in entries[: len(entries) - MAX_SNAPSHOTS]:
+    entries = [entry for entry in listed if not entry.name.startswith(".")]
+    stale = [entry for entry in listed if entry.name.startswith(".")]
+    for entry in stale:
+        if time.time() - ages[entry.path] > 3600:
+            shutil.rmtree(entry.path, ignore_errors=True)
+    entries.sort(key=lambda entry: ages[entry.path])
+    for entry in entries[: max(0, len(entries) - MAX_SNAPSHOTS)]:
         shutil.rmtree(entry.path, ignore_errors=True)
