@@ -718,7 +718,9 @@ def test_a_command_relay_cannot_read_exactly_is_not_trusted_and_trust_says_why(
     ((what, said),) = [(item["what"], item["why"]) for item in hook["runs_by_path"]]
     assert what == "the command" and why in said and "to pin it: move the command into" in said
     text = CliRunner().invoke(cli, ["trust", "--yes", "--cwd", str(project)]).stdout
-    assert "CANNOT TRUST" in text and "it runs project files by path" in text and why in text
+    assert (
+        "CANNOT TRUST" in text and "it runs or loads project files by path" in text and why in text
+    )
 
 
 def test_trust_names_what_a_pinned_command_still_runs_by_path(project: Path) -> None:

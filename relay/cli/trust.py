@@ -97,6 +97,7 @@ def trust(yes: bool, revoke: bool, all_files: bool, as_json: bool, cwd: Path | N
         # What it would run by path cannot be trusted: a file swapped in after the check
         # would run (DESIGN §7). With no project file in its reach, nothing can be.
         by_path = runs_by_path(entry, root) if assessed.files else []
+        by_path += [(f"{item.place}: {item.what}", item.why) for item in assessed.by_path]
         if by_path and assessed.refusal is None:
             assessed = msgspec.structs.replace(assessed, digest=None, refusal=refusal_of(by_path))
         trusted = assessed.digest is not None and store.is_trusted(root, assessed.digest, key)
@@ -125,7 +126,9 @@ def trust(yes: bool, revoke: bool, all_files: bool, as_json: bool, cwd: Path | N
         say(f"{INDENT}command: {visible(hook.command, one_line=True)}   ({hook.file})")
         if assessed.refusal is not None:
             if by_path:
-                say(f"{INDENT}why: relay cannot run it as checked: it runs project files by path")
+                say(
+                    f"{INDENT}why: relay cannot run it as checked: it runs or loads project files by path"
+                )
                 say(f"{INDENT}(a file swapped in after the check would run):")
                 for what, why in by_path:
                     say(f"{INDENT}  {visible(what, one_line=True)}: {visible(why, one_line=True)}")

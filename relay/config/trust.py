@@ -16,7 +16,7 @@ import msgspec
 from relay.config.filecache import RACY_SECONDS, FileCache, identity_of
 from relay.config.model import DEFAULT_TIMEOUT, HookEntry, LoadedSettings
 from relay.config.paths import private_dir, state_dir
-from relay.config.reach import Plan, Unpinned, plan_reach
+from relay.config.reach import ByPath, Plan, Unpinned, plan_reach
 from relay.errors import RelayError
 
 PATTERN_EVENT = "PatternMatch"
@@ -82,6 +82,9 @@ class HookFingerprint(msgspec.Struct, kw_only=True):
     tree: tuple[str, ...] = ()
     unpinned: tuple[Unpinned, ...] = ()
     """What the hook loads that relay cannot resolve (reach.Unpinned)."""
+    by_path: tuple[ByPath, ...] = ()
+    """Project files it loads that their interpreter opens by path (reach.ByPath): the
+    hook cannot be trusted."""
     refusal: str | None = None
     contents: dict[str, bytes] = msgspec.field(default_factory=dict)
     """Text files read while hashing (with keep_contents): their content, for copies."""
@@ -189,6 +192,7 @@ def assess(
             files={},
             tree=found.tree,
             unpinned=found.unpinned,
+            by_path=found.by_path,
             refusal=found.refusal,
         )
     # Strings, not Paths, from here: a check stats every reached file on every event.
