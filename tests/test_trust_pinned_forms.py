@@ -397,6 +397,29 @@ PINNED_FORMS = [
         id="node-import-beside",
         marks=pytest.mark.skipif(NODE is None, reason="needs node"),
     ),
+    pytest.param(
+        Form(
+            command="node hooks/guard.mjs",
+            target="hooks/said.cjs",
+            trusted="module.exports = 'trusted';\n",
+            untrusted=(
+                "require('fs').appendFileSync({marker!r}, 'untrusted');\n"
+                "module.exports = 'untrusted';\n"
+            ),
+            files={
+                "hooks/guard.mjs": (
+                    "import said from './said.cjs';\n"
+                    "import { createRequire } from 'node:module';\n"
+                    "const path = createRequire(import.meta.url).resolve('./said.cjs');\n"
+                    "console.log(said, path.endsWith('/hooks/said.cjs'));\n"
+                )
+            },
+            calls=60,
+        ),
+        "trusted true",
+        id="node-module-imports-commonjs",
+        marks=pytest.mark.skipif(NODE is None, reason="needs node"),
+    ),
 ]
 
 
