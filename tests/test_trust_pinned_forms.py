@@ -72,6 +72,27 @@ def make_form() -> Form:
     )
 
 
+def make_script_form() -> Form:
+    """A make target whose recipe runs a project script: make runs it by path."""
+    return Form(
+        command="make -s hook",
+        target="hooks/guard.sh",
+        trusted=sh_text("trusted"),
+        untrusted=sh_text("untrusted", "{marker}"),
+        files={"Makefile": "hook:\n\t@sh hooks/guard.sh\n"},
+    )
+
+
+def make_recursive_form() -> Form:
+    """A recipe that runs make again: that make reads the Makefile by path."""
+    return Form(
+        command="make -s hook",
+        target="Makefile",
+        trusted="hook:\n\t@$(MAKE) -s inner\ninner:\n\t@echo trusted\n",
+        untrusted="hook:\n\t@$(MAKE) -s inner\ninner:\n\t@echo untrusted >> '{marker}'\n",
+    )
+
+
 def npm_form() -> Form:
     return Form(
         command="npm run --silent hook",
@@ -107,9 +128,15 @@ def uv_form() -> Form:
 
 REFUSED_FORMS = [
     pytest.param(
-        make_form(),
+        make_script_form(),
+        "make -s hook: make reads its Makefile, and its recipes run scripts, by path",
+        id="make-recipe-runs-a-script",
+        marks=pytest.mark.skipif(MAKE is None, reason="needs make"),
+    ),
+    pytest.param(
+        make_recursive_form(),
         "make -s hook: make reads its Makefile",
-        id="make",
+        id="make-runs-make",
         marks=pytest.mark.skipif(MAKE is None, reason="needs make"),
     ),
     pytest.param(
@@ -297,6 +324,12 @@ print(helper.said(), helper.__file__ == __import__("os").path.join(
 """
 
 PINNED_FORMS = [
+    pytest.param(
+        make_form(),
+        "trusted",
+        id="make-from-its-checked-makefile",
+        marks=pytest.mark.skipif(MAKE is None, reason="needs make"),
+    ),
     pytest.param(
         Form(
             command=f"{sys.executable} hooks/guard.py",

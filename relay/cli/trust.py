@@ -96,7 +96,7 @@ def trust(yes: bool, revoke: bool, all_files: bool, as_json: bool, cwd: Path | N
         )
         # What it would run by path cannot be trusted: a file swapped in after the check
         # would run (DESIGN §7). With no project file in its reach, nothing can be.
-        by_path = runs_by_path(entry, root) if assessed.files else []
+        by_path = runs_by_path(entry, root, reached=list(assessed.files)) if assessed.files else []
         by_path += [(f"{item.place}: {item.what}", item.why) for item in assessed.by_path]
         if by_path and assessed.refusal is None:
             assessed = msgspec.structs.replace(assessed, digest=None, refusal=refusal_of(by_path))

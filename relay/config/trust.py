@@ -110,9 +110,9 @@ class TrustVerdict(msgspec.Struct, frozen=True, kw_only=True):
     scripts: tuple[CheckedScript, ...] = ()
     """The checked scripts (check_trust's `scripts`) that are project files the
     fingerprint holds, in the order given."""
-    reached: int = 0
-    """How many project files the fingerprint holds (none: nothing of the project can be
-    swapped in under the hook)."""
+    reached: tuple[str, ...] = ()
+    """The project files the fingerprint holds, relative to the root (none: nothing of
+    the project can be swapped in under the hook)."""
     hashes: dict[str, str] = msgspec.field(default_factory=dict)
     """A trusted hook's project files (relative to the root) and their hashes as
     fingerprinted: what its snapshot of modules is copied and checked from."""
@@ -268,7 +268,7 @@ def check_trust(
         return TrustVerdict(
             fingerprint=assessed.digest,
             trusted=trusted,
-            reached=len(assessed.files),
+            reached=tuple(assessed.files),
             hashes=_hashes(assessed) if trusted else {},
         )
     return _with_scripts(assessed, root, paths)
@@ -299,7 +299,7 @@ def _with_scripts(assessed: HookFingerprint, root: Path, paths: Sequence[str]) -
         fingerprint=assessed.digest,
         trusted=True,
         scripts=tuple(checked),
-        reached=len(assessed.files),
+        reached=tuple(assessed.files),
         hashes=_hashes(assessed),
     )
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Literal, NamedTuple
 
@@ -398,13 +398,15 @@ def after_wrappers(words: Sequence[str | None]) -> int | None:
     return index
 
 
-def pinned_launch(launch: Launch, pin: Pin | ShellPin | ModulePin, cwd: str) -> Launch:
+def pinned_launch(launch: Launch, pin: Pin | ShellPin | ModulePin | MakePin, cwd: str) -> Launch:
     """The launch that runs the pinned text under the script's name as written, with the
     words after it as its arguments (a shell command: each pinned script so)."""
     if isinstance(pin, ShellPin):
         return _pinned_shell_launch(launch, pin, cwd)
     if isinstance(pin, ModulePin):
         return _pinned_module_launch(launch, pin)
+    if isinstance(pin, MakePin):
+        return _pinned_make_launch(launch, pin, cwd)
     index = pin.word
     if index >= len(launch.argv) or (
         os.path.abspath(os.path.join(cwd, launch.argv[index])) != pin.path
@@ -621,6 +623,93 @@ def _runs_project_module(words: Sequence[str], cwd: str | None, root: str) -> bo
     return False
 
 
+class MakeRun(NamedTuple):
+    """`make [options] [goals]` run directly, reading the makefile at `path` by default."""
+
+    word: int
+    """The word that starts make."""
+    path: str
+
+
+class MakePin(msgspec.Struct, frozen=True, kw_only=True):
+    """A trusted `make`: its makefile as the check read it, given to make as `-f` from a
+    sealed copy."""
+
+    word: int
+    path: str
+    text: bytes
+    modules: Modules | None = None
+    """Unused: make loads no modules (kept so every pin takes a snapshot alike)."""
+
+
+_MAKEFILES = ("GNUmakefile", "makefile", "Makefile")
+"""What make reads without -f, the first that exists, in its working directory."""
+_MAKE_FILE_OPTIONS = ("-f", "--file", "--makefile", "-C", "--directory", "-I", "--include-dir")
+_MAKE_BY_PATH = re.compile(rb"\$[({]MAKE(?:FILE_LIST)?[)}]|^\s*-?s?include\s", re.MULTILINE)
+"""What makes make read a makefile again by path: `$(MAKE)` (a recursive make),
+`$(MAKEFILE_LIST)` (a recipe that reads it), `include`."""
+
+
+def make_run(entry: HookEntry, root: Path) -> MakeRun | None:
+    """`make [options] [goals]` run directly (after wrappers) with its default makefile,
+    which exists; None for any other launch (`-f`, `-C`, a shell command)."""
+    project = os.path.abspath(root)
+    project_vars = dict.fromkeys(PROJECT_VARS, project)
+    launch = prepare_launch(entry.command, entry.args, project_vars)
+    if launch.mode == "shell":
+        return None
+    return _make_run(launch.argv, _working_directory(entry, project, project_vars), project)
+
+
+def _make_run(argv: Sequence[str], cwd: str, root: str) -> MakeRun | None:
+    program = after_wrappers(argv)
+    if program is None or program >= len(argv):
+        return None
+    if os.path.basename(argv[program]) not in ("make", "gmake"):
+        return None
+    for word in argv[program + 1 :]:
+        if word.startswith(_MAKE_FILE_OPTIONS):
+            return None  # it names its makefile or folder: relay does not pin that form
+    for name in _MAKEFILES:
+        path = os.path.abspath(os.path.join(cwd, name))
+        if os.path.lexists(path):
+            inside = path.startswith(os.path.join(root, ""))
+            return MakeRun(word=program, path=path) if inside else None
+    return None
+
+
+def _pinnable_make(make: MakeRun, reached: Collection[str], root: str) -> bool:
+    """Whether relay pins this make whole: the makefile is the only project file the hook
+    reaches (its recipes run no project file by path) and it makes make read no makefile
+    again (no `$(MAKE)`, `$(MAKEFILE_LIST)`, `include`)."""
+    name = os.path.relpath(make.path, root)
+    if set(reached) - {name}:
+        return False
+    try:
+        with open(make.path, "rb") as stream:
+            text = stream.read(1 << 20)
+    except OSError:
+        return False
+    return _MAKE_BY_PATH.search(text) is None
+
+
+def _pinned_make_launch(launch: Launch, pin: MakePin, cwd: str) -> Launch:
+    """`make -f /dev/fd/N [options] [goals]`: the checked makefile from a sealed copy."""
+    argv = launch.argv
+    made = _make_run(argv, cwd, os.path.dirname(pin.path))
+    if made is None or made.word != pin.word or made.path != pin.path:
+        return Launch(argv=argv, mode="pinned", refusal=_NOT_CHECKED)
+    if _MAKE_BY_PATH.search(pin.text):
+        return Launch(argv=argv, mode="pinned", refusal=_NOT_CHECKED)
+    word = pin.word + 1
+    return Launch(
+        argv=(*argv[:word], "-f", SEALED_COPY, *argv[word:]),
+        mode="pinned",
+        sealed=pin.text,
+        sealed_word=word + 1,
+    )
+
+
 PYTHON_MODULE_BOOTSTRAP = """\
 def _relay_module():
     import runpy, sys
@@ -702,11 +791,16 @@ def shell_plan(entry: HookEntry, root: Path) -> ShellPlan | None:
 
 
 def runs_by_path(
-    entry: HookEntry, root: Path, plan: ShellPlan | None = None
+    entry: HookEntry,
+    root: Path,
+    plan: ShellPlan | None = None,
+    reached: Collection[str] | None = None,
 ) -> list[tuple[str, str]]:
     """(what, why) for each thing a hook's command runs by path that pinning does not
     cover: a command relay cannot read exactly, a script after a cd it cannot follow,
-    a runner that opens project files itself (`make`, `npx`, `uv run`), a sourced file."""
+    a runner that opens project files itself (`make`, `npx`, `uv run`), a sourced file.
+    `reached`: the project files of the hook's fingerprint (relative to the root), which
+    a pinned `make` may not go beyond (None: relay does not pin make)."""
     plan = plan or shell_plan(entry, root)
     env_path = []
     if _names_project_folder(entry.env.get("PATH", "/"), os.path.join(os.path.abspath(root), "")):
@@ -718,6 +812,9 @@ def runs_by_path(
     launch = prepare_launch(entry.command, entry.args, project_vars)
     cwd = _working_directory(entry, project, project_vars)
     if script_of(launch, cwd, project) is not None or _module_run(launch.argv, cwd, project):
+        return env_path
+    make = _make_run(launch.argv, cwd, project)
+    if make is not None and reached is not None and _pinnable_make(make, reached, project):
         return env_path
     planner = _ShellPlanner(project)
     words = tuple(shellwords.Word(start=0, end=0, value=word) for word in launch.argv)
