@@ -25,7 +25,10 @@ again. What a command can reach is found in two steps:
 
 What relay cannot resolve (`import_module(name)`, `. "$LIB/x.sh"`, a git-ignored file an
 expansion may name) makes the hook *unpinned*: it cannot be trusted until its `reach`
-field names the folders it loads code from, which are then fingerprinted whole.
+field names the folders it loads code from, which are then fingerprinted whole. What an
+interpreter would open by path after the check (a file a shell script sources, a
+code-loading variable naming a project file, a `-c` string's imports: the `by_path`
+fields of the tables) makes it untrustable whatever its `reach` (`Reach.by_path`).
 
 Over-approximation is the rule: hashing a file the hook never runs costs time, missing
 one it runs lets changed code run without review.

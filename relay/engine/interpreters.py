@@ -25,10 +25,17 @@ itself: the checked bytes still, but the script sees its name as /dev/fd/N (or
 /proc/self/fd/N when run directly). An ES module too long for an argument is not run.
 
 A command that runs under `sh -c` has a script per simple command: relay reads the text
-exactly (relay.engine.shellwords; a form it cannot read runs as written), and writes the
-same words just before each script's word, quoted for sh, leaving the rest of the text as
-it is (`shell_plan`, `_shell_template`). What stays run by path is named, with why, for
-`relay trust` (`runs_by_path`).
+exactly (relay.engine.shellwords; a hook with a form it cannot read is not trusted), and
+writes the same words just before each script's word, quoted for sh, leaving the rest of
+the text as it is (`shell_plan`, `_shell_template`).
+
+What a pinned Python or Node script imports from the project comes from a private
+snapshot of the checked files (relay.config.snapshot; `Modules`): a finder put first on
+`sys.meta_path`, `require`'s loaders and an ES module load hook serve those files from it
+under their project names. `python -m MODULE` as the whole command runs the same way
+(`ModulePin`), and a plain `make` reads its checked Makefile from a sealed copy
+(`MakePin`). What would still run by path is named, with why and how to make it
+pinnable (`runs_by_path`): relay refuses to trust such a hook.
 """
 
 from __future__ import annotations
