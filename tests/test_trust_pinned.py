@@ -332,7 +332,7 @@ SH_SHOW = """\
 #!/bin/sh
 echo "0=$0 args=$*"
 cd "$(dirname "$0")" && echo "dir=$(pwd)"
-. ./lib.sh
+LIB=$(cat ./lib.txt)
 echo "lib=$LIB"
 """
 
@@ -341,7 +341,7 @@ BASH_SHOW = """\
 set -eu
 echo "0=$0 args=$*"
 here="$(cd "$(dirname "$0")" && pwd)"
-source "$here/lib.sh"
+LIB=$(cat "$here/lib.txt")
 echo "dir=$here lib=$LIB"
 """
 
@@ -377,7 +377,7 @@ console.log("descriptors", require("fs").readdirSync("/proc/self/fd").length);
 )
 def test_a_shell_script_sees_its_path(project: Path, argv: list[str]) -> None:
     write(project / "hooks" / "show.sh", SH_SHOW, executable=True)
-    write(project / "hooks" / "lib.sh", "LIB=beside-the-script\n")
+    write(project / "hooks" / "lib.txt", "beside-the-script\n")
     expected = by_path(project, argv)
     assert f"0={argv[-2] if argv[0] == 'sh' else argv[0]}" in expected
     assert "lib=beside-the-script" in expected
@@ -392,7 +392,7 @@ def test_a_shell_script_sees_its_path(project: Path, argv: list[str]) -> None:
 )
 def test_a_bash_script_sees_its_path_as_dollar_zero(project: Path, argv: list[str]) -> None:
     write(project / "hooks" / "show.bash", BASH_SHOW, executable=True)
-    write(project / "hooks" / "lib.sh", "LIB=beside-the-script\n")
+    write(project / "hooks" / "lib.txt", "beside-the-script\n")
     expected = by_path(project, argv)
     assert "lib=beside-the-script" in expected
     assert through_relay(project, " ".join(argv)) == expected
@@ -406,14 +406,11 @@ def test_bash_source_in_a_pinned_bash_script_is_as_run_by_path(project: Path) ->
         'echo "source=[${BASH_SOURCE[0]}] [${BASH_SOURCE[0]:-$0}] [$BASH_SOURCE]"\n'
         'echo "dir=[$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)] [${BASH_SOURCE%/*}]"\n'
         'f() { echo "in f=[${BASH_SOURCE[0]}]"; }\nf\n'
-        'source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"\n'
     )
     write(project / "hooks" / "source.bash", show, executable=True)
-    write(project / "hooks" / "lib.sh", 'echo "lib=[${BASH_SOURCE[0]}] [$BASH_SOURCE]"\n')
     expected = by_path(project, ["./hooks/source.bash"])
     assert "source=[./hooks/source.bash] [./hooks/source.bash] [./hooks/source.bash]" in expected
     assert f"dir=[{project / 'hooks'}] [./hooks]" in expected
-    assert "lib=[./hooks/lib.sh] [./hooks/lib.sh]" in expected
     assert through_relay(project, "./hooks/source.bash") == expected
 
 
@@ -700,7 +697,7 @@ def test_the_commands_own_descriptors_cannot_reach_the_copies(
     ],
     ids=["if", "backquotes", "subshell", "here-document", "descriptor-12"],
 )
-def test_a_command_relay_cannot_read_exactly_runs_as_written_and_trust_says_so(
+def test_a_command_relay_cannot_read_exactly_is_not_trusted_and_trust_says_why(
     project: Path, command: str, why: str
 ) -> None:
     from click.testing import CliRunner
@@ -710,18 +707,20 @@ def test_a_command_relay_cannot_read_exactly_runs_as_written_and_trust_says_so(
     write(project / "hooks" / "show.sh", SHOW_SH, executable=True)
     write(project / "hooks" / "data.txt", "beside the script\n")
     register(project, {"name": "show", "command": command})
+    # Trusted as an older relay trusted it: it must not run by path now (issue 29, point 5).
     trust_all(project)
-    _, traces = fire(project, errors=True)
-    (trace,) = traces
-    assert (trace.mode, trace.argv) == ("shell", ["/bin/sh", "-c", command])
-    assert "data=beside the script" in trace.stdout
+    inject, traces = fire(project)
+    assert (inject, traces) == (None, [])
     shown = CliRunner().invoke(cli, ["trust", "--json", "--cwd", str(project)])
-    assert shown.exit_code == 0, shown.output
+    assert shown.exit_code == 1, shown.output
     (hook,) = json.loads(shown.stdout)["hooks"]
+    assert hook["state"] == "cannot-trust"
     ((what, said),) = [(item["what"], item["why"]) for item in hook["runs_by_path"]]
-    assert what == "the command" and why in said and said.endswith("run by path"), said
-    text = CliRunner().invoke(cli, ["trust", "--cwd", str(project)]).stdout
-    assert "runs by path, not pinned" in text and why in text
+    assert what == "the command" and why in said and "to pin it: move the command into" in said
+    text = CliRunner().invoke(cli, ["trust", "--yes", "--cwd", str(project)]).stdout
+    assert (
+        "CANNOT TRUST" in text and "it runs or loads project files by path" in text and why in text
+    )
 
 
 def test_trust_names_what_a_pinned_command_still_runs_by_path(project: Path) -> None:
@@ -877,28 +876,26 @@ def test_a_pinned_shell_command_with_a_cwd_runs_there(project: Path) -> None:
     assert "sh 0=./show.sh args=x" in trace.stdout and "data=beside the script" in trace.stdout
 
 
-def test_a_script_that_does_not_exist_when_checked_leaves_the_hook_running(
+def test_a_script_that_does_not_exist_when_checked_is_not_trusted(
     project: Path,
 ) -> None:
+    """A file created there after the check would run by its path: not trusted."""
     write(project / "hooks" / "show.sh", SHOW_SH, executable=True)
     write(project / "hooks" / "data.txt", "beside the script\n")
     command = "test -x hooks/custom.sh && ./hooks/custom.sh; ./hooks/show.sh x"
     register(project, {"name": "show", "command": command})
     trust_all(project)
-    _, traces = fire(project, errors=True)
-    (trace,) = traces
-    assert trace.mode == "pinned" and "data=beside the script" in trace.stdout, trace
+    assert fire(project, errors=True) == (None, [])
     from relay.config.model import HookEntry
     from relay.engine.interpreters import runs_by_path
 
     entry = HookEntry(command=command, env={"PATH": f"hooks:{os.environ['PATH']}"})
-    assert runs_by_path(entry, project) == [
-        (
-            "PATH in env",
-            "programs found on the PATH it sets are run by path (a project folder on it)",
-        ),
-        ("./hooks/custom.sh", "it does not exist when checked"),
+    assert [what for what, _ in runs_by_path(entry, project)] == [
+        "PATH in env",
+        "./hooks/custom.sh",
     ]
+    why = dict(runs_by_path(entry, project))["./hooks/custom.sh"]
+    assert why.startswith("it does not exist when checked (to pin it: create it")
 
 
 def test_hostile_shell_commands_cost_relay_little(project: Path) -> None:

@@ -49,7 +49,7 @@ def trust(yes: bool, revoke: bool, all_files: bool, as_json: bool, cwd: Path | N
     from relay.config.paths import NO_PROJECT
     from relay.config.review import changes
     from relay.config.trust import TrustGrant, TrustStore, assess, hook_key, hook_slot
-    from relay.engine.interpreters import runs_by_path
+    from relay.engine.interpreters import refusal_of, runs_by_path
     from relay.engine.system import HookSystem
     from relay.errors import RelayError
     from relay.protocol.display import visible
@@ -94,12 +94,13 @@ def trust(yes: bool, revoke: bool, all_files: bool, as_json: bool, cwd: Path | N
             keep_contents=True,
             sequential=hook.sequential,
         )
+        # What it would run by path cannot be trusted: a file swapped in after the check
+        # would run (DESIGN §7). With no project file in its reach, nothing can be.
+        by_path = runs_by_path(entry, root, reached=list(assessed.files)) if assessed.files else []
+        by_path += [(f"{item.place}: {item.what}", item.why) for item in assessed.by_path]
+        if by_path and assessed.refusal is None:
+            assessed = msgspec.structs.replace(assessed, digest=None, refusal=refusal_of(by_path))
         trusted = assessed.digest is not None and store.is_trusted(root, assessed.digest, key)
-        by_path = [
-            (what, why)
-            for what, why in runs_by_path(entry, root)
-            if assessed.files or what != "the command"  # no project file: nothing to swap
-        ]
         state = "trusted" if trusted else "NOT TRUSTED" if assessed.digest else "CANNOT TRUST"
         reviewed: dict[str, object] = {
             "name": hook.name,
@@ -124,7 +125,14 @@ def trust(yes: bool, revoke: bool, all_files: bool, as_json: bool, cwd: Path | N
         )
         say(f"{INDENT}command: {visible(hook.command, one_line=True)}   ({hook.file})")
         if assessed.refusal is not None:
-            if assessed.unpinned and not entry.reach:
+            if by_path:
+                say(
+                    f"{INDENT}why: relay cannot run it as checked: it runs or loads project files by path"
+                )
+                say(f"{INDENT}(a file swapped in after the check would run):")
+                for what, why in by_path:
+                    say(f"{INDENT}  {visible(what, one_line=True)}: {visible(why, one_line=True)}")
+            elif assessed.unpinned and not entry.reach:
                 for line in _unpinned(assessed, hook.file, entry.reach):
                     say(f"{INDENT}{line}")
             else:
@@ -134,10 +142,6 @@ def trust(yes: bool, revoke: bool, all_files: bool, as_json: bool, cwd: Path | N
         if assessed.unpinned:
             for line in _unpinned(assessed, hook.file, entry.reach):
                 say(f"{INDENT}{line}")
-        if by_path:
-            say(f"{INDENT}runs by path, not pinned (a file swapped in after the check would run):")
-            for what, why in by_path:
-                say(f"{INDENT}  {visible(what, one_line=True)}: {visible(why, one_line=True)}")
         for line in _fingerprinted(assessed, all_files):
             say(f"{INDENT}{line}")
         if trusted:

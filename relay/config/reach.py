@@ -25,7 +25,10 @@ again. What a command can reach is found in two steps:
 
 What relay cannot resolve (`import_module(name)`, `. "$LIB/x.sh"`, a git-ignored file an
 expansion may name) makes the hook *unpinned*: it cannot be trusted until its `reach`
-field names the folders it loads code from, which are then fingerprinted whole.
+field names the folders it loads code from, which are then fingerprinted whole. What an
+interpreter would open by path after the check (a file a shell script sources, a
+code-loading variable naming a project file, a `-c` string's imports: the `by_path`
+fields of the tables) makes it untrustable whatever its `reach` (`Reach.by_path`).
 
 Over-approximation is the rule: hashing a file the hook never runs costs time, missing
 one it runs lets changed code run without review.
@@ -71,6 +74,13 @@ class Language(msgspec.Struct, frozen=True, kw_only=True):
     module_folders: str = ""
     """Where its `modules` are looked up: "script" (the script's folder and the search
     path: Python), "node_modules" (node_modules of the file's folder and its parents)."""
+    by_path: str | None = None
+    """Why relay cannot run the project files a file of this language loads as checked
+    (its interpreter opens them by path when it reaches them), with how to make the hook
+    pinnable; a trusted hook may not load any. None: Python and JavaScript load them from
+    a private snapshot of the checked files (relay.config.snapshot); what Perl and Ruby
+    load, read from any quoted string that names a file (data files too), stays by path
+    (protocol §9 says so)."""
 
 
 LANGUAGES: Mapping[str, Language] = {
@@ -90,6 +100,10 @@ LANGUAGES: Mapping[str, Language] = {
         read=sources.shell_loads,
         suffixes=(".sh", ".bash", ".zsh", ".ksh"),
         interpreters=tuple(sorted(SHELLS)),
+        by_path=(
+            "the shell reads a file it sources by path when it gets there (to pin it: put "
+            "the sourced file's text in the script)"
+        ),
     ),
     "perl": Language(
         read=lambda text, file, known: sources.literal_loads(text, file),
@@ -127,6 +141,11 @@ class Program(msgspec.Struct, frozen=True, kw_only=True):
     tool: str | None = None
     """A tool that reads a manifest: "make" (a Makefile's recipes), "npm" (package.json
     scripts), "npx" (a program of node_modules/.bin)."""
+    by_path: str | None = None
+    """Why relay cannot run what this tool opens from the project as checked (it reads
+    its manifest, or the script, by path itself), and how to make the hook pinnable: a
+    trusted hook's command may not run it on a project file (DESIGN §7). None: relay
+    feeds the checked bytes (relay.engine.interpreters)."""
 
 
 PROGRAMS: tuple[Program, ...] = (
@@ -160,9 +179,45 @@ PROGRAMS: tuple[Program, ...] = (
         load_options=("-I",),
     ),
     Program(names=("ruby",), language="ruby", code_options=("-e",), load_options=("-r", "-I")),
-    Program(names=("make", "gmake"), tool="make"),
-    Program(names=("npm", "pnpm", "yarn"), tool="npm"),
-    Program(names=("npx", "pnpx", "bunx"), tool="npx"),
+    Program(
+        names=("make", "gmake"),
+        tool="make",
+        by_path=(
+            "make reads its Makefile, and its recipes run scripts, by path (to pin it: put "
+            "the recipe's command, or the script it runs, in the hook's command)"
+        ),
+    ),
+    Program(
+        names=("npm", "pnpm", "yarn"),
+        tool="npm",
+        by_path=(
+            "the package tool reads package.json and runs its scripts and node_modules "
+            "programs by path (to pin it: put the script's command in the hook's command, "
+            "`node scripts/x.js`)"
+        ),
+    ),
+    Program(
+        names=("npx", "pnpx", "bunx"),
+        tool="npx",
+        by_path=(
+            "the package tool runs node_modules programs by path (to pin it: run the "
+            "program's script with its interpreter, `node node_modules/x/cli.js`)"
+        ),
+    ),
+    Program(
+        names=("uv", "uvx", "poetry", "pipenv", "pdm", "pipx"),
+        by_path=(
+            "the runner opens the script by path (to pin it: run the script with the "
+            "environment's interpreter, `.venv/bin/python hooks/x.py`)"
+        ),
+    ),
+    Program(
+        names=("xargs", "find"),
+        by_path=(
+            "it runs what it reads or finds by path (to pin it: name each script in the "
+            "hook's command)"
+        ),
+    ),
 )
 """What each interpreter and tool loads: its script, code strings, preloads, manifest."""
 
@@ -177,13 +232,16 @@ class EnvironmentRule(msgspec.Struct, frozen=True, kw_only=True):
     """The language of the files, or of the program whose options these are."""
     search: bool = False
     """Its folders are also where that language's module names are looked up."""
+    by_path: bool = True
+    """A project file or folder it names makes the hook unpinnable: the program loads it
+    by path (PATH is the engine's to judge: a program found there may be pinned)."""
 
 
 ENVIRONMENT: Mapping[str, EnvironmentRule] = {
     "BASH_ENV": EnvironmentRule(kind="files", language="shell"),
     "ENV": EnvironmentRule(kind="files", language="shell"),
     "ZDOTDIR": EnvironmentRule(kind="folders"),
-    "PATH": EnvironmentRule(kind="folders"),
+    "PATH": EnvironmentRule(kind="folders", by_path=False),
     "PYTHONPATH": EnvironmentRule(kind="folders", language="python", search=True),
     "PYTHONSTARTUP": EnvironmentRule(kind="files", language="python"),
     "PYTHONHOME": EnvironmentRule(kind="folders"),
@@ -234,6 +292,11 @@ _NPM_FILES = (".npmrc", ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs", "bunfig.toml"
 """Files beside a package.json that make its tool load code (`node-options=`, `yarnPath:`,
 pnpm's hooks, bun's `preload`)."""
 
+_CODE_STRING_BY_PATH = (
+    "the interpreter loads the project files its code string imports by path (to pin it: "
+    "put the code in a script the hook runs, `python3 hooks/x.py`)"
+)
+
 _PARAMETER = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 # Brace expansion (`{a,b}`, `{1..3}`), which bash and zsh perform outside quotes.
 _BRACE_EXPANSION = re.compile(r"""\{[^{}\s'"]*(?:,|\.\.)[^{}\s'"]*\}""")
@@ -259,6 +322,17 @@ class Unpinned(msgspec.Struct, frozen=True, kw_only=True):
     """The folder to name in the hook's `reach` to pin it (relative to the root)."""
 
 
+class ByPath(msgspec.Struct, frozen=True, kw_only=True):
+    """A project file a hook loads that its interpreter would open by path: relay cannot
+    run it as checked, so the hook cannot be trusted."""
+
+    place: str
+    """Where it is loaded: "hooks/x.sh:3", "BASH_ENV in env"."""
+    what: str
+    why: str
+    """Why relay cannot pin it, and how to make the hook pinnable."""
+
+
 class Reach(msgspec.Struct, frozen=True, kw_only=True):
     """The project files one hook can reach, as paths relative to the project root."""
 
@@ -271,6 +345,8 @@ class Reach(msgspec.Struct, frozen=True, kw_only=True):
     """What it loads that relay cannot resolve; the hook is trusted only when `pinned_by`."""
     pinned_by: tuple[str, ...] = ()
     """The hook's `reach` field: paths the user named, fingerprinted whole."""
+    by_path: tuple[ByPath, ...] = ()
+    """Project files it loads by path: the hook cannot be trusted (`refusal`)."""
     refusal: str | None = None
     """Why this hook cannot be trusted at all (it reaches too much, or cannot be pinned);
     None when it can."""
@@ -288,6 +364,7 @@ class Plan(msgspec.Struct, kw_only=True):
     tree: list[str] = msgspec.field(default_factory=list)
     unpinned: list[Unpinned] = msgspec.field(default_factory=list)
     pinned_by: list[str] = msgspec.field(default_factory=list)
+    by_path: list[ByPath] = msgspec.field(default_factory=list)
 
     @property
     def needs_listing(self) -> bool:
@@ -313,13 +390,16 @@ class Plan(msgspec.Struct, kw_only=True):
         except _TooManyFiles as exc:
             return Reach(tree=tuple(self.tree), refusal=str(exc))
         refusal = None
-        if unpinned and not self.pinned_by:
+        if self.by_path:
+            refusal = by_path_refusal(self.by_path)
+        elif unpinned and not self.pinned_by:
             refusal = unpinned_refusal(unpinned)
         return Reach(
             files=tuple(sorted(found)),
             tree=tuple(self.tree),
             unpinned=tuple(unpinned),
             pinned_by=tuple(self.pinned_by),
+            by_path=tuple(self.by_path),
             refusal=refusal,
         )
 
@@ -335,6 +415,14 @@ def unpinned_refusal(unpinned: Iterable[Unpinned]) -> str:
         f"relay cannot pin what it loads: {places}{more}; name the folders it loads code "
         f'from in the hook\'s "reach" field ("reach": [{example}]) to have them fingerprinted'
     )
+
+
+def by_path_refusal(by_path: Iterable[ByPath]) -> str:
+    """Why a hook that loads project files by path cannot be trusted, and how to pin it."""
+    listed = list(by_path)
+    places = "; ".join(f"{item.place}: {item.what}: {item.why}" for item in listed[:3])
+    more = f" (and {len(listed) - 3} more)" if len(listed) > 3 else ""
+    return f"relay cannot run it as checked, it loads project files by path: {places}{more}"
 
 
 class _TooManyFiles(Exception):
@@ -404,6 +492,11 @@ class _ReachState:
         item = Unpinned(place=place, what=what, folder=folder or ".")
         if item not in self.plan.unpinned:
             self.plan.unpinned.append(item)
+
+    def by_path(self, place: str, what: str, why: str) -> None:
+        item = ByPath(place=place, what=what, why=why)
+        if item not in self.plan.by_path and len(self.plan.by_path) < MAX_NESTING:
+            self.plan.by_path.append(item)
 
 
 class _CommandReader:
@@ -525,6 +618,8 @@ class _CommandReader:
         if program is None:
             return
         operands = words[index + 1 :]
+        if program.tool is None and program.language is None:
+            return  # a runner relay does not read (`find`): the engine refuses it on a project file
         if program.tool == "make":
             self.make(operands, depth)
         elif program.tool in ("npm", "npx"):
@@ -548,11 +643,15 @@ class _CommandReader:
             if code is not None:
                 if language == "shell":
                     return  # `sh -c`: its string was read as a command (read_words)
-                self.code_string(code, language, depth)
+                loads = self.code_string(code, language, depth)
+                if loads is not None and self._loads_from_project(loads, self.cwd, language):
+                    what = f"{word} {code if len(code) <= 40 else code[:39] + '…'}"
+                    self.state.by_path("the command", what, _CODE_STRING_BY_PATH)
                 return  # what follows is the code's own arguments
             module = _option_value(word, following, program.module_options)
             if module is not None:
                 if language is not None:
+                    # Pinned or refused by the engine, which sees how the command runs.
                     self.add_module_folder(language, self.cwd)
                     self.add_module(language, module.partition(".")[0])
                 return
@@ -597,15 +696,40 @@ class _CommandReader:
         else:
             self.look_up(candidate.parent, candidate.name, language)
 
-    def code_string(self, code: str, language: str | None, depth: int) -> None:
+    def code_string(self, code: str, language: str | None, depth: int) -> sources.Loads | None:
         """A `-c`/`-e` string: what it loads, from the working directory."""
         rule = LANGUAGES.get(language or "")
         if rule is None:
-            return
+            return None
         if rule.module_folders == "script":
             self.add_module_folder(language or "", self.cwd)  # sys.path[0] is "" for -c
         loads = rule.read(code, None, self.known)
         self.resolve(loads, language, self.cwd, "the command", depth)
+        return loads
+
+    def _loads_from_project(self, loads: sources.Loads, folder: Path, language: str | None) -> bool:
+        """Whether what a code string loads names a project file: a module of its working
+        directory, a relative or literal path, a computed folder, inside the project."""
+        if any(self._module_here(folder, module) for module in loads.modules):
+            return True
+        if language == "javascript" and loads.modules:
+            parents = [parent for parent in [folder, *folder.parents] if self.state.inside(parent)]
+            if any(_exists(parent / "node_modules") for parent in parents):
+                return True  # a bare require may load a package of the project's node_modules
+        named = [Path(folder, relative) for relative in loads.relative]
+        named += [Path(folder, path) for path in loads.paths]
+        named += [Path(folder, path) for _, path in [*loads.folders, *loads.relative_folders]]
+        return any(self.state.inside(Path(os.path.normpath(path))) is not None for path in named)
+
+    def _module_here(self, folder: Path, name: str) -> bool:
+        """Whether a top-level module name finds an entry in a project folder."""
+        inside = self.state.inside(folder)
+        if inside is None:
+            return False
+        return any(
+            entry == name or entry.startswith(name + ".")
+            for entry, _ in self._listing(folder, inside)
+        )
 
     def source_file(
         self, path: Path, language: str | None, depth: int, *, script: bool = False
@@ -643,6 +767,10 @@ class _CommandReader:
         for line, what in loads.unpinned:
             self.state.unpinned(f"{place}:{line}" if line else place, what, inside)
         rule = LANGUAGES.get(language or "")
+        if rule is not None and rule.by_path is not None:
+            self._loaded_by_path(loads, folder, place, rule.by_path)
+            for line, what in loads.unpinned:  # `. "$LIB/x.sh"`: by path, wherever it is
+                self.state.by_path(f"{place}:{line}" if line else place, what, rule.by_path)
         if language is not None and rule is not None:
             if rule.module_folders == "node_modules":
                 for parent in [folder, *folder.parents]:
@@ -675,6 +803,23 @@ class _CommandReader:
             self.computed_folder(Path(os.path.normpath(target)), language, where, depth)
         for command in loads.commands:
             self.read_command(command, depth + 1)
+
+    def _named(self) -> tuple[int, int, int]:
+        """How much of the project the plan names so far: a change says a step named some."""
+        return (len(self.plan.files), len(self.plan.folders), len(self.plan.globs))
+
+    def _loaded_by_path(self, loads: sources.Loads, folder: Path, place: str, why: str) -> None:
+        """Each project file (or folder) a source of a language whose interpreter opens
+        what it loads by path names: the hook cannot be trusted (Language.by_path)."""
+        named = [Path(folder, relative) for relative in loads.relative]
+        named += [Path(folder, relative) for _, relative in loads.relative_folders]
+        for path in [*loads.paths, *(path for _, path in loads.folders)]:
+            bases = [Path("/")] if os.path.isabs(path) else self.bases
+            named += [Path(base, path) for base in bases]
+        for target in named:
+            inside = self.state.inside(Path(os.path.normpath(target)))
+            if inside is not None:
+                self.state.by_path(place, f"loads {inside}", why)
 
     def computed_folder(self, folder: Path, language: str | None, place: str, depth: int) -> None:
         """A folder a source loads a computed name from (`"plugins/" + name`): all its
@@ -764,6 +909,16 @@ class _CommandReader:
         rule = ENVIRONMENT.get(name)
         if rule is None or not value:
             return
+        before = self._named()
+        self._environment(rule, name, value, place)
+        if rule.by_path and self._named() != before:
+            why = (
+                f"{name} makes the program load it by path (to pin it: load it from the "
+                f"script the hook runs, or leave {name} out)"
+            )
+            self.state.by_path(place, f"{name}={value}", why)
+
+    def _environment(self, rule: EnvironmentRule, name: str, value: str, place: str) -> None:
         if rule.kind == "folders":
             for part in value.split(os.pathsep):
                 folder = Path(self.cwd, os.path.expanduser(part or "."))  # "" is the cwd

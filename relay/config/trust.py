@@ -16,7 +16,7 @@ import msgspec
 from relay.config.filecache import RACY_SECONDS, FileCache, identity_of
 from relay.config.model import DEFAULT_TIMEOUT, HookEntry, LoadedSettings
 from relay.config.paths import private_dir, state_dir
-from relay.config.reach import Plan, Unpinned, plan_reach
+from relay.config.reach import ByPath, Plan, Unpinned, plan_reach
 from relay.errors import RelayError
 
 PATTERN_EVENT = "PatternMatch"
@@ -82,6 +82,9 @@ class HookFingerprint(msgspec.Struct, kw_only=True):
     tree: tuple[str, ...] = ()
     unpinned: tuple[Unpinned, ...] = ()
     """What the hook loads that relay cannot resolve (reach.Unpinned)."""
+    by_path: tuple[ByPath, ...] = ()
+    """Project files it loads that their interpreter opens by path (reach.ByPath): the
+    hook cannot be trusted."""
     refusal: str | None = None
     contents: dict[str, bytes] = msgspec.field(default_factory=dict)
     """Text files read while hashing (with keep_contents): their content, for copies."""
@@ -107,6 +110,12 @@ class TrustVerdict(msgspec.Struct, frozen=True, kw_only=True):
     scripts: tuple[CheckedScript, ...] = ()
     """The checked scripts (check_trust's `scripts`) that are project files the
     fingerprint holds, in the order given."""
+    reached: tuple[str, ...] = ()
+    """The project files the fingerprint holds, relative to the root (none: nothing of
+    the project can be swapped in under the hook)."""
+    hashes: dict[str, str] = msgspec.field(default_factory=dict)
+    """A trusted hook's project files (relative to the root) and their hashes as
+    fingerprinted: what its snapshot of modules is copied and checked from."""
 
 
 COPY_LIMIT = 256 * 1024
@@ -183,6 +192,7 @@ def assess(
             files={},
             tree=found.tree,
             unpinned=found.unpinned,
+            by_path=found.by_path,
             refusal=found.refusal,
         )
     # Strings, not Paths, from here: a check stats every reached file on every event.
@@ -255,7 +265,12 @@ def check_trust(
     trusted = store is not None and candidate and store.is_trusted(root, assessed.digest, key)
     paths = (scripts() if callable(scripts) else scripts) if trusted else ()
     if not paths:
-        return TrustVerdict(fingerprint=assessed.digest, trusted=trusted)
+        return TrustVerdict(
+            fingerprint=assessed.digest,
+            trusted=trusted,
+            reached=tuple(assessed.files),
+            hashes=_hashes(assessed) if trusted else {},
+        )
     return _with_scripts(assessed, root, paths)
 
 
@@ -280,7 +295,17 @@ def _with_scripts(assessed: HookFingerprint, root: Path, paths: Sequence[str]) -
             refusal = f"its script {name} cannot be run as checked ({reason})"
             return TrustVerdict(fingerprint=assessed.digest, trusted=False, refusal=refusal)
         checked.append(script)
-    return TrustVerdict(fingerprint=assessed.digest, trusted=True, scripts=tuple(checked))
+    return TrustVerdict(
+        fingerprint=assessed.digest,
+        trusted=True,
+        scripts=tuple(checked),
+        reached=tuple(assessed.files),
+        hashes=_hashes(assessed),
+    )
+
+
+def _hashes(assessed: HookFingerprint) -> dict[str, str]:
+    return {name: state.sha256 for name, state in assessed.files.items() if state.sha256}
 
 
 def project_scripts(

@@ -25,10 +25,17 @@ itself: the checked bytes still, but the script sees its name as /dev/fd/N (or
 /proc/self/fd/N when run directly). An ES module too long for an argument is not run.
 
 A command that runs under `sh -c` has a script per simple command: relay reads the text
-exactly (relay.engine.shellwords; a form it cannot read runs as written), and writes the
-same words just before each script's word, quoted for sh, leaving the rest of the text as
-it is (`shell_plan`, `_shell_template`). What stays run by path is named, with why, for
-`relay trust` (`runs_by_path`).
+exactly (relay.engine.shellwords; a hook with a form it cannot read is not trusted), and
+writes the same words just before each script's word, quoted for sh, leaving the rest of
+the text as it is (`shell_plan`, `_shell_template`).
+
+What a pinned Python or Node script imports from the project comes from a private
+snapshot of the checked files (relay.config.snapshot; `Modules`): a finder put first on
+`sys.meta_path`, `require`'s loaders and an ES module load hook serve those files from it
+under their project names. `python -m MODULE` as the whole command runs the same way
+(`ModulePin`), and a plain `make` reads its checked Makefile from a sealed copy
+(`MakePin`). What would still run by path is named, with why and how to make it
+pinnable (`runs_by_path`): relay refuses to trust such a hook.
 """
 
 from __future__ import annotations
@@ -36,12 +43,13 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Literal, NamedTuple
 
 import msgspec
 
+from relay.config import reach
 from relay.config.model import HookEntry
 from relay.engine import shellwords
 from relay.engine.command import PROJECT_VARS, Launch, prepare_launch, substitute_project_vars
@@ -125,6 +133,76 @@ def _relay_pinned():
 exec(*globals().pop("_relay_pinned")())
 """
 
+# Python, a trusted hook whose modules are pinned: put first, it serves every import that
+# would come from a folder of the project (the script's own, `sys.path.insert`ed ones)
+# from the snapshot of the checked modules (relay.config.snapshot), as the same folder of
+# the snapshot; a module found there now but not checked is not imported.
+PYTHON_PINNED_IMPORTS = """\
+def _relay_imports(roots, snapshot):
+    import os, sys
+    from importlib.machinery import FrozenImporter, PathFinder, SourceFileLoader
+    from importlib.util import spec_from_file_location
+    def copy_of(entry):
+        if not isinstance(entry, str):
+            return None
+        full = os.path.abspath(entry or os.curdir)
+        for root in roots:
+            if full == root or full.startswith(root + os.sep):
+                return snapshot + full[len(root):]
+        return None
+    def original(copy):
+        return roots[0] + copy[len(snapshot):]
+    class PinnedSource(SourceFileLoader):
+        # Compiled from the checked copy (its bytecode cached beside it, in the snapshot),
+        # named as the project's file.
+        def __init__(self, name, path, copy):
+            super().__init__(name, path)
+            self.copy = copy
+        def get_code(self, fullname):
+            import _imp
+            code = SourceFileLoader(fullname, self.copy).get_code(fullname)
+            _imp._fix_co_filename(code, self.path)
+            return code
+        def get_data(self, path):
+            return super().get_data(self.copy if path == self.path else path)
+    class RelayPinnedImports:
+        @classmethod
+        def find_spec(cls, name, path=None, target=None):
+            if name in sys.builtin_module_names or FrozenImporter.find_spec(name):
+                return None  # found before any path, as without this finder
+            entries, inside = [], []
+            for entry in sys.path if path is None else path:
+                copy = copy_of(entry)
+                entries.append(entry if copy is None else copy)
+                if copy is not None:
+                    inside.append(entry)
+            if not inside:
+                return None
+            spec = PathFinder.find_spec(name, entries, target)
+            if spec is None:
+                if PathFinder.find_spec(name, inside, target) is not None:
+                    raise ModuleNotFoundError(
+                        f"No module named {name!r} among the files relay trust checked", name=name
+                    )
+                return None
+            origin = spec.origin or ""
+            if not origin.startswith(snapshot + os.sep):
+                return spec  # not a project file
+            locations = spec.submodule_search_locations
+            if type(spec.loader) is SourceFileLoader:
+                spec = spec_from_file_location(
+                    name,
+                    original(origin),
+                    loader=PinnedSource(name, original(origin), origin),
+                    submodule_search_locations=None if locations is None else [],
+                )
+            if locations is not None:  # a package: its own imports come back here
+                spec.submodule_search_locations[:] = [original(entry) for entry in locations]
+            return spec
+    sys.meta_path.insert(0, RelayPinnedImports)
+globals().pop("_relay_imports")(%(roots)r, %(snapshot)r)
+"""
+
 # Node: run TEXT as the main CommonJS module under PATH, as `node PATH ARGS…` would.
 NODE_BOOTSTRAP = """\
 (() => {
@@ -148,25 +226,76 @@ NODE_BOOTSTRAP = """\
 })();
 """
 
+# Node, CommonJS, a trusted hook whose modules are pinned: put first, every file of the
+# project that `require` loads (resolved as usual, so `__filename` and relative requires
+# are the project's) is compiled from the snapshot of the checked files; one that is not
+# there (it appeared after the check) is not loaded.
+NODE_PINNED_REQUIRES = """\
+((roots, snapshot) => {
+  const Module = require("module"), path = require("path"), fs = require("fs");
+  const copyOf = (file) => {
+    for (const root of roots)
+      if (file === root || file.startsWith(root + path.sep)) return snapshot + file.slice(root.length);
+    return null;
+  };
+  for (const extension of Object.keys(Module._extensions)) {
+    const load = Module._extensions[extension];
+    Module._extensions[extension] = function (module, filename) {
+      const copy = copyOf(filename);
+      if (copy === null) return load(module, filename);
+      if (!fs.existsSync(copy))
+        throw new Error(`Cannot load ${filename}: it is not among the files relay trust checked`);
+      if (extension === ".node") return process.dlopen(module, copy);
+      let text = fs.readFileSync(copy, "utf8");
+      if (text.charCodeAt(0) === 0xfeff) text = text.slice(1);
+      if (extension === ".json") module.exports = JSON.parse(text);
+      else module._compile(text, filename);
+    };
+  }
+})(%(roots)s, %(snapshot)s);
+"""
+
 # Node, an ES module: a module loaded by `--import` registers a load hook that answers for
 # PATH's URL with TEXT, so `node PATH ARGS…` runs TEXT as the main module without reading
 # the file (its URL, import.meta and relative imports are PATH's).
 NODE_MODULE_HOOKS = """\
-let target, source;
-export async function initialize(data) { ({ url: target, source } = data); }
+import { existsSync, readFileSync } from "node:fs";
+import { sep } from "node:path";
+import { fileURLToPath } from "node:url";
+let target, source, roots = [], snapshot = null;
+export async function initialize(data) { ({ url: target, source, roots, snapshot } = data); }
+const copyOf = (url) => {
+  if (snapshot === null || !url.startsWith("file:")) return null;
+  const file = fileURLToPath(url);
+  for (const root of roots)
+    if (file === root || file.startsWith(root + sep)) return snapshot + file.slice(root.length);
+  return null;
+};
 export async function load(url, context, nextLoad) {
   if (url === target) return { format: "module", source, shortCircuit: true };
-  return nextLoad(url, context);
+  const copy = copyOf(url);
+  if (copy === null) return nextLoad(url, context);
+  if (!existsSync(copy))
+    throw new Error(`Cannot load ${url}: it is not among the files relay trust checked`);
+  const loaded = await nextLoad(url, context);  // the format, as Node decides it
+  // CommonJS goes through require's loader, pinned in the main thread.
+  if (loaded.format === "commonjs" || loaded.format === "builtin") return loaded;
+  return { ...loaded, source: readFileSync(copy), shortCircuit: true };
 }
 """
 NODE_MODULE_BOOTSTRAP = """\
-import { register } from "node:module";
+import { createRequire, register } from "node:module";
 import { pathToFileURL } from "node:url";
 import { realpathSync } from "node:fs";
 let file = %(path)s;
 try { file = realpathSync(file); } catch {}
 process.execArgv.splice(process.execArgv.lastIndexOf("--import"), 2);  // fork() passes it on
-register(%(hooks)s, { data: { url: pathToFileURL(file).href, source: %(source)s } });
+const pinned = %(modules)s;
+register(%(hooks)s, {
+  data: { url: pathToFileURL(file).href, source: %(source)s, roots: pinned[0], snapshot: pinned[1] },
+});
+// What CommonJS files it loads, through require's loader of the main thread.
+if (pinned[1] !== null) new Function("require", %(requires)s)(createRequire(file));
 """
 
 
@@ -190,6 +319,16 @@ class Pin(msgspec.Struct, frozen=True, kw_only=True):
     program: int = 0
     """The word that starts the script's interpreter, after wrappers such as `timeout 5`
     (`word` itself when the script is executed)."""
+    modules: Modules | None = None
+    """Where its checked modules are (Python imports from the project come from there)."""
+
+
+class Modules(msgspec.Struct, frozen=True, kw_only=True):
+    """A snapshot of a trusted hook's checked modules (relay.config.snapshot), and the
+    project folder it mirrors (as written and resolved)."""
+
+    snapshot: str
+    roots: tuple[str, ...]
 
 
 class EntryScript(NamedTuple):
@@ -266,11 +405,15 @@ def after_wrappers(words: Sequence[str | None]) -> int | None:
     return index
 
 
-def pinned_launch(launch: Launch, pin: Pin | ShellPin, cwd: str) -> Launch:
+def pinned_launch(launch: Launch, pin: Pin | ShellPin | ModulePin | MakePin, cwd: str) -> Launch:
     """The launch that runs the pinned text under the script's name as written, with the
     words after it as its arguments (a shell command: each pinned script so)."""
     if isinstance(pin, ShellPin):
         return _pinned_shell_launch(launch, pin, cwd)
+    if isinstance(pin, ModulePin):
+        return _pinned_module_launch(launch, pin)
+    if isinstance(pin, MakePin):
+        return _pinned_make_launch(launch, pin, cwd)
     index = pin.word
     if index >= len(launch.argv) or (
         os.path.abspath(os.path.join(cwd, launch.argv[index])) != pin.path
@@ -323,7 +466,11 @@ def _feed(program: Sequence[str], pin: Pin, word: str, *, inline: int) -> _Feed:
     if family == "python" or (family == "node" and not _is_module(pin.path)):
         # The text from a sealed copy, its descriptor's path in place of the word
         # `SEALED_COPY` (no size limit, and the text is not in the process's argv).
-        bootstrap = ("-c", PYTHON_BOOTSTRAP) if family == "python" else ("-e", NODE_BOOTSTRAP, "--")
+        bootstrap = (
+            ("-c", _python_bootstrap(pin.modules))
+            if family == "python"
+            else ("-e", _node_bootstrap(pin.modules), "--")
+        )
         return _Feed(words=(*before, *bootstrap, SEALED_COPY))
     if family in (None, "other"):
         return _Feed(replaced=True)
@@ -336,6 +483,10 @@ def _feed(program: Sequence[str], pin: Pin, word: str, *, inline: int) -> _Feed:
                 "path": json.dumps(pin.path),
                 "hooks": json.dumps(_data_url(NODE_MODULE_HOOKS)),
                 "source": json.dumps(text.decode("utf-8", "replace")),  # as Node reads it
+                "modules": json.dumps(
+                    [list(pin.modules.roots), pin.modules.snapshot] if pin.modules else [[], None]
+                ),
+                "requires": json.dumps(_node_requires(pin.modules)),
             }
         )
         if len(module) > inline:
@@ -404,6 +555,188 @@ class NestedCommand(msgspec.Struct, frozen=True, kw_only=True):
     plan: ShellPlan
 
 
+class ModulePin(msgspec.Struct, frozen=True, kw_only=True):
+    """A trusted `python -m MODULE` of a project module: run by a bootstrap that imports
+    it, and what it imports from the project, from the snapshot of checked modules."""
+
+    word: int
+    """The word `-m` of the launch; MODULE follows it."""
+    module: str
+    modules: Modules | None = None
+
+
+class ModuleRun(NamedTuple):
+    """Where a launch's `-m MODULE` is, for a module of the project."""
+
+    word: int
+    module: str
+
+
+def module_run(entry: HookEntry, root: Path) -> ModuleRun | None:
+    """`python [options] -m MODULE …` run directly (after wrappers), MODULE found in the
+    project folder it runs in; None for any other launch."""
+    project = os.path.abspath(root)
+    project_vars = dict.fromkeys(PROJECT_VARS, project)
+    launch = prepare_launch(entry.command, entry.args, project_vars)
+    if launch.mode == "shell":
+        return None
+    return _module_run(launch.argv, _working_directory(entry, project, project_vars), project)
+
+
+def _module_run(argv: Sequence[str], cwd: str, root: str) -> ModuleRun | None:
+    program = after_wrappers(argv)
+    if program is None or program >= len(argv) or family_of(argv[program]) != "python":
+        return None
+    index = program + 1
+    while index < len(argv) and argv[index].startswith("-") and argv[index] != "-m":
+        word = argv[index]
+        if word == "--" or word.startswith("--") or any(letter in "cm" for letter in word[1:]):
+            return None  # `-c`, attached `-mMODULE`, `-Im`: not the form relay pins
+        index += 2 if word in ("-W", "-X") else 1
+    if index + 1 >= len(argv) or argv[index] != "-m":
+        return None
+    module = argv[index + 1]
+    top = module.partition(".")[0]
+    try:
+        entries = os.listdir(cwd)
+    except OSError:
+        return None
+    inside = os.path.join(os.path.abspath(cwd), "").startswith(os.path.join(root, ""))
+    if not inside or not any(entry == top or entry.startswith(top + ".") for entry in entries):
+        return None  # not a module of the project (`-m pytest`): nothing of it to pin
+    return ModuleRun(word=index, module=module)
+
+
+def _runs_project_module(words: Sequence[str], cwd: str | None, root: str) -> bool:
+    """Whether `python … -m MODULE` (also `-mMODULE`, `-Im MODULE`) may run a module of
+    the project: MODULE is found in the working directory, or relay cannot tell where."""
+    for index, word in enumerate(words[1:], start=1):
+        option = re.fullmatch(r"-[A-Za-z]*m(.*)", word)
+        if option is None:
+            if not word.startswith("-"):
+                return False  # a script, or `-c`'s string: not a module run
+            continue
+        module = option.group(1) or (words[index + 1] if index + 1 < len(words) else "")
+        if cwd is None:
+            return True
+        folder = os.path.abspath(cwd)
+        if not os.path.join(folder, "").startswith(root):
+            return False
+        top = module.partition(".")[0]
+        try:
+            return any(entry == top or entry.startswith(top + ".") for entry in os.listdir(folder))
+        except OSError:
+            return False
+    return False
+
+
+class MakeRun(NamedTuple):
+    """`make [options] [goals]` run directly, reading the makefile at `path` by default."""
+
+    word: int
+    """The word that starts make."""
+    path: str
+
+
+class MakePin(msgspec.Struct, frozen=True, kw_only=True):
+    """A trusted `make`: its makefile as the check read it, given to make as `-f` from a
+    sealed copy."""
+
+    word: int
+    path: str
+    text: bytes
+    modules: Modules | None = None
+    """Unused: make loads no modules (kept so every pin takes a snapshot alike)."""
+
+
+_MAKEFILES = ("GNUmakefile", "makefile", "Makefile")
+"""What make reads without -f, the first that exists, in its working directory."""
+_MAKE_FILE_OPTIONS = ("-f", "--file", "--makefile", "-C", "--directory", "-I", "--include-dir")
+_MAKE_BY_PATH = re.compile(rb"\$[({]MAKE(?:FILE_LIST)?[)}]|^\s*-?s?include\s", re.MULTILINE)
+"""What makes make read a makefile again by path: `$(MAKE)` (a recursive make),
+`$(MAKEFILE_LIST)` (a recipe that reads it), `include`."""
+
+
+def make_run(entry: HookEntry, root: Path) -> MakeRun | None:
+    """`make [options] [goals]` run directly (after wrappers) with its default makefile,
+    which exists; None for any other launch (`-f`, `-C`, a shell command)."""
+    project = os.path.abspath(root)
+    project_vars = dict.fromkeys(PROJECT_VARS, project)
+    launch = prepare_launch(entry.command, entry.args, project_vars)
+    if launch.mode == "shell":
+        return None
+    return _make_run(launch.argv, _working_directory(entry, project, project_vars), project)
+
+
+def _make_run(argv: Sequence[str], cwd: str, root: str) -> MakeRun | None:
+    program = after_wrappers(argv)
+    if program is None or program >= len(argv):
+        return None
+    if os.path.basename(argv[program]) not in ("make", "gmake"):
+        return None
+    for word in argv[program + 1 :]:
+        if word.startswith(_MAKE_FILE_OPTIONS):
+            return None  # it names its makefile or folder: relay does not pin that form
+    for name in _MAKEFILES:
+        path = os.path.abspath(os.path.join(cwd, name))
+        if os.path.lexists(path):
+            inside = path.startswith(os.path.join(root, ""))
+            return MakeRun(word=program, path=path) if inside else None
+    return None
+
+
+def _pinnable_make(make: MakeRun, reached: Collection[str], root: str) -> bool:
+    """Whether relay pins this make whole: the makefile is the only project file the hook
+    reaches (its recipes run no project file by path) and it makes make read no makefile
+    again (no `$(MAKE)`, `$(MAKEFILE_LIST)`, `include`)."""
+    name = os.path.relpath(make.path, root)
+    if set(reached) - {name}:
+        return False
+    try:
+        with open(make.path, "rb") as stream:
+            text = stream.read(1 << 20)
+    except OSError:
+        return False
+    return _MAKE_BY_PATH.search(text) is None
+
+
+def _pinned_make_launch(launch: Launch, pin: MakePin, cwd: str) -> Launch:
+    """`make -f /dev/fd/N [options] [goals]`: the checked makefile from a sealed copy."""
+    argv = launch.argv
+    made = _make_run(argv, cwd, os.path.dirname(pin.path))
+    if made is None or made.word != pin.word or made.path != pin.path:
+        return Launch(argv=argv, mode="pinned", refusal=_NOT_CHECKED)
+    if _MAKE_BY_PATH.search(pin.text):
+        return Launch(argv=argv, mode="pinned", refusal=_NOT_CHECKED)
+    word = pin.word + 1
+    return Launch(
+        argv=(*argv[:word], "-f", SEALED_COPY, *argv[word:]),
+        mode="pinned",
+        sealed=pin.text,
+        sealed_word=word + 1,
+    )
+
+
+PYTHON_MODULE_BOOTSTRAP = """\
+def _relay_module():
+    import runpy, sys
+    runpy._run_module_as_main(sys.argv.pop(1))
+globals().pop("_relay_module")()
+"""
+
+
+def _pinned_module_launch(launch: Launch, pin: ModulePin) -> Launch:
+    """`python [options] -c BOOTSTRAP MODULE ARGS…` in place of `-m MODULE ARGS…`."""
+    argv = launch.argv
+    if argv[pin.word : pin.word + 2] != ("-m", pin.module):
+        return Launch(argv=argv, mode="pinned", refusal=_NOT_CHECKED)
+    bootstrap = _python_imports(pin.modules) + PYTHON_MODULE_BOOTSTRAP
+    return Launch(
+        argv=(*argv[: pin.word], "-c", bootstrap, pin.module, *argv[pin.word + 2 :]),
+        mode="pinned",
+    )
+
+
 class ShellPin(msgspec.Struct, frozen=True, kw_only=True):
     """A trusted shell command's scripts as its trust check read them."""
 
@@ -411,6 +744,7 @@ class ShellPin(msgspec.Struct, frozen=True, kw_only=True):
     texts: dict[str, tuple[bytes, bool]]
     """Path -> the bytes read and whether the file is executable, for each script of the
     plan that the check read (one it did not read runs by path)."""
+    modules: Modules | None = None
 
 
 # Programs that run the command after them, as a shell runs them: their options that take
@@ -429,20 +763,10 @@ _WRAPPERS: dict[str, tuple[frozenset[str], int]] = {
 # Wrapper options after which relay cannot tell what runs, or where.
 _WRAPPER_STOPS = frozenset({"-S", "--split-string", "-C", "--chdir", "-a", "-v", "-V", "-p"})
 RUNNERS: dict[str, str] = {
-    **dict.fromkeys(
-        ("make", "gmake"), "make reads its Makefile, and its recipes run scripts, by path"
-    ),
-    **dict.fromkeys(
-        ("npm", "pnpm", "yarn", "npx", "pnpx", "bunx"),
-        "the package tool runs package.json scripts and node_modules programs by path",
-    ),
-    **dict.fromkeys(
-        ("uv", "uvx", "poetry", "pipenv", "pdm", "pipx"), "the runner opens the script by path"
-    ),
-    "xargs": "xargs runs what it reads by path",
-    "find": "find -exec runs what it names by path",
+    name: program.by_path for program in reach.PROGRAMS if program.by_path for name in program.names
 }
-"""Programs found on PATH that run project files themselves: not pinned (protocol §9)."""
+"""Programs found on PATH that open project files themselves, from the table of what each
+program loads (relay.config.reach.PROGRAMS): what they run cannot be pinned (protocol §9)."""
 _CHANGES_MEANING = frozenset({".", "source", "eval", "alias", "unalias", "hash", "enable"})
 """Builtins after which relay cannot tell what the command's later words run."""
 _CHANGES_DIRECTORY = frozenset({"cd", "pushd", "popd", "chdir"})
@@ -473,11 +797,18 @@ def shell_plan(entry: HookEntry, root: Path) -> ShellPlan | None:
     return msgspec.structs.replace(plan, argv=argv, word=program + string)
 
 
-def runs_by_path(entry: HookEntry, root: Path) -> list[tuple[str, str]]:
-    """(what, why) for each thing a trusted hook's command runs by path that pinning does
-    not cover: a command relay cannot read exactly, a script after a cd it cannot follow,
-    a runner that opens project files itself (`make`, `npx`, `uv run`), a sourced file."""
-    plan = shell_plan(entry, root)
+def runs_by_path(
+    entry: HookEntry,
+    root: Path,
+    plan: ShellPlan | None = None,
+    reached: Collection[str] | None = None,
+) -> list[tuple[str, str]]:
+    """(what, why) for each thing a hook's command runs by path that pinning does not
+    cover: a command relay cannot read exactly, a script after a cd it cannot follow,
+    a runner that opens project files itself (`make`, `npx`, `uv run`), a sourced file.
+    `reached`: the project files of the hook's fingerprint (relative to the root), which
+    a pinned `make` may not go beyond (None: relay does not pin make)."""
+    plan = plan or shell_plan(entry, root)
     env_path = []
     if _names_project_folder(entry.env.get("PATH", "/"), os.path.join(os.path.abspath(root), "")):
         env_path.append(("PATH in env", _PATH_WHY))
@@ -487,7 +818,10 @@ def runs_by_path(entry: HookEntry, root: Path) -> list[tuple[str, str]]:
     project_vars = dict.fromkeys(PROJECT_VARS, project)
     launch = prepare_launch(entry.command, entry.args, project_vars)
     cwd = _working_directory(entry, project, project_vars)
-    if script_of(launch, cwd, project) is not None:
+    if script_of(launch, cwd, project) is not None or _module_run(launch.argv, cwd, project):
+        return env_path
+    make = _make_run(launch.argv, cwd, project)
+    if make is not None and reached is not None and _pinnable_make(make, reached, project):
         return env_path
     planner = _ShellPlanner(project)
     words = tuple(shellwords.Word(start=0, end=0, value=word) for word in launch.argv)
@@ -495,19 +829,26 @@ def runs_by_path(entry: HookEntry, root: Path) -> list[tuple[str, str]]:
     return [*env_path, *planner.by_path]
 
 
+def refusal_of(by_path: Sequence[tuple[str, str]]) -> str:
+    """The reason a hook that runs these by path cannot be trusted."""
+    listed = "; ".join(f"{what}: {why}" for what, why in by_path[:3])
+    more = f" (and {len(by_path) - 3} more)" if len(by_path) > 3 else ""
+    return f"relay cannot run it as checked, it runs project files by path: {listed}{more}"
+
+
 def plan_shell_command(command: str, cwd: str, root: str) -> ShellPlan:
     """shell_plan for the text `sh -c` runs in `cwd`."""
     try:
         commands = shellwords.read(command)
     except shellwords.UnreadableCommand as exc:
-        why = f"relay cannot rewrite this command soundly ({exc}); the scripts it names run by path"
+        why = f"relay cannot rewrite this command soundly ({exc}); the scripts it names run by path{_INTO_SCRIPT}"
         return ShellPlan(command=command, cwd=cwd, by_path=(("the command", why),))
     planner = _ShellPlanner(root, command)
     planner.read(commands, cwd)
     if planner.high_descriptor:
         why = (
             f"it redirects descriptor {planner.high_descriptor} (relay's copies use 10 and up); "
-            f"the scripts it names run by path"
+            f"the scripts it names run by path{_INTO_SCRIPT}"
         )
         return ShellPlan(command=command, cwd=cwd, by_path=(("the command", why),))
     return ShellPlan(
@@ -597,7 +938,8 @@ class _ShellPlanner:
             sourced = [word.value for word in words[index + 1 : index + 2]]
             if name in (".", "source") and sourced:
                 what = f"{value} {sourced[0] if sourced[0] is not None else '…'}"
-                self.by_path.append((what, "a file the command sources is read by path"))
+                why = "a file the command sources is read by path (to pin it: put its text in the command, or run it as a script)"
+                self.by_path.append((what, why))
             return name
         script: int | None = None
         if "/" in value and (
@@ -617,25 +959,33 @@ class _ShellPlanner:
                 script = index + operand
             elif family == "shell":
                 self.shell_string(words[index:], cwd)
+            elif family == "python" and _runs_project_module(literal, cwd, self.root):
+                self.by_path.append((self._shown(words[index:]), _MODULE_WHY))
         if script is None:
             return name
         word = words[script]
         assert word.value is not None
         if cwd is None and not os.path.isabs(word.value):
-            why = "it comes after a cd relay cannot follow: relay cannot tell which file it names"
+            why = (
+                "it comes after a cd relay cannot follow: relay cannot tell which file it names "
+                "(to pin it: `cd` to an absolute folder, or one starting with `.`, joined by `&&`)"
+            )
             self.by_path.append((word.value, why))
             return name
         path = os.path.abspath(os.path.join(cwd or "/", word.value))
         if not path.startswith(self.root):
             return name
         if not self.known:
-            why = "after `.`, `source`, `eval` or `alias`, relay cannot tell what runs"
+            why = (
+                f"after `.`, `source`, `eval` or `alias`, relay cannot tell what runs{_INTO_SCRIPT}"
+            )
             self.by_path.append((word.value, why))
             return name
         if not os.path.lexists(path):
             # `test -x hooks/opt.sh && ./hooks/opt.sh`: nothing to pin (nor in the
             # fingerprint); a file that appears later untrusts the hook at its next check.
-            self.by_path.append((word.value, "it does not exist when checked"))
+            why = "it does not exist when checked (to pin it: create it, or take it out of the command)"
+            self.by_path.append((word.value, why))
             return name
         self.scripts.append(
             ShellScript(
@@ -657,11 +1007,16 @@ class _ShellPlanner:
         shell = os.path.basename(words[0].value or "")
         why = None
         if string.value is None:
-            why = "the scripts a nested shell string that expands runs are run by path"
+            why = (
+                f"the scripts a nested shell string that expands runs are run by path{_INTO_SCRIPT}"
+            )
         elif shell not in _NESTED_SHELLS:
-            why = f"the scripts a {shell} -c string runs are run by path"
+            why = (
+                f"the scripts a {shell} -c string runs are run by path (to pin it: give the "
+                f"string to sh -c or bash -c, or run the script directly)"
+            )
         elif self.depth >= _NESTED_LIMIT:
-            why = f"shell strings nested more than {_NESTED_LIMIT} deep run their scripts by path"
+            why = f"shell strings nested more than {_NESTED_LIMIT} deep run their scripts by path{_INTO_SCRIPT}"
         if why is not None:
             self.by_path.append((self._shown(words), why))
             return
@@ -669,7 +1024,7 @@ class _ShellPlanner:
         try:
             commands = shellwords.read(string.value)
         except shellwords.UnreadableCommand as exc:
-            why = f"relay cannot rewrite its shell string soundly ({exc}); its scripts run by path"
+            why = f"relay cannot rewrite its shell string soundly ({exc}); its scripts run by path{_INTO_SCRIPT}"
             self.by_path.append((self._shown(words), why))
             return
         inner = _ShellPlanner(self.root.rstrip("/") or "/", string.value, depth=self.depth + 1)
@@ -677,7 +1032,7 @@ class _ShellPlanner:
         inner.read(commands, cwd)
         self.by_path.extend(inner.by_path)
         if inner.high_descriptor:
-            why = f"its shell string redirects descriptor {inner.high_descriptor}; run by path"
+            why = f"its shell string redirects descriptor {inner.high_descriptor}; run by path{_INTO_SCRIPT}"
             self.by_path.append((self._shown(words), why))
             return
         if inner.scripts or inner.nested:
@@ -723,7 +1078,15 @@ def _command_string(words: Sequence[shellwords.Word]) -> int | None:
     return index
 
 
-_PATH_WHY = "programs found on the PATH it sets are run by path (a project folder on it)"
+_PATH_WHY = (
+    "programs found on the PATH it sets are run by path (a project folder on it) (to pin "
+    "it: name the program by its path, `hooks/bin/x`, and keep the project off PATH)"
+)
+_MODULE_WHY = (
+    "the interpreter finds a module by path inside a shell command (to pin it: make "
+    "`python3 -m MODULE` the whole command, or run its file as a script)"
+)
+_INTO_SCRIPT = " (to pin it: move the command into a script the hook runs, `./hooks/x.sh`)"
 
 
 def _names_project_folder(search_path: str, root: str) -> bool:
@@ -759,7 +1122,9 @@ def _pinned_shell_launch(launch: Launch, pin: ShellPin, cwd: str) -> Launch:
         copies: list[bytes] = []
         numbers: dict[str, int] = {}  # one copy per file, however often the command names it
         try:
-            template = _shell_template(plan, pin.texts, copies, numbers, inline=inline)
+            template = _shell_template(
+                plan, pin.texts, copies, numbers, inline=inline, modules=pin.modules
+            )
         except _Refused as exc:
             return Launch(argv=launch.argv, mode="pinned", refusal=str(exc))
         # Each copy's path is at most /dev/fd/ and 10 digits.
@@ -792,6 +1157,7 @@ def _shell_template(
     numbers: dict[str, int],
     *,
     inline: int,
+    modules: Modules | None = None,
 ) -> list[str | int]:
     """The pinned command as text and copy numbers (an int is a copy's `/dev/fd/N`),
     adding to `copies`; raises _Refused."""
@@ -808,12 +1174,20 @@ def _shell_template(
         parts.append(text[done : piece.start])
         done = piece.start
         if isinstance(piece, NestedCommand):
-            inner = _shell_template(piece.plan, texts, copies, numbers, inline=inline)
+            inner = _shell_template(
+                piece.plan, texts, copies, numbers, inline=inline, modules=modules
+            )
             parts.extend(_single_quoted(inner))
             done = piece.end
             continue
         data, executable = texts[piece.path]
-        pin = Pin(word=len(piece.words) - 1, path=piece.path, text=data, executable=executable)
+        pin = Pin(
+            word=len(piece.words) - 1,
+            path=piece.path,
+            text=data,
+            executable=executable,
+            modules=modules,
+        )
         feed = _feed(piece.words[:-1], pin, piece.words[-1], inline=inline)
         if feed.refusal is not None:
             raise _Refused(feed.refusal)
@@ -908,6 +1282,37 @@ def _interpreter_of(text: bytes) -> tuple[tuple[str, ...], int]:
     if not split or split[0].startswith("-") or "=" in split[0]:
         return (), 0  # env's own options or assignments: no rule, a sealed copy runs
     return (words[0], *split), 1
+
+
+def _python_bootstrap(modules: Modules | None) -> str:
+    """The bootstrap for a pinned Python script: with its imports from the project
+    served from the snapshot of checked modules when there is one."""
+    return _python_imports(modules) + PYTHON_BOOTSTRAP
+
+
+def _python_imports(modules: Modules | None) -> str:
+    """The code that serves imports from the project from the snapshot ("" without one)."""
+    if modules is None:
+        return ""
+    return PYTHON_PINNED_IMPORTS % {"roots": modules.roots, "snapshot": modules.snapshot}
+
+
+def _node_bootstrap(modules: Modules | None) -> str:
+    """The bootstrap for a pinned CommonJS script: with what it requires from the project
+    compiled from the snapshot of checked files when there is one."""
+    return _node_requires(modules) + NODE_BOOTSTRAP
+
+
+def _node_requires(modules: Modules | None) -> str:
+    """The code that pins what `require` loads from the project ("" without a snapshot)."""
+    if modules is None:
+        return ""
+    import json
+
+    return NODE_PINNED_REQUIRES % {
+        "roots": json.dumps(list(modules.roots)),
+        "snapshot": json.dumps(modules.snapshot),
+    }
 
 
 def _data_url(code: str) -> str:

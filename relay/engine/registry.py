@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -21,6 +22,7 @@ from relay.config.model import (
     Scope,
     Settings,
 )
+from relay.config.snapshot import SnapshotError, snapshot_of
 from relay.config.trust import (
     CheckedScript,
     DigestCache,
@@ -28,7 +30,21 @@ from relay.config.trust import (
     TrustStoreError,
     check_trust,
 )
-from relay.engine.interpreters import Pin, ShellPin, ShellPlan, entry_script, shell_plan
+from relay.engine.interpreters import (
+    MakePin,
+    MakeRun,
+    ModulePin,
+    Modules,
+    Pin,
+    ShellPin,
+    ShellPlan,
+    entry_script,
+    make_run,
+    module_run,
+    refusal_of,
+    runs_by_path,
+    shell_plan,
+)
 from relay.protocol.dialects import Dialect, UnknownEventError, canonical_name, registered_dialect
 
 PythonHandler = Callable[..., Any]
@@ -60,7 +76,7 @@ class RegisteredHook(msgspec.Struct, kw_only=True):
     needs_trust: bool = False
     """A project hook whose fingerprint must be in the trust store."""
     trust_checked: bool = False
-    pin: Pin | ShellPin | None = None
+    pin: Pin | ShellPin | ModulePin | MakePin | None = None
     """A trusted project hook's entry script (or the scripts its shell command runs) as
     its check read it: what runs (DESIGN §7)."""
     broken: BrokenHook | None = None
@@ -223,6 +239,8 @@ class Registry:
         entry = entry_script(hook.entry, self.root)
         plans: list[ShellPlan | None] = []
 
+        makes: list[MakeRun | None] = []
+
         def scripts() -> list[str]:
             # A shell command is read for its scripts only once the store trusts the hook:
             # an untrusted clone's hooks cost each event no more than before.
@@ -230,7 +248,10 @@ class Registry:
                 return [entry.path]
             assert hook.entry is not None and self.root is not None
             plans.append(shell_plan(hook.entry, self.root))
-            return plans[0].paths() if plans[0] is not None else []
+            if plans[0] is not None:
+                return plans[0].paths()
+            makes.append(make_run(hook.entry, self.root))  # its makefile is read as checked
+            return [makes[0].path] if makes[0] is not None else []
 
         try:
             verdict = check_trust(
@@ -256,8 +277,27 @@ class Registry:
                 )
             elif plans and plans[0] is not None and verdict.trusted:
                 hook.pin = _shell_pin(plans[0], checked)
-            if verdict.refusal is not None:
-                refused = f"project hook {hook.name} cannot be trusted: {verdict.refusal}"
+            elif makes and makes[0] is not None and makes[0].path in checked:
+                make = checked[makes[0].path]
+                hook.pin = MakePin(word=makes[0].word, path=make.path, text=make.text)
+            elif verdict.trusted and (run := module_run(hook.entry, self.root)) is not None:
+                hook.pin = ModulePin(word=run.word, module=run.module)
+            refusal = verdict.refusal
+            if verdict.trusted and verdict.reached:
+                # What it would run by path: a file swapped in after the check would run.
+                by_path = runs_by_path(
+                    hook.entry, self.root, plans[0] if plans else None, verdict.reached
+                )
+                if by_path:
+                    hook.trusted, hook.pin, refusal = False, None, refusal_of(by_path)
+            if hook.pin is not None:
+                try:
+                    hook.pin = _with_modules(hook.pin, self.root, verdict.hashes)
+                except (SnapshotError, OSError) as exc:
+                    hook.trusted, hook.pin = False, None
+                    refusal = f"its modules cannot be copied as checked ({exc})"
+            if refusal is not None:
+                refused = f"project hook {hook.name} cannot be trusted: {refusal}"
                 if refused not in self.warnings:
                     self.warnings.append(refused)
         except TrustStoreError as exc:
@@ -570,6 +610,17 @@ class RegistryCache:
                     self._entries.clear()
                 self._entries[key] = entry
         return entry[1].view()
+
+
+def _with_modules(
+    pin: Pin | ShellPin | ModulePin | MakePin, root: Path, hashes: Mapping[str, str]
+) -> Pin | ShellPin | ModulePin | MakePin:
+    """The pin with the snapshot of the checked modules its Python scripts import from the
+    project (relay.config.snapshot); raises SnapshotError or OSError."""
+    folder = snapshot_of(root, hashes)
+    project = os.path.abspath(root)
+    roots = tuple(dict.fromkeys((project, os.path.realpath(project))))
+    return msgspec.structs.replace(pin, modules=Modules(snapshot=folder, roots=roots))
 
 
 def _shell_pin(plan: ShellPlan, checked: Mapping[str, CheckedScript]) -> ShellPin | None:
