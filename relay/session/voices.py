@@ -4,7 +4,7 @@ A directive counts only where the agent itself speaks (DESIGN §8): a file the a
 reads and displays must not be able to fire one. Plain agents print their answers at
 column 0. The full-screen hosts draw the assistant's text after a marker and indent its
 continuation lines, and draw tool output inside blocks of their own (Claude Code's `⎿`,
-Gemini CLI's boxes), deeper-indented. A `Voice` says how one agent draws, and a
+Gemini CLI's boxes, Codex's `└`), deeper-indented. A `Voice` says how one agent draws, and a
 `Speaking` follows one stream's lines to answer "is this line the agent's own words?".
 See spec/directives.md §3.
 """
@@ -37,6 +37,9 @@ class Voice:
     busy: re.Pattern[str] | None = None
     """Text on its screen while it is still answering (its interrupt hint): rows on the
     screen may still change, so a screen reader does not read them yet (relay.session.screen)."""
+    turn_state: re.Pattern[bytes] | None = None
+    """An escape sequence by which the agent announces its turn's state (group 1): while
+    the last one said `working`, rows may still change, as with `busy`."""
     code_colours: frozenset[str] = frozenset()
     """Foreground colours (pyte's hex form) of code blocks drawn at the text's own indent:
     displayed content, told apart from the assistant's words only by colour."""
@@ -76,7 +79,27 @@ GEMINI = Voice(
     tool_starts="│╭╰┌└",
     busy=re.compile(r"\besc to cancel\b"),
 )
-VOICES: dict[str, Voice] = {voice.name: voice for voice in (PLAIN, CLAUDE, GEMINI)}
+CODEX = Voice(
+    "codex",
+    markers="•",
+    indent=2,
+    column_zero=False,
+    # `  └ ` opens a tool's output (its later lines 4 deep); U+203A (a right angle quote)
+    # starts the human's turn, whose continuation lines are indented 2 like the assistant's.
+    tool_starts="└│\u203a",
+    # Codex 0.169 heads a tool's block with a bullet and a verb: `• Ran ls`, `• Explored`,
+    # `• Edited a.py (+1 -0)`, `• Called relay.send_message(…)`; `• Working (3s • esc to
+    # interrupt)` is its status row. `Worked for 5s` ends a turn, at the text's indent.
+    tool_call=re.compile(
+        r"(?:Ran|Running|Explored|Exploring|Edited|Editing|Added|Deleted|Called|Calling"
+        r"|Waited|Waiting|Working|Searched|Searching|Updated Plan|Viewed Image)(?:\s|\(|\Z)"
+    ),
+    busy=re.compile(r"\besc to interrupt\b"),
+    # OSC 7501: `state=working:app=codex` when a turn starts, `state=done:…` when it ends;
+    # while it works, its spinner redraws the title, but a stalled process draws nothing.
+    turn_state=re.compile(rb"\x1b\]7501;state=([a-z_-]+)[:;\x07\x1b]"),
+)
+VOICES: dict[str, Voice] = {voice.name: voice for voice in (PLAIN, CLAUDE, GEMINI, CODEX)}
 STYLES = ("auto", *VOICES)
 
 
@@ -89,6 +112,8 @@ def voice_for(command: list[str] | tuple[str, ...], style: str = "auto") -> Voic
         return CLAUDE
     if program == "gemini":
         return GEMINI
+    if program == "codex":
+        return CODEX
     return PLAIN
 
 
