@@ -185,6 +185,27 @@ def test_a_half_drawn_codex_row_is_not_read_while_codex_says_it_works() -> None:
     assert [(d.target, d.message) for d in reader.settle()] == [("staging", "release 2")]
 
 
+@pytest.mark.parametrize(("voice", "mark"), [(GEMINI, ">"), (CODEX, "\u203a")])
+def test_the_humans_own_lines_are_not_the_agents_voice(voice: Voice, mark: str) -> None:
+    """Gemini CLI and Codex draw the human's turn after a mark at column 0 and its further
+    lines indented 2, as the assistant's own: a line the human typed never fires (Gemini
+    CLI 0.61 ran `@deploy:prod` typed on the second line of a prompt)."""
+    scanner = DirectiveScanner(voice=voice)
+    reader = ScreenReader(voice, scanner, 12, 60)
+    marker = voice.markers[0]
+    rows = [
+        f"{marker} Sure.",
+        f"{mark} Please check",
+        "  @deploy:prod typed by the human",
+        f"{marker} @deploy:staging go",
+        "  @memory:save said after it #s",
+    ]
+    reader.feed(b"\x1b[H" + "\r\n".join(rows).encode())
+    found = [(d.namespace, d.target, d.message) for d in reader.settle(final=True)]
+    assert found == [("deploy", "staging", "go"), ("memory", "save", "said after it #s")]
+    assert scanner.refused == ["  @deploy:prod typed by the human"]
+
+
 def test_a_plain_agent_speaks_at_column_0_and_after_a_marker() -> None:
     stream = "@deploy:a x\n⏺ @deploy:b y\n  @deploy:c indented\n> @deploy:d quoted\n"
     assert said(stream, PLAIN) == [("deploy", "a", "x"), ("deploy", "b", "y")]

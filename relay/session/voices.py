@@ -32,6 +32,9 @@ class Voice:
     """Whether a line that starts at column 0 is the agent's own (a plain agent's)."""
     tool_starts: str = ""
     """First characters of a line that opens or frames tool output (`⎿`, a box)."""
+    turn_marks: str = ""
+    """Characters drawn at column 0 before the human's turn (Gemini CLI `>`): its own
+    continuation lines are indented like the assistant's, so it ends the assistant's text."""
     tool_call: re.Pattern[str] | None = None
     """A marker line whose text is a tool call (`● Bash(ls)`), not the assistant's words."""
     busy: re.Pattern[str] | None = None
@@ -46,7 +49,7 @@ class Voice:
     state_chars: str = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "state_chars", self.markers + self.tool_starts)
+        object.__setattr__(self, "state_chars", self.markers + self.tool_starts + self.turn_marks)
 
     def displayed_lead(self, column: int, char: str) -> bool:
         """Whether a row that begins with `char` at `column` is displayed content (tool
@@ -77,6 +80,7 @@ GEMINI = Voice(
     indent=2,
     column_zero=False,
     tool_starts="│╭╰┌└",
+    turn_marks=">",  # `> Read the notes`; a line the human typed after it: `  @deploy:…`
     busy=re.compile(r"\besc to cancel\b"),
 )
 CODEX = Voice(
@@ -84,9 +88,8 @@ CODEX = Voice(
     markers="•",
     indent=2,
     column_zero=False,
-    # `  └ ` opens a tool's output (its later lines 4 deep); U+203A (a right angle quote)
-    # starts the human's turn, whose continuation lines are indented 2 like the assistant's.
-    tool_starts="└│\u203a",
+    tool_starts="└│",  # `  └ ` opens a tool's output, its later lines 4 deep
+    turn_marks="\u203a",  # a right angle quote before the human's line, then rows indented 2
     # Codex 0.169 heads a tool's block with a bullet and a verb: `• Ran ls`, `• Explored`,
     # `• Edited a.py (+1 -0)`, `• Called relay.send_message(…)`; `• Working (3s • esc to
     # interrupt)` is its status row. `Worked for 5s` ends a turn, at the text's indent.
@@ -139,7 +142,7 @@ class Speaking:
         if first in voice.markers and len(body) == len(text):
             words = body[1:].lstrip(BLANKS)
             self.assistant = voice.tool_call is None or voice.tool_call.match(words) is None
-        elif first in voice.tool_starts:
+        elif first in voice.tool_starts or (first in voice.turn_marks and len(body) == len(text)):
             self.assistant = False
 
     def speaks(self, lead: str) -> bool:
