@@ -73,6 +73,7 @@ from relay.session.escapes import acted_on
 from relay.session.hostnotes import STATUS_SOCKET_VARIABLE, NoteListener
 from relay.session.inbox import SessionInbox
 from relay.session.injector import PASTE_END, PASTE_START, Admit, Injector
+from relay.session.leftovers import end_leftovers
 from relay.session.lines import RecentOutput, clean_block
 from relay.session.pty import AgentExitedError, AgentPty
 from relay.session.screen import SETTLE_SECONDS, ScreenReader, draws_screen
@@ -328,6 +329,9 @@ class Session:
             if self.inbox is not None:
                 with anyio.CancelScope(shield=True):
                     await self.inbox.close()
+            if self._agent is not None:  # it ran: what it left running ends with it
+                with anyio.CancelScope(shield=True):
+                    await self._end_leftovers()
             if self._transcript is not None:
                 self._note_unrecorded()
                 self._transcript.close()
@@ -335,6 +339,15 @@ class Session:
                 sessions.unregister(record_path)
             with contextlib.suppress(OSError):
                 sessions.hooked_marker(self.session_id).unlink(missing_ok=True)
+
+    async def _end_leftovers(self) -> None:
+        """End the processes the agent started that outlive it (detached helpers, such
+        as Codex's app-server), said in the transcript; relay's own services stay, said."""
+        ended, kept = await end_leftovers(self.session_id)
+        for left in ended:
+            self._record("ended", left.describe())
+        for left in kept:
+            self._record("left-running", left.describe())
 
     def _show_waiting(self, waiting: bool) -> None:
         """Tell the human, in the terminal's title (never in the middle of their line),
