@@ -715,15 +715,24 @@ class Session:
                 self._observe_input(data)
                 await agent.write(data)
 
+        output_done = anyio.Event()
+
+        async def pump_output() -> None:
+            while data := await agent.read():
+                self._on_output(data)
+            output_done.set()
+
         async with anyio.create_task_group() as group:
             group.start_soon(forward_stdin)
-            while True:
-                data = await agent.read()
-                if not data:
-                    break
-                self._on_output(data)
+            group.start_soon(pump_output)
+            code = await agent.wait()
+            # The session ends with the agent, as in TTY mode: a helper it started detached
+            # may hold its terminal open (ended with the session's leftovers), so its last
+            # output is taken for a moment, not until the terminal closes.
+            with anyio.move_on_after(EXIT_DRAIN_SECONDS):
+                await output_done.wait()
             group.cancel_scope.cancel()
-        return await agent.wait()
+        return code
 
     async def _run_injector(self, injector: Injector, scope: anyio.CancelScope) -> None:
         # The agent may end while text is being typed: the session is ending then anyway.
@@ -1091,6 +1100,10 @@ class Session:
     def _record(self, kind: str, text: str) -> None:
         if self._transcript is not None:
             self._transcript.record(kind, text)
+
+
+EXIT_DRAIN_SECONDS = 0.5
+"""Headless: how long the agent's last output is taken once it has exited."""
 
 
 def _pollable(fd: int) -> bool:
