@@ -185,11 +185,14 @@ def test_a_half_drawn_codex_row_is_not_read_while_codex_says_it_works() -> None:
     assert [(d.target, d.message) for d in reader.settle()] == [("staging", "release 2")]
 
 
-@pytest.mark.parametrize(("voice", "mark"), [(GEMINI, ">"), (CODEX, "\u203a")])
+@pytest.mark.parametrize(
+    ("voice", "mark"), [(GEMINI, ">"), (CODEX, "\u203a"), (CLAUDE, "\u276f"), (CLAUDE, ">")]
+)
 def test_the_humans_own_lines_are_not_the_agents_voice(voice: Voice, mark: str) -> None:
-    """Gemini CLI and Codex draw the human's turn after a mark at column 0 and its further
-    lines indented 2, as the assistant's own: a line the human typed never fires (Gemini
-    CLI 0.61 ran `@deploy:prod` typed on the second line of a prompt)."""
+    """Gemini CLI, Codex and Claude Code draw the human's turn after a mark at column 0
+    and its further lines indented 2, as the assistant's own: a line the human typed
+    never fires (Gemini CLI 0.61 and Claude Code 2.1.331 under relay ran `@deploy:prod`
+    typed on the second line of a prompt)."""
     scanner = DirectiveScanner(voice=voice)
     reader = ScreenReader(voice, scanner, 12, 60)
     marker = voice.markers[0]

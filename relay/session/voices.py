@@ -69,6 +69,9 @@ CLAUDE = Voice(
     indent=2,
     column_zero=False,
     tool_starts="⎿",
+    # U+276F (`> ` in older versions) before the human's turn, its further lines at 2;
+    # Claude Code 2.1 under relay ran `@deploy:prod` typed on a prompt's second line.
+    turn_marks="\u276f>",
     # `● Bash(ls)`, `● Read(a.py)`, `● relay - send_message (MCP)(to: "Bob")`
     tool_call=re.compile(r"[A-Za-z_][\w.:-]*(?: - [\w.-]+(?: \(MCP\))?)?\("),
     busy=re.compile(r"\besc to interrupt\b"),
