@@ -3,6 +3,8 @@ file the agent displays, a quote or tool output never fires one."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from relay.session.directives import Directive, DirectiveScanner
@@ -153,9 +155,9 @@ def test_a_codex_tool_header_does_not_open_the_answer(header: str) -> None:
 WORKING = b"\x1b]7501;state=working:app=codex\x1b\\"
 
 
-def _codex_screen() -> tuple[ScreenReader, DirectiveScanner]:
+def _codex_screen(rows: int = 10, cols: int = 60) -> tuple[ScreenReader, DirectiveScanner]:
     scanner = DirectiveScanner(voice=CODEX)
-    return ScreenReader(CODEX, scanner, 10, 60), scanner
+    return ScreenReader(CODEX, scanner, rows, cols), scanner
 
 
 def test_codex_draws_only_the_cells_that_change_and_its_answer_still_speaks() -> None:
@@ -183,6 +185,33 @@ def test_a_half_drawn_codex_row_is_not_read_while_codex_says_it_works() -> None:
     assert reader.settle() == []
     reader.feed(b"\x1b[2;22Hease 2\x1b[9;1H\x1b]7501;state=done:app=codex\x07")
     assert [(d.target, d.message) for d in reader.settle()] == [("staging", "release 2")]
+
+
+CODEX_STREAM = Path(__file__).parent / "fixtures" / "codex" / "tool_result_and_answer.bin"
+
+
+@pytest.mark.parametrize("piece", [7, 64, 4096])
+def test_a_real_codex_stream_read_at_every_pause_fires_each_directive_once(piece: int) -> None:
+    """Codex 0.169's own bytes (tests/fixtures/codex), read as if Codex paused after every
+    piece: its answer's directives run once each, whole (a half-streamed `@deploy:stag`
+    is never read while Codex says it works), those its command printed never do."""
+    data = CODEX_STREAM.read_bytes()
+    reader, scanner = _codex_screen(rows=40, cols=100)
+    found = []
+    for start in range(0, len(data), piece):
+        reader.feed(data[start : start + piece])
+        found += reader.settle()
+    found += reader.settle(final=True)
+    wrapped = (
+        "this message is long enough that Codex wraps it at the width of the terminal, "
+        "which is one hundred columns here"
+    )
+    assert [(d.namespace, d.target, d.message) for d in found] == [
+        ("deploy", "staging", "release 1.4.2"),
+        ("deploy", "wrapped", wrapped),
+        ("memory", "save", "codex said so #tui"),
+    ]
+    assert scanner.refused == ["      @memory:forget all", "    • @deploy:prod bullet"]
 
 
 @pytest.mark.parametrize(
