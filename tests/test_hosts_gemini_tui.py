@@ -129,25 +129,31 @@ def test_a_directive_in_geminis_answer_runs_once_and_one_in_tool_output_never(
 ) -> None:
     """Gemini CLI draws its answer after `✦ ` with continuation rows indented 2, and a
     command's output in a box: the answer's directives run, streamed in pieces of 5
-    characters (a half-drawn `@deploy:stagin` is never read), on a continuation row and
-    wrapped over two rows; those the command printed never do."""
+    characters (a half-drawn `@deploy:stagin` is never read), on a continuation row,
+    wrapped over two rows, and a `<<<` body over several; those the command printed never
+    do."""
     handled = tmp_path / "deploy.jsonl"
     settings = tmp_path / "settings.json"
     _deploy_handler(settings, handled)
     answer = (
         "@deploy:staging release 1.4.2\n\nThe notes are read.\n\n"
-        f"@deploy:wrapped {WRAPPED}\n\n@memory:save gemini said so #tui"
+        f"@deploy:wrapped {WRAPPED}\n\n@memory:save gemini said so #tui\n\n"
+        "@deploy:body <<<\nline one\n  line two\n>>>"
     )
     app = GeminiApp([shell(f"printf '{HOSTILE}'"), answer], pace=(5, 0.08))
     with ModelServer(app) as server:
         project, env = _setup(tmp_path, server.url, relay_home)
         with _gemini_pane(env, project, _relay_gemini("Alice", settings)) as pane:
             _submit(pane, "Read the notes")
-            wait_until(lambda: len(_deployed(handled)) >= 2, 90, f"no deploys:\n{pane.text()}")
+            wait_until(lambda: len(_deployed(handled)) >= 3, 90, f"no deploys:\n{pane.text()}")
             saved = ["gemini said so #tui"]
             wait_until(lambda: _memories(env, project) == saved, 30, pane.text())
             time.sleep(3.0)  # a second dispatch (a redraw read twice) would come now
-            assert _deployed(handled) == [("staging", "release 1.4.2"), ("wrapped", WRAPPED)]
+            assert _deployed(handled) == [
+                ("staging", "release 1.4.2"),
+                ("wrapped", WRAPPED),
+                ("body", "line one\n  line two"),
+            ]
     assert b"@deploy:prod star" in app.main[1].body  # the command did print them
     refused = _refused(relay_home, "Alice")
     assert any(line.startswith("│ ✦ @deploy:prod star") for line in refused), refused
