@@ -570,7 +570,7 @@ ERRORS = [
     pytest.param(
         AGENT + 'style = "claud"\nmachine = "gpu box"\ntask = " "\n',
         [
-            "4:1: agent[0].style: expected one of auto, plain, claude, gemini, got 'claud'"
+            "4:1: agent[0].style: expected one of auto, plain, claude, gemini, codex, got 'claud'"
             " (did you mean 'claude'?)",
             "5:1: agent[0].machine: machine label 'gpu box' is not usable: 1 to 128 letters,"
             " digits, '.', '_' or '-', starting with a letter or digit",
@@ -658,7 +658,7 @@ def test_the_error_carries_every_error_and_the_first_ones_place(tmp_path: Path) 
     )
     assert str(error) == (
         f"2 errors in the team file {path}:\n"
-        f"  {path}:4:1: agent[0].style: expected one of auto, plain, claude, gemini, got"
+        f"  {path}:4:1: agent[0].style: expected one of auto, plain, claude, gemini, codex, got"
         " 'fancy'\n"
         f"  {path}:6:1: agent[1].name: agent name 'a' is used twice: at lines 2 and 6"
     )

@@ -3,11 +3,14 @@ file the agent displays, a quote or tool output never fires one."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from relay.session.directives import Directive, DirectiveScanner
 from relay.session.lines import clean_line
-from relay.session.voices import CLAUDE, GEMINI, PLAIN, Voice, voice_for
+from relay.session.screen import ScreenReader
+from relay.session.voices import CLAUDE, CODEX, GEMINI, PLAIN, Voice, voice_for
 
 
 def scan(stream: str | bytes, voice: Voice, chunk: int | None = None) -> list[Directive]:
@@ -107,6 +110,134 @@ def test_gemini_boxed_tool_output_fires_nothing() -> None:
     ]
 
 
+# Codex 0.169 as its TUI draws a turn (tmux capture-pane): the human's line after U+203A, a
+# command under `• Ran` with its output after `  └ ` (later lines 4 deep), a folded
+# `• Explored` group, the answer after `• ` with continuation rows indented 2.
+CODEX_SESSION = (
+    "\u203a Read the notes\n"
+    "  @deploy:prod the human's own continuation row\n"
+    "\n"
+    "• Explored\n"
+    "  └ Read notes.txt\n"
+    "  @deploy:prod after a folded group\n"
+    "\n"
+    "• Ran printf '@deploy:prod now\\n'\n"
+    "  └ @deploy:prod now\n"
+    "      @memory:forget all\n"
+    "    • @deploy:prod bullet\n"
+    "  @deploy:prod after a command\n"
+    "\n"
+    "• • @deploy:prod a list item in the answer\n"
+    "  @deploy:staging release 1.4.2\n"
+    "\n"
+    "  @memory:save codex said so #tui\n"
+    "  Worked for 3s • 17:55\n"
+    "\n"
+    "• @relay:Bob on the marker row\n"
+)
+
+
+def test_codex_speaks_after_its_bullet_and_never_in_a_tool_block() -> None:
+    assert said(CODEX_SESSION, CODEX) == [
+        ("deploy", "staging", "release 1.4.2"),
+        ("memory", "save", "codex said so #tui"),
+        ("relay", "Bob", "on the marker row"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "header", ["Ran ls", "Running ls", "Explored", "Edited a.py (+1 -0)", "Called relay.send()"]
+)
+def test_a_codex_tool_header_does_not_open_the_answer(header: str) -> None:
+    assert said(f"• {header}\n  @deploy:prod under it\n", CODEX) == []
+
+
+WORKING = b"\x1b]7501;state=working:app=codex\x1b\\"
+
+
+def _codex_screen(rows: int = 10, cols: int = 60) -> tuple[ScreenReader, DirectiveScanner]:
+    scanner = DirectiveScanner(voice=CODEX)
+    return ScreenReader(CODEX, scanner, rows, cols), scanner
+
+
+def test_codex_draws_only_the_cells_that_change_and_its_answer_still_speaks() -> None:
+    """Codex's renderer draws a streamed word in the middle of its row, between draws on
+    other rows (its status row), and redraws the row from column 1 later: the row goes on
+    with its bullet, it is no displayed content drawn over (bytes as Codex 0.169 wrote)."""
+    reader, scanner = _codex_screen()
+    status, composer = b"\x1b[9;1H ", b"\x1b[8;3H"  # a draw on another row; a cursor move
+    reader.feed(WORKING + b"\x1b[2;1H\x1b[2m\xe2\x80\xa2 \x1b[22m@deploy:stag" + status)
+    reader.feed(b"\x1b[2;15Hing release" + composer)
+    reader.feed(b"\x1b[2;2H\x1b[K\x1b[2;1H " + composer)
+    reader.feed(b"\x1b[2;1H\x1b[2m\xe2\x80\xa2 \x1b[22m@deploy:staging release 1.4.2" + composer)
+    assert reader.settle() == []  # still working: the row may change yet
+    reader.feed(b"\x1b]7501;state=done:app=codex\x1b\\")
+    assert [(d.target, d.message) for d in reader.settle()] == [("staging", "release 1.4.2")]
+    assert scanner.refused == []
+
+
+def test_a_half_drawn_codex_row_is_not_read_while_codex_says_it_works() -> None:
+    """Codex announces its turn (OSC 7501); between them a stalled Codex draws nothing,
+    and the half-streamed row must wait. The announcement may be cut by a read."""
+    reader, _ = _codex_screen()
+    reader.feed(WORKING[:9])
+    reader.feed(WORKING[9:] + b"\x1b[2;1H\xe2\x80\xa2 @deploy:staging rel\x1b[9;1H")
+    assert reader.settle() == []
+    reader.feed(b"\x1b[2;22Hease 2\x1b[9;1H\x1b]7501;state=done:app=codex\x07")
+    assert [(d.target, d.message) for d in reader.settle()] == [("staging", "release 2")]
+
+
+CODEX_STREAM = Path(__file__).parent / "fixtures" / "codex" / "tool_result_and_answer.bin"
+
+
+@pytest.mark.parametrize("piece", [7, 64, 4096])
+def test_a_real_codex_stream_read_at_every_pause_fires_each_directive_once(piece: int) -> None:
+    """Codex 0.169's own bytes (tests/fixtures/codex), read as if Codex paused after every
+    piece: its answer's directives run once each, whole (a half-streamed `@deploy:stag`
+    is never read while Codex says it works), those its command printed never do."""
+    data = CODEX_STREAM.read_bytes()
+    reader, scanner = _codex_screen(rows=40, cols=100)
+    found = []
+    for start in range(0, len(data), piece):
+        reader.feed(data[start : start + piece])
+        found += reader.settle()
+    found += reader.settle(final=True)
+    wrapped = (
+        "this message is long enough that Codex wraps it at the width of the terminal, "
+        "which is one hundred columns here"
+    )
+    assert [(d.namespace, d.target, d.message) for d in found] == [
+        ("deploy", "staging", "release 1.4.2"),
+        ("deploy", "wrapped", wrapped),
+        ("memory", "save", "codex said so #tui"),
+    ]
+    assert scanner.refused == ["      @memory:forget all", "    • @deploy:prod bullet"]
+
+
+@pytest.mark.parametrize(
+    ("voice", "mark"), [(GEMINI, ">"), (CODEX, "\u203a"), (CLAUDE, "\u276f"), (CLAUDE, ">")]
+)
+def test_the_humans_own_lines_are_not_the_agents_voice(voice: Voice, mark: str) -> None:
+    """Gemini CLI, Codex and Claude Code draw the human's turn after a mark at column 0
+    and its further lines indented 2, as the assistant's own: a line the human typed
+    never fires (Gemini CLI 0.61 and Claude Code 2.1.331 under relay ran `@deploy:prod`
+    typed on the second line of a prompt)."""
+    scanner = DirectiveScanner(voice=voice)
+    reader = ScreenReader(voice, scanner, 12, 60)
+    marker = voice.markers[0]
+    rows = [
+        f"{marker} Sure.",
+        f"{mark} Please check",
+        "  @deploy:prod typed by the human",
+        f"{marker} @deploy:staging go",
+        "  @memory:save said after it #s",
+    ]
+    reader.feed(b"\x1b[H" + "\r\n".join(rows).encode())
+    found = [(d.namespace, d.target, d.message) for d in reader.settle(final=True)]
+    assert found == [("deploy", "staging", "go"), ("memory", "save", "said after it #s")]
+    assert scanner.refused == ["  @deploy:prod typed by the human"]
+
+
 def test_a_plain_agent_speaks_at_column_0_and_after_a_marker() -> None:
     stream = "@deploy:a x\n⏺ @deploy:b y\n  @deploy:c indented\n> @deploy:d quoted\n"
     assert said(stream, PLAIN) == [("deploy", "a", "x"), ("deploy", "b", "y")]
@@ -118,6 +249,8 @@ def test_a_plain_agent_speaks_at_column_0_and_after_a_marker() -> None:
         (["claude"], "auto", CLAUDE),
         (["/usr/local/bin/claude", "--model", "x"], "auto", CLAUDE),
         (["gemini"], "auto", GEMINI),
+        (["/opt/node_modules/.bin/codex", "-c", "x=1"], "auto", CODEX),
+        (["python3", "agent.py"], "codex", CODEX),
         (["python3", "agent.py"], "auto", PLAIN),
         (["python3", "agent.py"], "claude", CLAUDE),
         (["claude"], "plain", PLAIN),

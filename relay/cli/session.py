@@ -28,7 +28,7 @@ from relay.protocol.display import visible
 )
 @click.option(
     "--style",
-    type=click.Choice(["auto", "plain", "claude", "gemini"]),
+    type=click.Choice(["auto", "plain", "claude", "gemini", "codex"]),
     help="How the agent draws its own words, which decides the lines read as directives "
     "(default: session.style, auto: by the program's name).",
 )

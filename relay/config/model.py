@@ -139,7 +139,7 @@ class SessionConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
     """The agent's output must be quiet this long before relay types into it."""
     endGraceSeconds: Annotated[float, Meta(ge=0)] = 5.0
     """On a stop: how long to wait for the agent to go quiet after SessionEnd's inject."""
-    style: Literal["auto", "plain", "claude", "gemini"] = "auto"
+    style: Literal["auto", "plain", "claude", "gemini", "codex"] = "auto"
     """How the agent draws its own words, which decides the lines read as directives
     (spec/directives.md §3); auto: by the program's name (claude, gemini), else plain."""
     inject: bool = True

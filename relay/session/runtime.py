@@ -74,6 +74,7 @@ from relay.session.escapes import acted_on
 from relay.session.hostnotes import STATUS_SOCKET_VARIABLE, NoteListener
 from relay.session.inbox import SessionInbox
 from relay.session.injector import PASTE_END, PASTE_START, Admit, Injector, Outcome, busy_hint
+from relay.session.leftovers import end_leftovers
 from relay.session.lines import RecentOutput, clean_block
 from relay.session.pty import AgentExitedError, AgentPty
 from relay.session.screen import SETTLE_SECONDS, ScreenReader, draws_screen
@@ -336,6 +337,9 @@ class Session:
             if self.inbox is not None:
                 with anyio.CancelScope(shield=True):
                     await self.inbox.close()
+            if self._agent is not None:  # it ran: what it left running ends with it
+                with anyio.CancelScope(shield=True):
+                    await self._end_leftovers()
             if self._transcript is not None:
                 self._note_unrecorded()
                 self._transcript.close()
@@ -343,6 +347,15 @@ class Session:
                 sessions.unregister(record_path)
             with contextlib.suppress(OSError):
                 sessions.hooked_marker(self.session_id).unlink(missing_ok=True)
+
+    async def _end_leftovers(self) -> None:
+        """End the processes the agent started that outlive it (detached helpers, such
+        as Codex's app-server), said in the transcript; relay's own services stay, said."""
+        ended, kept = await end_leftovers(self.session_id)
+        for left in ended:
+            self._record("ended", left.describe())
+        for left in kept:
+            self._record("left-running", left.describe())
 
     def _show_waiting(self, waiting: bool) -> None:
         """Tell the human, in the terminal's title (never in the middle of their line),
@@ -719,15 +732,24 @@ class Session:
                 self._observe_input(data)
                 await agent.write(data)
 
+        output_done = anyio.Event()
+
+        async def pump_output() -> None:
+            while data := await agent.read():
+                self._on_output(data)
+            output_done.set()
+
         async with anyio.create_task_group() as group:
             group.start_soon(forward_stdin)
-            while True:
-                data = await agent.read()
-                if not data:
-                    break
-                self._on_output(data)
+            group.start_soon(pump_output)
+            code = await agent.wait()
+            # The session ends with the agent, as in TTY mode: a helper it started detached
+            # may hold its terminal open (ended with the session's leftovers), so its last
+            # output is taken for a moment, not until the terminal closes.
+            with anyio.move_on_after(EXIT_DRAIN_SECONDS):
+                await output_done.wait()
             group.cancel_scope.cancel()
-        return await agent.wait()
+        return code
 
     async def _run_injector(self, injector: Injector, scope: anyio.CancelScope) -> None:
         # The agent may end while text is being typed: the session is ending then anyway.
@@ -1151,6 +1173,10 @@ def _is_tty(fd: int) -> bool:
         return os.isatty(fd)
     except OSError:
         return False
+
+
+EXIT_DRAIN_SECONDS = 0.5
+"""Headless: how long the agent's last output is taken once it has exited."""
 
 
 def _pollable(fd: int) -> bool:

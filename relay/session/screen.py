@@ -10,9 +10,9 @@ they are final:
 - a row that leaves the top of the screen (scrolled off, or moved up and off by a redraw)
   is final: the agent has drawn on past it;
 - the rows on the screen are final once the agent has drawn nothing for SETTLE_SECONDS
-  and its screen does not say that it is still answering (Voice.busy, its interrupt
-  hint): a half-streamed line (`✦ @deploy:stagin`) is drawn, and redrawn, only while it
-  says so;
+  and neither its screen (Voice.busy, its interrupt hint) nor the last turn state it
+  announced (Voice.turn_state, Codex's OSC 7501) says that it is still answering: a
+  half-streamed line (`✦ @deploy:stagin`) is drawn, and redrawn, only while it says so;
 - an erase of the whole display or a switch of screens ends a run of rows: what was on
   the screen then is not read (it is drawn again if it was final), what left it before is.
 
@@ -62,6 +62,8 @@ _DIRECTIVE_HEAD = re.compile(r"@[a-z][a-z0-9_-]*:")
 _STRING_START = re.compile(rb"\x1b[P_^X]")
 _STRING_END = re.compile(rb"\x1b\\|\x07")
 _MAX_STRING = 1 << 16
+_STATE_TAIL = 64
+"""Bytes of a chunk kept to find a turn state announcement cut by the next read."""
 
 
 def draws_screen(data: bytes) -> bool:
@@ -151,10 +153,24 @@ class _Display(pyte.Screen):
         if self._visit_lead is None:
             body = data.lstrip(BLANKS)
             if body:
-                self._visit_lead = (cursor.x + len(data) - len(body), body[0])
+                self._visit_lead = self._row_lead(line, cursor.x) or (
+                    cursor.x + len(data) - len(body),
+                    body[0],
+                )
         super().draw(data)
         self._last_line = line if cursor.y == y else self.buffer[cursor.y]
         self._last_x = cursor.x
+
+    @staticmethod
+    def _row_lead(line: Any, before: int) -> tuple[int, str] | None:
+        """The row's first non-blank cell left of column `before`: a visit that draws on
+        after it goes on with that row (a renderer that draws only the cells that changed,
+        as Codex's does, draws a streamed word in the middle of its row)."""
+        for x in range(before):
+            char = line[x].data
+            if char not in BLANKS:
+                return (x, char)
+        return None
 
     def _drawn_afresh(self, line: Any, data: str) -> None:
         """A new visit to a row drawn over: drawing over its start again ends that."""
@@ -257,6 +273,8 @@ class ScreenReader:
         self._moved = False  # rows left by index() or a run ended since the checkpoint
         self._document: list[Row] = []  # the non-blank rows read, oldest first
         self._string = b""  # an unfinished DCS/APC/PM/SOS string
+        self._working = False  # the agent's last announced turn state said it works
+        self._state_tail = b""  # the end of the last chunk: an announcement may span two
         self.dropped = 0
         """Held rows dropped unread because more than KEPT_ROWS waited (a long repaint)."""
 
@@ -270,6 +288,8 @@ class ScreenReader:
             display.resize(*size)
             self._rows = self._checkpoint = [BLANK_ROW] * display.lines
             display.dirty.update(range(display.lines))
+        if self.voice.turn_state is not None:
+            self._announced(data)
         data = self._without_strings(data)
         if not data:
             return
@@ -280,6 +300,26 @@ class ScreenReader:
                 return
             self._framing = 1
         self._whole()
+
+    def _announced(self, data: bytes) -> None:
+        """Follow the turn state the agent announces (Voice.turn_state), the last one wins."""
+        pattern = self.voice.turn_state
+        assert pattern is not None
+        text = self._state_tail + data
+        self._state_tail = text[-_STATE_TAIL:]
+        if b"\x1b]" not in text:
+            return
+        states = pattern.findall(text)
+        if states:
+            self._working = states[-1] == b"working"
+
+    def _busy(self, rows: list[Row]) -> bool:
+        """Whether the agent says that it is still answering: its last announced turn
+        state, or its screen (an interrupt hint on a row)."""
+        if self._working:
+            return True
+        busy = self.voice.busy
+        return busy is not None and any(busy.search(row.text) for row in rows)
 
     def _frame(self, opening: bool) -> None:
         """A synchronized frame opens or closes: the screen is whole at both points."""
@@ -307,8 +347,7 @@ class ScreenReader:
         """Read what is final: the runs that ended and the rows on the screen, unless the
         agent's screen says it is still answering (and the stream has not ended: `final`)."""
         self._whole()
-        busy = self.voice.busy
-        if not final and busy is not None and any(busy.search(row.text) for row in self._rows):
+        if not final and self._busy(self._rows):
             return []
         runs = [*self._runs, [*self._departed, *self._rows]]
         self._runs, self._departed, self._held = [], [], 0
@@ -342,8 +381,7 @@ class ScreenReader:
         if keep_screen:
             display = self._display
             rows = [display.row(y) for y in range(display.lines)]
-            busy = self.voice.busy
-            if not (busy and any(busy.search(row.text) for row in rows)):
+            if not self._busy(rows):
                 kept = [row for row in rows if row.text]
                 self._departed.extend(kept)
                 self._hold(len(kept))

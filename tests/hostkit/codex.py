@@ -9,7 +9,8 @@ The script is a list of model turns, one per main-conversation request: a `str` 
 text answer, a `Call` (see `shell`) a function call, a list of calls several in one answer.
 Side requests (compaction, sub-agents, anything not the main thread's turn) get a generic
 text answer and do not consume the script; once it is exhausted every main request gets
-`final_text`.
+`final_text`. With `pace=(chars, seconds)` a text answer is streamed in deltas of that many
+characters, that far apart, as a real model streams.
 
 Hooks are read by Codex from `$CODEX_HOME/hooks.json`, `[[hooks.<Event>]]` tables in
 `config.toml`, and `<project>/.codex/hooks.json` (the last only once the project is trusted),
@@ -76,11 +77,17 @@ class ResponsesApp:
     """A scripted OpenAI Responses API (`POST …/responses`, streamed) for a ModelServer."""
 
     def __init__(
-        self, script: Iterable[Turn], *, final_text: str = "Done.", side_text: str = "OK."
+        self,
+        script: Iterable[Turn],
+        *,
+        final_text: str = "Done.",
+        side_text: str = "OK.",
+        pace: tuple[int, float] | None = None,
     ) -> None:
         self.script: list[Turn] = list(script)
         self.final_text = final_text
         self.side_text = side_text
+        self.pace = pace
         self.main: list[Request] = []  # main-conversation requests, in order
         self.side: list[Request] = []  # other model requests (compaction, sub-agents, …)
         self.main_thread: str | None = None
@@ -100,7 +107,7 @@ class ResponsesApp:
                 self.main.append(request)
                 turn = self.script.pop(0) if self.script else self.final_text
             serial = next(self._ids)
-        return Reply.sse(_response_events(turn, serial))
+        return Reply.sse(_response_events(turn, serial, self.pace))
 
     def _is_main(self, request: Request) -> bool:
         if "x-openai-subagent" in request.headers:
@@ -114,7 +121,9 @@ class ResponsesApp:
         return thread == self.main_thread
 
 
-def _response_events(turn: Turn, serial: int) -> Iterator[tuple[str | None, Any]]:
+def _response_events(
+    turn: Turn, serial: int, pace: tuple[int, float] | None = None
+) -> Iterator[tuple[str | None, Any]]:
     response_id = f"resp_{serial}"
     items: list[dict[str, Any]]
     if isinstance(turn, str):
@@ -155,16 +164,20 @@ def _response_events(turn: Turn, serial: int) -> Iterator[tuple[str | None, Any]
                     "item": {**item, "status": "in_progress", "content": []},
                 },
             )
-            yield (
-                "response.output_text.delta",
-                {
-                    "type": "response.output_text.delta",
-                    "item_id": item["id"],
-                    "output_index": index,
-                    "content_index": 0,
-                    "delta": text,
-                },
-            )
+            size, pause = pace or (len(text) or 1, 0.0)
+            for start in range(0, len(text), size):
+                if start:
+                    time.sleep(pause)
+                yield (
+                    "response.output_text.delta",
+                    {
+                        "type": "response.output_text.delta",
+                        "item_id": item["id"],
+                        "output_index": index,
+                        "content_index": 0,
+                        "delta": text[start : start + size],
+                    },
+                )
         else:
             yield (
                 "response.output_item.added",
@@ -352,6 +365,16 @@ def write_provider_config(codex_home: Path, base_url: str, *, model: str = DEFAU
         ]
     )
     path.write_text(block + rest)
+    return path
+
+
+def prepare_tui(codex_home: Path, base_url: str, *, model: str = DEFAULT_MODEL) -> Path:
+    """A `$CODEX_HOME` for the interactive TUI: the provider as for `codex exec`, and the
+    first-run questions answered (Codex 0.169 first offers to move `gpt-5.5` users to a
+    newer model, a full-screen choice, until `notice.model_migrations` records it)."""
+    path = write_provider_config(codex_home, base_url, model=model)
+    with path.open("a") as config:
+        config.write(f'\n[notice.model_migrations]\n{_toml_str(model)} = "gpt-6-sol"\n')
     return path
 
 

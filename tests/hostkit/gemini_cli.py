@@ -9,7 +9,11 @@ The script is a list of model turns, one per main-conversation request (one that
 the model function declarations): a `str` is a text answer, a `FunctionCall` (see
 `shell`) a call, a list of them several calls in one answer. Other requests (the model
 router, next-speaker checks: they carry a JSON response schema) are answered with a
-value that fits the schema and do not consume the script.
+value that fits the schema and do not consume the script. With `pace=(chars, seconds)` a
+streamed text answer comes in pieces of that many characters, that far apart.
+
+In the interactive TUI (tests/test_hosts_gemini_tui.py) Gemini CLI is ready for a prompt
+once its input box shows TUI_READY.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ import json
 import os
 import subprocess
 import threading
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeAlias
@@ -28,6 +33,7 @@ from hostkit.model_server import ModelServer, Reply, Request
 from hostkit.npm import host_binary
 
 API_KEY = "hostkit-gemini-test-key"
+TUI_READY = "Type your message"  # the empty input box of the interactive TUI
 SHELL_TOOL = "run_shell_command"
 
 
@@ -50,9 +56,16 @@ Turn: TypeAlias = "str | FunctionCall | Sequence[FunctionCall]"
 class GeminiApp:
     """A scripted Gemini API: `:streamGenerateContent` (SSE) and `:generateContent`."""
 
-    def __init__(self, script: Iterable[Turn], *, final_text: str = "Done.") -> None:
+    def __init__(
+        self,
+        script: Iterable[Turn],
+        *,
+        final_text: str = "Done.",
+        pace: tuple[int, float] | None = None,
+    ) -> None:
         self.script: list[Turn] = list(script)
         self.final_text = final_text
+        self.pace = pace
         self.main: list[Request] = []
         self.side: list[Request] = []
         self._lock = threading.Lock()
@@ -75,10 +88,9 @@ class GeminiApp:
                 self.side.append(request)
                 turn = json.dumps(fitting(schema)) if schema else "OK."
             next(self._ids)
-        response = _response(turn)
         if path.endswith(":streamGenerateContent"):
-            return Reply.sse([(None, response)])
-        return Reply.json(response)
+            return Reply.sse(_paced(turn, self.pace))
+        return Reply.json(_response(turn))
 
 
 def fitting(schema: Any) -> Any:
@@ -99,6 +111,21 @@ def fitting(schema: Any) -> Any:
     if kind == "boolean":
         return False
     return "user" if "speaker" in json.dumps(schema) else "ok"
+
+
+def _paced(turn: Turn, pace: tuple[int, float] | None) -> Iterator[tuple[None, Any]]:
+    """The streamed answer: a text in pieces of `pace[0]` characters, `pace[1]` s apart."""
+    if not isinstance(turn, str) or pace is None or not turn:
+        yield None, _response(turn)
+        return
+    size, pause = pace
+    for start in range(0, len(turn), size):
+        if start:
+            time.sleep(pause)
+        piece = _response(turn[start : start + size])
+        if start + size < len(turn):
+            del piece["candidates"][0]["finishReason"]
+        yield None, piece
 
 
 def _response(turn: Turn) -> dict[str, Any]:
