@@ -180,14 +180,7 @@ def _gemini_agent(root: Path, relay_home: Path, name: str, url: str) -> Iterator
     "bob_host",
     [
         "codex",
-        pytest.param(
-            "gemini",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="issue 32 point 3: Gemini CLI takes the Enter relay types after a "
-                "message for a new line, and the message stays in its input box",
-            ),
-        ),
+        "gemini",
     ],
 )
 def test_two_agents_exchange_messages_with_no_key_pressed(
