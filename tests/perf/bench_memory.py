@@ -290,6 +290,21 @@ def bench_relevance() -> dict[tuple[str, str], tuple[float, float]]:
 
                 figures[kind, "keyword"] = relevance.evaluate(search)
                 figures[kind, "paraphrase"] = relevance.evaluate(search, relevance.PARAPHRASES)
+        # The larger set (tests/memory_paraphrases.py) among the same memories.
+        import memory_paraphrases as paraphrases
+
+        for kind, semantic in (("hybrid", True), ("words", False)):
+            with SqliteMemory(path, semantic=semantic) as store:
+                if kind == "hybrid":
+                    store.import_memories(paraphrases.memories())
+
+                def search_more(query: str, store: SqliteMemory = store) -> list[str]:
+                    hits = store.search(query, project=relevance.PROJECT)
+                    return [hit.memory.id for hit in hits]
+
+                figures[kind, "larger paraphrase"] = relevance.evaluate(
+                    search_more, paraphrases.QUESTIONS
+                )
     return figures
 
 
