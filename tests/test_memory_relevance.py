@@ -6,7 +6,7 @@ their answer) at least 20 points more often than search by words, which cannot.
 
 Figures today (tests/perf/bench_memory.py prints them): by words, recall@3 0.902 and
 MRR 0.916 on keyword questions, 0.000 on paraphrases; hybrid with MiniLM (the `meaning`
-extra) 0.927 and 0.940 on keyword questions, 0.725 and 0.617 on paraphrases (with
+extra) 0.927 and 0.940 on keyword questions, 0.700 and 0.596 on paraphrases (with
 wordllama, the fallback: 0.902 and 0.923, 0.275 and 0.254). On the larger set of
 tests/memory_paraphrases.py (102 questions), hybrid recall@3 is 0.657 with MiniLM and
 0.216 with wordllama. A change that makes search faster must not make these worse."""

@@ -831,6 +831,10 @@ class SqliteMemory:
         """The query's embedding and the NEAREST memories in scope by sign code."""
         vector = embedder.embed([query])[0]
         threshold = getattr(embedder, "min_similarity", MIN_SIMILARITY)
+        if centre is not None:
+            # A small store's centre is near zero (CENTRE_PRIOR): its similarities are
+            # nearly plain cosines, which run higher; the bar rises to match.
+            threshold += SMALL_STORE_MARGIN * CENTRE_PRIOR / (index.size + CENTRE_PRIOR)
         if not vector.any():
             return _Candidates(vector, index, [], centre, threshold, embedder.name)
         with self._index_lock:
@@ -1552,6 +1556,10 @@ def _worker() -> ThreadPoolExecutor:
         return _workers[0]
 
 
+SMALL_STORE_MARGIN = 0.12
+"""How much higher the least similarity found by meaning is in a store too small to
+have a centre (plain cosines, which run higher for unrelated short texts with MiniLM),
+fading as the store grows: 0.12 * 50 / (n + 50) more."""
 CENTRE_PRIOR = 50
 """How many memories the store's mean embedding must be made of before it counts in
 full: the centre of a store of n memories is their mean times n / (n + 50), so a memory
