@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -53,8 +54,10 @@ def test_the_model_loads_from_the_package_without_the_network(model: str, printe
         socket.socket.connect = refuse
         socket.create_connection = refuse
         socket.getaddrinfo = refuse
-        from relay.services.memory.semantic import load_embedder
-        vectors = load_embedder(sys.argv[1]).embed([
+        from relay.services.memory import minilm, semantic
+        # MiniLM in this process (search runs it in a child, from the same files).
+        model = minilm.load() if sys.argv[1] == "minilm" else semantic.load_embedder(sys.argv[1])
+        vectors = model.embed([
             "Auth tokens live in httpOnly cookies",
             "how do we keep users logged in",
             "bananas are yellow",
@@ -440,3 +443,63 @@ def test_without_the_meaning_extra_wordllama_is_the_fallback(
     (line,) = [line for line in done.stdout.splitlines() if "search by meaning" in line]
     assert "wordllama, the small fallback" in line
     assert "onnxruntime is not installed (pip install 'agent-relay[meaning]')" in line
+
+
+def test_minilm_runs_in_a_child_process_that_goes_when_idle(tmp_path: Path) -> None:
+    """A long-lived process that searches by meaning keeps the model out of its own
+    memory: MiniLM (about 180 MB resident) runs in a child, which exits when idle and
+    when its parent does; the next search starts another."""
+    script = textwrap.dedent(
+        """
+        import os, sys, time
+        from pathlib import Path
+        from relay.services.memory import semantic
+        from relay.services.memory.sqlite import SqliteMemory
+
+        def rss_mb():
+            for line in open("/proc/self/status"):
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+
+        def alive(pid):
+            try:
+                state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                return False
+            return state != "Z"
+
+        with SqliteMemory(Path(sys.argv[1])) as store:
+            secret = store.add("Auth tokens live in httpOnly cookies", project="/p")
+            before = rss_mb()
+            first = [hit.memory.id for hit in store.search("keep users logged in", project="/p")]
+            grew = rss_mb() - before
+            child = semantic.load_embedder().pid
+            deadline = time.monotonic() + 60
+            while alive(child) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            idle_exit = not alive(child)
+            again = [hit.memory.id for hit in store.search("keep users logged in", project="/p")]
+            print(first == [secret.id], again == [secret.id], idle_exit, grew < 80)
+            print(semantic.load_embedder().pid)
+        """
+    )
+    env = {**os.environ, "RELAY_EMBEDDING_IDLE_SECONDS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "memory.db")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    found, second_child = done.stdout.split("\n")[:2]
+    assert found == "True True True True"
+    # The parent has exited: its second child follows it (end of its input).
+    stat = Path(f"/proc/{second_child}/stat")
+    for _ in range(300):
+        if not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the embedding process {second_child} outlived its parent")

@@ -44,6 +44,7 @@ __all__ = [
     "SemanticUnavailable",
     "VectorIndex",
     "WordLlama",
+    "close_models",
     "from_int8",
     "load_embedder",
     "model_report",
@@ -132,9 +133,11 @@ _load_lock = threading.Lock()
 
 
 def _load_minilm() -> Embedder:
-    from relay.services.memory import minilm
+    # In a child process: the model would add about 180 MB to this one's resident set
+    # (embedding_process.py), for a long-lived dashboard or server as much as for a CLI.
+    from relay.services.memory import embedding_process
 
-    return minilm.load()
+    return embedding_process.start()
 
 
 def _load_wordllama() -> Embedder:
@@ -162,6 +165,18 @@ def load_embedder(model: str | None = None) -> Embedder:
                 return _loaded[name]
             reasons.append(f"{name}: {_failed[name]}")
     raise SemanticUnavailable("; ".join(reasons))
+
+
+def close_models() -> None:
+    """Stop the processes of the models this process loaded (MiniLM's child; they would
+    stop by themselves when it exits); a later search loads them again."""
+    with _load_lock:
+        loaded = list(_loaded.values())
+        _loaded.clear()
+    for embedder in loaded:
+        close = getattr(embedder, "close", None)
+        if close is not None:
+            close()
 
 
 def model_report() -> tuple[bool, str]:

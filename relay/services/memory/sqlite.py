@@ -818,6 +818,9 @@ class SqliteMemory:
         except MemoryStoreError as exc:
             self._semantic_failed(exc)
             return None
+        except SemanticUnavailable as exc:
+            self._model_failed(exc)
+            return None
         return _worker().submit(self._candidates, embedder, index, centre, query, project)
 
     def _candidates(
@@ -849,7 +852,11 @@ class SqliteMemory:
         the exact cosine of their int8 vectors. None when the store failed meanwhile."""
         import numpy as np
 
-        found = started.result()
+        try:
+            found = started.result()
+        except SemanticUnavailable as exc:
+            self._model_failed(exc)
+            return None
         if not found.seqs:
             return [], found
         try:
@@ -892,6 +899,12 @@ class SqliteMemory:
         similarities = _centred_cosine(vectors, found.vector, found.centre)
         return {int(seq): float(value) for (seq, _), value in zip(rows, similarities, strict=True)}
 
+    def _model_failed(self, exc: SemanticUnavailable) -> None:
+        # The model stopped working (its process died twice in a row): by words, this
+        # search and the next ones of this store.
+        self.semantic_notice = f"search by meaning failed ({exc}); by words only"
+        self._embedder = None
+
     def _semantic_failed(self, exc: MemoryStoreError) -> None:
         # A read-only or damaged store: search by words still works.
         self.semantic_notice = f"search by meaning is off here ({exc.message}); by words only"
@@ -916,7 +929,11 @@ class SqliteMemory:
         embedder = self._semantic_model()
         if embedder is None:
             return 0
-        embedded = self._prepare(embedder)
+        try:
+            embedded = self._prepare(embedder)
+        except SemanticUnavailable as exc:
+            self._model_failed(exc)
+            return 0
         with self._lock:
             self._vector_index()
         return embedded
