@@ -13,9 +13,10 @@ read straight from the installed package; `wordllama` itself is never imported (
 up the root logger on import, and its loader looks for the tokenizer in a folder the
 wheel does not have and then tries the network). Nothing is downloaded, ever.
 
-Every memory's embedding is kept twice (see sqlite.py, `memory_vectors`): its signs
-as a code of one bit a dimension (32 bytes for wordllama, 48 for MiniLM), held in memory by `VectorIndex` and compared by Hamming distance
-(one XOR and popcount pass over the store's codes), and in int8 for the exact cosine of
+Every memory's embedding is kept twice (see sqlite.py, `memory_vectors`): its signs as
+a code of one bit a dimension (32 bytes for wordllama, 48 for MiniLM), held in memory by
+`VectorIndex` and compared by Hamming distance (one XOR and popcount pass over the
+store's codes), and in int8 for the exact cosine of
 the few hundred nearest codes. wordllama needs numpy, safetensors and tokenizers (the
 `semantic` extra); `load_embedder` says why neither model can be used when they are
 missing.
@@ -150,9 +151,11 @@ MODELS: dict[str, Callable[[], Embedder]] = {"minilm": _load_minilm, "wordllama"
 
 def load_embedder(model: str | None = None) -> Embedder:
     """The best installed model (or the one named, a key of MODELS), loaded once per
-    process (MiniLM about 0.5 s, wordllama 0.15 s); SemanticUnavailable, saying why for
-    each and what to install, when none can be."""
+    process (MiniLM about 1 s, in its own process; wordllama 0.15 s); SemanticUnavailable,
+    saying why for each and what to install, when none can be."""
     names = list(MODELS) if model is None else [model]
+    if not set(names) <= set(MODELS):
+        raise SemanticUnavailable(f"no embedding model {model!r}: one of {', '.join(MODELS)}")
     reasons = []
     with _load_lock:
         for name in names:
