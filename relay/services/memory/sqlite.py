@@ -180,12 +180,15 @@ CREATE INDEX IF NOT EXISTS memories_digest ON memories(digest);
 """
 # Schema 2 to 3 (also the end of a new file's schema): the team column, and embeddings
 # for search by meaning. `memory_vectors` holds one row per embedded memory: `code`, the
-# 256 signs of its embedding (32 bytes, compared by Hamming distance in memory), and
-# `vector`, the embedding in int8 (256 bytes, for the exact re-rank). `vseq` only grows
+# signs of its embedding (a bit a dimension: 32 bytes for wordllama, 48 for MiniLM,
+# compared by Hamming distance in memory), and `vector`, the embedding in int8 (a byte a
+# dimension, for the exact re-rank). `vseq` only grows
 # (AUTOINCREMENT), so a process's index loads what is new since it last looked.
 # `memory_pending` lists memories to embed: every new memory, and one whose content
 # changed; every memory of an older store (the backfill). A search embeds them first.
-# `memory_meta` names the embedding model; another model's vectors are all redone.
+# `memory_meta` names the embedding model; another model's vectors are all redone. It
+# also keeps the sum and count of the embeddings (`vector_sum`, `vector_count`: the
+# store's centre, see _centre), added to as memories are embedded.
 # (No INSERT OR IGNORE in the triggers: an UPSERT's own conflict clause overrides it.)
 _VECTORS = """
 CREATE TABLE IF NOT EXISTS memory_vectors (
@@ -609,10 +612,13 @@ class SqliteMemory:
 
             score = (w / (10 + keyword rank) + 1 / (10 + semantic rank)) / norm
 
-        a rank missing from one list adding nothing; w is 1 for a memory with every word
-        of the query and 0.3 for one with only some; `norm` makes a memory first in both
-        score 1.0. Only memories with a cosine similarity of at least MIN_SIMILARITY
-        (0.25) to the query count as found by meaning. Each list is ranked with the
+        a rank missing from one list adding nothing; w says how much the memory's words
+        know (_keyword_weight): 1 for a memory with every word of the query, related in
+        meaning, and not by common words only; less when the words are weak, and 0 when
+        they are all common (then meaning decides); `norm` makes a memory first in both
+        score 1.0. Only memories with a similarity of at least the model's threshold to
+        the query count as found by meaning (MIN_SIMILARITY, 0.25, for wordllama; for
+        MiniLM 0.15, measured from the store's centre, _centre). Each list is ranked with the
         recency lift of a recent memory (at most +20% for one saved today, +10% at 30
         days, fading towards none): by words BM25 times the lift, by meaning similarity
         times the lift; so recency decides between memories that match alike but seldom
@@ -1605,7 +1611,9 @@ def _centre(rows: builtins.list[Any], dimensions: int) -> Any:
     jumble of notes) comes near to every query. Similarity is measured from this centre
     instead (_centred_cosine): what a memory shares with every other no longer counts,
     what it shares with the query does. On tests/memory_relevance.py's paraphrases this
-    lifts recall@3 by MiniLM from 0.55 to 0.75 (tests/perf/bench_memory.py)."""
+    lifts recall@3 by MiniLM from 0.55 to 0.75 (tests/perf/bench_memory.py). The sum
+    only grows (a forgotten or changed memory stays in it): a centre needs to be near,
+    not exact, and a store's subjects drift slowly; a change of model starts it anew."""
     import numpy as np
 
     known = dict(rows)
