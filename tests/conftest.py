@@ -240,6 +240,16 @@ def _socket_leftovers() -> list[str]:
     return found
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _memory_model_processes() -> Iterator[None]:
+    """MiniLM's embedding process lives as long as the process that loaded it: stopped
+    when the session ends, before leftovers are counted."""
+    yield
+    from relay.services.memory.semantic import close_models
+
+    close_models()
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Once, in the process that ran the session (xdist's controller, after its workers

@@ -505,6 +505,7 @@ def test_memories_by_scope_and_search_with_reasons(
         assert answer.by_meaning is (answer.model is not None)
         if answer.by_meaning:
             assert any(part.startswith("meaning #") for part in best.why)
+            assert answer.model == best.ranking.model  # the model in use, MiniLM if installed
         contents = {hit.memory.content for hit in answer.hits}
         assert "other project's deploy is manual" not in contents
 

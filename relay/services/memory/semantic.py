@@ -1,18 +1,25 @@
-"""Search by meaning: text embeddings from a small static model, and the in-memory index
-that finds the memories nearest to a query.
+"""Search by meaning: text embeddings, and the in-memory index that finds the memories
+nearest to a query.
 
-The model is wordllama's `l2_supercat` at 256 dimensions (MIT), shipped inside the
+Two models can make the embeddings, the better one that is installed is used
+(`load_embedder`): all-MiniLM-L6-v2 (minilm.py, the `meaning` extra), a small sentence
+transformer, and else a static model, wordllama (this module, the `semantic` extra).
+Without either, search is by words only.
+
+The static model is wordllama's `l2_supercat` at 256 dimensions (MIT), shipped inside the
 `wordllama` wheel: a token embedding table (safetensors) and a tokenizer (tokenizers'
 JSON). A text's embedding is the mean of its tokens' rows, unit length. Both files are
 read straight from the installed package; `wordllama` itself is never imported (it sets
 up the root logger on import, and its loader looks for the tokenizer in a folder the
 wheel does not have and then tries the network). Nothing is downloaded, ever.
 
-Every memory's embedding is kept twice (see sqlite.py, `memory_vectors`): its 256 signs
-as a 32-byte code, held in memory by `VectorIndex` and compared by Hamming distance
-(one XOR and popcount pass over the store's codes), and in int8 for the exact cosine of
-the few hundred nearest codes. This module needs numpy, safetensors and tokenizers (the
-`semantic` extra); `load_embedder` says why it cannot be used when they are missing.
+Every memory's embedding is kept twice (see sqlite.py, `memory_vectors`): its signs as
+a code of one bit a dimension (32 bytes for wordllama, 48 for MiniLM), held in memory by
+`VectorIndex` and compared by Hamming distance (one XOR and popcount pass over the
+store's codes), and in int8 for the exact cosine of
+the few hundred nearest codes. wordllama needs numpy, safetensors and tokenizers (the
+`semantic` extra); `load_embedder` says why neither model can be used when they are
+missing.
 """
 
 from __future__ import annotations
@@ -20,9 +27,9 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from relay.services.memory.words import meaningful_text
 
@@ -33,11 +40,15 @@ if TYPE_CHECKING:
 __all__ = [
     "DIMENSIONS",
     "MODEL",
+    "MODELS",
     "Embedder",
     "SemanticUnavailable",
     "VectorIndex",
+    "WordLlama",
+    "close_models",
     "from_int8",
     "load_embedder",
+    "model_report",
     "sign_codes",
     "to_int8",
 ]
@@ -58,10 +69,37 @@ class SemanticUnavailable(Exception):
     """Search by meaning cannot be used here; the message says why and what to install."""
 
 
-class Embedder:
+class Embedder(Protocol):
+    """A model that makes embeddings: texts to unit-length float32 vectors."""
+
+    @property
+    def name(self) -> str:
+        """The model, as `memory_meta` records it: vectors of another are redone."""
+        ...
+
+    @property
+    def dimensions(self) -> int:
+        """How wide its vectors are (a multiple of 64)."""
+        ...
+
+    @property
+    def centred(self) -> bool:
+        """Whether similarity is measured from the store's centre (sqlite.py, _centre)."""
+        ...
+
+    def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        """One row per text; a zero row for a text with nothing to embed."""
+        ...
+
+
+class WordLlama:
     """Texts to unit-length float32 vectors (DIMENSIONS wide). Thread-safe."""
 
     name = MODEL
+    dimensions = DIMENSIONS
+    centred = False
+    """Its vectors leave out stop words already; centring them lost answers on
+    tests/memory_relevance.py (keyword recall@3 0.902 to 0.878)."""
 
     def __init__(self, table: NDArray[Any], tokenizer: Any) -> None:
         self._table = table
@@ -91,19 +129,73 @@ class Embedder:
 
 
 _loaded: dict[str, Embedder] = {}
+_failed: dict[str, SemanticUnavailable] = {}
 _load_lock = threading.Lock()
 
 
-def load_embedder() -> Embedder:
-    """The model, loaded once per process (about 0.15 s); SemanticUnavailable if it
-    cannot be (the `semantic` extra not installed, or its files unreadable)."""
+def _load_minilm() -> Embedder:
+    # In a child process: the model would add about 180 MB to this one's resident set
+    # (embedding_process.py), for a long-lived dashboard or server as much as for a CLI.
+    from relay.services.memory import embedding_process
+
+    return embedding_process.start()
+
+
+def _load_wordllama() -> Embedder:
+    return _load()
+
+
+MODELS: dict[str, Callable[[], Embedder]] = {"minilm": _load_minilm, "wordllama": _load_wordllama}
+"""The models by name, the better first: `load_embedder` takes the first installed."""
+
+
+def load_embedder(model: str | None = None) -> Embedder:
+    """The best installed model (or the one named, a key of MODELS), loaded once per
+    process (MiniLM about 1 s, in its own process; wordllama 0.15 s); SemanticUnavailable,
+    saying why for each and what to install, when none can be."""
+    names = list(MODELS) if model is None else [model]
+    if not set(names) <= set(MODELS):
+        raise SemanticUnavailable(f"no embedding model {model!r}: one of {', '.join(MODELS)}")
+    reasons = []
     with _load_lock:
-        if MODEL not in _loaded:
-            _loaded[MODEL] = _load()
-        return _loaded[MODEL]
+        for name in names:
+            if name not in _loaded and name not in _failed:
+                try:
+                    _loaded[name] = MODELS[name]()
+                except SemanticUnavailable as exc:
+                    _failed[name] = exc
+            if name in _loaded:
+                return _loaded[name]
+            reasons.append(f"{name}: {_failed[name]}")
+    raise SemanticUnavailable("; ".join(reasons))
 
 
-def _load() -> Embedder:
+def close_models() -> None:
+    """Stop the processes of the models this process loaded (MiniLM's child; they would
+    stop by themselves when it exits); a later search loads them again."""
+    with _load_lock:
+        loaded = list(_loaded.values())
+        _loaded.clear()
+    for embedder in loaded:
+        close = getattr(embedder, "close", None)
+        if close is not None:
+            close()
+
+
+def model_report() -> tuple[bool, str]:
+    """Which model search by meaning uses in this install, in one line for `relay doctor`,
+    and whether it is the best one (false: a fallback, or none)."""
+    try:
+        embedder = load_embedder()
+    except SemanticUnavailable as exc:
+        return False, f"search by meaning is off, by words only ({exc})"
+    if embedder.name == MODEL:
+        why = _failed.get("minilm")
+        return False, f"search by meaning with wordllama, the small fallback (MiniLM: {why})"
+    return True, f"search by meaning with {embedder.name}"
+
+
+def _load() -> WordLlama:
     try:
         import numpy as np
         from safetensors.numpy import load_file
@@ -128,11 +220,11 @@ def _load() -> Embedder:
     tokenizer.no_padding()
     tokenizer.enable_truncation(MAX_TOKENS)
     # float32 once (32 MB): converting gathered float16 rows on every embed costs more.
-    return Embedder(np.ascontiguousarray(table, dtype=np.float32), tokenizer)
+    return WordLlama(np.ascontiguousarray(table, dtype=np.float32), tokenizer)
 
 
 def sign_codes(vectors: NDArray[np.float32]) -> NDArray[np.uint64]:
-    """Each row's signs packed into DIMENSIONS bits, as DIMENSIONS // 64 uint64 words."""
+    """Each row's signs packed into one bit a dimension, as uint64 words."""
     import numpy as np
 
     packed = np.packbits(vectors > 0, axis=1)
@@ -149,11 +241,11 @@ def to_int8(vectors: NDArray[np.float32]) -> NDArray[np.int8]:
     return scaled
 
 
-def from_int8(rows: Sequence[bytes]) -> NDArray[np.float32]:
+def from_int8(rows: Sequence[bytes], dimensions: int) -> NDArray[np.float32]:
     """int8 vectors as stored, back to unit-length float32 rows."""
     import numpy as np
 
-    matrix = np.frombuffer(b"".join(rows), dtype=np.int8).reshape(len(rows), DIMENSIONS)
+    matrix = np.frombuffer(b"".join(rows), dtype=np.int8).reshape(len(rows), dimensions)
     values = matrix.astype(np.float32)
     unit: NDArray[np.float32] = values / np.maximum(
         np.linalg.norm(values, axis=1, keepdims=True), 1e-12
@@ -164,10 +256,10 @@ def from_int8(rows: Sequence[bytes]) -> NDArray[np.float32]:
 class _Shard:
     """The codes of one scope's memories (a project's, or the global ones)."""
 
-    def __init__(self) -> None:
+    def __init__(self, words: int) -> None:
         import numpy as np
 
-        self.codes = np.empty((0, CODE_BYTES // 8), dtype=np.uint64)
+        self.codes = np.empty((0, words), dtype=np.uint64)
         self.seqs = np.empty(0, dtype=np.int64)
         self._pending: list[tuple[NDArray[np.int64], NDArray[np.uint64]]] = []
 
@@ -193,7 +285,9 @@ class VectorIndex:
     seqs that have none, and `stale` says when so many are dead that a reload is due.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, dimensions: int = DIMENSIONS) -> None:
+        self.words = dimensions // 64
+        """uint64 words in a code."""
         self.loaded_through = 0
         self.size = 0
         self._shards: dict[str | None, _Shard] = {}
@@ -206,19 +300,19 @@ class VectorIndex:
         projects: Sequence[str | None],
         codes: bytes,
     ) -> None:
-        """Add rows (in vseq order); `codes` is their CODE_BYTES-byte codes, joined."""
+        """Add rows (in vseq order); `codes` is their codes (`words` * 8 bytes each), joined."""
         import numpy as np
 
         if not seqs:
             return
-        words = np.frombuffer(codes, dtype=np.uint64).reshape(len(seqs), CODE_BYTES // 8)
+        words = np.frombuffer(codes, dtype=np.uint64).reshape(len(seqs), self.words)
         seq_array = np.asarray(seqs, dtype=np.int64)
         by_scope: dict[str | None, list[int]] = {}
         for row, project in enumerate(projects):
             by_scope.setdefault(project, []).append(row)
         for project, rows in by_scope.items():
             index = np.asarray(rows, dtype=np.int64)
-            self._shards.setdefault(project, _Shard()).add(seq_array[index], words[index])
+            self._shards.setdefault(project, _Shard(self.words)).add(seq_array[index], words[index])
         self.loaded_through = max(self.loaded_through, int(vseqs[-1]))
         self.size += len(seqs)
         self._dead.difference_update(int(seq) for seq in seqs)

@@ -60,6 +60,7 @@ from relay.services.memory.model import (
     content_key,
 )
 from relay.services.memory.semantic import (
+    DIMENSIONS,
     Embedder,
     SemanticUnavailable,
     VectorIndex,
@@ -94,12 +95,25 @@ changed nothing on the relevance set and costs every search (tests/perf/bench_me
 NEAREST = 200
 """Memories nearest by sign code whose exact similarity is computed."""
 MIN_SIMILARITY = 0.25
-"""A memory less similar than this to the query is not found by meaning."""
+"""A memory less similar than this to the query is not found by meaning (the model's own
+`min_similarity`, when it has one, takes its place: MiniLM's, from the store's centre,
+is 0.15)."""
 RRF_K = 10.0
 KEYWORD_WEIGHT = 1.0
 SEMANTIC_WEIGHT = 1.0
 PARTIAL_WEIGHT = 0.3
-"""KEYWORD_WEIGHT for a memory with some of the query's words but not all."""
+"""KEYWORD_WEIGHT for a memory with some of the query's words but not all, or with every
+word but unrelated in meaning (less similar to the query than the model's threshold)."""
+WEAK_WEIGHT = 0.1
+"""KEYWORD_WEIGHT for a memory with only some of the query's words and unrelated in
+meaning."""
+COMMON_BM25 = 0.5
+"""A match by words whose BM25 is less than this for each word of the query is by common
+words only (FTS5 gives a word in half the memories or more next to no weight): it weighs
+nothing in the fused score, and meaning decides. Matches that answer a question of
+tests/memory_relevance.py score 2 or more a word. Only in a store of COMMON_FROM memories
+or more: in a handful, FTS5 finds every word common."""
+COMMON_FROM = 20
 EMBED_BATCH = 1000
 LOAD_BATCH = 50_000
 PROGRESS_FROM = 2000
@@ -166,12 +180,15 @@ CREATE INDEX IF NOT EXISTS memories_digest ON memories(digest);
 """
 # Schema 2 to 3 (also the end of a new file's schema): the team column, and embeddings
 # for search by meaning. `memory_vectors` holds one row per embedded memory: `code`, the
-# 256 signs of its embedding (32 bytes, compared by Hamming distance in memory), and
-# `vector`, the embedding in int8 (256 bytes, for the exact re-rank). `vseq` only grows
+# signs of its embedding (a bit a dimension: 32 bytes for wordllama, 48 for MiniLM,
+# compared by Hamming distance in memory), and `vector`, the embedding in int8 (a byte a
+# dimension, for the exact re-rank). `vseq` only grows
 # (AUTOINCREMENT), so a process's index loads what is new since it last looked.
 # `memory_pending` lists memories to embed: every new memory, and one whose content
 # changed; every memory of an older store (the backfill). A search embeds them first.
-# `memory_meta` names the embedding model; another model's vectors are all redone.
+# `memory_meta` names the embedding model; another model's vectors are all redone. It
+# also keeps the sum and count of the embeddings (`vector_sum`, `vector_count`: the
+# store's centre, see _centre), added to as memories are embedded.
 # (No INSERT OR IGNORE in the triggers: an UPSERT's own conflict clause overrides it.)
 _VECTORS = """
 CREATE TABLE IF NOT EXISTS memory_vectors (
@@ -378,6 +395,9 @@ SELECT v.vseq, v.seq, m.project, v.code
 FROM memory_vectors AS v JOIN memories AS m ON m.seq = v.seq
 WHERE v.vseq > ? ORDER BY v.vseq LIMIT ?
 """
+_VECTOR_SUM = """
+SELECT key, value FROM memory_meta WHERE key IN ('vector_sum', 'vector_count')
+"""
 _PENDING = """
 SELECT p.seq, m.content FROM memory_pending AS p JOIN memories AS m ON m.seq = p.seq
 ORDER BY p.seq LIMIT ?
@@ -425,6 +445,7 @@ _REVECTOR = "INSERT INTO memory_vectors (seq, code, vector) VALUES (?, ?, ?)"
 
 _tags_encoder = msgspec.json.Encoder()
 _tags_decoder = msgspec.json.Decoder(list[str])
+_sum_decoder = msgspec.json.Decoder(list[float])
 _Result = TypeVar("_Result")
 
 
@@ -468,12 +489,15 @@ class SqliteMemory:
         *,
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
         semantic: bool = True,
+        model: str | None = None,
         progress: Callable[[int, int], None] | None = None,
     ):
         self.path = path if path is not None else state_dir() / DATABASE_NAME
         self.busy_timeout = busy_timeout
         self.semantic = semantic
         """Search by meaning as well as by words, when the model can be loaded."""
+        self.model = model
+        """The embedding model (a key of semantic.MODELS); None: the best installed."""
         self.progress = progress
         """Called with (done, total) while a large backlog of memories is embedded."""
         self.semantic_notice: str | None = None
@@ -486,6 +510,7 @@ class SqliteMemory:
         self._index_lock = threading.Lock()  # the index is read by the worker thread
         self._model_checked = False
         self._project_indexed = False
+        self._centre: Any = None
 
     def __repr__(self) -> str:
         return f"SqliteMemory({str(self.path)!r})"
@@ -600,10 +625,13 @@ class SqliteMemory:
 
             score = (w / (10 + keyword rank) + 1 / (10 + semantic rank)) / norm
 
-        a rank missing from one list adding nothing; w is 1 for a memory with every word
-        of the query and 0.3 for one with only some; `norm` makes a memory first in both
-        score 1.0. Only memories with a cosine similarity of at least MIN_SIMILARITY
-        (0.25) to the query count as found by meaning. Each list is ranked with the
+        a rank missing from one list adding nothing; w says how much the memory's words
+        know (_keyword_weight): 1 for a memory with every word of the query, related in
+        meaning, and not by common words only; less when the words are weak, and 0 when
+        they are all common (then meaning decides); `norm` makes a memory first in both
+        score 1.0. Only memories with a similarity of at least the model's threshold to
+        the query count as found by meaning (MIN_SIMILARITY, 0.25, for wordllama; for
+        MiniLM 0.15, measured from the store's centre, _centre). Each list is ranked with the
         recency lift of a recent memory (at most +20% for one saved today, +10% at 30
         days, fading towards none): by words BM25 times the lift, by meaning similarity
         times the lift; so recency decides between memories that match alike but seldom
@@ -632,11 +660,23 @@ class SqliteMemory:
             # scans the sign codes; those with some of the words only if still needed.
             depth = {**parameters, "limit": max(limit, KEYWORD_DEPTH)}
             every = self._ranked([_joined(words, "AND")], project, depth)
-            nearest = self._finish_nearest(started)
-            if nearest is not None:
+            meaning = self._finish_nearest(started)
+            if meaning is not None:
+                nearest, candidates = meaning
                 found = [seq for seq, _ in nearest]
+                keyword, with_every = self._with_any_word(
+                    words, project, depth, every, found_by_meaning=found
+                )
+                related = self._similarities(
+                    candidates, [row[_SEQ] for row in keyword if row[_SEQ] not in found]
+                )
                 return self._fused(
-                    *self._with_any_word(words, project, depth, every, found_by_meaning=found),
+                    keyword,
+                    with_every,
+                    related={**related, **dict(nearest)},
+                    threshold=candidates.threshold,
+                    model=candidates.model,
+                    store_size=candidates.scanned.size,
                     nearest=nearest,
                     parameters=parameters,
                     words=words,
@@ -713,13 +753,28 @@ class SqliteMemory:
         keyword: builtins.list[Any],
         every: int,
         *,
+        related: dict[int, float],
+        threshold: float,
+        model: str,
+        store_size: int,
         nearest: builtins.list[tuple[int, float]],
         parameters: dict[str, object],
         words: builtins.list[str],
         explain: bool,
     ) -> builtins.list[MemoryHit]:
-        """The keyword ranking and the semantic one, fused by reciprocal rank (see search)."""
+        """The keyword ranking and the semantic one, fused by reciprocal rank (see search);
+        `related`: the similarity in meaning of the memories found by words (and of the
+        nearest), which says how much their words weigh (_keyword_weight)."""
         keyword_rank = {row[_SEQ]: rank for rank, row in enumerate(keyword, 1)}
+        weight_of = {
+            row[_SEQ]: _keyword_weight(
+                rank <= every,
+                related.get(row[_SEQ]),
+                threshold,
+                row[_BM25] / len(words) if store_size >= COMMON_FROM else COMMON_BM25,
+            )
+            for rank, row in enumerate(keyword, 1)
+        }
         similarity_of = dict(nearest)
         rows = list(keyword)
         unseen = [seq for seq in similarity_of if seq not in keyword_rank]
@@ -740,9 +795,7 @@ class SqliteMemory:
             seq = row[_SEQ]
             fused = 0.0
             if seq in keyword_rank:
-                # A memory with only some of the words is a weaker match by words.
-                weight = KEYWORD_WEIGHT if keyword_rank[seq] <= every else PARTIAL_WEIGHT
-                fused += weight / (RRF_K + keyword_rank[seq])
+                fused += weight_of[seq] / (RRF_K + keyword_rank[seq])
             if seq in semantic_rank:
                 fused += SEMANTIC_WEIGHT / (RRF_K + semantic_rank[seq])
             scored.append((fused / norm, row[5], row))
@@ -758,14 +811,9 @@ class SqliteMemory:
                     by_meaning=True,
                     keyword_rank=keyword_rank.get(seq),
                     semantic_rank=semantic_rank.get(seq),
-                    similarity=similarity_of.get(seq),
-                    keyword_weight=(
-                        None
-                        if seq not in keyword_rank
-                        else KEYWORD_WEIGHT
-                        if keyword_rank[seq] <= every
-                        else PARTIAL_WEIGHT
-                    ),
+                    similarity=similarity_of.get(seq, related.get(seq)),
+                    keyword_weight=weight_of.get(seq),
+                    model=model,
                 )
             hits.append(MemoryHit(memory=_memory(row), score=score, explain=ranking))
         return hits
@@ -785,50 +833,96 @@ class SqliteMemory:
             self._prepare(embedder)
             with self._lock:
                 index = self._vector_index()
+                centre = self._centre if embedder.centred else None
         except MemoryStoreError as exc:
             self._semantic_failed(exc)
             return None
-        return _worker().submit(self._candidates, embedder, index, query, project)
+        except SemanticUnavailable as exc:
+            self._model_failed(exc)
+            return None
+        return _worker().submit(self._candidates, embedder, index, centre, query, project)
 
     def _candidates(
-        self, embedder: Embedder, index: VectorIndex, query: str, project: str | None
+        self,
+        embedder: Embedder,
+        index: VectorIndex,
+        centre: Any,
+        query: str,
+        project: str | None,
     ) -> _Candidates:
         """The query's embedding and the NEAREST memories in scope by sign code."""
         vector = embedder.embed([query])[0]
+        threshold = getattr(embedder, "min_similarity", MIN_SIMILARITY)
+        if centre is not None:
+            # A small store's centre is near zero (CENTRE_PRIOR): its similarities are
+            # nearly plain cosines, which run higher; the bar rises to match.
+            threshold += SMALL_STORE_MARGIN * CENTRE_PRIOR / (index.size + CENTRE_PRIOR)
         if not vector.any():
-            return _Candidates(vector, index, [])
+            return _Candidates(vector, index, [], centre, threshold, embedder.name)
         with self._index_lock:
             seqs = index.nearest(sign_codes(vector[None])[0], [None, project], NEAREST)
-        return _Candidates(vector, index, seqs)
+        return _Candidates(vector, index, seqs, centre, threshold, embedder.name)
 
     def _finish_nearest(
         self, started: Future[_Candidates]
-    ) -> builtins.list[tuple[int, float]] | None:
+    ) -> tuple[builtins.list[tuple[int, float]], _Candidates] | None:
         """The memories nearest in meaning, (seq, cosine similarity) best first, at most
         FUSE_DEPTH and none below MIN_SIMILARITY: the candidates by sign code re-ranked by
         the exact cosine of their int8 vectors. None when the store failed meanwhile."""
         import numpy as np
 
-        found = started.result()
+        try:
+            found = started.result()
+        except SemanticUnavailable as exc:
+            self._model_failed(exc)
+            return None
         if not found.seqs:
-            return []
+            return [], found
         try:
             rows = self._fetch(_VECTORS_OF, (_tags_encoder.encode(found.seqs).decode(),))
         except MemoryStoreError as exc:
             self._semantic_failed(exc)
             return None
+        width = len(found.vector)
+        rows = [row for row in rows if len(row[1]) == width]
         present = {seq for seq, _ in rows}
         with self._index_lock:
             found.scanned.forget([seq for seq in found.seqs if seq not in present])
         if not rows:
-            return []
-        similarities = from_int8([vector_bytes for _, vector_bytes in rows]) @ found.vector
+            return [], found
+        similarities = _centred_cosine(
+            from_int8([vector_bytes for _, vector_bytes in rows], width), found.vector, found.centre
+        )
         order = np.argsort(-similarities, kind="stable")[:FUSE_DEPTH]
-        return [
+        nearest = [
             (int(rows[place][0]), float(similarities[place]))
             for place in order
-            if similarities[place] >= MIN_SIMILARITY
+            if similarities[place] >= found.threshold
         ]
+        return nearest, found
+
+    def _similarities(self, found: _Candidates, seqs: builtins.list[int]) -> dict[int, float]:
+        """The similarity in meaning to the query of the memories `seqs` (those found by
+        words), as _finish_nearest measures it; {} for those without a vector."""
+        if not seqs or not found.vector.any():
+            return {}
+        try:
+            rows = self._fetch(_VECTORS_OF, (_tags_encoder.encode(seqs).decode(),))
+        except MemoryStoreError:
+            return {}  # by words they still rank, as if unrelated in meaning
+        width = len(found.vector)
+        rows = [row for row in rows if len(row[1]) == width]
+        if not rows:
+            return {}
+        vectors = from_int8([vector_bytes for _, vector_bytes in rows], width)
+        similarities = _centred_cosine(vectors, found.vector, found.centre)
+        return {int(seq): float(value) for (seq, _), value in zip(rows, similarities, strict=True)}
+
+    def _model_failed(self, exc: SemanticUnavailable) -> None:
+        # The model stopped working (its process died twice in a row): by words, this
+        # search and the next ones of this store.
+        self.semantic_notice = f"search by meaning failed ({exc}); by words only"
+        self._embedder = None
 
     def _semantic_failed(self, exc: MemoryStoreError) -> None:
         # A read-only or damaged store: search by words still works.
@@ -841,7 +935,7 @@ class SqliteMemory:
             return None
         if self._embedder is None and self.semantic_notice is None:
             try:
-                self._embedder = load_embedder()
+                self._embedder = load_embedder(self.model)
             except SemanticUnavailable as exc:
                 self.semantic_notice = f"memory search by meaning is off: {exc}; by words only"
         return self._embedder
@@ -854,7 +948,11 @@ class SqliteMemory:
         embedder = self._semantic_model()
         if embedder is None:
             return 0
-        embedded = self._prepare(embedder)
+        try:
+            embedded = self._prepare(embedder)
+        except SemanticUnavailable as exc:
+            self._model_failed(exc)
+            return 0
         with self._lock:
             self._vector_index()
         return embedded
@@ -869,17 +967,25 @@ class SqliteMemory:
 
     def _vector_index(self) -> VectorIndex:
         """This process's index of sign codes, brought up to date (under the lock)."""
-        if self._index is None or self._index.stale:
-            self._index = VectorIndex()
+        dimensions = self._embedder.dimensions if self._embedder is not None else DIMENSIONS
+        if self._index is None or self._index.stale or self._index.words != dimensions // 64:
+            self._index = VectorIndex(dimensions)
         index = self._index
         (latest,) = self._fetch("SELECT max(vseq) FROM memory_vectors", ())[0]
+        if self._centre is None or (latest is not None and latest > index.loaded_through):
+            self._centre = _centre(self._fetch(_VECTOR_SUM, ()), dimensions)
         while latest is not None and latest > index.loaded_through:
             rows = self._fetch(_NEW_VECTORS, (index.loaded_through, LOAD_BATCH))
             if not rows:
                 break
-            vseqs, seqs, projects, codes = zip(*rows, strict=True)
-            with self._index_lock:
-                index.add(vseqs, seqs, projects, b"".join(codes))
+            # Codes of another model's width (another process's model, not yet redone)
+            # are left out: they would compare as noise.
+            fitting = [row for row in rows if len(row[3]) == index.words * 8]
+            if fitting:
+                vseqs, seqs, projects, codes = zip(*fitting, strict=True)
+                with self._index_lock:
+                    index.add(vseqs, seqs, projects, b"".join(codes))
+            index.loaded_through = max(index.loaded_through, int(rows[-1][0]))
             if len(rows) < LOAD_BATCH:
                 break
         return index
@@ -895,6 +1001,9 @@ class SqliteMemory:
                 return
             if row is not None:
                 connection.execute("DELETE FROM memory_vectors")
+                connection.execute(
+                    "DELETE FROM memory_meta WHERE key IN ('vector_sum', 'vector_count')"
+                )
                 connection.execute(
                     "INSERT INTO memory_pending(seq) SELECT seq FROM memories"
                     " WHERE seq NOT IN (SELECT seq FROM memory_pending)"
@@ -925,7 +1034,8 @@ class SqliteMemory:
                 (seq, content, codes[place].tobytes(), ints[place].tobytes())
                 for place, (seq, content) in enumerate(batch)
             ]
-            self._write(functools.partial(_store_vectors, rows=rows))
+            total = [float(value) for value in vectors.sum(axis=0)]
+            self._write(functools.partial(_store_vectors, rows=rows, total=total))
             done += len(batch)
             if self.progress is not None and waiting >= PROGRESS_FROM:
                 self.progress(min(done, waiting), waiting)
@@ -1378,10 +1488,15 @@ def _memory(row: Sequence[object]) -> Memory:
 
 
 def _store_vectors(
-    connection: sqlite3.Connection, *, rows: builtins.list[tuple[int, str, bytes, bytes]]
+    connection: sqlite3.Connection,
+    *,
+    rows: builtins.list[tuple[int, str, bytes, bytes]],
+    total: builtins.list[float],
 ) -> None:
     """Store embeddings made from the contents given, for memories whose content is still
-    that (one that changed meanwhile stays pending, for the next batch)."""
+    that (one that changed meanwhile stays pending, for the next batch); `total` is their
+    sum, added to the store's (memory_meta `vector_sum`, `vector_count`: see _centre)."""
+    _add_to_sum(connection, total, len(rows))
     seqs = _tags_encoder.encode([seq for seq, *_ in rows]).decode()
     current = dict(
         connection.execute(
@@ -1408,6 +1523,7 @@ def _ranking(
     semantic_rank: int | None = None,
     similarity: float | None = None,
     keyword_weight: float | None = None,
+    model: str | None = None,
 ) -> Ranking:
     """Why a search row ranked (MemoryHit.explain)."""
     tags = {tag.lower() for tag in _tags_decoder.decode(row[2])}
@@ -1418,6 +1534,7 @@ def _ranking(
         semantic_rank=semantic_rank,
         similarity=similarity,
         keyword_weight=keyword_weight,
+        model=model,
         recency=row[_LIFT],
         tags=[word for word in words if word in tags],
     )
@@ -1436,8 +1553,12 @@ def explain_parts(ranking: Ranking | None) -> builtins.list[str]:
         parts.append("meaning: not searched")
     elif ranking.semantic_rank is not None:
         parts.append(f"meaning #{ranking.semantic_rank} (similarity {ranking.similarity or 0:.2f})")
+    elif ranking.similarity is not None:
+        parts.append(f"meaning: not among the nearest (similarity {ranking.similarity:.2f})")
     else:
         parts.append("meaning: not among the nearest")
+    if ranking.by_meaning and ranking.model:
+        parts.append(f"model {ranking.model}")
     parts.append(f"recency x{ranking.recency:.2f}")
     if ranking.tags:
         parts.append("tags: " + " ".join("#" + tag for tag in ranking.tags))
@@ -1459,7 +1580,12 @@ def score_formula(hit: MemoryHit) -> builtins.list[str]:
         return [] if ranking.keyword_score is None else [f"score {_figure(hit.score)} = {words}"]
     terms, ranks = [], []
     if ranking.keyword_rank is not None and ranking.keyword_weight is not None:
-        some = "" if ranking.keyword_weight == KEYWORD_WEIGHT else ", with only some words"
+        some = {
+            0.0: ", common words only: meaning decides",
+            KEYWORD_WEIGHT: "",
+            PARTIAL_WEIGHT: ", words weak (only some, or unrelated in meaning)",
+            WEAK_WEIGHT: ", words weak (only some, and unrelated in meaning)",
+        }.get(ranking.keyword_weight, "")
         terms.append(f"{ranking.keyword_weight:g}/({RRF_K:g}+{ranking.keyword_rank}) by words")
         ranks.append(f"#{ranking.keyword_rank} by words on {by_words}{some}")
     if ranking.semantic_rank is not None and ranking.similarity is not None:
@@ -1489,6 +1615,11 @@ class _Candidates(NamedTuple):
     vector: Any
     scanned: VectorIndex
     seqs: builtins.list[int]
+    centre: Any
+    """What all the store's embeddings share (see _centre); None: not centred."""
+    threshold: float
+    """The least similarity that counts as found by meaning (MIN_SIMILARITY)."""
+    model: str
 
 
 _workers: builtins.list[ThreadPoolExecutor] = []
@@ -1501,3 +1632,83 @@ def _worker() -> ThreadPoolExecutor:
         if not _workers:
             _workers.append(ThreadPoolExecutor(max_workers=2, thread_name_prefix="relay-memory"))
         return _workers[0]
+
+
+SMALL_STORE_MARGIN = 0.12
+"""How much higher the least similarity found by meaning is in a store too small to
+have a centre (plain cosines, which run higher for unrelated short texts with MiniLM),
+fading as the store grows: 0.12 * 50 / (n + 50) more."""
+CENTRE_PRIOR = 50
+"""How many memories the store's mean embedding must be made of before it counts in
+full: the centre of a store of n memories is their mean times n / (n + 50), so a memory
+alone in its store is not centred away to nothing."""
+
+
+def _add_to_sum(connection: sqlite3.Connection, total: builtins.list[float], count: int) -> None:
+    """Add `count` embeddings summing to `total` to the store's sum (see _centre)."""
+    known = dict(connection.execute(_VECTOR_SUM).fetchall())
+    before = _sum_decoder.decode(known["vector_sum"]) if "vector_sum" in known else []
+    if len(before) == len(total):
+        total = [mine + theirs for mine, theirs in zip(total, before, strict=True)]
+        count += int(known.get("vector_count", 0))
+    connection.executemany(
+        "INSERT OR REPLACE INTO memory_meta(key, value) VALUES (?, ?)",
+        [("vector_sum", msgspec.json.encode(total).decode()), ("vector_count", str(count))],
+    )
+
+
+def _centre(rows: builtins.list[Any], dimensions: int) -> Any:
+    """What the store's embeddings have in common: their mean, shrunk towards zero for a
+    small store (CENTRE_PRIOR); zeros when unknown.
+
+    A sentence model puts every text in one narrow cone: two unrelated memories still
+    have a cosine of 0.3 or more, and a memory of many common words (a list of tools, a
+    jumble of notes) comes near to every query. Similarity is measured from this centre
+    instead (_centred_cosine): what a memory shares with every other no longer counts,
+    what it shares with the query does. On tests/memory_relevance.py's paraphrases this
+    lifts recall@3 by MiniLM from 0.55 to 0.75 (tests/perf/bench_memory.py). The sum
+    only grows (a forgotten or changed memory stays in it): a centre needs to be near,
+    not exact, and a store's subjects drift slowly; a change of model starts it anew."""
+    import numpy as np
+
+    known = dict(rows)
+    try:
+        total = np.asarray(_sum_decoder.decode(known["vector_sum"]), dtype=np.float32)
+        count = int(known["vector_count"])
+    except (KeyError, ValueError, msgspec.DecodeError):
+        return np.zeros(dimensions, dtype=np.float32)
+    if total.shape != (dimensions,) or count <= 0:
+        return np.zeros(dimensions, dtype=np.float32)
+    return total / (count + CENTRE_PRIOR)
+
+
+def _centred_cosine(vectors: Any, query: Any, centre: Any) -> Any:
+    """The cosine of each row of `vectors` and `query`, both seen from `centre`."""
+    import numpy as np
+
+    if centre is None or centre.shape != query.shape:
+        return vectors @ query
+    rows = vectors - centre
+    rows /= np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+    toward = query - centre
+    return rows @ (toward / max(float(np.linalg.norm(toward)), 1e-12))
+
+
+def _keyword_weight(
+    every_word: bool, similarity: float | None, threshold: float, bm25_per_word: float
+) -> float:
+    """How much a memory's place by words weighs in the fused score (see search).
+
+    Words decide when they match closely: a memory with every word of the query, not
+    all of them common ones, and related in meaning (at least `threshold` similar)
+    keeps the full weight. Words are weak when they match only common or unrelated
+    memories: by common words only (less than COMMON_BM25 a word), the match weighs
+    nothing and meaning alone ranks; with every word but unrelated in meaning, or
+    related and with only some words, PARTIAL_WEIGHT; with only some words and
+    unrelated, WEAK_WEIGHT."""
+    if bm25_per_word < COMMON_BM25:
+        return 0.0
+    related = similarity is not None and similarity >= threshold
+    if every_word:
+        return KEYWORD_WEIGHT if related else PARTIAL_WEIGHT
+    return PARTIAL_WEIGHT if related else WEAK_WEIGHT
