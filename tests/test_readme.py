@@ -459,7 +459,7 @@ BLOCKS: dict[str, Entry] = {
     "source .venv/bin/activate        # this shell only; `deactivate` to leave": Commands(
         setup=venv_in_project,
         not_run={
-            "pipx install '.[semantic]'       # or: a user-wide `relay`, in an environment of its own": (
+            "pipx install '.[meaning]'        # or: a user-wide `relay`, in an environment of its own": (
                 "installs for the user, from the network"
             )
         },
