@@ -70,6 +70,7 @@ def test_hooks_run_prints_the_merged_result(project: Path, relay_home: Path) -> 
         "inject",
         "systemMessage",
         "suppressOutput",
+        "terminalSequence",
         "stopped_by",
         "tool_input",
         "hookSpecificOutput",
