@@ -26,9 +26,11 @@ from relay.config.model import (
 )
 from relay.config.paths import (
     PROJECT_DIR_NAME,
-    find_project_root,
+    cached_path,
+    child,
+    project_root,
     relay_home,
-    state_dir,
+    state_file,
     system_settings_path,
 )
 from relay.config.validated import load_remembered
@@ -139,7 +141,7 @@ def load_settings(
     files: list[LoadedSettings] = []
     broken: list[BrokenSettings] = []
     root, candidates = _candidates(start, extra, env)
-    verdicts = state_dir(env) / "settings-verdicts"
+    verdicts = state_file("settings-verdicts", env)
     for path, scope, error in candidates:
         try:
             if error is not None:
@@ -195,19 +197,22 @@ def _candidates(
     """The project root, and the settings files for `cwd` in merge order, each with the
     error that makes it unusable before it is even read (a named file missing, a folder we
     may not search)."""
-    start = Path(os.getcwd()) if cwd is None else cwd
+    # The paths are built once per distinct folder (paths.child, cached_path), their files
+    # looked at anew by every call: only what a stat cannot miss is kept.
+    start = os.getcwd() if cwd is None else os.path.expanduser(cwd)
     candidates: list[tuple[Path, Scope]] = [
         (system_settings_path(env), "system"),
-        (relay_home(env) / "settings.json", "user"),
+        (child(relay_home(env), "settings.json"), "user"),
     ]
     named: list[tuple[Path, Scope]] = []
     for path in [*settings_from_environment(env), *extra]:
         named.append((path.expanduser().absolute(), "settings"))
-    root = find_project_root(start)
+    found_root = project_root(start)
+    root = None if found_root is None else cached_path(found_root)
     project: list[tuple[Path, Scope]] = []
     if root is not None:
-        project.append((root / PROJECT_DIR_NAME / "settings.json", "project"))
-        project.append((root / PROJECT_DIR_NAME / "settings.local.json", "project-local"))
+        project.append((child(root, PROJECT_DIR_NAME, "settings.json"), "project"))
+        project.append((child(root, PROJECT_DIR_NAME, "settings.local.json"), "project-local"))
     found: list[tuple[Path, Scope, SettingsError | None]] = []
     seen: set[tuple[int, int]] = set()
     for path, scope in [*candidates, *named, *project]:
