@@ -547,7 +547,7 @@ def test_a_living_server_that_drops_a_call_leaves_none_of_its_hooks_running(
     def serve() -> None:
         connection, _ = listener.accept()
         with connection, connection.makefile("rb") as reader:
-            request_ = client.read_request(reader.read)
+            request_ = client.read_request(reader.read1)
             assert not isinstance(request_, str)
             hooks.append(subprocess.Popen(["sleep", "60"], env=request_[1].env))
             connection.sendall(client.accepted_frame(60_000))
@@ -585,7 +585,7 @@ hooks = []
 def serve():
     connection, _ = listener.accept()
     with connection, connection.makefile("rb") as reader:
-        hooks.append(subprocess.Popen(["sleep", "60"], env=client.read_request(reader.read)[1].env))
+        hooks.append(subprocess.Popen(["sleep", "60"], env=client.read_request(reader.read1)[1].env))
         connection.sendall(client.accepted_frame(60_000))
 
 threading.Thread(target=serve, daemon=True).start()

@@ -141,12 +141,11 @@ def load_settings(
     files: list[LoadedSettings] = []
     broken: list[BrokenSettings] = []
     root, candidates = _candidates(start, extra, env)
-    verdicts = state_file("settings-verdicts", env)
     for path, scope, error in candidates:
         try:
             if error is not None:
                 raise error
-            loaded = _load(path, scope, cache, verdicts)
+            loaded = _load(path, scope, cache, env)
             if loaded.broken and scope not in isolate:
                 raise loaded.broken[0].errors[0]  # not set aside: an error, as for the file
             files.append(loaded)
@@ -163,10 +162,12 @@ def settings_problems(cwd: Path, *, env: Mapping[str, str] | None = None) -> lis
     return load_settings(cwd, env=env, isolate=frozenset(SCOPE_ORDER)).problems()
 
 
-def _load(path: Path, scope: Scope, cache: SettingsCache | None, verdicts: Path) -> LoadedSettings:
+def _load(
+    path: Path, scope: Scope, cache: SettingsCache | None, env: Mapping[str, str] | None
+) -> LoadedSettings:
     if cache is None:
         # A one-shot process: a file validated before decodes in one pass (validated.py).
-        return load_remembered(path, scope, verdicts)
+        return load_remembered(path, scope, state_file("settings-verdicts", env))
     try:
         report = cache.get(path)
     except OSError as exc:
