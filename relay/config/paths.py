@@ -176,17 +176,22 @@ def find_project_root(start: str | Path) -> Path | None:
 
 def project_root(start: str) -> str | None:
     """`find_project_root` for a folder given as a string, answered as one."""
+    found = project_root_and_folder(start)
+    return None if found is None else found[0]
+
+
+def project_root_and_folder(start: str) -> tuple[str, bool] | None:
+    """`project_root`, and whether the root holds a `.relay/` folder (else it has no
+    project settings files to look for)."""
     # Strings and os.path, not pathlib: a host pays for this walk on every event.
     here = os.path.abspath(start)
     while True:
         # `.git` may be a file: worktrees and submodules point to their git dir with one.
         # os.path.isdir/exists answer False for a folder we may not enter: such a folder
         # cannot be a project we can use, so it does not count.
-        if (
-            os.path.isdir(os.path.join(here, PROJECT_DIR_NAME))
-            or os.path.exists(os.path.join(here, ".git"))
-        ) and not shared_temporary(here):
-            return here
+        folder = os.path.isdir(os.path.join(here, PROJECT_DIR_NAME))
+        if (folder or os.path.exists(os.path.join(here, ".git"))) and not shared_temporary(here):
+            return here, folder
         parent = os.path.dirname(here)
         if parent == here:
             return None
