@@ -811,3 +811,36 @@ def test_an_unwritable_state_folder_only_costs_the_full_validation(
     (relay_home / "state").write_text("not a folder")
     for _ in range(2):
         assert load_settings(project).files[0].settings.hooks["BeforeTool"][0].hooks[0].command
+
+
+def test_folders_follow_each_environment_they_are_given(tmp_path: Path) -> None:
+    # A server computes a client's folders once per distinct set of values: a changed
+    # value (RELAY_HOME, HOME, XDG_*, RELAY_SYSTEM_SETTINGS) gives the new folder at once.
+    home = str(tmp_path / "home")
+    answers = []
+    for env in [
+        {"HOME": home, "RELAY_HOME": "/a"},
+        {"HOME": home, "RELAY_HOME": "/b"},
+        {"HOME": home, "RELAY_HOME": "/a"},
+        {"HOME": home, "XDG_STATE_HOME": "/x", "XDG_CONFIG_HOME": "/y"},
+        {"HOME": home},
+        {"HOME": home, "RELAY_HOME": "~/r", "RELAY_SYSTEM_SETTINGS": "~/s.json"},
+    ]:
+        answers.append(
+            (str(paths.relay_home(env)), str(state_dir(env)), str(system_settings_path(env)))
+        )
+    assert answers == [
+        ("/a", "/a/state", "/etc/agent-relay/settings.json"),
+        ("/b", "/b/state", "/etc/agent-relay/settings.json"),
+        ("/a", "/a/state", "/etc/agent-relay/settings.json"),
+        ("/y/agent-relay", "/x/agent-relay", "/etc/agent-relay/settings.json"),
+        (
+            f"{home}/.config/agent-relay",
+            f"{home}/.local/state/agent-relay",
+            "/etc/agent-relay/settings.json",
+        ),
+        (f"{home}/r", f"{home}/r/state", f"{home}/s.json"),
+    ]
+    assert paths.state_file("trust.json", {"HOME": home, "RELAY_HOME": "/b"}) == Path(
+        "/b/state/trust.json"
+    )

@@ -188,6 +188,47 @@ def test_the_server_notices_settings_and_scripts_that_change(
     assert second is not None and json.loads(second.stdout)["inject"] == "two"
 
 
+def test_the_server_sees_a_project_settings_file_and_a_nearer_root_made_between_calls(
+    server: str, project: Path, relay_home: Path
+) -> None:
+    # The server keeps the paths it builds per folder; which files and roots exist it
+    # must look at on every call.
+    folder = project / "sub"
+    folder.mkdir()
+    call = call_for(folder, "relay", "SessionStart", b"{}")
+    replies = [client.request(server, call)]
+    write(
+        project / ".relay" / "settings.json", {"hooks": {"SessionStart": [{"hooks": [hook("p")]}]}}
+    )
+    replies.append(client.request(server, call))
+    write(
+        folder / ".relay" / "settings.json", {"hooks": {"SessionStart": [{"hooks": [hook("q")]}]}}
+    )
+    replies.append(client.request(server, call))
+    first, second, third = replies
+    assert first is not None and b"untrusted" not in first.stderr
+    assert second is not None and f"in {project} to allow".encode() in second.stderr
+    assert third is not None and f"in {folder} to allow".encode() in third.stderr
+    assert [normalized(reply) for reply in replies[2:]] == [normalized(answer_call(call))]
+
+
+def test_the_server_answers_each_client_for_its_own_relay_home(
+    server: str, project: Path, tmp_path: Path
+) -> None:
+    # One server, clients whose RELAY_HOME differs (and changes back): each call reads the
+    # settings and trust of its own home, never those of the call before it.
+    calls: list[Call] = []
+    for name in ("a", "b"):
+        home = tmp_path / f"home-{name}"
+        write(home / "settings.json", {"hooks": {"SessionStart": [{"hooks": [hook(name)]}]}})
+        env = {**os.environ, "RELAY_HOME": str(home)}
+        calls.append(Call(["--dialect", "relay", "SessionStart"], str(project), env, b"{}"))
+    for call, expected in list(zip(calls, "ab", strict=True)) * 2:
+        reply = client.request(server, call)
+        assert reply is not None and json.loads(reply.stdout)["inject"] == expected
+        assert normalized(reply) == normalized(answer_call(call))
+
+
 def test_many_calls_at_once(server: str, project: Path, relay_home: Path) -> None:
     write(relay_home / "settings.json", {"hooks": {"SessionStart": [{"hooks": [hook("hi")]}]}})
     call = call_for(project, "claude", "SessionStart", b"{}")
@@ -506,7 +547,7 @@ def test_a_living_server_that_drops_a_call_leaves_none_of_its_hooks_running(
     def serve() -> None:
         connection, _ = listener.accept()
         with connection, connection.makefile("rb") as reader:
-            request_ = client.read_request(reader.read)
+            request_ = client.read_request(reader.read1)
             assert not isinstance(request_, str)
             hooks.append(subprocess.Popen(["sleep", "60"], env=request_[1].env))
             connection.sendall(client.accepted_frame(60_000))
@@ -544,7 +585,7 @@ hooks = []
 def serve():
     connection, _ = listener.accept()
     with connection, connection.makefile("rb") as reader:
-        hooks.append(subprocess.Popen(["sleep", "60"], env=client.read_request(reader.read)[1].env))
+        hooks.append(subprocess.Popen(["sleep", "60"], env=client.read_request(reader.read1)[1].env))
         connection.sendall(client.accepted_frame(60_000))
 
 threading.Thread(target=serve, daemon=True).start()

@@ -26,9 +26,11 @@ from relay.config.model import (
 )
 from relay.config.paths import (
     PROJECT_DIR_NAME,
-    find_project_root,
+    cached_path,
+    child,
+    project_root_and_folder,
     relay_home,
-    state_dir,
+    state_file,
     system_settings_path,
 )
 from relay.config.validated import load_remembered
@@ -111,7 +113,7 @@ def discover(
     """The settings files that exist for `cwd`, with their scopes, in merge order; raise
     SettingsError for a named file that is missing or a folder that cannot be searched."""
     found: list[tuple[Path, Scope]] = []
-    for path, scope, error in _candidates(cwd, extra, env)[1]:
+    for path, scope, error, _ in _candidates(cwd, extra, env)[1]:
         if error is not None:
             raise error
         found.append((path, scope))
@@ -139,12 +141,11 @@ def load_settings(
     files: list[LoadedSettings] = []
     broken: list[BrokenSettings] = []
     root, candidates = _candidates(start, extra, env)
-    verdicts = state_dir(env) / "settings-verdicts"
-    for path, scope, error in candidates:
+    for path, scope, error, status in candidates:
         try:
             if error is not None:
                 raise error
-            loaded = _load(path, scope, cache, verdicts)
+            loaded = _load(path, scope, cache, env, status)
             if loaded.broken and scope not in isolate:
                 raise loaded.broken[0].errors[0]  # not set aside: an error, as for the file
             files.append(loaded)
@@ -161,12 +162,18 @@ def settings_problems(cwd: Path, *, env: Mapping[str, str] | None = None) -> lis
     return load_settings(cwd, env=env, isolate=frozenset(SCOPE_ORDER)).problems()
 
 
-def _load(path: Path, scope: Scope, cache: SettingsCache | None, verdicts: Path) -> LoadedSettings:
+def _load(
+    path: Path,
+    scope: Scope,
+    cache: SettingsCache | None,
+    env: Mapping[str, str] | None,
+    status: os.stat_result | None,
+) -> LoadedSettings:
     if cache is None:
         # A one-shot process: a file validated before decodes in one pass (validated.py).
-        return load_remembered(path, scope, verdicts)
+        return load_remembered(path, scope, state_file("settings-verdicts", env))
     try:
-        report = cache.get(path)
+        report = cache.get(path, status)
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise SettingsError(f"cannot read settings file: {reason}", file=str(path)) from None
@@ -189,45 +196,51 @@ def _peek(path: Path) -> bytes:
         return b""
 
 
+Candidate = tuple[Path, Scope, SettingsError | None, os.stat_result | None]
+"""A settings file, its scope, the error that makes it unusable before it is even read (a
+named file missing, a folder we may not search), else its stat."""
+
+
 def _candidates(
     cwd: Path | None, extra: Sequence[Path], env: Mapping[str, str] | None
-) -> tuple[Path | None, list[tuple[Path, Scope, SettingsError | None]]]:
-    """The project root, and the settings files for `cwd` in merge order, each with the
-    error that makes it unusable before it is even read (a named file missing, a folder we
-    may not search)."""
-    start = Path(os.getcwd()) if cwd is None else cwd
+) -> tuple[Path | None, list[Candidate]]:
+    """The project root, and the settings files for `cwd` in merge order (`Candidate`)."""
+    # The paths are built once per distinct folder (paths.child, cached_path), their files
+    # looked at anew by every call: only what a stat cannot miss is kept.
+    start = os.getcwd() if cwd is None else os.path.expanduser(cwd)
     candidates: list[tuple[Path, Scope]] = [
         (system_settings_path(env), "system"),
-        (relay_home(env) / "settings.json", "user"),
+        (child(relay_home(env), "settings.json"), "user"),
     ]
     named: list[tuple[Path, Scope]] = []
     for path in [*settings_from_environment(env), *extra]:
         named.append((path.expanduser().absolute(), "settings"))
-    root = find_project_root(start)
+    found_root = project_root_and_folder(start)
+    root = None if found_root is None else cached_path(found_root[0])
     project: list[tuple[Path, Scope]] = []
-    if root is not None:
-        project.append((root / PROJECT_DIR_NAME / "settings.json", "project"))
-        project.append((root / PROJECT_DIR_NAME / "settings.local.json", "project-local"))
-    found: list[tuple[Path, Scope, SettingsError | None]] = []
+    if root is not None and found_root is not None and found_root[1]:  # it has a .relay/
+        project.append((child(root, PROJECT_DIR_NAME, "settings.json"), "project"))
+        project.append((child(root, PROJECT_DIR_NAME, "settings.local.json"), "project-local"))
+    found: list[Candidate] = []
     seen: set[tuple[int, int]] = set()
     for path, scope in [*candidates, *named, *project]:
         try:
             # Named on the command line: a missing file is a mistake, not an absent layer.
-            identity = _file_identity(path, named=scope == "settings")
+            status = _file_status(path, named=scope == "settings")
         except SettingsError as exc:
-            found.append((path, scope, exc))
+            found.append((path, scope, exc, None))
             continue
         # The same file reached twice (RELAY_HOME inside a project, a --settings that is the
         # user file) is loaded once, at its first, most trusted, place.
-        if identity is not None and identity not in seen:
-            seen.add(identity)
-            found.append((path, scope, None))
+        if status is not None and (status.st_dev, status.st_ino) not in seen:
+            seen.add((status.st_dev, status.st_ino))
+            found.append((path, scope, None, status))
     return root, found
 
 
-def _file_identity(path: Path, *, named: bool = False) -> tuple[int, int] | None:
-    """(device, inode) of a settings file that is there, None when there is none; one we
-    may not look at is an error naming it."""
+def _file_status(path: Path, *, named: bool = False) -> os.stat_result | None:
+    """The stat of a settings file that is there, None when there is none; one we may not
+    look at is an error naming it."""
     try:
         status = os.stat(path)
     except FileNotFoundError:
@@ -246,7 +259,7 @@ def _file_identity(path: Path, *, named: bool = False) -> tuple[int, int] | None
         if named:
             raise SettingsError("not a file", file=str(path))
         return None
-    return status.st_dev, status.st_ino
+    return status
 
 
 def most_specific(sections: Sequence[S], default: S) -> S:

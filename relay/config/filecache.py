@@ -41,12 +41,13 @@ class FileCache(Generic[T]):
         self._entries: dict[str, tuple[Identity, T]] = {}
         self._lock = threading.Lock()
 
-    def get(self, path: Path) -> T:
-        """The derived value of the file at `path`; OSError when it cannot be read."""
+    def get(self, path: Path, status: os.stat_result | None = None) -> T:
+        """The derived value of the file at `path`; OSError when it cannot be read.
+        `status`: the file's stat, when the caller has just taken it."""
         key = str(path)
         with self._lock:
             cached = self._entries.get(key)
-        if cached is not None and cached[0] == identity_of(os.stat(key)):
+        if cached is not None and cached[0] == identity_of(status or os.stat(key)):
             return cached[1]  # a stat, no open: what a server pays per file per call
         with open(key, "rb") as stream:
             status = os.fstat(stream.fileno())

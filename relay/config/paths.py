@@ -25,16 +25,68 @@ def relay_home(env: Mapping[str, str] | None = None) -> Path:
     clients whose environment it is given.
     """
     env = os.environ if env is None else env
-    home = env.get("RELAY_HOME")
-    if home:
-        return _expand_user(home, env)
-    return Path(_platform_dir("user_config_dir", "XDG_CONFIG_HOME", ".config", env))
+    if _keyable(env):
+        return _relay_home_for(env.get("RELAY_HOME"), env["HOME"], env.get("XDG_CONFIG_HOME"))
+    return _relay_home(env)
 
 
 def state_dir(env: Mapping[str, str] | None = None) -> Path:
     """The folder for relay's state (trust store, databases). Not created here: the code
     that writes there creates it, so reading state never fails on an unusable folder."""
     env = os.environ if env is None else env
+    if _keyable(env):
+        return _state_dir_for(env.get("RELAY_HOME"), env["HOME"], env.get("XDG_STATE_HOME"))
+    return _state_dir(env)
+
+
+def state_file(name: str, env: Mapping[str, str] | None = None) -> Path:
+    """The file `name` in the state folder (`state_dir`)."""
+    return child(state_dir(env), name)
+
+
+@functools.lru_cache(maxsize=256)
+def child(folder: Path, *names: str) -> Path:
+    """`folder` / each of `names`, kept: a server builds the same few paths for every call
+    (pathlib's joining costs more than the stat that follows)."""
+    return folder.joinpath(*names)
+
+
+# A client's environment is a plain mapping: its folders depend only on the variables
+# below, so a server computes them once per distinct set of values. This process's own
+# environment (and any platform but Linux, where platformdirs reads it) is read each time.
+
+
+def _keyable(env: Mapping[str, str]) -> bool:
+    return env is not os.environ and sys.platform == "linux" and "HOME" in env
+
+
+@functools.lru_cache(maxsize=64)
+def _relay_home_for(home: str | None, user_home: str, config: str | None) -> Path:
+    return _relay_home(_environment(RELAY_HOME=home, HOME=user_home, XDG_CONFIG_HOME=config))
+
+
+@functools.lru_cache(maxsize=64)
+def _state_dir_for(home: str | None, user_home: str, state: str | None) -> Path:
+    return _state_dir(_environment(RELAY_HOME=home, HOME=user_home, XDG_STATE_HOME=state))
+
+
+@functools.lru_cache(maxsize=64)
+def _system_settings_for(path: str | None, user_home: str) -> Path:
+    return _system_settings(_environment(RELAY_SYSTEM_SETTINGS=path, HOME=user_home))
+
+
+def _environment(**values: str | None) -> dict[str, str]:
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def _relay_home(env: Mapping[str, str]) -> Path:
+    home = env.get("RELAY_HOME")
+    if home:
+        return _expand_user(home, env)
+    return Path(_platform_dir("user_config_dir", "XDG_CONFIG_HOME", ".config", env))
+
+
+def _state_dir(env: Mapping[str, str]) -> Path:
     home = env.get("RELAY_HOME")
     # RELAY_HOME relocates all state too, so tests and sandboxes touch nothing else.
     if home:
@@ -79,20 +131,26 @@ def private_file(path: Path) -> Path:
 def system_settings_path(env: Mapping[str, str] | None = None) -> Path:
     """The system settings file: $RELAY_SYSTEM_SETTINGS, else /etc/agent-relay/settings.json."""
     env = os.environ if env is None else env
+    if _keyable(env):
+        return _system_settings_for(env.get("RELAY_SYSTEM_SETTINGS"), env["HOME"])
+    return _system_settings(env)
+
+
+def _system_settings(env: Mapping[str, str]) -> Path:
     path = env.get("RELAY_SYSTEM_SETTINGS")
     return _expand_user(path, env) if path else DEFAULT_SYSTEM_SETTINGS
 
 
 def _expand_user(path: str, env: Mapping[str, str]) -> Path:
     if path.startswith("~") and env is not os.environ and env.get("HOME"):
-        return _path(env["HOME"] + path[1:])
+        return cached_path(env["HOME"] + path[1:])
     if path.startswith("~"):
         return Path(path).expanduser()
-    return _path(path)
+    return cached_path(path)
 
 
 @functools.lru_cache(maxsize=256)
-def _path(text: str) -> Path:
+def cached_path(text: str) -> Path:
     """Path(text), kept: a server builds the same few paths for every call."""
     return Path(text)
 
@@ -109,20 +167,31 @@ def _platform_dir(function: str, variable: str, fallback: str, env: Mapping[str,
     return os.path.join(base, APP_NAME)
 
 
-def find_project_root(start: Path) -> Path | None:
+def find_project_root(start: str | Path) -> Path | None:
     """The nearest ancestor of `start` (itself included) holding `.relay/` or `.git`,
     passing over shared temporary folders (`shared_temporary`)."""
+    root = project_root(os.path.expanduser(start))
+    return None if root is None else cached_path(root)
+
+
+def project_root(start: str) -> str | None:
+    """`find_project_root` for a folder given as a string, answered as one."""
+    found = project_root_and_folder(start)
+    return None if found is None else found[0]
+
+
+def project_root_and_folder(start: str) -> tuple[str, bool] | None:
+    """`project_root`, and whether the root holds a `.relay/` folder (else it has no
+    project settings files to look for)."""
     # Strings and os.path, not pathlib: a host pays for this walk on every event.
-    here = os.path.abspath(os.path.expanduser(start))
+    here = os.path.abspath(start)
     while True:
         # `.git` may be a file: worktrees and submodules point to their git dir with one.
         # os.path.isdir/exists answer False for a folder we may not enter: such a folder
         # cannot be a project we can use, so it does not count.
-        if (
-            os.path.isdir(os.path.join(here, PROJECT_DIR_NAME))
-            or os.path.exists(os.path.join(here, ".git"))
-        ) and not shared_temporary(here):
-            return Path(here)
+        folder = os.path.isdir(os.path.join(here, PROJECT_DIR_NAME))
+        if (folder or os.path.exists(os.path.join(here, ".git"))) and not shared_temporary(here):
+            return here, folder
         parent = os.path.dirname(here)
         if parent == here:
             return None

@@ -14,7 +14,7 @@ import msgspec
 
 from relay.config.discovery import SettingsCache, SettingsSet, load_settings
 from relay.config.model import DEFAULT_TIMEOUT, TRUST_REQUIRED, HookEntry
-from relay.config.paths import find_project_root, state_dir
+from relay.config.paths import find_project_root, state_file
 from relay.config.trust import DigestCache, TrustStore
 from relay.engine.aggregator import TOOL_INPUT_EVENTS, HookOutcome, aggregate
 from relay.engine.planner import Plan, plan_event
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 Payload = Mapping[str, Any] | Event | EventEnvelope | None
 
 MAX_PARALLEL = 32
+_ROOT = Path("/")
 
 
 class PlannedEvent(msgspec.Struct, kw_only=True):
@@ -76,7 +77,7 @@ class HookSystem:
         isolate: Collection[str] = TRUST_REQUIRED,
         registries: RegistryCache | None = None,
     ) -> None:
-        self.cwd = Path(cwd) if cwd is not None else None
+        self.cwd = cwd if isinstance(cwd, Path) or cwd is None else Path(cwd)
         # The environment relay reads (RELAY_HOME, RELAY_SETTINGS, …) and hooks inherit:
         # this process's, or a client's when `relay serve` answers for it.
         self.environ: Mapping[str, str] = os.environ if environ is None else environ
@@ -101,7 +102,7 @@ class HookSystem:
         self._registry: Registry | None = None
         self._settings: SettingsSet | None = None
         self._executor: Executor | None = None
-        self._start = self.cwd or Path("/")  # set for real by initialize()
+        self._start = self.cwd or _ROOT  # set for real by initialize()
 
     # -- set-up ---------------------------------------------------------------------
 
@@ -121,7 +122,7 @@ class HookSystem:
         else:
             self._settings = SettingsSet(root=find_project_root(start), files=[])
         if self._trust is None:
-            self._trust = TrustStore(state_dir(self.environ) / "trust.json")
+            self._trust = TrustStore(state_file("trust.json", self.environ))
         if self.registries is not None and not self._runtime:
             self._registry = self.registries.view(self._settings, self._trust, self.digests)
         else:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from relay.config.paths import private_dir, private_file, state_dir
+from relay.config.paths import private_dir, private_file, state_file
 from relay.protocol.output import AggregatedResult
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ CREATE INDEX IF NOT EXISTS hook_calls_event ON hook_calls(event_id);
 
 def log_path(env: Mapping[str, str] | None = None) -> Path:
     """Where the hook log lives: `telemetry.db` in relay's state folder."""
-    return state_dir(env) / LOG_FILE_NAME
+    return state_file(LOG_FILE_NAME, env)
 
 
 def resolve_max_events(

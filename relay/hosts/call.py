@@ -25,7 +25,7 @@ from relay.config.discovery import (
     settings_from_environment,
 )
 from relay.config.model import SCOPE_ORDER, TRUST_REQUIRED
-from relay.config.paths import relay_home, state_dir, system_settings_path
+from relay.config.paths import cached_path, relay_home, state_file, system_settings_path
 from relay.config.trust import DigestCache, TrustStore, digest_cache
 from relay.engine.registry import RegistryCache
 from relay.engine.system import HookSystem, PlannedEvent
@@ -197,11 +197,11 @@ def _prepare(
     # The project is found from --cwd, else the event's cwd, else the caller's (DESIGN §5).
     event_cwd = envelope.event.cwd
     if cwd_option is not None:
-        start = Path(cwd_option)
+        start = cached_path(cwd_option)
     elif os.path.isabs(event_cwd) and os.path.isdir(event_cwd):
-        start = Path(event_cwd)
+        start = cached_path(event_cwd)
     elif call.cwd:
-        start = Path(call.cwd)
+        start = cached_path(call.cwd)
     else:
         raise RelayError("the working directory no longer exists: give the event a cwd")
     settings = [Path(call.cwd or "/", path) for path in args.settings]
@@ -263,7 +263,7 @@ def _system(
         isolate=isolate,
         settings_cache=caches.settings,
         digests=caches.digests,
-        trust=caches.trust_store(state_dir(env) / "trust.json"),
+        trust=caches.trust_store(state_file("trust.json", env)),
         telemetry=False,
         registries=caches.registries,
     )

@@ -53,6 +53,8 @@ RESULT_SLACK = 2.0
 """Seconds a client waits past the server's own deadline before running the call itself."""
 MAX_STRING = 64 << 20
 MAX_ITEMS = 65_536
+READ_CHUNK = 1 << 16
+"""Bytes a server asks for at a time while it reads a request."""
 SOCKET_NAME_LIMIT = 100  # sun_path holds 108 bytes on Linux, 104 on macOS
 DYING_WAIT = 3.0
 """Seconds a client gives a server whose connection closed mid-call to be seen gone (a
@@ -273,21 +275,95 @@ def encode_call(call: Call, install: str | None = None) -> bytes:
 
 
 def read_request(read: Callable[[int], bytes]) -> tuple[str, Call] | str:
-    """Read one request: the client's install identity and its call, or a control command."""
-    magic = _exactly(read, len(MAGIC))
+    """Read one request: the client's install identity and its call, or a control command.
+
+    `read(size)` returns from 1 to `size` bytes as they arrive (as `recv` does), b"" at the
+    end; it is asked for more than it may hold (the bytes after the request are dropped: a
+    client sends nothing more), and called only while the request needs more bytes.
+    """
+    request = _Request(read)
+    magic = request.take(len(MAGIC))
     if magic == CONTROL:
-        return _read_string(read).decode("utf-8", "replace")
+        return request.string().decode("utf-8", "replace")
     if magic != MAGIC:
         raise ProtocolViolation("not a relay call")
-    install = _read_string(read).decode("utf-8", "replace")
-    argv = [os.fsdecode(_read_string(read)) for _ in range(_read_count(read))]
-    cwd = os.fsdecode(_read_string(read))
+    install = request.string().decode("utf-8", "replace")
+    argv = [os.fsdecode(request.string()) for _ in range(request.count())]
+    cwd = os.fsdecode(request.string())
     env: dict[str, str] = {}
-    for _ in range(_read_count(read)):
-        key, _, value = os.fsdecode(_read_string(read)).partition("=")
+    for variable in request.strings(request.count()):
+        key, _, value = os.fsdecode(variable).partition("=")
         if key:
             env[key] = value
-    return install, Call(argv=argv, cwd=cwd, env=env, stdin=_read_string(read))
+    return install, Call(argv=argv, cwd=cwd, env=env, stdin=request.string())
+
+
+class _Request:
+    """A request's bytes, taken from `read` a chunk at a time and parsed in place: a
+    client's environment is dozens of strings, each read on the server's hot path."""
+
+    __slots__ = ("_at", "_data", "_read")
+
+    def __init__(self, read: Callable[[int], bytes]) -> None:
+        self._read = read
+        self._data = b""
+        self._at = 0
+
+    def take(self, size: int) -> bytes:
+        end = self._at + size
+        if end > len(self._data):
+            self._fill(size)
+            end = size
+        chunk = self._data[self._at : end]
+        self._at = end
+        return chunk
+
+    def count(self) -> int:
+        count = int.from_bytes(self.take(4), "big")
+        if count > MAX_ITEMS:
+            raise ProtocolViolation(f"too many items ({count})")
+        return count
+
+    def string(self) -> bytes:
+        size = int.from_bytes(self.take(4), "big")
+        if size > MAX_STRING:
+            raise ProtocolViolation(f"string too long ({size} bytes)")
+        return self.take(size)
+
+    def strings(self, count: int) -> list[bytes]:
+        """`count` strings (`string` in a loop of its own: an environment is dozens)."""
+        found: list[bytes] = []
+        data, at = self._data, self._at
+        for _ in range(count):
+            if at + 4 > len(data):
+                self._at = at
+                self._fill(4)
+                data, at = self._data, 0
+            size = int.from_bytes(data[at : at + 4], "big")
+            if size > MAX_STRING:
+                raise ProtocolViolation(f"string too long ({size} bytes)")
+            at += 4
+            if at + size > len(data):
+                self._at = at
+                self._fill(size)
+                data, at = self._data, 0
+            found.append(data[at : at + size])
+            at += size
+        self._at = at
+        return found
+
+    def _fill(self, size: int) -> None:
+        """Have at least `size` bytes from the current position on (the position becomes 0)."""
+        parts = [self._data[self._at :]]
+        have = len(parts[0])
+        while have < size:
+            chunk = self._read(max(size - have, READ_CHUNK))
+            if not chunk:
+                raise ProtocolViolation("connection closed mid-message")
+            parts.append(chunk)
+            have += len(chunk)
+        self._data = b"".join(parts)
+        self._at = 0
 
 
 def frame(kind: bytes, payload: bytes) -> bytes:
@@ -322,20 +398,6 @@ def _exactly(read: Callable[[int], bytes], size: int) -> bytes:
         chunks.append(chunk)
         left -= len(chunk)
     return b"".join(chunks)
-
-
-def _read_count(read: Callable[[int], bytes]) -> int:
-    (count,) = struct.unpack(">I", _exactly(read, 4))
-    if count > MAX_ITEMS:
-        raise ProtocolViolation(f"too many items ({count})")
-    return int(count)
-
-
-def _read_string(read: Callable[[int], bytes]) -> bytes:
-    (size,) = struct.unpack(">I", _exactly(read, 4))
-    if size > MAX_STRING:
-        raise ProtocolViolation(f"string too long ({size} bytes)")
-    return _exactly(read, size)
 
 
 # ---- the client -------------------------------------------------------------------------
