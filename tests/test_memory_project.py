@@ -38,10 +38,12 @@ def git(*args: str, cwd: Path) -> str:
 
 
 def repository(path: Path, *commits: str) -> Path:
-    """A new repository at `path` with one commit per message (a file changed in each)."""
+    """A new repository at `path` with one commit per message (a file changed in each).
+    Its first commit names the folder: two repositories made in the same second with the
+    same first commit would be one history, one project."""
     path.mkdir(parents=True)
     git("init", "-q", "-b", "main", cwd=path)
-    for number, message in enumerate(commits or ("first",)):
+    for number, message in enumerate(commits or (f"first of {path.name}",)):
         (path / "file.txt").write_text(f"{number}\n")
         git("add", "file.txt", cwd=path)
         git("commit", "-q", "-m", message, cwd=path)
