@@ -301,8 +301,10 @@ def test_a_form_relay_cannot_pin_never_runs_a_swapped_file(
     trust_as_before(project)
     marker = tmp_path / "marker"
     with swapping(trusted, untrusted, target, tmp_path / "stop"):
-        # Refused, a call starts no process: 1,000 of them cost about a second.
-        results = [fire(project, errors=True)[0] for _ in range(1000)]
+        # Refused, a call starts no process: the outcome is decided before anything could
+        # be read by path, so 300 calls (about a third of a second, with a busy swapper
+        # beside them on a shared machine) show it as well as more would.
+        results = [fire(project, errors=True)[0] for _ in range(300)]
     assert not marker.exists(), _runs(results, marker)
     assert set(results) == {None}, set(results)
     # relay trust says why it cannot trust it, and how to make it pinnable.
