@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hostkit.environment import CI_MARKERS
 
 pytest_plugins = ["browser"]  # the dashboard's tests: Chromium, a page, a relay dashboard
 
@@ -123,6 +124,10 @@ LEFT_SOCKETS = "left-sockets"
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # A CI service's marks (CI=true) make Gemini CLI headless on a terminal and change
+    # other tools: every process the suite starts runs as it would on a developer's machine.
+    for marker in CI_MARKERS:
+        os.environ.pop(marker, None)
     if not os.environ.get(RUN_MARKER):  # xdist's workers inherit the controller's
         os.environ[RUN_MARKER] = f"{os.getpid()}-{time.time_ns()}"
         os.environ[RUN_FOLDER] = tempfile.mkdtemp(prefix="rr-", dir="/tmp")

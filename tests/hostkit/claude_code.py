@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import re
 import subprocess
 import threading
@@ -27,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeAlias
 
+from hostkit.environment import clean_env
 from hostkit.model_server import ModelServer, Reply, Request
 from hostkit.npm import host_binary
 
@@ -284,13 +284,8 @@ def prepare_home(home: Path, project: Path) -> None:
 
 
 def host_env(home: Path, url: str, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of a run: this one without Anthropic/proxy settings, plus ours."""
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.upper().startswith(("ANTHROPIC_", "CLAUDE_"))
-        and key.upper() not in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY")
-    }
+    """The environment of a run: this one without Anthropic, proxy or CI settings, plus ours."""
+    env = clean_env(("ANTHROPIC_", "CLAUDE_"))
     env.update(
         {
             "HOME": str(home),

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import os
 import queue
 import re
 import subprocess
@@ -34,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeAlias
 
+from hostkit.environment import clean_env
 from hostkit.model_server import ModelServer, Reply, Request
 from hostkit.npm import host_binary
 
@@ -379,13 +379,8 @@ def prepare_tui(codex_home: Path, base_url: str, *, model: str = DEFAULT_MODEL) 
 
 
 def host_env(codex_home: Path, proxy: str, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment a Codex run gets: this one, minus OpenAI/proxy settings, plus ours."""
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.upper().startswith(("OPENAI_", "CODEX_"))
-        and key.upper() not in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY")
-    }
+    """The environment a Codex run gets: this one, minus OpenAI, proxy or CI settings, plus ours."""
+    env = clean_env(("OPENAI_", "CODEX_"))
     env.update(
         {
             "CODEX_HOME": str(codex_home),
@@ -526,11 +521,7 @@ class AppServer:
     ) -> None:
         self.timeout = timeout
         self.notifications: list[dict[str, Any]] = []
-        full_env = {
-            key: value
-            for key, value in os.environ.items()
-            if not key.upper().startswith(("OPENAI_", "CODEX_"))
-        }
+        full_env = clean_env(("OPENAI_", "CODEX_"))
         full_env.update({"CODEX_HOME": str(codex_home), "NO_COLOR": "1", **(env or {})})
         self._process = subprocess.Popen(
             [str(codex_binary()), "app-server", "--listen", "stdio://"],

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import subprocess
 import threading
 import time
@@ -29,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeAlias
 
+from hostkit.environment import clean_env
 from hostkit.model_server import ModelServer, Reply, Request
 from hostkit.npm import host_binary
 
@@ -218,13 +218,8 @@ def prepare_home(home: Path) -> Path:
 
 
 def host_env(home: Path, url: str, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of a run: this one without Google/proxy settings, plus ours."""
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.upper().startswith(("GEMINI_", "GOOGLE_"))
-        and key.upper() not in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY")
-    }
+    """The environment of a run: this one without Google, proxy or CI settings, plus ours."""
+    env = clean_env(("GEMINI_", "GOOGLE_"))
     env.update(
         {
             "HOME": str(home),
