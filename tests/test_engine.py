@@ -921,7 +921,9 @@ def gone(pid: int) -> bool:
     return False
 
 
-def wait_gone(pids: list[int], within: float = 2.0) -> bool:
+def wait_gone(pids: list[int], within: float = 15.0) -> bool:
+    """Whether `pids` are all gone within `within` seconds (a bound for a loaded machine:
+    it returns as soon as they are)."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         if all(gone(pid) for pid in pids):
@@ -970,7 +972,8 @@ def test_background_child_holding_stdout_does_not_hold_relay(
     )
     started = time.monotonic()
     result = fire(make(project), "AfterTool", {"tool_name": "Bash"})
-    assert time.monotonic() - started < 1.5
+    # The child sleeps 30 s holding stdout: relay returning well before it is the point.
+    assert time.monotonic() - started < 15
     assert result.systemMessage == "done" and result.errors == []
     assert wait_gone([int(pid_file.read_text())])
 

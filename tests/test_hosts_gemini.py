@@ -319,6 +319,7 @@ def gemini_mcp_list(gemini: Gemini) -> str:
     return done.stdout + done.stderr
 
 
+@pytest.mark.timeout(240)  # five Gemini CLI runs and two doctors
 def test_doctor_says_when_gemini_does_not_trust_the_folder_and_how_to_trust_it(
     gemini: Gemini,
 ) -> None:
