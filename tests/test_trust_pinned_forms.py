@@ -618,3 +618,32 @@ def test_snapshots_are_bounded_and_half_built_ones_go(
     with pytest.raises(snapshot.SnapshotError, match="changed while it was checked"):
         snapshot.snapshot_of(project, {"hooks/helper.py": "0" * 64})
     assert sorted(top.iterdir()) == sorted(made[1:])
+
+
+def test_a_hook_relay_cannot_trust_is_named_as_such_not_sent_to_relay_trust(
+    project: Path, tmp_path: Path
+) -> None:
+    """A form relay refuses to trust (here `npm run`) is skipped with words that say so:
+    `relay trust` would refuse it too, so telling the user to run it is no help."""
+    set_up(project, tmp_path, npm_form())
+    trust_as_before(project)
+    event = json.dumps({"session_id": "s", "cwd": str(project), "hook_event_name": "SessionStart"})
+    ran = subprocess.run(
+        [sys.executable, "-m", "relay", "hooks", "run", "--dialect", "claude", "SessionStart"],
+        cwd=project,
+        input=event,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr
+    stderr = " ".join(ran.stderr.split())
+    assert "relay cannot trust as written: guard" in stderr, stderr
+    assert "says why and how to pin them" in stderr, stderr
+    assert "Review them, then run `relay trust`" not in stderr, stderr
+
+    tried = CliRunner().invoke(cli, ["hooks", "test", "SessionStart", "--cwd", str(project)])
+    text = " ".join(tried.output.split())
+    assert "not run: cannot be trusted as written: relay cannot run it as checked" in text, text
+    assert "review it and run `relay trust`" not in text, text

@@ -72,6 +72,9 @@ class RegisteredHook(msgspec.Struct, kw_only=True):
     trusted: bool = True
     """Whether the hook may run as far as trust goes (see Registry.is_trusted: project hooks
     are checked when first needed)."""
+    refusal: str | None = None
+    """Why a project hook cannot be trusted as written (a form whose code relay cannot pin):
+    `relay trust` would refuse it too, so the hook is untrusted until it is rewritten."""
     enabled: bool = True
     needs_trust: bool = False
     """A project hook whose fingerprint must be in the trust store."""
@@ -296,6 +299,7 @@ class Registry:
                 except (SnapshotError, OSError) as exc:
                     hook.trusted, hook.pin = False, None
                     refusal = f"its modules cannot be copied as checked ({exc})"
+            hook.refusal = refusal
             if refusal is not None:
                 refused = f"project hook {hook.name} cannot be trusted: {refusal}"
                 if refused not in self.warnings:
@@ -310,6 +314,10 @@ class Registry:
     def untrusted(self) -> list[RegisteredHook]:
         """Project hooks skipped because they are not trusted (yet, or any more)."""
         return [hook for hook in self.hooks if hook.enabled and not hook.trusted]
+
+    def refused_names(self) -> set[str]:
+        """The names of the project hooks checked so far that cannot be trusted as written."""
+        return {hook.name for hook in self.hooks if hook.refusal is not None}
 
     def _event(self, canonical: str) -> list[RegisteredHook]:
         """Every hook of one event (enabled or not), in plan order; built once, shared by views."""

@@ -237,7 +237,14 @@ class HookSystem:
         lines.extend(self._problems)
         if untrusted is None:
             untrusted = sorted({hook.name for hook in self.registry.untrusted})
-        if untrusted:
+        refused = self.registry.refused_names()
+        if cannot := [name for name in untrusted if name in refused]:
+            lines.append(
+                f"skipped {len(cannot)} project hook(s) relay cannot trust as written: "
+                f"{', '.join(cannot)}; `relay trust` in {self.project_dir} says why and how "
+                f"to pin them"
+            )
+        if untrusted := [name for name in untrusted if name not in refused]:
             lines.append(
                 f"skipped {len(untrusted)} untrusted project hook(s): {', '.join(untrusted)}; "
                 f"review them and run `relay trust` in {self.project_dir} to allow them"
@@ -469,7 +476,10 @@ def _names(hooks: list[RegisteredHook]) -> list[str]:
 
 
 def _untrusted_outcome(hook: RegisteredHook) -> HookOutcome:
-    message = "not run: not trusted (new, or changed since `relay trust`)"
+    if hook.refusal is not None:
+        message = f"not run: cannot be trusted as written ({hook.refusal})"
+    else:
+        message = "not run: not trusted (new, or changed since `relay trust`)"
     report = HookReport(name=hook.name, source=hook.source, command=hook.command, error=message)
     return HookOutcome(
         report=report, answer=Answer(error=message), fail_closed=True, from_project=True

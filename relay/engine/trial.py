@@ -121,6 +121,8 @@ def _why_not(
         return "all hooks are off (hooksConfig.enabled is false)"
     if not hook.enabled:
         return "disabled (hooksConfig.disabled or enabled: false)"
+    if not hook.trusted and hook.refusal is not None:
+        return f"cannot be trusted as written: {hook.refusal}"
     if not hook.trusted:
         return "not trusted: review it and run `relay trust`"
     if hook.broken is not None:

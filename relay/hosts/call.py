@@ -334,8 +334,14 @@ def _notices(
         broken_hooks = [hook.broken for hook in planned.plan.broken] if planned.plan else []
     notices.extend(f"relay: {hook.describe()} (`relay hooks validate`)" for hook in broken_hooks)
     untrusted = _untrusted(system, result, envelope)
-    if untrusted:
-        root = system.settings.root or system.project_dir
+    root = system.settings.root or system.project_dir
+    refused = system.registry.refused_names()
+    if cannot := [name for name in untrusted if name in refused]:
+        notices.append(
+            f"relay: skipped {len(cannot)} project hook(s) relay cannot trust as written: "
+            f"{', '.join(cannot)}. `relay trust` in {root} says why and how to pin them"
+        )
+    if untrusted := [name for name in untrusted if name not in refused]:
         notices.append(
             f"relay: skipped {len(untrusted)} project hook(s) not trusted (new, or changed "
             f"since trusted): {', '.join(untrusted)}. Review them, then run `relay trust` "
