@@ -536,14 +536,13 @@ class Injector:
         writer: bool | None = None  # asked once per chunk, and only for a paste mode
         asked = False
         for match in matches:
-            enable = match.group(2) == b"h"
             if match.group(2) is not None and b"2004" not in match.group(1).split(b";"):
                 continue  # another private mode
             if not asked:
                 writer, asked = self._agent_has_terminal(), True
             if writer is False:
                 continue  # a job of the agent's own has the terminal: its bytes, not the agent's
-            if not enable:
+            if match.group(2) != b"h":  # ESC[?2004l, or ESC c
                 self._bracketed_paste = False
             elif not self._given_input:
                 self._bracketed_paste = self._takes_pastes = True
