@@ -210,6 +210,64 @@ async def test_bracketed_paste_only_when_the_agent_enabled_it_as_it_started() ->
     ]
 
 
+class Foreground:
+    """Who has the agent's terminal, as `AgentPty.owns_terminal` says, and how often it was asked."""
+
+    def __init__(self) -> None:
+        self.agent: bool | None = True
+        self.asked = 0
+
+    def __call__(self) -> bool | None:
+        self.asked += 1
+        return self.agent
+
+
+def test_paste_mode_follows_only_what_the_agents_own_group_wrote() -> None:
+    """Issue 29, point 10: a mode sequence counts only while the agent's own process group
+    has the terminal (a job of its own, a shell's `cat`, changes nothing either way);
+    after the first input an enable counts from an agent that took pastes from its start;
+    a paste is typed only while the agent has the terminal. The foreground group is asked
+    once per chunk that holds a paste mode sequence, and for no other chunk."""
+    foreground = Foreground()
+    injector = make(Recorder(), foreground=foreground)
+    injector.observe_output(b"\x1b[1;32mhello\x1b[0m\x1b[?25l\x1b[?1049h> ")
+    assert foreground.asked == 0  # no paste mode sequence: nothing asked
+    injector.observe_output(b"\x1b[?2004h")
+    assert injector.bracketed_paste
+    injector.observe_input(b"x\r")  # the start-up is over
+    foreground.agent = False  # a job of the agent's own has the terminal
+    asked = foreground.asked
+    injector.observe_output(b"\x1b[?2004l\x1bc\x1b[?2004l")
+    assert foreground.asked == asked + 1  # once for the chunk
+    assert not injector.bracketed_paste  # the job reads: it gets no paste
+    foreground.agent = True
+    assert injector.bracketed_paste  # the agent's own mode stands
+    injector.observe_output(b"\x1b[?2004l")
+    assert not injector.bracketed_paste
+    foreground.agent = False
+    injector.observe_output(b"\x1b[?2004h")
+    foreground.agent = True
+    assert not injector.bracketed_paste
+    injector.observe_output(b"\x1b[?20")  # its own enable, split across chunks
+    injector.observe_output(b"04h")
+    assert injector.bracketed_paste
+    foreground.agent = None  # cannot be told: an enable after the first input does not count
+    injector.observe_output(b"\x1b[?2004l\x1b[?2004h")
+    assert not injector.bracketed_paste
+
+
+def test_an_agent_that_did_not_take_pastes_as_it_started_never_gets_one() -> None:
+    """Issue 29, point 10: an enable from the agent's own group after its first input does
+    not count for an agent that did not turn the mode on during its start-up: a file it
+    shows, by a child in its group or itself, reads the same."""
+    foreground = Foreground()
+    injector = make(Recorder(), foreground=foreground)
+    injector.observe_output(b"> ")
+    injector.observe_input(b"go\r")
+    injector.observe_output(b"README: \x1b[?2004h")
+    assert not injector.bracketed_paste
+
+
 @pytest.mark.parametrize(
     ("keys", "started"),
     [

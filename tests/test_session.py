@@ -94,37 +94,99 @@ def test_a_paste_mode_sequence_in_displayed_text_never_splits_a_message(
 
 
 RAW_AGENT = str(Path(__file__).parent / "resources" / "session" / "raw_agent.py")
+TWO_LINES = "first line\nrm -rf ~/important"
+JOINED = "first line rm -rf ~/important"
 
 
-@pytest.mark.parametrize("agent_pastes", [False, True], ids=["no-paste-support", "paste-support"])
-def test_a_paste_is_typed_only_into_an_agent_that_enabled_it_as_it_started(
-    project: Path, tmp_path: Path, agent_pastes: bool
-) -> None:
-    """Issue 29, point 11: a raw-mode agent shows a file holding ESC[?2004h with a real
-    `cat` after its first input; relay's two-line answer is then typed as one line, so no
-    line of it is submitted on its own. An agent that turned bracketed paste on as it
-    started gets the answer as one paste, its line break kept."""
+def raw_agent_session(
+    project: Path, tmp_path: Path, *agent_options: str
+) -> tuple[int, list[tuple[str, str]]]:
+    """A session of raw_agent.py with `agent_options` (the job's flag file is
+    tmp_path/shown): the @ask handler answers two lines, the @shown handler creates the
+    flag. Its exit code and what the agent (and its jobs) read."""
     record = tmp_path / "reads.jsonl"
-    readme = tmp_path / "README"
-    readme.write_bytes(b"# project\n\x1b[?2004hinstall with make\n")
     answer = tmp_path / "answer.py"
-    reply = json.dumps({"inject": "first line\nrm -rf ~/important"})
-    answer.write_text(f"print({reply!r})\n")  # the @ask handler: a two-line answer
+    answer.write_text(f"print({json.dumps({'inject': TWO_LINES})!r})\n")
+    flag = tmp_path / "shown"
+    touch = f"{sys.executable} -c \"open({str(flag)!r}, 'w').close()\""
     file = settings(
         tmp_path / "s.json",
         {
             "hooks": {"SessionStart": [{"hooks": [{"command": "echo go"}]}]},
-            "patterns": {"ask": {"command": f"{sys.executable} {answer}"}},
+            "patterns": {
+                "ask": {"command": f"{sys.executable} {answer}"},
+                "shown": {"command": touch},
+            },
             "session": {"injectQuietMs": 150},
         },
     )
-    command = [sys.executable, RAW_AGENT, str(record), "--show", str(readme)]
-    if agent_pastes:
-        command.append("--paste")
+    command = [sys.executable, RAW_AGENT, str(record), *agent_options]
     code, _ = run_session(command, project, settings_files=(file,))
+    return code, reads(record)
+
+
+@pytest.mark.parametrize("agent_pastes", [False, True], ids=["no-paste-support", "paste-support"])
+@pytest.mark.parametrize("shown_by", ["--show", "--print"], ids=["cat", "the-agent-itself"])
+def test_a_paste_is_typed_only_into_an_agent_that_enabled_it_as_it_started(
+    project: Path, tmp_path: Path, agent_pastes: bool, shown_by: str
+) -> None:
+    """Issue 29, point 11: a raw-mode agent shows a file holding ESC[?2004h after its
+    first input, with a real `cat` in its own process group or by writing the bytes
+    itself (the writer is the agent's group both times: the terminal's foreground group
+    cannot refuse it); relay's two-line answer is then typed as one line, so no line of
+    it is submitted on its own. An agent that turned bracketed paste on as it started
+    gets the answer as one paste, its line break kept."""
+    readme = tmp_path / "README"
+    readme.write_bytes(b"# project\n\x1b[?2004hinstall with make\n")
+    options = [shown_by, str(readme), *(["--paste"] if agent_pastes else [])]
+    code, lines = raw_agent_session(project, tmp_path, *options)
     assert code == 0
-    joined = "first line\nrm -rf ~/important" if agent_pastes else "first line rm -rf ~/important"
-    assert reads(record) == [("start", "go"), ("answer", joined)]
+    assert lines == [("start", "go"), ("answer", TWO_LINES if agent_pastes else JOINED)]
+
+
+def test_an_agent_that_turns_paste_off_and_on_again_gets_pastes_again(
+    project: Path, tmp_path: Path
+) -> None:
+    """Issue 29, point 10: an agent that took pastes from its start turns bracketed paste
+    off and on again after its first input (as bash does around each command, Gemini CLI
+    around an editor): its own enable counts, and a two-line answer is one paste again."""
+    code, lines = raw_agent_session(project, tmp_path, "--paste", "--toggle")
+    assert code == 0
+    assert lines == [("start", "go"), ("answer", TWO_LINES)]
+
+
+@pytest.mark.parametrize(
+    ("agent_mode", "shown", "expected"),
+    [
+        (["--paste"], b"\x1b[?2004l\x1bc", TWO_LINES),
+        (["--paste", "--off"], b"\x1b[?2004h", JOINED),
+    ],
+    ids=["file-turns-it-off", "file-turns-it-on"],
+)
+def test_a_file_shown_by_a_job_that_has_the_terminal_never_switches_paste_mode(
+    project: Path, tmp_path: Path, agent_mode: list[str], shown: bytes, expected: str
+) -> None:
+    """Issue 29, point 10: the agent runs a job in a process group of its own that has
+    the terminal (a shell's `cat`), showing a file that turns bracketed paste off (and
+    resets the terminal) or on. Its bytes are not the agent's: the answer is typed as the
+    agent's own mode says, a paste when it turned the mode on, one line when it turned it
+    off."""
+    readme = tmp_path / "README"
+    readme.write_bytes(b"# project\n" + shown + b"install with make\n")
+    options = [*agent_mode, "--job-show", str(readme), str(tmp_path / "shown")]
+    code, lines = raw_agent_session(project, tmp_path, *options)
+    assert code == 0
+    assert lines == [("start", "go"), ("answer", expected)]
+
+
+def test_a_job_that_has_the_terminal_is_never_given_a_paste(project: Path, tmp_path: Path) -> None:
+    """Issue 29, point 10: an agent that takes pastes runs a job in a process group of its
+    own that has the terminal and knows nothing of pastes (its mode was turned on by the
+    agent, not by the job). relay's answer to the job is one line, never submitted line
+    by line; the agent, its terminal back, gets its answer as a paste."""
+    code, lines = raw_agent_session(project, tmp_path, "--paste", "--job-read")
+    assert code == 0
+    assert lines == [("start", "go"), ("job", JOINED), ("answer", TWO_LINES)]
 
 
 def test_python_handlers_through_the_relay_api(project: Path, tmp_path: Path) -> None:

@@ -47,6 +47,9 @@ Screen = Callable[[], "list[str] | None"]
 """The rows a full-screen agent shows now, or None while it draws no screen."""
 Busy = Callable[[], bool]
 """Whether the agent's screen says it is working on a turn (its interrupt hint)."""
+Foreground = Callable[[], "bool | None"]
+"""Whether the agent's own process group has its terminal now (False while a job of its
+own has it), or None when that cannot be told."""
 Outcome = Literal["submitted", "left", "typed"]
 """What became of a delivered text (see Submission in the Injector's docstring)."""
 
@@ -116,18 +119,26 @@ class Injector:
     Paste mode: a paste is typed only into an agent that asked for one itself and can
     take it. relay sees bytes, not who wrote them: a file the agent shows, by a tool that
     writes to the same terminal (`cat`) or printed by the agent itself, can hold
-    ESC[?2004h as well. What tells them apart is when it comes: an agent that takes
-    pastes turns the mode on as it starts (Claude Code, Gemini CLI and Codex do, and
-    keep it on), before it is given any input; a file is shown while it works on what it
-    was given. So ESC[?2004h counts only before the agent's first input (a key of the
-    human's that is not an escape sequence or a terminal's reply, or a text relay
-    typed); ESC[?2004l and ESC c (a full reset) always turn the mode off, and after the
-    first input nothing turns it on again. `line_mode` (for example `AgentPty.line_mode`) says
-    whether the agent reads a line at a time when the text is typed: its terminal driver
-    would submit each line of a paste, so no paste is typed then either. It is not asked
-    when the mode sequence arrives: relay reads a chunk after the agent wrote it, and
-    agents turn the mode on just before raw mode (crossterm's EnableBracketedPaste,
-    then enable_raw_mode).
+    ESC[?2004h and ESC[?2004l as well. Two things tell them apart. Who has the terminal
+    when the chunk is read (`foreground`, for example `AgentPty.owns_terminal`): a mode
+    sequence counts only while the agent's own process group is the terminal's
+    foreground group, so a job the agent runs in a group of its own (a shell's `cat`,
+    an editor) changes nothing, either way. And whether the agent takes pastes at all:
+    an agent that takes them turns the mode on as it starts (Claude Code, Gemini CLI and
+    Codex do), before it is given any input (a key of the human's that is not an escape
+    sequence or a terminal's reply, or a text relay typed), when it has shown no file
+    yet. So ESC[?2004h counts before the first input; after it, only from an agent that
+    turned the mode on during its start-up (one that turns it off and on again around a
+    child it runs, or an editor it opens, gets pastes again), never from one that did
+    not, whatever its output holds later. ESC[?2004l and ESC c (a full reset) turn the
+    mode off. Without `foreground`, or when it cannot tell (None), every sequence is
+    taken for the agent's except ESC[?2004h after the first input. A paste is typed only
+    while the agent's own group has the terminal (a job of its own reads it otherwise)
+    and, by `line_mode` (for example `AgentPty.line_mode`), reads it key by key: in line
+    mode the terminal driver would submit each line of a paste. Neither is asked when
+    the mode sequence arrives but when the text is typed: relay reads a chunk after the
+    agent wrote it, and agents turn the mode on just before raw mode (crossterm's
+    EnableBracketedPaste, then enable_raw_mode).
 
     Admission: a text submitted with `admit` is typed only once `admit()` returns True
     (awaited when the text is next and the agent ready); on False it is dropped and its
@@ -179,6 +190,7 @@ class Injector:
         on_waiting: Callable[[bool], None] | None = None,
         screen: Screen | None = None,
         busy: Busy | None = None,
+        foreground: Foreground | None = None,
     ) -> None:
         """An injector writing through `write` (typically `AgentPty.write`); `on_waiting`
         is told when a text starts, and stops, waiting for the human to finish a line."""
@@ -197,6 +209,7 @@ class Injector:
         self._line_mode = line_mode
         self._screen = screen
         self._busy = busy
+        self._foreground = foreground
         self.delivered: list[str] = []
         self.enters = 0
         """Enters written (a retry after a newline counts again)."""
@@ -212,6 +225,7 @@ class Injector:
         self._output_seen = not await_first_output
         self._bracketed_paste = False
         self._given_input = False  # the agent's start-up is over (see Paste mode)
+        self._takes_pastes = False  # it turned the mode on itself during its start-up
         self._output_tail = b""
         self._line = _HumanLine()
         self._changed: anyio.Event | None = None
@@ -254,9 +268,13 @@ class Injector:
 
     @property
     def bracketed_paste(self) -> bool:
-        """Whether the agent turned bracketed paste on itself (before its first input) and
-        reads its terminal key by key now: a paste is typed only then."""
-        return self._bracketed_paste and not self._reads_lines()
+        """Whether the agent turned bracketed paste on itself (see Paste mode), has its
+        terminal and reads it key by key now: a paste is typed only then."""
+        return (
+            self._bracketed_paste
+            and not self._reads_lines()
+            and (self._foreground is None or self._foreground() is not False)
+        )
 
     def _reads_lines(self) -> bool:
         return self._line_mode is not None and self._line_mode()
@@ -507,29 +525,40 @@ class Injector:
             changed.set()
 
     def _scan_modes(self, data: bytes, *, search: bool = True) -> None:
-        """Follow ESC[?2004h (before the first input only) / ESC[?2004l / ESC c, even when a
-        sequence is split across chunks."""
+        """Follow ESC[?2004h / ESC[?2004l / ESC c as written by the agent itself (see Paste
+        mode), even when a sequence is split across chunks."""
         buffer = self._output_tail + data if self._output_tail else data
         # Only ESC[?…h/l and ESC c change anything here. One search first, as most output
         # has none: it stops only at ESC, half the cost of two substring tests on output
         # full of colour codes (tests/perf/bench_session.py).
         first = _PRIVATE_MODE.search(buffer) if search or self._output_tail else None
         matches = list(_PRIVATE_MODE.finditer(buffer, first.start())) if first else []
+        writer: bool | None = None  # asked once per chunk, and only for a paste mode
+        asked = False
         for match in matches:
-            if match.group(2) is None:
+            if match.group(2) is not None and b"2004" not in match.group(1).split(b";"):
+                continue  # another private mode
+            if not asked:
+                writer, asked = self._agent_has_terminal(), True
+            if writer is False:
+                continue  # a job of the agent's own has the terminal: its bytes, not the agent's
+            if match.group(2) != b"h":  # ESC[?2004l, or ESC c
                 self._bracketed_paste = False
-            elif b"2004" in match.group(1).split(b";"):
-                if match.group(2) == b"l":
-                    self._bracketed_paste = False
-                elif not self._given_input:
-                    # After the first input an enable may be a file the agent shows,
-                    # which relay cannot tell from its own bytes (see Paste mode).
-                    self._bracketed_paste = True
+            elif not self._given_input:
+                self._bracketed_paste = self._takes_pastes = True
+            elif writer and self._takes_pastes:
+                # After the first input an enable may be a file the agent shows; one the
+                # agent's own group wrote to an agent that took pastes from its start is
+                # the agent's again (after a child it ran, an editor, a suspend).
+                self._bracketed_paste = True
         start = buffer.rfind(b"\x1b", max(0, len(buffer) - _PREFIX_LIMIT))
         if start >= 0 and _PRIVATE_MODE_PREFIX.match(buffer, start):
             self._output_tail = buffer[start:]
         else:
             self._output_tail = b""
+
+    def _agent_has_terminal(self) -> bool | None:
+        return None if self._foreground is None else self._foreground()
 
 
 def _box(before: list[str] | None, after: list[str] | None, text: str) -> list[tuple[int, str]]:

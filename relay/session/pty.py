@@ -240,6 +240,18 @@ class AgentPty:
         except termios.error:
             return True
 
+    def owns_terminal(self) -> bool | None:
+        """Whether the agent's own process group is the PTY's foreground group now: False
+        while another group has it (a job the agent runs in a group of its own, as a shell
+        does), None once the PTY is closed. One ioctl on the master."""
+        if self._closed:
+            return None
+        try:
+            # A group outside relay's PID namespace reads as 0: not the agent's either.
+            return os.tcgetpgrp(self.master_fd) == self.pid
+        except OSError:
+            return None
+
     # ---- the process
 
     @property

@@ -499,6 +499,7 @@ class Session:
             exclusive=agent.exclusive_input,  # keys typed meanwhile land after the Enter
             on_delivered=self._delivered,
             line_mode=agent.line_mode,
+            foreground=agent.owns_terminal,
             on_waiting=self._show_waiting,
             screen=self._screen_rows,
             busy=self._agent_busy,
