@@ -155,8 +155,10 @@ def test_a_directive_in_geminis_answer_runs_once_and_one_in_tool_output_never(
                 ("body", "line one\n  line two"),
             ]
     assert b"@deploy:prod star" in app.main[1].body  # the command did print them
+    # relay saw the command's lines and refused them (which of its rows Gemini had drawn
+    # when relay read the screen depends on the machine's load).
     refused = _refused(relay_home, "Alice")
-    assert any(line.startswith("│ ✦ @deploy:prod star") for line in refused), refused
+    assert any(line.startswith("│") and "@deploy:prod" in line for line in refused), refused
 
 
 def test_a_line_the_human_types_into_gemini_is_not_the_agents_voice(
