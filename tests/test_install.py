@@ -3,6 +3,7 @@ programs on PATH (the real hosts are driven in tests/test_hosts_*.py)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -1108,3 +1109,35 @@ def test_doctor_warns_and_goes_on_when_claude_codes_code_cannot_be_read(
     cli.mkdir()  # not a file at all
     done = relay(env, "doctor", "--json", "--no-measure", cwd=tmp_path)
     assert "Traceback" not in done.stderr and json.loads(done.stdout)
+
+
+def test_an_install_waits_for_the_one_holding_the_lock_and_says_so(
+    env: dict[str, str], relay_home: Path
+) -> None:
+    """Two of relay's own writers never interleave: while another holds relay's install
+    lock, install writes nothing and says what it waits for; it goes on once released."""
+    locks = relay_home / "state" / "locks"
+    locks.mkdir(parents=True, mode=0o700)
+    (relay_home / "state").chmod(0o700)
+    held = os.open(locks / "install.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    waiting = subprocess.Popen(
+        [*RELAY, "install", "claude", "--python-client"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert waiting.stderr is not None
+        said = waiting.stderr.readline()
+        assert "waiting for another relay install or uninstall to finish" in said, said
+        assert str(locks / "install.lock") in said
+        assert not claude_file(env).exists() and waiting.poll() is None
+    finally:
+        os.close(held)  # released: the install goes on
+        _, rest = waiting.communicate(timeout=120)
+    assert waiting.returncode == 0, rest
+    stop = json.loads(claude_file(env).read_text())["hooks"]["Stop"]
+    commands = [hook["command"] for group in stop for hook in group["hooks"]]
+    assert any(command.endswith("relay-hook.py --dialect claude Stop") for command in commands)

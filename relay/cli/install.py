@@ -123,7 +123,7 @@ def install(  # noqa: PLR0917 (click passes options positionally)
     ]
     if mcp:
         edits += install_edits(where)
-    with install_lock():
+    with install_lock(waiting=_say_waiting):
         if import_hooks:
             from relay.hosts.moving import import_host_hooks
 
@@ -279,7 +279,7 @@ def uninstall(  # noqa: PLR0917 (click passes options positionally)
         raise click.UsageError("--purge and --yes go with --all")
     chosen_host = host(host_name)
     where = target(chosen_host, "user" if user else "project", start)
-    with install_lock():
+    with install_lock(waiting=_say_waiting):
         change = _uninstall_host(where, start, dry_run=dry_run, say=say)
     if as_json:
         report = {
@@ -377,7 +377,7 @@ def _uninstall_all(
     from relay.hosts.install import client_folder, install_lock
     from relay.server import client as server_client
 
-    with install_lock():
+    with install_lock(waiting=_say_waiting):
         targets = _installed_targets(start)
     socket = server_client.socket_path()
     status = server_client.control(socket, "status")
@@ -424,7 +424,7 @@ def _uninstall_all(
         if not click.confirm("Remove all of this?", default=False):
             say("nothing removed")
             return
-    with install_lock():
+    with install_lock(waiting=_say_waiting):
         for where, _ in targets:
             _uninstall_host(where, start, dry_run=False, say=say)
     if server_pid is not None:
@@ -626,3 +626,8 @@ def doctor(no_measure: bool, as_json: bool, cwd: Path | None) -> None:
             click.echo(f"{marks[finding.level]}  {text}")
     if any(finding.level == "fail" for finding in findings):
         raise SystemExit(1)
+
+
+def _say_waiting(sentence: str) -> None:
+    """Tell the user why install or uninstall does not go on yet (install_lock)."""
+    click.echo(f"relay: {sentence}", err=True)

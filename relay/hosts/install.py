@@ -761,9 +761,12 @@ _LOCK_WAIT = 60.0
 
 
 @contextlib.contextmanager
-def install_lock(env: Mapping[str, str] | None = None) -> Iterator[None]:
+def install_lock(
+    env: Mapping[str, str] | None = None, *, waiting: Callable[[str], None] | None = None
+) -> Iterator[None]:
     """Held by every relay install and uninstall while it edits host files, so that two of
-    relay's own writers never interleave (others are caught by `update_file`'s re-read)."""
+    relay's own writers never interleave (others are caught by `update_file`'s re-read);
+    `waiting` is told once, with a sentence, when another holds it."""
     try:
         folder = private_dir(state_dir(env) / "locks", top=state_dir(env))
         fd = os.open(folder / "install.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -776,6 +779,12 @@ def install_lock(env: Mapping[str, str] | None = None) -> Iterator[None]:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
+                if waiting is not None:
+                    waiting(
+                        f"waiting for another relay install or uninstall to finish "
+                        f"(it holds {folder / 'install.lock'})"
+                    )
+                    waiting = None
                 if time.monotonic() > deadline:
                     raise InstallError(
                         f"another relay install or uninstall has held {folder / 'install.lock'} "
