@@ -46,7 +46,8 @@ Admit = Callable[[], Awaitable[bool]]
 Screen = Callable[[], "list[str] | None"]
 """The rows a full-screen agent shows now, or None while it draws no screen."""
 Busy = Callable[[], bool]
-"""Whether the agent's screen says it is working on a turn (its interrupt hint)."""
+"""Whether the agent says it is working on a turn (its interrupt hint on the screen, or
+the turn state it announced)."""
 Outcome = Literal["submitted", "left", "typed"]
 """What became of a delivered text (see Submission in the Injector's docstring)."""
 
