@@ -2,8 +2,8 @@
 only once the agent submitted it), each in a 100x30 tmux pane against its scripted model
 server (tests/hostkit): Gemini CLI frozen while relay types (SIGSTOP for 1 s, as a busy
 Gemini reads a paste and its Enter together), a held message after the human's Enter
-(Gemini CLI and Claude Code), and relay's notices while Gemini owns the screen. Skipped,
-with the reason, when npm cannot install the host or tmux is missing."""
+(Gemini CLI, Claude Code and Codex), and relay's notices while Gemini owns the screen.
+Skipped, with the reason, when npm cannot install the host or tmux is missing."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hostkit import claude_code, gemini_cli
+from hostkit import claude_code, codex, gemini_cli
 from hostkit.model_server import ModelServer, Reply, Request
 from hostkit.npm import host_binary, unavailable
 from test_run_tty import Pane, wait_until
@@ -89,6 +89,21 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
+def _freeze(agent: int, seconds: float) -> None:
+    """Stop the agent and every process under it for `seconds` (SIGSTOP, then SIGCONT),
+    as a loaded machine may."""
+    frozen = _descendants(agent)
+    for pid in frozen:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(seconds)
+    finally:
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
 def _agent_pid(relay_home: Path, name: str) -> int:
     record = relay_home / "state" / "sessions" / f"{name}.json"
     wait_until(
@@ -144,14 +159,7 @@ def test_a_message_typed_into_a_frozen_gemini_is_submitted_before_it_counts_as_d
             agent = _agent_pid(relay_home, "Bob")
             time.sleep(1.0)
             _relay(env, "send", "--as", "Alice", "Bob", "FROZEN-MAIL please look at PR 7")
-            frozen = _descendants(agent)
-            for pid in frozen:
-                os.kill(pid, signal.SIGSTOP)
-            try:
-                time.sleep(1.0)
-            finally:
-                for pid in frozen:
-                    os.kill(pid, signal.SIGCONT)
+            _freeze(agent, 1.0)
 
             def sent() -> bool:
                 return any(b"FROZEN-MAIL" in request.body for request in app.main)
@@ -173,30 +181,51 @@ class _Host:
     name: str
     ready: str  # on the pane once it takes input
 
-    def app(self, answers: list[str]) -> Any:
+    def app(self, answers: list[str], pace: tuple[int, float]) -> Any:
+        """The scripted model, its text answers streamed `pace` (chars, seconds apart)."""
         if self.name == "gemini":
-            return gemini_cli.GeminiApp(answers, final_text="Done.")
-        return claude_code.MessagesApp(answers, final_text="Done.")
+            return gemini_cli.GeminiApp(answers, final_text="Done.", pace=pace)
+        if self.name == "codex":
+            return codex.ResponsesApp(answers, final_text="Done.", pace=pace)
+        return claude_code.MessagesApp(answers, final_text="Done.", pace=pace)
 
     def start(
         self, tmp_path: Path, relay_home: Path, server: ModelServer
     ) -> tuple[Path, dict[str, str], list[str]]:
         """The project, the environment and the `relay run` command line."""
+        project = tmp_path / "project"
         if self.name == "gemini":
             project, env = _gemini(tmp_path, relay_home, server)
-            binary = gemini_cli.gemini_binary()
-        else:
-            project = tmp_path / "project"
-            (project / ".git").mkdir(parents=True)
-            home = tmp_path / "home"
-            claude_code.prepare_home(home, project)
-            env = _env(claude_code.host_env(home, server.url), relay_home)
-            binary = claude_code.claude_binary()
-        return project, env, [str(RELAY), "run", "--name", "Bob", "--", str(binary)]
+            return project, env, _run_as_bob(gemini_cli.gemini_binary())
+        (project / ".git").mkdir(parents=True)
+        home = tmp_path / "home"
+        if self.name == "codex":
+            home.mkdir()
+            codex_home = tmp_path / "codex-home"
+            codex.prepare_tui(codex_home, server.url)
+            env = _env(codex.host_env(codex_home, server.url, {"HOME": str(home)}), relay_home)
+            quiet = [arg for override in codex.OFFLINE_OVERRIDES for arg in ("-c", override)]
+            return project, env, _run_as_bob(codex.codex_binary(), *quiet)
+        claude_code.prepare_home(home, project)
+        env = _env(claude_code.host_env(home, server.url), relay_home)
+        return project, env, _run_as_bob(claude_code.claude_binary())
+
+
+def _run_as_bob(binary: Path, *args: str) -> list[str]:
+    return [str(RELAY), "run", "--name", "Bob", "--", str(binary), *args]
+
+
+HUMAN_ANSWER = "HUMAN-ANSWER fine, thanks; the rest of this answer comes slowly. HUMAN-END"
 
 
 @pytest.mark.parametrize(
-    "host", [_Host("gemini", "Type your message"), _Host("claude", "\u276f")], ids=lambda h: h.name
+    "host",
+    [
+        _Host("gemini", "Type your message"),
+        _Host("claude", "\u276f"),
+        _Host("codex", r"Ask Codex to do anything(?s:.*)default · /"),  # the model loaded
+    ],
+    ids=lambda h: h.name,
 )
 def test_a_message_held_by_the_humans_line_waits_until_the_agent_has_answered_it(
     host: _Host, tmp_path: Path, relay_home: Path
@@ -204,9 +233,13 @@ def test_a_message_held_by_the_humans_line_waits_until_the_agent_has_answered_it
     """A message that arrives while the human types waits for the line; after the human's
     Enter it waits again, until the agent has taken the line and answered it: the human's
     line is its own turn, and the message never shows while that turn runs (it used to
-    be typed 0.1 s after the Enter)."""
+    be typed 0.1 s after the Enter). The turn first waits on the model (the agent shows
+    its busy hint); then its answer streams, 1 s between pieces, and the agent is stopped
+    for 2 s mid-answer, as a loaded machine may stop it: it draws nothing then, and Codex
+    shows no busy hint while an answer streams (only its turn state, OSC 7501, says that
+    it works; relay used to type the message into the running turn there)."""
     _needs(host.name)
-    app = host.app(["HUMAN-ANSWER fine.", "MAIL-ANSWER noted."])
+    app = host.app([HUMAN_ANSWER, "MAIL-ANSWER noted."], pace=(12, 1.0))
     held, release = threading.Event(), threading.Event()
 
     def holding(request: Request) -> Reply:
@@ -220,6 +253,7 @@ def test_a_message_held_by_the_humans_line_waits_until_the_agent_has_answered_it
         project, env, argv = host.start(tmp_path, relay_home, server)
         try:
             with _pane(env, project, argv, host.ready) as pane:
+                agent = _agent_pid(relay_home, "Bob")
                 time.sleep(1.0)
                 pane.type("HUMAN-LINE how are you")
                 pane.wait_for("HUMAN-LINE how are you")
@@ -233,18 +267,25 @@ def test_a_message_held_by_the_humans_line_waits_until_the_agent_has_answered_it
                 deadline = time.monotonic() + 3.0
                 while time.monotonic() < deadline:
                     screen = pane.text()
-                    assert "HELD-MAIL" not in screen, f"typed while the turn ran:\n{screen}"
+                    assert "HELD-MAIL" not in screen, f"typed while the turn waited:\n{screen}"
                     time.sleep(0.1)
                 release.set()
+                pane.wait_for("HUMAN-ANSWER", timeout=30)
+                _freeze(agent, 2.0)  # the agent draws nothing for a while as its answer streams
+                deadline = time.monotonic() + 60
+                while "HUMAN-END" not in (screen := pane.text()):
+                    assert "HELD-MAIL" not in screen, f"typed while the answer streamed:\n{screen}"
+                    assert time.monotonic() < deadline, f"the answer never ended:\n{screen}"
+                    time.sleep(0.1)
 
                 def mail_sent() -> bool:
                     return any(b"HELD-MAIL" in request.body for request in app.main)
 
                 wait_until(mail_sent, 30, f"the message never reached the model:\n{pane.text()}")
                 [mail] = [request.body for request in app.main if b"HELD-MAIL" in request.body]
-                assert b"HUMAN-ANSWER" in mail, "the message was not a turn of its own"
+                assert b"HUMAN-END" in mail, "the message was not a turn of its own"
                 assert not any(
-                    b"HELD-MAIL" in request.body and b"HUMAN-ANSWER" not in request.body
+                    b"HELD-MAIL" in request.body and b"HUMAN-END" not in request.body
                     for request in app.main
                 )
         finally:

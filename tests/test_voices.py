@@ -183,8 +183,10 @@ def test_a_half_drawn_codex_row_is_not_read_while_codex_says_it_works() -> None:
     reader.feed(WORKING[:9])
     reader.feed(WORKING[9:] + b"\x1b[2;1H\xe2\x80\xa2 @deploy:staging rel\x1b[9;1H")
     assert reader.settle() == []
+    assert reader.working  # a held message waits too (relay.session.runtime's busy)
     reader.feed(b"\x1b[2;22Hease 2\x1b[9;1H\x1b]7501;state=done:app=codex\x07")
     assert [(d.target, d.message) for d in reader.settle()] == [("staging", "release 2")]
+    assert not reader.working
 
 
 CODEX_STREAM = Path(__file__).parent / "fixtures" / "codex" / "tool_result_and_answer.bin"

@@ -46,7 +46,8 @@ Admit = Callable[[], Awaitable[bool]]
 Screen = Callable[[], "list[str] | None"]
 """The rows a full-screen agent shows now, or None while it draws no screen."""
 Busy = Callable[[], bool]
-"""Whether the agent's screen says it is working on a turn (its interrupt hint)."""
+"""Whether the agent says it is working on a turn (its interrupt hint on the screen, or
+the turn state it announced)."""
 Foreground = Callable[[], "bool | None"]
 """Whether the agent's own process group has its terminal now (False while a job of its
 own has it), or None when that cannot be told."""

@@ -976,8 +976,12 @@ class Session:
         return self._screen.screen() if self._screen is not None else None
 
     def _agent_busy(self) -> bool:
-        """Whether the agent's screen says it is answering (its interrupt hint)."""
-        return self._screen is not None and busy_hint(self._screen.screen(), self.voice.busy)
+        """Whether the agent says it is answering: the turn state it announced last, or
+        its interrupt hint on the screen."""
+        screen = self._screen
+        return screen is not None and (
+            screen.working or busy_hint(screen.screen(), self.voice.busy)
+        )
 
     def _delivered(self, text: str, key: str | None, outcome: Outcome) -> None:
         """The injector typed a text in (Enter written; `outcome`: see Injector)."""

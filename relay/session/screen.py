@@ -313,6 +313,13 @@ class ScreenReader:
         if states:
             self._working = states[-1] == b"working"
 
+    @property
+    def working(self) -> bool:
+        """Whether the last turn state the agent announced (Voice.turn_state) says that it
+        is working on a turn. Codex says so from a turn's start to its end: also while its
+        answer streams (its busy hint gone) and while it draws nothing."""
+        return self._working
+
     def _busy(self, rows: list[Row]) -> bool:
         """Whether the agent says that it is still answering: its last announced turn
         state, or its screen (an interrupt hint on a row)."""

@@ -7,10 +7,10 @@ refused and listed. `run_codex` runs `codex exec --json` once and returns what h
 
 The script is a list of model turns, one per main-conversation request: a `str` is a plain
 text answer, a `Call` (see `shell`) a function call, a list of calls several in one answer.
-Side requests (compaction, sub-agents, anything not the main thread's turn) get a generic
-text answer and do not consume the script; once it is exhausted every main request gets
-`final_text`. With `pace=(chars, seconds)` a text answer is streamed in deltas of that many
-characters, that far apart, as a real model streams.
+Side requests (compaction, sub-agents, the TUI's title for a new thread, anything not the
+main thread's turn) get a generic text answer and do not consume the script; once it is
+exhausted every main request gets `final_text`. With `pace=(chars, seconds)` a text answer
+is streamed in deltas of that many characters, that far apart, as a real model streams.
 
 Hooks are read by Codex from `$CODEX_HOME/hooks.json`, `[[hooks.<Event>]]` tables in
 `config.toml`, and `<project>/.codex/hooks.json` (the last only once the project is trusted),
@@ -40,6 +40,10 @@ from hostkit.npm import host_binary
 PROVIDER = "hostkit"
 API_KEY_ENV = "HOSTKIT_CODEX_API_KEY"
 SHELL_TOOL = "exec_command"  # Codex 0.169's shell tool (unified exec): {"cmd": "..."}
+# The TUI titles a new thread from the human's first line in a thread of its own (a
+# `turn` request with `thread_source: thread_title`), sent beside that line's own request:
+# either may reach the server first, so the first thread seen is not always the main one.
+SIDE_SOURCES = frozenset({"thread_title"})
 DEFAULT_MODEL = "gpt-5.5"  # in Codex's bundled catalogue: no "model metadata not found" item
 # Keep a run offline and quiet: no update check, no analytics (ab.chatgpt.com), no plugin
 # marketplace sync (github.com, api.github.com, chatgpt.com). Given as -c overrides so that
@@ -114,6 +118,8 @@ class ResponsesApp:
             return False
         meta = turn_metadata(request)
         if meta.get("request_kind", "turn") != "turn":
+            return False
+        if meta.get("thread_source") in SIDE_SOURCES:
             return False
         thread = str(meta.get("thread_id") or request.headers.get("thread-id") or "")
         if self.main_thread is None:
