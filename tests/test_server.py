@@ -176,6 +176,48 @@ def test_server_and_in_process_give_the_same_answers(
     assert wait_for_status(server)["calls"] == compared
 
 
+def test_a_client_of_the_first_protocol_is_answered_as_one_of_the_second(
+    server: str, project: Path, relay_home: Path
+) -> None:
+    """A native client built before the environment went as one block (RELAY-CALL 1, a
+    length per variable: until `relay install` builds it again) gets the same answer."""
+    rich_settings(relay_home, project)
+    call = call_for(project, "claude", "PreToolUse", payloads(project)[0])
+
+    def string(data: bytes) -> bytes:
+        return len(data).to_bytes(4, "big") + data
+
+    old = b"".join(
+        [
+            b"RELAY-CALL 1\n",
+            string(client.identity().encode()),
+            len(call.argv).to_bytes(4, "big"),
+            *(string(arg.encode()) for arg in call.argv),
+            string(call.cwd.encode()),
+            len(call.env).to_bytes(4, "big"),
+            *(string(f"{key}={value}".encode()) for key, value in call.env.items()),
+            string(call.stdin),
+        ]
+    )
+    assert client.encode_call(call) != old
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(30)
+        sock.connect(server)
+        sock.sendall(old)
+        sock.shutdown(socket.SHUT_WR)
+        frames = b""
+        while chunk := sock.recv(1 << 16):
+            frames += chunk
+    assert frames[:1] == b"A"
+    result = frames[9:]
+    assert result[:1] == b"R"
+    code = int.from_bytes(result[5:9], "big", signed=True)
+    out_len = int.from_bytes(result[9:13], "big")
+    stdout = result[13 : 13 + out_len]
+    stderr = result[17 + out_len :]
+    assert normalized(Reply(code, stdout, stderr)) == normalized(client.request(server, call))
+
+
 def test_the_server_notices_settings_and_scripts_that_change(
     server: str, project: Path, relay_home: Path
 ) -> None:

@@ -10,8 +10,11 @@ would, and starts a server for the next call.
 
 Protocol (all integers big-endian; str = u32 length + bytes):
 
-    request  = "RELAY-CALL 1\\n" str(identity) u32(argc) str*argc str(cwd)
-               u32(envc) str("KEY=VALUE")*envc str(stdin)
+    request  = "RELAY-CALL 2\\n" str(identity) u32(argc) str*argc str(cwd)
+               str(environment) str(stdin)
+               (environment: the "KEY=VALUE" entries joined by NULs, split at once by
+               the server; "RELAY-CALL 1\\n" clients, built before, send u32(envc)
+               str("KEY=VALUE")*envc in its place, and are answered too)
     reply    = frame*   ;  frame = u8(kind) u32(length) payload
     kind "A" = accepted: payload u32(ms): the result follows within that many milliseconds
     kind "R" = result:   payload i32(exit code) str(stdout) str(stderr)
@@ -43,7 +46,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import NoReturn
 
-MAGIC = b"RELAY-CALL 1\n"
+MAGIC = b"RELAY-CALL 2\n"
+MAGIC_V1 = b"RELAY-CALL 1\n"
 CONTROL = b"RELAY-CTRL 1\n"
 """A control request: CONTROL str(command), answered with one "R" frame whose stdout is
 JSON (`status`: the server's state; `stop`: stops it after answering)."""
@@ -268,8 +272,9 @@ def encode_call(call: Call, install: str | None = None) -> bytes:
     parts.append(struct.pack(">I", len(call.argv)))
     parts.extend(_string(os.fsencode(arg)) for arg in call.argv)
     parts.append(_string(os.fsencode(call.cwd)))
-    parts.append(struct.pack(">I", len(call.env)))
-    parts.extend(_string(os.fsencode(f"{key}={value}")) for key, value in call.env.items())
+    parts.append(
+        _string(b"\0".join(os.fsencode(f"{key}={value}") for key, value in call.env.items()))
+    )
     parts.append(_string(call.stdin))
     return b"".join(parts)
 
@@ -285,14 +290,22 @@ def read_request(read: Callable[[int], bytes]) -> tuple[str, Call] | str:
     magic = request.take(len(MAGIC))
     if magic == CONTROL:
         return request.string().decode("utf-8", "replace")
-    if magic != MAGIC:
+    if magic not in (MAGIC, MAGIC_V1):
         raise ProtocolViolation("not a relay call")
     install = request.string().decode("utf-8", "replace")
-    argv = [os.fsdecode(request.string()) for _ in range(request.count())]
-    cwd = os.fsdecode(request.string())
+    # os.fsdecode's own work, without a Python call per string (a client's environment is
+    # dozens of them, decoded on the server's hot path).
+    encoding, errors = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
+    argv = [request.string().decode(encoding, errors) for _ in range(request.count())]
+    cwd = request.string().decode(encoding, errors)
+    if magic == MAGIC:
+        block = request.string().decode(encoding, errors)
+        variables = block.split("\0") if block else []
+    else:
+        variables = [item.decode(encoding, errors) for item in request.strings(request.count())]
     env: dict[str, str] = {}
-    for variable in request.strings(request.count()):
-        key, _, value = os.fsdecode(variable).partition("=")
+    for variable in variables:
+        key, _, value = variable.partition("=")
         if key:
             env[key] = value
     return install, Call(argv=argv, cwd=cwd, env=env, stdin=request.string())

@@ -392,14 +392,15 @@ static int ask_server(const char *path, int argc, char **argv, const buffer *eve
     buffer request = {0};
     char cwd[4096];
     if (!getcwd(cwd, sizeof cwd)) strcpy(cwd, "/");
-    int envc = 0;
-    for (char **e = environ; *e; e++) envc++;
-    int bad = append(&request, "RELAY-CALL 1\n", 13)
+    size_t env_len = 0; /* the entries joined by NULs */
+    for (char **e = environ; *e; e++) env_len += strlen(*e) + (e != environ);
+    int bad = append(&request, "RELAY-CALL 2\n", 13)
         || append_string(&request, RELAY_INSTALL, strlen(RELAY_INSTALL))
         || append_u32(&request, (uint32_t)(argc - 1));
     for (int i = 1; i < argc && !bad; i++) bad = append_string(&request, argv[i], strlen(argv[i]));
-    bad = bad || append_string(&request, cwd, strlen(cwd)) || append_u32(&request, (uint32_t)envc);
-    for (char **e = environ; *e && !bad; e++) bad = append_string(&request, *e, strlen(*e));
+    bad = bad || append_string(&request, cwd, strlen(cwd)) || append_u32(&request, (uint32_t)env_len);
+    for (char **e = environ; *e && !bad; e++)
+        bad = (e != environ && append(&request, "", 1)) || append(&request, *e, strlen(*e));
     bad = bad || append_string(&request, event->data ? event->data : "", event->len);
     if (bad || write_all(fd, request.data, request.len)) {
         free(request.data);
