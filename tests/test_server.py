@@ -785,6 +785,56 @@ def server_threads(pid: int) -> int:
     raise AssertionError("no thread count")
 
 
+def test_threads_of_a_burst_of_calls_end_once_it_is_over(
+    server: str, project: Path, relay_home: Path, tmp_path: Path
+) -> None:
+    """Threads wait in accept() and serve what they accept: 12 calls at once (each held
+    by its hook until all have started) are served by 12 threads; once they are answered,
+    the threads beyond the two kept waiting end, and calls one after another start none."""
+    started = tmp_path / "started"
+    started.mkdir()
+    program = (
+        "import os, sys, time, uuid; sys.stdin.read(); "
+        f"open(os.path.join({str(started)!r}, uuid.uuid4().hex), 'w').close(); "
+        f"deadline = time.monotonic() + 30\n"
+        f"while len(os.listdir({str(started)!r})) < 12 and time.monotonic() < deadline: "
+        "time.sleep(0.05)\n"
+        "print('{}')"
+    )
+    hold = {"command": sys.executable, "args": ["-c", program], "timeout": 60}
+    write(relay_home / "settings.json", {"hooks": {"SessionStart": [{"hooks": [hold]}]}})
+    pid = wait_for_status(server)["pid"]
+    idle = server_threads(pid)
+    call = call_for(project, "relay", "SessionStart", b"{}")
+    replies: list[Reply | None] = []
+    burst = [
+        threading.Thread(
+            target=lambda: replies.append(client.request(server, call, ack_timeout=60))
+        )
+        for _ in range(12)
+    ]
+    for thread in burst:
+        thread.start()
+    busiest = 0
+    while any(thread.is_alive() for thread in burst):
+        busiest = max(busiest, server_threads(pid))
+        time.sleep(0.01)
+    assert len(replies) == 12 and all(reply is not None for reply in replies)
+    assert busiest >= idle + 11  # a thread for each call at once
+    for name in os.listdir(started):
+        os.unlink(started / name)
+    write(relay_home / "settings.json", {"hooks": {"SessionStart": [{"hooks": [hook("hi")]}]}})
+    for _ in range(5):
+        reply = client.request(server, call)
+        assert reply is not None and json.loads(reply.stdout)["inject"] == "hi"
+    # The hook log's writer is the one more; a thread that has returned may take a moment
+    # to be gone from /proc.
+    deadline = time.monotonic() + 10
+    while server_threads(pid) > idle + 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server_threads(pid) <= idle + 1
+
+
 def test_silent_connections_hold_a_bounded_number_of_threads(
     server: str, project: Path, relay_home: Path
 ) -> None:
