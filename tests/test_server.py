@@ -218,6 +218,38 @@ def test_a_client_of_the_first_protocol_is_answered_as_one_of_the_second(
     assert normalized(Reply(code, stdout, stderr)) == normalized(client.request(server, call))
 
 
+def test_the_hook_log_records_each_served_call_once_its_answer_is_out(
+    server: str, project: Path, relay_home: Path
+) -> None:
+    """relay serve makes the hook log's record once the answer has gone out, so that the
+    host does not wait for it: the record is the answer the host got (the untrusted-hook
+    notice rendered into it included), and a call whose client hung up before its answer
+    is recorded all the same."""
+    from relay.engine.hooklog import HookLog
+    from relay.engine.telemetry import log_path
+
+    rich_settings(relay_home, project)  # also an untrusted project hook on PreToolUse
+    call = call_for(project, "claude", "PreToolUse", payloads(project)[0])
+    reply = client.request(server, call)
+    assert reply is not None
+    answer = json.loads(reply.stdout)
+    assert "not trusted" in answer["systemMessage"]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:  # gone before the answer
+        sock.connect(server)
+        sock.sendall(client.encode_call(call_for(project, "relay", "SessionStart", b"{}")))
+        sock.shutdown(socket.SHUT_WR)
+        assert sock.recv(1) == b"A"
+    deadline = time.monotonic() + 30
+    events: list[Any] = []
+    while len(events) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+        with contextlib.suppress(Exception):  # the log may not exist yet
+            events = HookLog(log_path()).events(limit=10)
+    assert sorted(event.event for event in events) == ["BeforeTool", "SessionStart"]
+    logged = next(event for event in events if event.event == "BeforeTool")
+    assert logged.result is not None and "not trusted" in logged.result["systemMessage"]
+
+
 def test_the_server_notices_settings_and_scripts_that_change(
     server: str, project: Path, relay_home: Path
 ) -> None:

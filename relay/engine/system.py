@@ -93,6 +93,10 @@ class HookSystem:
         self._trust = trust
         self._telemetry_option = telemetry
         self.telemetry: Telemetry | None = None
+        # A list: each event's record for the hook log is left here (as a call that makes
+        # it), for the caller to make once its answer is out (relay serve: the host is
+        # not kept waiting for it). None: recorded at once.
+        self.deferred_records: list[Callable[[], None]] | None = None
         self.max_parallel = max_parallel
         # quiet: problems found while running (an unwritable log) are kept for warnings()
         # instead of printed, so a host's stderr stays the deny reason alone.
@@ -438,18 +442,28 @@ class HookSystem:
             duration_ms=round((time.perf_counter() - started) * 1000, 3),
         )
         result.untrusted = _names(plan.untrusted)
-        if self.telemetry is not None:
-            self.telemetry.record(
-                CallRecord(
-                    time=envelope.event.timestamp,
-                    session_id=envelope.event.session_id,
-                    event=envelope.name,
-                    input=envelope.to_wire("relay"),
-                    result=result,
-                    decisions=[_decision_of(outcome) for outcome in outcomes],
-                    agent=envelope.event.agent_name or self.environ.get("RELAY_AGENT_NAME") or None,
+        telemetry = self.telemetry
+        if telemetry is not None:
+
+            def record() -> None:
+                telemetry.record(
+                    CallRecord(
+                        time=envelope.event.timestamp,
+                        session_id=envelope.event.session_id,
+                        event=envelope.name,
+                        input=envelope.to_wire("relay"),
+                        result=result,
+                        decisions=[_decision_of(outcome) for outcome in outcomes],
+                        agent=envelope.event.agent_name
+                        or self.environ.get("RELAY_AGENT_NAME")
+                        or None,
+                    )
                 )
-            )
+
+            if self.deferred_records is None:
+                record()
+            else:
+                self.deferred_records.append(record)
         return result
 
 

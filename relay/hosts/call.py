@@ -10,6 +10,7 @@ where the user asked for it (failClosed), a failure denies instead of allowing.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import threading
@@ -217,6 +218,9 @@ def _prepare(
     if caches is not None:
         max_events = resolve_max_events(system.settings.files, call.env)
         system.telemetry = caches.telemetry(log_path(call.env), max_events)
+    if not on_close:
+        # relay serve: the hook log's record is made once the answer is out (`later`).
+        system.deferred_records = []
     planned = system.plan(envelope.name, envelope)
     bound = system.time_bound(planned)
     turn = host_turn(target, envelope, call.env, call.caller) if target is not None else None
@@ -238,11 +242,18 @@ def _prepare(
                 turn.hooks.close()
             reply = _render(system, planned, result, envelope, target)
             reply.sent = after
-            return reply
         except Exception as exc:
-            return _failed(args, call, target, exc).finish()
+            reply = _failed(args, call, target, exc).finish()
+        if system.deferred_records:
+            reply.later = functools.partial(_run_all, system.deferred_records)
+        return reply
 
     return PreparedCall(bound, finish)
+
+
+def _run_all(calls: list[Callable[[], None]]) -> None:
+    for call in calls:
+        call()
 
 
 def _system(

@@ -101,7 +101,7 @@ class Call:
 class Reply:
     """What to print and how to exit."""
 
-    __slots__ = ("exit_code", "sent", "stderr", "stdout")
+    __slots__ = ("exit_code", "later", "sent", "stderr", "stdout")
 
     def __init__(self, exit_code: int, stdout: bytes, stderr: bytes) -> None:
         self.exit_code = exit_code
@@ -110,6 +110,9 @@ class Reply:
         self.sent: Callable[[], None] | None = None
         """What to do once the answer has been returned (written to the client or to
         stdout): the agent channel acknowledges the mail the answer carries."""
+        self.later: Callable[[], None] | None = None
+        """What to do once the answer has gone out or failed to (see `finished`): work
+        the answer does not wait for, such as the hook log's record."""
 
     def returned(self) -> None:
         """The answer has been returned: run `sent` (its failure only loses the
@@ -120,6 +123,12 @@ class Reply:
                 sent()
             except Exception:  # the answer is out; there is no one to tell
                 return
+
+    def finished(self) -> None:
+        """The answer has been sent, or could not be: run `later` (once)."""
+        later, self.later = self.later, None
+        if later is not None:
+            later()
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Reply):

@@ -282,8 +282,11 @@ class Server:
         # The client waits for the result only this long, then runs the call itself.
         connection.sendall(accepted_frame(int(prepared.bound * 1000) + BOUND_SLACK_MS))
         reply = prepared.finish()
-        connection.sendall(result_frame(reply))
-        reply.returned()
+        try:
+            connection.sendall(result_frame(reply))
+            reply.returned()
+        finally:
+            reply.finished()
 
     def _control(self, connection: socket.socket, command: str) -> None:
         if command == "status":
