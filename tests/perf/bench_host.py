@@ -44,7 +44,7 @@ import relay
 from relay.config.filecache import RACY_SECONDS
 from relay.server import client as server_client
 
-TARGET_GUARD_RATIO = 1.5
+TARGET_GUARD_RATIO = 1.25  # issue 32 point 7 (DESIGN §10 says 1.5)
 TARGET_EMPTY_RATIO = 1.0
 GUARD = """#!/bin/bash
 input=$(cat)
