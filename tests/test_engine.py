@@ -914,11 +914,17 @@ RESOURCES = ENGINE.parent
 
 
 def gone(pid: int) -> bool:
+    """Whether `pid` has ended: no such process, or a zombie (dead, waiting for a parent
+    that may never reap it: an orphan's init in a PID namespace need not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return True
-    return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[0] == "Z"
 
 
 def wait_gone(pids: list[int], within: float = 15.0) -> bool:
