@@ -195,6 +195,7 @@ async def test_a_partial_human_line_blocks_until_submitted_or_cleared(
         ([b"ab\x1b[127;2u\x1b[127;1:3u\x1b[127u"], False),  # Shift+Backspace; a release
         ([b"ab\x1b[13;2u"], True),  # Shift+Enter: a line break in the box, no submit
         ([b"ab\x1b[13;3u"], True),  # Alt+Enter too
+        ([b"ab\x1b[106;5u\x1b[109;5u"], True),  # and Ctrl-J, Ctrl-M (Codex)
         ([b"ab\x1b[57414u"], False),  # the keypad's Enter
         ([b"\x1b[97u"], True),  # flag 8: a letter, as an escape code
         ([b"\x1b[97u\x1b[97;1:3u\x1b[127u"], False),  # its release types nothing more
@@ -226,7 +227,8 @@ async def test_human_line_tracking(keys: list[bytes], pending: bool) -> None:
         (b"\x1b[117;5u", b"\x15"),  # Ctrl-U
         (b"\x1b[99;5u", b"\x03"),  # Ctrl-C
         (b"\x1b[119;5u", b"\x17"),  # Ctrl-W
-        (b"\x1b[106;5u", b"\n"),  # Ctrl-J
+        (b"\x1b[106;5u", b""),  # Ctrl-J: a line break in Codex's box, not LF's submit
+        (b"\x1b[109;5u", b""),  # Ctrl-M, told apart from Enter
         (b"\x1b[13u", b"\r"),  # Enter (flag 8)
         (b"\x1b[13;1:1u", b"\r"),  # its press (flag 2)
         (b"\x1b[13;1:2u", b"\r"),  # a repeat counts as a press

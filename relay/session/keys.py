@@ -13,8 +13,8 @@ protocol, so the injector's model of the human's line (`injector._HumanLine`) re
 both alike: Enter is CR, Ctrl-U is 0x15, Ctrl-W 0x17, Backspace DEL, a letter itself.
 Only presses and repeats count (flag 2 reports releases too). The text a key typed, when
 the terminal reports it (flag 16), is that text. Backspace with Ctrl or Alt deletes a
-word, as agents' input boxes take it (Codex); Shift-Enter and the other modified Enters
-put a line break in the box, which submits nothing.
+word, as agents' input boxes take it (Codex); Shift-Enter and the other modified Enters,
+Ctrl-J and Ctrl-M put a line break in the box, which submits nothing.
 """
 
 from __future__ import annotations
@@ -59,6 +59,9 @@ _CTRL_BYTES = {ord(c): index + 1 for index, c in enumerate("abcdefghijklmnopqrst
     ord("?"): 127,
 }
 """What Ctrl and a key send in legacy mode (the kitty protocol's "legacy ctrl mapping")."""
+_NEWLINE_CTRL_KEYS = (ord("j"), ord("m"))
+"""Ctrl-J and Ctrl-M, which an input box takes for a line break once the protocol tells
+them from LF and Enter (Codex's composer)."""
 
 
 def legacy(params: bytes, final: int) -> bytes | None:
@@ -128,6 +131,8 @@ def _key(code: int, shifted: int, base: int, modifiers: int) -> bytes:
             return b""  # Alt-key moves, Ctrl-Shift- and Super- keys are shortcuts
         if code >= 0x80 and 0 < base < 0x80:
             code = base  # the key in the PC-101 layout (Ctrl and the Cyrillic es key, U+0441, is Ctrl-C)
+        if code in _NEWLINE_CTRL_KEYS:
+            return b""  # told apart from Enter here only: a line break in the box
         byte = _CTRL_BYTES.get(code)
         return bytes((byte,)) if byte is not None else b""
     if not _printable(code) or 0xE000 <= code < 0xF900:
