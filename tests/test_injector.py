@@ -261,6 +261,9 @@ async def test_human_line_tracking(keys: list[bytes], pending: bool) -> None:
         (b"\x1b[99999999999u", None),
         (b"\x1b[1;2;3;4u", None),
         (b"\x1b[97;1:1:1u", None),
+        (b"\x1b[97:99999999;2u", b"A"),  # a shifted key past Unicode is left out
+        (b"\x1b[97:55296;2u", b"A"),  # and a surrogate
+        (b"\x1b[0;;55296:98u", b"b"),
         # xterm's modifyOtherKeys: CSI 27 ; mods ; key ~
         (b"\x1b[27;5;117~", b"\x15"),
         (b"\x1b[27;2;13~", b""),  # Shift+Enter
@@ -273,6 +276,21 @@ def test_keys_sent_as_escape_sequences_are_read_as_their_legacy_bytes(
     sequence: bytes, key: bytes | None
 ) -> None:
     assert legacy(sequence[2:-1], sequence[-1]) == key
+
+
+def test_any_key_sequence_is_read_without_error() -> None:
+    """Garbled or hostile parameters give a key or None, never an exception."""
+    numbers = [b"", b"0", b"1", b"2", b"3", b"5", b"13", b"27", b"65", b"97", b"127", b"57414"]
+    numbers += [b"1114111", b"1114112", b"55296", b"99999999", b"999999999", b"?1", b"-1", b"1_0"]
+    generator = random.Random(32)
+
+    def joined(separator: bytes, count: int, part: Callable[[], bytes]) -> bytes:
+        return separator.join(part() for _ in range(generator.randrange(1, count + 1)))
+
+    for _ in range(20000):
+        params = joined(b";", 4, lambda: joined(b":", 4, lambda: generator.choice(numbers)))
+        key = legacy(params, generator.choice(b"u~"))
+        assert key is None or isinstance(key, bytes)
 
 
 # ---- what is typed

@@ -112,7 +112,7 @@ def _text(field: bytes) -> bytes | None:
 
 
 def _printable(point: int) -> bool:
-    return point >= 0x20 and not 0x7F <= point < 0xA0 and not 0xD800 <= point < 0xE000
+    return 0x20 <= point <= 0x10FFFF and not 0x7F <= point < 0xA0 and not 0xD800 <= point < 0xE000
 
 
 def _key(code: int, shifted: int, base: int, modifiers: int) -> bytes:
