@@ -16,6 +16,7 @@ import anyio
 import pytest
 
 from relay.session.injector import PASTE_END, PASTE_START, Injector
+from relay.session.keys import legacy
 from relay.session.pty import AgentPty
 from relay.session.terminal import passthrough
 
@@ -115,6 +116,17 @@ async def test_await_first_output_can_be_turned_off() -> None:
         (b"\x15", "Ctrl-U"),
         (b"\x03", "Ctrl-C"),
         (b"\x7f" * 5, "Backspaces"),
+        # The kitty keyboard protocol (an agent turned it on: Codex does) and xterm's
+        # modifyOtherKeys send these keys as escape sequences:
+        (b"\x1b[117;5u", "CSI-u Ctrl-U"),
+        (b"\x1b[99;5u", "CSI-u Ctrl-C"),
+        (b"\x1b[13u", "CSI-u Enter (flag 8: every key as an escape code)"),
+        (b"\x1b[13;1:1u\x1b[13;1:3u", "CSI-u Enter press and release (flag 2)"),
+        (b"\x1b[127u" * 5, "CSI-u Backspaces"),
+        (b"\x1b[104;5u" * 5, "CSI-u Ctrl-H"),
+        (b"\x1b[127;5u", "CSI-u Ctrl-Backspace: a word"),
+        (b"\x1b[1091::117;5u", "Ctrl-U on a Cyrillic layout (flag 4: its base key)"),
+        (b"\x1b[27;5;117~", "xterm modifyOtherKeys Ctrl-U"),
     ],
 )
 async def test_a_partial_human_line_blocks_until_submitted_or_cleared(
@@ -166,6 +178,39 @@ async def test_a_partial_human_line_blocks_until_submitted_or_cleared(
         ([b"\x1bPab"], False),  # Alt+Shift+P and keys: held as a possible reply…
         ([b"\x1bPab", b"c" * 600], True),  # … which no reply is this long: typing
         ([b"x\x1bPab\r"], False),  # … nor holds an Enter: replayed, and submitted
+        ([b"one two\x1b\x7f"], True),  # Alt+Backspace erases a word, as Ctrl-W…
+        ([b"one two\x1b\x7f\x1b\x7f"], False),  # … as Codex's input box does
+        # Keys as the kitty keyboard protocol sends them (CSI key ; mods:event ; text u):
+        ([b"ab\x1b[117;5u"], False),  # Ctrl-U
+        ([b"ab\x1b[117;", b"5u"], False),  # split across reads
+        ([b"ab\x1b[117;69u"], False),  # Ctrl-U with Caps Lock on (64 + 4 + 1)
+        ([b"ab\x1b[117;5:2u"], False),  # a repeat counts as a press
+        ([b"ab\x1b[117;5:3u"], True),  # a release is no key
+        ([b"ab\x1b[117;7u"], True),  # Ctrl-Alt-U is no Ctrl-U
+        ([b"ab\x1b[117;6u"], True),  # nor is Ctrl-Shift-U
+        ([b"one two\x1b[119;5u"], True),  # Ctrl-W: a word
+        ([b"one two\x1b[119;5u\x1b[119;5u"], False),
+        ([b"one two\x1b[127;3u\x1b[127;3u"], False),  # Alt+Backspace: a word each
+        ([b"ab\x1b[127u\x1b[127u"], False),  # Backspace
+        ([b"ab\x1b[127;2u\x1b[127;1:3u\x1b[127u"], False),  # Shift+Backspace; a release
+        ([b"ab\x1b[13;2u"], True),  # Shift+Enter: a line break in the box, no submit
+        ([b"ab\x1b[13;3u"], True),  # Alt+Enter too
+        ([b"ab\x1b[106;5u\x1b[109;5u"], True),  # and Ctrl-J, Ctrl-M (Codex)
+        ([b"ab\x1b[57414u"], False),  # the keypad's Enter
+        ([b"\x1b[97u"], True),  # flag 8: a letter, as an escape code
+        ([b"\x1b[97u\x1b[97;1:3u\x1b[127u"], False),  # its release types nothing more
+        ([b"\x1b[97;2u\x1b[97:65;2u"], True),  # Shift+a, reported alone and with "A"
+        ([b"\x1b[0;;229u"], True),  # flag 16: a text event ("å")
+        ([b"\x1b[57399u"], True),  # the keypad's 0
+        ([b"\x1b[27u"], False),  # Escape types nothing
+        ([b"\x1b[57441;2u\x1b[57441;1:3u"], False),  # Shift alone
+        ([b"\x1b[97;3u\x1b[115;9u"], False),  # Alt-a, Super-s: shortcuts
+        ([b"\x1b[9u"], True),  # Tab
+        ([b"\x1b[?1u"], False),  # the terminal's answer to CSI ? u is not typing
+        ([b"ab\x1b[u"], True),  # no key code: not a key
+        ([b"ab\x1b[27;5;117~"], False),  # xterm's modifyOtherKeys: Ctrl-U
+        ([b"ab\x1b[3~"], True),  # Delete, a legacy function key: moves nothing here
+        ([b"\x1b[200~a\x1b[13u\x1b[201~"], True),  # inside a paste, no key counts
     ],
 )
 async def test_human_line_tracking(keys: list[bytes], pending: bool) -> None:
@@ -173,6 +218,79 @@ async def test_human_line_tracking(keys: list[bytes], pending: bool) -> None:
     for chunk in keys:
         injector.observe_input(chunk)
     assert injector.human_line_pending is pending
+
+
+@pytest.mark.parametrize(
+    ("sequence", "key"),
+    [
+        # The kitty keyboard protocol: CSI key[:shifted[:base]] ; mods[:event] ; text u
+        (b"\x1b[117;5u", b"\x15"),  # Ctrl-U
+        (b"\x1b[99;5u", b"\x03"),  # Ctrl-C
+        (b"\x1b[119;5u", b"\x17"),  # Ctrl-W
+        (b"\x1b[106;5u", b""),  # Ctrl-J: a line break in Codex's box, not LF's submit
+        (b"\x1b[109;5u", b""),  # Ctrl-M, told apart from Enter
+        (b"\x1b[13u", b"\r"),  # Enter (flag 8)
+        (b"\x1b[13;1:1u", b"\r"),  # its press (flag 2)
+        (b"\x1b[13;1:2u", b"\r"),  # a repeat counts as a press
+        (b"\x1b[13;1:3u", None),  # a release is no key
+        (b"\x1b[13;2u", b""),  # Shift+Enter: a line break in the box
+        (b"\x1b[57414u", b"\r"),  # the keypad's Enter
+        (b"\x1b[127u", b"\x7f"),  # Backspace (flag 8)
+        (b"\x1b[127;3u", b"\x17"),  # Alt+Backspace: a word
+        (b"\x1b[9u", b"\t"),  # Tab
+        (b"\x1b[9;2u", b""),  # Shift+Tab
+        (b"\x1b[27u", b""),  # Escape
+        (b"\x1b[97u", b"a"),  # flag 8: a letter
+        (b"\x1b[97;2u", b"A"),  # Shift+a, without flag 4
+        (b"\x1b[97:65;2u", b"A"),  # with its shifted key (flag 4)
+        (b"\x1b[52:36;2u", b"$"),
+        (b"\x1b[97;65u", b"A"),  # Caps Lock on
+        (b"\x1b[97;2;65u", b"A"),  # the spec's text example: shift+a, text 'A' (flag 16)
+        (b"\x1b[0;;229u", "å".encode()),  # the spec's text event: alt+a on a Mac
+        (b"\x1b[97;;97:10:98u", b"ab"),  # no control character in a text
+        (b"\x1b[105;6u", b""),  # the spec's ctrl+shift+i: a shortcut
+        (b"\x1b[97;3u", b""),  # Alt+a
+        (b"\x1b[1089::99;5u", b"\x03"),  # Ctrl+es (U+0441) on a Cyrillic layout: base key c
+        (b"\x1b[57399u", b"0"),  # the keypad's 0
+        (b"\x1b[57376u", b""),  # F13
+        (b"\x1b[57441;2u", None),  # Shift alone
+        (b"\x1b[?7u", None),  # the terminal's answer to CSI ? u
+        (b"\x1b[>1u", None),  # (an agent's request, were it ever echoed)
+        (b"\x1b[u", None),  # no key code
+        (b"\x1b[1114112u", None),  # past Unicode
+        (b"\x1b[99999999999u", None),
+        (b"\x1b[1;2;3;4u", None),
+        (b"\x1b[97;1:1:1u", None),
+        (b"\x1b[97:99999999;2u", b"A"),  # a shifted key past Unicode is left out
+        (b"\x1b[97:55296;2u", b"A"),  # and a surrogate
+        (b"\x1b[0;;55296:98u", b"b"),
+        # xterm's modifyOtherKeys: CSI 27 ; mods ; key ~
+        (b"\x1b[27;5;117~", b"\x15"),
+        (b"\x1b[27;2;13~", b""),  # Shift+Enter
+        (b"\x1b[3~", None),  # Delete: a legacy function key
+        (b"\x1b[200~", None),  # a paste marker
+        (b"\x1b[2;5H", None),  # not a key sequence at all
+    ],
+)
+def test_keys_sent_as_escape_sequences_are_read_as_their_legacy_bytes(
+    sequence: bytes, key: bytes | None
+) -> None:
+    assert legacy(sequence[2:-1], sequence[-1]) == key
+
+
+def test_any_key_sequence_is_read_without_error() -> None:
+    """Garbled or hostile parameters give a key or None, never an exception."""
+    numbers = [b"", b"0", b"1", b"2", b"3", b"5", b"13", b"27", b"65", b"97", b"127", b"57414"]
+    numbers += [b"1114111", b"1114112", b"55296", b"99999999", b"999999999", b"?1", b"-1", b"1_0"]
+    generator = random.Random(32)
+
+    def joined(separator: bytes, count: int, part: Callable[[], bytes]) -> bytes:
+        return separator.join(part() for _ in range(generator.randrange(1, count + 1)))
+
+    for _ in range(20000):
+        params = joined(b";", 4, lambda: joined(b":", 4, lambda: generator.choice(numbers)))
+        key = legacy(params, generator.choice(b"u~"))
+        assert key is None or isinstance(key, bytes)
 
 
 # ---- what is typed
@@ -283,6 +401,10 @@ def test_an_agent_that_did_not_take_pastes_as_it_started_never_gets_one() -> Non
         (b"\x1b]11;rgb:0000/0000/0000\x1b\\", True),
         (b"\x1b[I\x1b[O", True),  # focus reports
         (b"\x1b[A", True),  # an arrow gives the agent nothing to act on
+        (b"\x1b[99;5u", False),  # Ctrl-C as the kitty keyboard protocol sends it
+        (b"\x1b[27u", False),  # Escape, so sent
+        (b"\x1b[?1u", True),  # the terminal's answer to the agent's CSI ? u
+        (b"\x1b[57441;2u", True),  # Shift alone (flag 8): no legacy key either
     ],
 )
 def test_the_first_key_ends_the_agents_start_up(keys: bytes, started: bool) -> None:
@@ -807,9 +929,15 @@ async def until_true(condition: Callable[[], bool], timeout: float) -> None:
             await anyio.sleep(0.01)
 
 
-async def test_after_the_humans_enter_a_text_waits_for_the_agent_to_take_the_line() -> None:
+@pytest.mark.parametrize(
+    "enter", [b"\r", b"\x1b[13u", b"\x1b[13;1:1u\x1b[13;1:3u"], ids=["CR", "CSI-u", "CSI-u-events"]
+)
+async def test_after_the_humans_enter_a_text_waits_for_the_agent_to_take_the_line(
+    enter: bytes,
+) -> None:
     """The human submits a line while a text waits: the text is typed only once the
-    agent shows the line as sent and its busy hint is gone (never 0.1 s after the Enter)."""
+    agent shows the line as sent and its busy hint is gone (never 0.1 s after the Enter).
+    An Enter the terminal sends as the kitty keyboard protocol's CSI 13 u is one too."""
     agent, outcomes = BoxAgent(), []
     busy = [False]
     injector = box_injector(agent, outcomes, busy=lambda: busy[0])
@@ -819,7 +947,7 @@ async def test_after_the_humans_enter_a_text_waits_for_the_agent_to_take_the_lin
     async with running(injector):
         await anyio.sleep(QUIET * 3)
         assert agent.writes == []  # held by the human's line
-        injector.observe_input(b"\r")
+        injector.observe_input(enter)
         agent.draw(["", "", "", "", " > ", ""])  # the box emptied, the turn not started yet
         await anyio.sleep(QUIET * 4)
         assert agent.writes == [], "typed before the agent took the human's line"

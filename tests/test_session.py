@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
+import threading
 import time
+import tty
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from scripted_sessions import RELAY, agent, reads, run_session
+from scripted_sessions import RELAY, agent, reads, run_session, wait_for
 
 from relay.engine.processes import process_alive
+from relay.session.runtime import WAITING_TITLE
 from relay.session.sessions import list_sessions
 from relay.session.wrapper import Relay
 
@@ -554,6 +558,93 @@ def test_nothing_is_typed_over_a_half_typed_human_line(
     assert process.returncode == 0
     assert reads(record) == [("first", "abcdef"), ("second", "pong")]
     assert b"bye" in out
+
+
+class Terminal:
+    """The human's terminal: a PTY whose master the test holds, everything relay writes
+    to it collected by a thread, keys written to it as a terminal sends them."""
+
+    def __init__(self) -> None:
+        self.master, self.slave = os.openpty()
+        tty.setraw(self.slave)
+        self.output = bytearray()
+        self._lock = threading.Lock()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+
+    def start(self) -> None:
+        os.close(self.slave)  # the child holds it now
+        self._reader.start()
+
+    def _read(self) -> None:
+        while True:
+            ready, _, _ = select.select([self.master], [], [], 0.2)
+            if not ready:
+                continue
+            try:
+                data = os.read(self.master, 1 << 16)
+            except OSError:  # EIO: every writer has closed the terminal
+                return
+            if not data:
+                return
+            with self._lock:
+                self.output += data
+
+    def shown(self, text: str) -> bool:
+        with self._lock:
+            return text.encode() in self.output
+
+    def type(self, keys: bytes) -> None:
+        os.write(self.master, keys)
+
+    def close(self) -> None:
+        self._reader.join(timeout=10)
+        os.close(self.master)
+
+
+@pytest.mark.parametrize(
+    ("finish", "lines"),
+    [
+        (b"\x1b[117;5u", [("start", "pong"), ("answer", "pong")]),
+        (b"def\x1b[13u", [("start", "abcdef"), ("answer", "pong")]),
+    ],
+    ids=["csi-u-ctrl-u-clears", "csi-u-enter-submits"],
+)
+def test_a_held_answer_follows_keys_sent_by_the_kitty_keyboard_protocol(
+    project: Path, tmp_path: Path, finish: bytes, lines: list[tuple[str, str]]
+) -> None:
+    """`relay run` on a terminal, over an agent that turned the kitty keyboard protocol on
+    (Codex does): the terminal then sends Ctrl-U as ESC[117;5u and, under "report all
+    keys", Enter as ESC[13u. An answer held while the human types is typed once they clear
+    the line with that Ctrl-U, or after their line submitted with that Enter."""
+    record = tmp_path / "reads.jsonl"
+    file = settings(
+        tmp_path / "s.json",
+        {"patterns": {"ask": {"command": "echo pong"}}, "session": {"injectQuietMs": 150}},
+    )
+    command = [sys.executable, RAW_AGENT, str(record), "--kitty", "--ask-on-key"]
+    terminal = Terminal()
+    process = subprocess.Popen(
+        [RELAY, "run", "--settings", str(file), "--cwd", str(project), "--", *command],
+        stdin=terminal.slave,
+        stdout=terminal.slave,
+        stderr=terminal.slave,
+        start_new_session=True,
+    )
+    try:
+        terminal.start()
+        wait_for(lambda: terminal.shown("\x1b[>1u"), "the agent to turn the protocol on")
+        terminal.type(b"abc")  # the agent asks at the first key: relay has seen it by then
+        wait_for(lambda: terminal.shown(WAITING_TITLE), "the answer to wait for the human")
+        assert reads(record) == []
+        terminal.type(finish)
+        wait_for(lambda: len(reads(record)) == 2, "the agent to read two lines")
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        terminal.close()
+    assert reads(record) == lines
 
 
 def test_a_burst_of_directives_before_exit_is_dispatched_in_order(

@@ -20,6 +20,8 @@ from typing import Literal
 
 import anyio
 
+from relay.session.keys import legacy
+
 PASTE_START = b"\x1b[200~"
 PASTE_END = b"\x1b[201~"
 
@@ -614,9 +616,12 @@ class _HumanLine:
     """What the human has typed since the last Enter, as far as the keys tell.
 
     A model, not an emulator: printable keys add to the line, Backspace removes a
-    character, Ctrl-W a word, Ctrl-U and Ctrl-C clear it, CR or LF submits it (outside
-    a bracketed paste: pasted line breaks do not submit). Escape sequences (arrows,
-    function keys) leave it as it is, and so do the terminal's answers to an agent's
+    character, Ctrl-W (or Alt+Backspace) a word, Ctrl-U and Ctrl-C clear it, CR or LF
+    submits it (outside a bracketed paste: pasted line breaks do not submit). Keys sent
+    as the kitty keyboard protocol's `CSI … u` or xterm's `CSI 27 ; … ~` count as the
+    same keys in legacy bytes (`keys.legacy`: `ESC[117;5u` is Ctrl-U, `ESC[13u` Enter).
+    Other escape sequences (arrows, function keys) leave it as it is, and so do the
+    terminal's answers to an agent's
     queries, which arrive on the same input: CSI reports (cursor position, device
     attributes) and the string sequences DCS, OSC, APC, PM and SOS (`ESC P >|tmux 3.3a
     ESC \\`, a colour reply `ESC ] 11 ; rgb:… BEL`) up to their ST or BEL.
@@ -698,6 +703,8 @@ class _HumanLine:
                 return
             self._escape = b""  # Alt+key
             self.keyed = True
+            if sequence[1] in (0x7F, 0x08) and not self._in_paste:
+                self._key(0x17)  # Alt+Backspace deletes a word, as Ctrl-W
             return
         if sequence[1:2] == b"O" or 0x40 <= sequence[-1] <= 0x7E:
             self._escape = b""
@@ -705,6 +712,12 @@ class _HumanLine:
                 self._in_paste = True
             elif sequence == PASTE_END:
                 self._in_paste = False
+            elif sequence[-1] in b"u~" and sequence[1:2] == b"[" and not self._in_paste:
+                keys = legacy(sequence[2:-1], sequence[-1])  # the kitty protocol, xterm's form
+                if keys is not None:
+                    self.keyed = True
+                    for byte in keys:
+                        self._key(byte)
         elif len(sequence) > _PREFIX_LIMIT:
             self._escape = b""  # not a sequence after all
 

@@ -1,12 +1,18 @@
 """An agent that reads its terminal key by key (raw mode), as TUIs do, and submits a line
 at each CR. For the paste-mode tests of relay run (tests/test_session.py).
 
-usage: raw_agent.py RECORD [--paste] [--toggle] [--off] [--show FILE] [--print FILE]
-                           [--job-show FILE FLAG] [--job-read] [--reads N]
+usage: raw_agent.py RECORD [--paste] [--kitty] [--ask-on-key] [--toggle] [--off]
+                           [--show FILE] [--print FILE] [--job-show FILE FLAG]
+                           [--job-read] [--reads N]
 
   --paste      turn bracketed paste on as it starts and take pastes: a CR inside
                ESC[200~ … ESC[201~ is a line break, not a submission. Without it the
                agent knows nothing of pastes: every CR submits, markers are kept as text.
+  --kitty      turn the kitty keyboard protocol on as it starts (ESC[>1u, as Codex does)
+               and read the keys a terminal then sends: ESC[117;5u (Ctrl-U) clears the
+               line, ESC[13u (Enter) submits it, as a CR does; other escape sequences
+               are dropped
+  --ask-on-key print `@ask:x go` as soon as the first key of the first line is read
 After the first line, in this order:
   --toggle     turn bracketed paste off and on again itself (as bash does around a
                command it runs, and Gemini CLI around an editor it opens)
@@ -50,13 +56,26 @@ def option(name: str, count: int = 1) -> list[str] | None:
     return args[at + 1 : at + 1 + count]
 
 
-def read_line(label: str, paste: bool) -> None:
+def read_line(label: str, paste: bool, *, kitty: bool = False, ask_on_key: bool = False) -> None:
     os.write(1, b"> ")
     typed = b""
     while True:
         key = os.read(0, 1)
         if not key:
             sys.exit(9)
+        if ask_on_key:
+            os.write(1, b"\r\n@ask:x go\r\n")
+            ask_on_key = False
+        if kitty and key == b"\x1b":
+            sequence = key + os.read(0, 1)
+            while sequence[1:] == b"[" or not 0x40 <= sequence[-1] <= 0x7E:
+                sequence += os.read(0, 1)
+            if sequence == b"\x1b[117;5u":
+                typed = b""
+            elif sequence == b"\x1b[13u":
+                typed += b"\r"
+                break
+            continue
         typed += key
         if paste and typed.endswith(PASTE_START):
             typed = typed[: -len(PASTE_START)]
@@ -101,11 +120,14 @@ if "--as-job" in args:  # a job: it takes the terminal itself, so it never write
     sys.exit(0)
 
 paste = "--paste" in args
+kitty = "--kitty" in args
 tty.setraw(0)
 if paste:
     os.write(1, b"\x1b[?2004h")
+if kitty:
+    os.write(1, b"\x1b[>1u")
 
-read_line("start", paste)
+read_line("start", paste, kitty=kitty, ask_on_key="--ask-on-key" in args)
 if "--toggle" in args:
     os.write(1, b"\x1b[?2004l")
     time.sleep(0.05)  # as a command would run in between: a chunk of its own, usually
@@ -127,4 +149,4 @@ if "--job-read" in args:
 os.write(1, b"\r\n@ask:x go\r\n")
 reads = int((option("--reads") or ["1"])[0])
 for _ in range(reads):
-    read_line("answer", paste)
+    read_line("answer", paste, kitty=kitty)
