@@ -221,6 +221,28 @@ async def test_human_line_tracking(keys: list[bytes], pending: bool) -> None:
 
 
 @pytest.mark.parametrize(
+    ("reads_lines", "keys", "pending"),
+    [
+        (False, [b"draft", b"\n"], True),  # Ctrl-J to an agent reading keys: a line break
+        (False, [b"draft", b"\n", b"more", b"\r"], False),  # its Enter submits
+        (False, [b"\n"], False),  # a line break into an empty box types nothing
+        (True, [b"draft", b"\n"], False),  # its terminal driver ends the line at LF
+        (None, [b"draft", b"\n"], False),  # unknown: as before, LF submits
+    ],
+)
+async def test_lf_submits_only_an_agent_that_reads_lines(
+    reads_lines: bool | None, keys: list[bytes], pending: bool
+) -> None:
+    """Claude Code, Gemini CLI and Codex read Ctrl-J as a line break in their input box: a
+    message typed then would land in the human's unsent text."""
+    options = {} if reads_lines is None else {"line_mode": lambda: reads_lines}
+    injector = make(Recorder(), **options)
+    for chunk in keys:
+        injector.observe_input(chunk)
+    assert injector.human_line_pending is pending
+
+
+@pytest.mark.parametrize(
     ("sequence", "key"),
     [
         # The kitty keyboard protocol: CSI key[:shifted[:base]] ; mods[:event] ; text u

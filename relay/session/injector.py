@@ -230,7 +230,7 @@ class Injector:
         self._given_input = False  # the agent's start-up is over (see Paste mode)
         self._takes_pastes = False  # it turned the mode on itself during its start-up
         self._output_tail = b""
-        self._line = _HumanLine()
+        self._line = _HumanLine(line_mode)
         self._changed: anyio.Event | None = None
         self._running = False
         self._typing: _Message | None = None
@@ -620,6 +620,10 @@ class _HumanLine:
     submits it (outside a bracketed paste: pasted line breaks do not submit). Keys sent
     as the kitty keyboard protocol's `CSI … u` or xterm's `CSI 27 ; … ~` count as the
     same keys in legacy bytes (`keys.legacy`: `ESC[117;5u` is Ctrl-U, `ESC[13u` Enter).
+    LF (Ctrl-J) submits only while the agent reads its terminal a line at a time (`line_mode`
+    says so): to an agent reading key by key it is Ctrl-J, a line break in the input box
+    of Claude Code, Gemini CLI and Codex, and the line goes on (taking it for a submit
+    would type a message into the human's unsent text).
     Other escape sequences (arrows, function keys) leave it as it is, and so do the
     terminal's answers to an agent's
     queries, which arrive on the same input: CSI reports (cursor position, device
@@ -627,7 +631,8 @@ class _HumanLine:
     ESC \\`, a colour reply `ESC ] 11 ; rgb:… BEL`) up to their ST or BEL.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, line_mode: Callable[[], bool] | None = None) -> None:
+        self._line_mode = line_mode
         self._text = bytearray()
         self._escape = b""  # an escape sequence in progress
         self._in_string = False  # inside a DCS/OSC/APC/PM/SOS string, up to ST or BEL
@@ -661,6 +666,9 @@ class _HumanLine:
     def _key(self, byte: int) -> None:
         if self._in_paste:
             self._text.append(byte)
+        elif byte == 0x0A and self._line_mode is not None and not self._line_mode():
+            if self._text:
+                self._text.append(byte)  # Ctrl-J to an agent reading keys: a line break
         elif byte in (0x0D, 0x0A, 0x03, 0x15):  # Enter, Ctrl-C, Ctrl-U
             if byte in (0x0D, 0x0A) and self._text:
                 self.submitted += 1
