@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from test_memory_store import _SCHEMA_1
 
 from relay.cli.main import cli
+from relay.services.memory.model import Memory
 from relay.services.memory.semantic import load_embedder
 from relay.services.memory.sqlite import SqliteMemory
 
@@ -193,8 +194,46 @@ def test_an_older_store_is_backfilled_with_progress(tmp_path: Path) -> None:
     progress: list[tuple[int, int]] = []
     with SqliteMemory(path, progress=lambda done, total: progress.append((done, total))) as store:
         assert _ids(store, LOGGED_IN)[0] == "secret00"
-    assert progress == [(1000, 2501), (2000, 2501), (2501, 2501)]
+    assert progress == [(0, 2501), (1000, 2501), (2000, 2501), (2501, 2501)]
     assert _count(path, "memory_vectors") == 2501 and _count(path, "memory_pending") == 0
+
+
+def test_the_command_line_shows_the_backfill_count_and_rate(tmp_path: Path) -> None:
+    """`relay memory search` over a store with a backlog says on stderr when embedding
+    starts, how many are done, at what rate, and when it ends (with wordllama, through
+    the fallback, to keep the test short)."""
+    blocker = tmp_path / "blocker" / "onnxruntime"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'onnxruntime'\", name='onnxruntime')\n"
+    )
+    project = tmp_path / "proj"
+    (project / ".git").mkdir(parents=True)
+    env = {**os.environ, "PYTHONPATH": str(blocker.parent)}
+    with SqliteMemory(semantic=False) as store:  # RELAY_HOME's store, as the CLI's
+        store.import_memories(
+            Memory(
+                id=f"{index:08x}",
+                content=f"note {index} about the build cache",
+                created_at="2025-01-01T00:00:00.000Z",
+            )
+            for index in range(2500)
+        )
+    done = subprocess.run(
+        [sys.executable, "-m", "relay", "memory", "search", "build cache", "--cwd", str(project)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if "embedding memories" in line]
+    assert lines[0] == "relay: embedding memories for search by meaning: 0 of 2,500", lines
+    assert re.fullmatch(
+        r"relay: embedding memories for search by meaning: 2,500 of 2,500, [0-9,]+ a second",
+        lines[-1],
+    ), lines
 
 
 def test_the_index_follows_forgets_changes_and_other_processes(tmp_path: Path) -> None:
