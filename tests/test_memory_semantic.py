@@ -542,3 +542,39 @@ def test_minilm_runs_in_a_child_process_that_goes_when_idle(tmp_path: Path) -> N
         time.sleep(0.1)
     else:
         pytest.fail(f"the embedding process {second_child} outlived its parent")
+
+
+def test_a_query_asked_again_is_not_embedded_again(tmp_path: Path) -> None:
+    """A process keeps the embeddings of the queries it searched: the same query again
+    finds the same memory by meaning without asking the model (its child process, killed
+    here, is not started again); a new query starts it."""
+    script = textwrap.dedent(
+        """
+        import os, signal, sys
+        from pathlib import Path
+        from relay.services.memory import semantic
+        from relay.services.memory.sqlite import SqliteMemory
+
+        with SqliteMemory(Path(sys.argv[1])) as store:
+            secret = store.add("Auth tokens live in httpOnly cookies", project="/p")
+            ids = lambda query: [hit.memory.id for hit in store.search(query, project="/p")]
+            first = ids("keep users logged in")
+            embedder = semantic.load_embedder()
+            child = embedder.pid
+            os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)
+            again = ids("keep users logged in")
+            print(first == again == [secret.id], embedder.pid)
+            other = ids("how do users stay signed in")
+            print(other == [secret.id], embedder.pid not in (None, child))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "memory.db")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["True None", "True True"], done.stdout

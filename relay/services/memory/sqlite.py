@@ -64,6 +64,7 @@ from relay.services.memory.semantic import (
     Embedder,
     SemanticUnavailable,
     VectorIndex,
+    embed_query,
     from_int8,
     load_embedder,
     sign_codes,
@@ -852,7 +853,7 @@ class SqliteMemory:
         project: str | None,
     ) -> _Candidates:
         """The query's embedding and the NEAREST memories in scope by sign code."""
-        vector = embedder.embed([query])[0]
+        vector = embed_query(embedder, query)
         threshold = getattr(embedder, "min_similarity", MIN_SIMILARITY)
         if centre is not None:
             # A small store's centre is near zero (CENTRE_PRIOR): its similarities are
