@@ -29,6 +29,17 @@ SECRET = "Auth tokens live in httpOnly cookies #auth"
 LOGGED_IN = "how do we keep users logged in"  # no word in common with SECRET
 
 
+def _command_lines() -> list[bytes]:
+    """Every running process's command line."""
+    lines = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            lines.append(cmdline.read_bytes())
+        except OSError:
+            continue  # it exited meanwhile
+    return lines
+
+
 def _ids(store: SqliteMemory, query: str, project: str | None = "/p") -> list[str]:
     return [hit.memory.id for hit in store.search(query, project=project)]
 
@@ -578,3 +589,101 @@ def test_a_query_asked_again_is_not_embedded_again(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:2] == ["True None", "True True"], done.stdout
+
+
+def test_a_command_searches_with_a_running_child_and_survives_hostile_peers(
+    tmp_path: Path,
+) -> None:
+    """`relay memory search` uses the model of a running child (a long-lived process's)
+    instead of loading its own: here the command could not load it (onnxruntime blocked)
+    and still searches with MiniLM. Hostile peers on the child's socket (a huge length,
+    a request that is not a list of texts, half a request left hanging) are closed and
+    the child goes on serving; a child killed leaves the command to load a model of its
+    own; the child goes when its parent does."""
+    import socket
+    import struct
+
+    from relay.services.memory.embedding_process import shared_socket
+
+    blocker = tmp_path / "blocker" / "onnxruntime"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'onnxruntime'\", name='onnxruntime')\n"
+    )
+    project = tmp_path / "proj"
+    (project / ".git").mkdir(parents=True)
+    blocked = {**os.environ, "PYTHONPATH": str(blocker.parent)}
+
+    def relay(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "relay", *args, "--cwd", str(project)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            check=False,
+        )
+
+    def model_of_search(env: dict[str, str] | None = None) -> str:
+        done = relay("memory", "search", "--explain", LOGGED_IN, env=env)
+        assert done.returncode == 0, done.stderr
+        assert "Auth tokens live in httpOnly cookies" in done.stdout, done.stdout
+        (model,) = re.findall(r" · model (.+?) · ", done.stdout)[:1]
+        return model
+
+    assert relay("memory", "save", SECRET).returncode == 0
+    assert model_of_search(blocked) == "wordllama/l2_supercat/256 without stop words"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys\n"
+            "from relay.services.memory import semantic\n"
+            "from relay.services.memory.sqlite import SqliteMemory\n"
+            "with SqliteMemory() as store:\n"
+            "    store.catch_up()\n"
+            "    print(semantic.load_embedder().pid, flush=True)\n"
+            "    sys.stdin.read()\n",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdin is not None
+        child = int(holder.stdout.readline())
+        assert model_of_search(blocked) == "all-MiniLM-L6-v2/int8-onnx/mean"
+
+        def hostile(request: bytes) -> bytes:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as peer:
+                peer.settimeout(60)
+                peer.connect(shared_socket())
+                peer.sendall(request)
+                peer.shutdown(socket.SHUT_WR)
+                answer = b""
+                while chunk := peer.recv(65536):
+                    answer += chunk
+                return answer
+
+        assert b"too long" in hostile(struct.pack(">I", 1 << 31))
+        assert b"unreadable request" in hostile(struct.pack(">I", 3) + b"\x93\x01\x02")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as hanging:
+            hanging.connect(shared_socket())
+            hanging.sendall(struct.pack(">I", 100) + b"\x91")  # and never the rest
+            assert model_of_search(blocked) == "all-MiniLM-L6-v2/int8-onnx/mean"
+        os.kill(child, 9)
+        assert model_of_search() == "all-MiniLM-L6-v2/int8-onnx/mean"  # a child of its own
+        assert model_of_search(blocked) == "wordllama/l2_supercat/256 without stop words"
+    finally:
+        if holder.stdin is not None:
+            holder.stdin.close()
+        holder.wait(timeout=60)
+        if holder.stdout is not None:
+            holder.stdout.close()
+    # Every child of this test's processes is gone with them (each names the socket).
+    for _ in range(300):
+        if not any(shared_socket().encode() in line for line in _command_lines()):
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("an embedding process outlived the processes that started it")
