@@ -687,3 +687,19 @@ def test_a_command_searches_with_a_running_child_and_survives_hostile_peers(
         time.sleep(0.1)
     else:
         pytest.fail("an embedding process outlived the processes that started it")
+
+
+def test_minilm_runs_a_thread_for_each_core_it_may_use(tmp_path: Path) -> None:
+    """The model's threads follow the cores the process may run on (one here, by its
+    affinity), so a process confined to one core does not split each run in two."""
+    script = (
+        "import os\n"
+        "os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})\n"
+        "from relay.services.memory import minilm\n"
+        "print(minilm.load()._session.get_session_options().intra_op_num_threads)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "1"

