@@ -48,6 +48,7 @@ __all__ = [
     "WordLlama",
     "close_models",
     "embed_query",
+    "forget_queries",
     "from_int8",
     "load_embedder",
     "model_report",
@@ -196,6 +197,14 @@ def embed_query(embedder: Embedder, query: str) -> NDArray[np.float32]:
         while len(_queries) > QUERY_CACHE:
             _queries.popitem(last=False)
     return made
+
+
+def forget_queries(query: str | None = None) -> None:
+    """Drop the embeddings kept of `query` (of every query: None), for every model
+    (tests/perf/bench_memory.py measures a search that embeds its query)."""
+    with _queries_lock:
+        for key in [key for key in _queries if query is None or key[1] == query]:
+            del _queries[key]
 
 
 def close_models() -> None:
