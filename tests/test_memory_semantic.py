@@ -327,13 +327,14 @@ def test_hostile_texts_are_embedded_without_harm(tmp_path: Path) -> None:
 def test_without_the_semantic_extra_search_is_by_words_with_a_notice(
     tmp_path: Path, relay_home: Path
 ) -> None:
-    """`tokenizers` missing (as when the extra is not installed): one line on stderr says
-    so and what to install, and the answers are those of search by words."""
-    blocker = tmp_path / "blocker" / "tokenizers"
-    blocker.mkdir(parents=True)
-    (blocker / "__init__.py").write_text(
-        "raise ModuleNotFoundError(\"No module named 'tokenizers'\", name='tokenizers')\n"
-    )
+    """onnxruntime and `tokenizers` missing (as when neither extra is installed): one line
+    on stderr says so and what to install, and the answers are those of search by words."""
+    for missing in ("onnxruntime", "tokenizers"):
+        blocker = tmp_path / "blocker" / missing
+        blocker.mkdir(parents=True)
+        (blocker / "__init__.py").write_text(
+            f"raise ModuleNotFoundError(\"No module named '{missing}'\", name='{missing}')\n"
+        )
     project = tmp_path / "proj"
     (project / ".git").mkdir(parents=True)
     env = {**os.environ, "PYTHONPATH": str(blocker.parent)}
@@ -354,7 +355,7 @@ def test_without_the_semantic_extra_search_is_by_words_with_a_notice(
     assert SECRET in done.stdout
     assert done.stderr == (
         "relay: note: memory search by meaning is off:"
-        " minilm: tokenizers is not installed (pip install 'agent-relay[meaning]');"
+        " minilm: onnxruntime is not installed (pip install 'agent-relay[meaning]');"
         " wordllama: tokenizers is not installed (pip install 'agent-relay[semantic]');"
         " by words only\n"
     )
