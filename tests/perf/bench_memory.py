@@ -15,9 +15,13 @@ there the bench also ranks AGREEMENT_QUERIES in 11 scopes by words in the whole 
 (the recent index widened to hold every memory) and prints how many of the results
 agree: the same first memory, the same first three, the same ten in order.
 
-Every figure twice: hybrid search (words and meaning, the default when the `semantic`
-extra is installed) and search by words alone (`memory.semantic: false`, or without
-the extra), on the same store.
+Every figure for hybrid search (words and meaning, the default when an extra is
+installed) and for search by words alone (`memory.semantic: false`, or without the
+extras), on the same store; hybrid twice: with the bench's queries, whose embeddings a
+process keeps after the first (semantic.embed_query), and with each query embedded
+anew, with the time of each stage of those (the query's embedding, the sign-code scan,
+FTS5, the re-rank, the fusion). The backfill's rate and its CPU a memory (the model's
+process counted) are printed too. `--no-relevance` and `--no-saves` measure speed only.
 
 Targets: by words (DESIGN §10) p50 < 5 ms and p99 < 15 ms at 100,000, p50 < 15 ms at
 1,000,000; hybrid p50 < 10 ms and p99 < 30 ms at 100,000, p50 < 50 ms at 1,000,000;
