@@ -134,7 +134,7 @@ def test_search_explain_on_the_command_line(tmp_path: Path, relay_home: Path) ->
     lines = done.output.splitlines()
     assert lines[1] == f"    {SECRET}"
     assert lines[2].startswith("    why: words: none of the query's · meaning #1 (similarity 0.")
-    assert lines[2].endswith(" · model all-MiniLM-L6-v2/int8-onnx/mean · recency x1.20")
+    assert lines[2].endswith(" · model all-MiniLM-L6-v2/int8-onnx-dynamic/mean · recency x1.20")
     done = runner.invoke(cli, ["memory", "search", *where, "--explain", "--json", "auth"])
     (hit,) = json.loads(done.output)
     assert hit["explain"]["keyword_rank"] == 1 and hit["explain"]["tags"] == ["auth"]
@@ -450,7 +450,7 @@ def test_the_best_installed_model_is_used_and_named(tmp_path: Path, relay_home: 
 
     findings = [f for f in diagnose(tmp_path, measure=False) if f.topic == "memory"]
     assert [(f.level, f.text) for f in findings] == [
-        ("ok", "search by meaning with all-MiniLM-L6-v2/int8-onnx/mean")
+        ("ok", "search by meaning with all-MiniLM-L6-v2/int8-onnx-dynamic/mean")
     ]
     project = tmp_path / "proj"
     (project / ".git").mkdir(parents=True)
@@ -458,7 +458,7 @@ def test_the_best_installed_model_is_used_and_named(tmp_path: Path, relay_home: 
     runner = CliRunner()
     assert runner.invoke(cli, ["memory", "save", *where, SECRET]).exit_code == 0
     done = runner.invoke(cli, ["memory", "search", *where, "--explain", LOGGED_IN])
-    assert " · model all-MiniLM-L6-v2/int8-onnx/mean · " in done.output, done.output
+    assert " · model all-MiniLM-L6-v2/int8-onnx-dynamic/mean · " in done.output, done.output
 
 
 def test_without_the_meaning_extra_wordllama_is_the_fallback(
@@ -653,7 +653,7 @@ def test_a_command_searches_with_a_running_child_and_survives_hostile_peers(
     try:
         assert holder.stdout is not None and holder.stdin is not None
         child = int(holder.stdout.readline())
-        assert model_of_search(blocked) == "all-MiniLM-L6-v2/int8-onnx/mean"
+        assert model_of_search(blocked) == "all-MiniLM-L6-v2/int8-onnx-dynamic/mean"
 
         def hostile(request: bytes) -> bytes:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as peer:
@@ -671,9 +671,9 @@ def test_a_command_searches_with_a_running_child_and_survives_hostile_peers(
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as hanging:
             hanging.connect(shared_socket())
             hanging.sendall(struct.pack(">I", 100) + b"\x91")  # and never the rest
-            assert model_of_search(blocked) == "all-MiniLM-L6-v2/int8-onnx/mean"
+            assert model_of_search(blocked) == "all-MiniLM-L6-v2/int8-onnx-dynamic/mean"
         os.kill(child, 9)
-        assert model_of_search() == "all-MiniLM-L6-v2/int8-onnx/mean"  # a child of its own
+        assert model_of_search() == "all-MiniLM-L6-v2/int8-onnx-dynamic/mean"  # a child of its own
         assert model_of_search(blocked) == "wordllama/l2_supercat/256 without stop words"
     finally:
         if holder.stdin is not None:
@@ -704,3 +704,43 @@ def test_minilm_runs_a_thread_for_each_core_it_may_use(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "1"
+
+
+def test_minilm_multiplies_in_int8_and_keeps_its_embeddings(tmp_path: Path) -> None:
+    """The model's graph is rewritten so that every MatMul by an int8 weight multiplies in
+    int8 (onnx_int8.py): no float32 copy of those weights is made, and the embeddings stay
+    close to those of the graph as shipped (float32 products); a damaged file is said to
+    be unreadable, not a crash."""
+    import numpy as np
+    import onnxruntime  # type: ignore[import-untyped]
+    from memory_relevance import memories
+
+    from relay.services.memory import minilm, onnx_int8
+
+    shipped = minilm._package_file(minilm._WEIGHTS_PACKAGE, minilm._WEIGHTS).read_bytes()
+    rewritten = onnx_int8.rewrite(shipped)
+    graph = next(value for number, _, value in onnx_int8._fields(rewritten) if number == 7)
+    assert isinstance(graph, bytes)
+    ops = [
+        onnx_int8._node(value).op for number, _, value in onnx_int8._fields(graph) if number == 1
+    ]
+    assert ops.count("MatMulInteger") == 36  # 6 layers: query, key, value, output, 2 dense
+    assert ops.count("MatMul") == 12  # attention's, between activations
+    assert ops.count("Cast") == 36 + 3  # the products; only the embedding tables' dequantize
+
+    model = minilm.load()
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3
+    float32 = minilm.MiniLM(
+        onnxruntime.InferenceSession(shipped, options, providers=["CPUExecutionProvider"]),
+        model._tokenizer,
+    )
+    texts = [memory.content for memory in memories()]
+    cosines = (model.embed(texts) * float32.embed(texts)).sum(axis=1)
+    assert cosines.min() > 0.95 and np.mean(cosines) > 0.99, (cosines.min(), np.mean(cosines))
+    alone = model.embed([texts[0]])[0] @ float32.embed([texts[0]])[0]
+    assert alone > 0.95
+
+    for damaged in (b"", b"\x0a\xff\xff", shipped[: len(shipped) // 2], b"not a model at all"):
+        with pytest.raises(onnx_int8.GraphError):
+            onnx_int8.rewrite(damaged)

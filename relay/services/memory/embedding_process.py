@@ -1,9 +1,8 @@
 """MiniLM in a child process, so that a long-lived process (the dashboard, `relay serve`,
 the MCP server) does not keep the model in its own memory.
 
-onnxruntime turns the model's int8 weights into float32 when it loads them: the model
-costs about 150 MB of resident memory, and onnxruntime 30 MB more, where wordllama costs
-about 70. The process that searches keeps numpy, the store's sign codes and a pipe; the
+The model's process is about 200 MB resident (its embedding tables in float32,
+onnxruntime, numpy), where wordllama costs about 70. The process that searches keeps numpy, the store's sign codes and a pipe; the
 child (`python -m relay.services.memory.embedding_process`) holds the model, answers one
 request at a time, and exits when its parent closes the pipe (the parent exited) or
 after IDLE_SECONDS without a request; the next request starts a new one.

