@@ -744,3 +744,71 @@ def test_minilm_multiplies_in_int8_and_keeps_its_embeddings(tmp_path: Path) -> N
     for damaged in (b"", b"\x0a\xff\xff", shipped[: len(shipped) // 2], b"not a model at all"):
         with pytest.raises(onnx_int8.GraphError):
             onnx_int8.rewrite(damaged)
+
+
+def test_a_query_is_not_kept_waiting_behind_another_process_backlog(tmp_path: Path) -> None:
+    """The shared child embeds a backlog a chunk at a time, the request with the fewest
+    texts left first: a query sent while another connection's 2,000 memories are being
+    embedded is answered before them (the child answered in order before)."""
+    import select
+    import socket
+    import struct
+
+    import msgspec
+
+    from relay.services.memory.embedding_process import shared_socket
+
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys\n"
+            "from relay.services.memory import semantic\n"
+            "print(semantic.load_embedder().pid, flush=True)\n"
+            "sys.stdin.read()\n",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+    def ask(texts: list[str]) -> socket.socket:
+        peer = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        peer.settimeout(120)
+        peer.connect(shared_socket())
+        assert _receive(peer, 5) == b"\x00\x00\x00\x00\x00"  # the model is loaded
+        request = msgspec.msgpack.encode(texts)
+        peer.sendall(struct.pack(">I", len(request)) + request)
+        return peer
+
+    try:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert int(holder.stdout.readline()) > 0
+        backlog = ask([f"note {index} about the build cache and its keys" for index in range(2000)])
+        query = ask([LOGGED_IN])
+        assert _receive(query, 5)[0] == 0 and len(_receive(query, 384 * 4)) == 384 * 4
+        ready, _, _ = select.select([backlog], [], [], 0)
+        assert ready == [], "the backlog was answered before the query"
+        status, size = struct.unpack(">BI", _receive(backlog, 5))
+        assert status == 0 and size == 2000 * 384 * 4
+        assert len(_receive(backlog, size)) == size
+        backlog.close()
+        query.close()
+    finally:
+        if holder.stdin is not None:
+            holder.stdin.close()
+        holder.wait(timeout=60)
+        if holder.stdout is not None:
+            holder.stdout.close()
+
+
+def _receive(peer: object, size: int) -> bytes:
+    import socket
+
+    assert isinstance(peer, socket.socket)
+    data = b""
+    while len(data) < size:
+        chunk = peer.recv(size - len(data))
+        assert chunk, "the child closed the connection"
+        data += chunk
+    return data

@@ -3,8 +3,9 @@ the MCP server) does not keep the model in its own memory.
 
 The model's process is about 200 MB resident (its embedding tables in float32,
 onnxruntime, numpy), where wordllama costs about 70. The process that searches keeps numpy, the store's sign codes and a pipe; the
-child (`python -m relay.services.memory.embedding_process`) holds the model, answers one
-request at a time, and exits when its parent closes the pipe (the parent exited) or
+child (`python -m relay.services.memory.embedding_process`) holds the model, embeds
+CHUNK texts at a time of the request with the fewest left (a query is not kept waiting
+behind a backlog), and exits when its parent closes the pipe (the parent exited) or
 after IDLE_SECONDS without a request; the next request starts a new one.
 
 The protocol, on the child's stdin and stdout: a request is a 4-byte big-endian length
@@ -71,6 +72,9 @@ MAX_REQUEST = 64 << 20
 """The longest request a connection may send (the store sends 1,000 memories at once)."""
 CONNECTIONS = 16
 """Connections served at once; more are closed as they come."""
+CHUNK = 64
+"""Texts embedded between two looks for other requests (about 0.2 s of a backlog): a
+query from another process waits for one chunk at most."""
 _HEADER = struct.Struct(">I")
 _OK, _ERROR = 0, 1
 _encoder = msgspec.msgpack.Encoder()
@@ -288,16 +292,6 @@ def _answer(stream: IO[bytes], status: int, payload: bytes) -> None:
     stream.flush()
 
 
-def _embedded(model: minilm.MiniLM, texts: list[str]) -> bytes:
-    """The answer to a request: the vectors, or what went wrong."""
-    try:
-        vectors = model.embed(texts)
-    except Exception as exc:
-        # onnxruntime's own errors: said to the asker, which searches by words.
-        return _frame(_ERROR, f"MiniLM failed: {exc}".encode())
-    return _frame(_OK, vectors.astype("float32").tobytes())
-
-
 def main() -> int:
     """The child: load MiniLM, say so, then embed what is asked (by its parent, and by
     other processes when it listens on the shared socket named in its arguments) until
@@ -309,14 +303,46 @@ def main() -> int:
     except SemanticUnavailable as exc:
         _answer(answers, _ERROR, str(exc).encode())
         return 1
-    _answer(answers, _OK, b"")
-    idle = float(os.environ.get(_IDLE_VARIABLE) or IDLE_SECONDS)
+    # Listening before saying so: once its parent knows the model is loaded, so can
+    # every other process.
     listening = _listen(sys.argv[1]) if len(sys.argv) > 1 else None
+    idle = float(os.environ.get(_IDLE_VARIABLE) or IDLE_SECONDS)
     try:
+        _answer(answers, _OK, b"")
         return _serve(model, requests, answers, listening[0] if listening else None, idle)
     finally:
         if listening is not None:
             _unlisten(sys.argv[1], *listening)
+
+
+class _Job:
+    """A request being answered: its texts, embedded CHUNK at a time."""
+
+    def __init__(self, asker: Any, texts: list[str]) -> None:
+        self.asker = asker
+        """The parent's pipe (`requests`) or a connection: where the answer goes."""
+        # Shortest first (as minilm batches them): a chunk's texts are of about one length.
+        self.order = sorted(range(len(texts)), key=lambda place: len(texts[place]))
+        self.texts = [texts[place] for place in self.order]
+        self.done = 0
+        self.vectors: list[bytes] = []
+        self.failed: bytes | None = None
+
+    @property
+    def left(self) -> int:
+        return len(self.texts) - self.done
+
+    def answer(self) -> bytes:
+        """The vectors in the order the texts were asked in, or why there are none."""
+        if self.failed is not None:
+            return self.failed
+        import numpy as np
+
+        rows = np.frombuffer(b"".join(self.vectors), dtype=np.float32)
+        rows = rows.reshape(len(self.texts), minilm.DIMENSIONS)
+        asked = np.empty_like(rows)
+        asked[self.order] = rows
+        return _frame(_OK, asked.tobytes())
 
 
 def _serve(
@@ -326,36 +352,69 @@ def _serve(
     listener: socket.socket | None,
     idle: float,
 ) -> int:
-    """Answer requests, one at a time, from the parent and from connections."""
+    """Answer requests from the parent and from connections, CHUNK texts at a time, the
+    request with the fewest texts left first: a query waits for a chunk of another's
+    backlog at most, not the whole of it."""
     connections: list[socket.socket] = []
+    jobs: list[_Job] = []
     try:
         while True:
-            sources: list[Any] = [requests, *connections]
+            busy = {id(job.asker) for job in jobs}
+            sources: list[Any] = [
+                source for source in (requests, *connections) if id(source) not in busy
+            ]
             if listener is not None:
                 sources.append(listener)
-            ready, _, _ = select.select(sources, [], [], idle)
-            if not ready:
+            ready, _, _ = select.select(sources, [], [], 0 if jobs else idle)
+            if not ready and not jobs:
                 return 0  # idle: the parent starts another when it needs one
             for source in ready:
                 if source is requests:
                     try:
                         (size,) = _HEADER.unpack(_read_exactly(requests, _HEADER.size))
-                        texts = _texts.decode(_read_exactly(requests, size))
+                        jobs.append(_Job(requests, _texts.decode(_read_exactly(requests, size))))
                     except EOFError:
                         return 0  # the parent closed the pipe, or exited
                     except msgspec.DecodeError as exc:
                         _answer(answers, _ERROR, f"unreadable request: {exc}".encode())
                         return 1
-                    answers.write(_embedded(model, texts))
-                    answers.flush()
                 elif source is listener:
                     _accept(listener, connections)
-                elif not _answer_connection(model, source):
-                    connections.remove(source)
-                    source.close()
+                else:
+                    texts = _read_connection(source)
+                    if texts is None:
+                        connections.remove(source)
+                        source.close()
+                    else:
+                        jobs.append(_Job(source, texts))
+            if jobs:
+                job = min(jobs, key=lambda job: job.left)
+                _work(model, job)
+                if job.left == 0 or job.failed is not None:
+                    jobs.remove(job)
+                    answer = job.answer()
+                    if job.asker is requests:
+                        answers.write(answer)
+                        answers.flush()
+                    elif not _send(job.asker, answer):
+                        connections.remove(job.asker)
+                        job.asker.close()
     finally:
         for connection in connections:
             connection.close()
+
+
+def _work(model: minilm.MiniLM, job: _Job) -> None:
+    """Embed the job's next CHUNK texts (or say why they cannot be)."""
+    chunk = job.texts[job.done : job.done + CHUNK]
+    try:
+        vectors = model.embed(chunk)
+    except Exception as exc:
+        # onnxruntime's own errors: said to the asker, which searches by words.
+        job.failed = _frame(_ERROR, f"MiniLM failed: {exc}".encode())
+        return
+    job.vectors.append(vectors.astype("float32").tobytes())
+    job.done += len(chunk)
 
 
 def _listen(path: str) -> tuple[socket.socket, int] | None:
@@ -408,23 +467,26 @@ def _accept(listener: socket.socket, connections: list[socket.socket]) -> None:
     connections.append(connection)
 
 
-def _answer_connection(model: minilm.MiniLM, connection: socket.socket) -> bool:
-    """Read one request from a connection and answer it; False when the connection is
-    done with (closed, stalled, too long a request, or not a list of texts)."""
+def _read_connection(connection: socket.socket) -> list[str] | None:
+    """One request from a connection; None when the connection is done with (closed,
+    stalled, too long a request, or not a list of texts: told why when it can be)."""
     try:
         (size,) = _HEADER.unpack(_receive(connection, _HEADER.size))
         if size > MAX_REQUEST:
             connection.sendall(_frame(_ERROR, f"request of {size} bytes: too long".encode()))
-            return False
-        texts = _texts.decode(_receive(connection, size))
+            return None
+        return _texts.decode(_receive(connection, size))
     except (OSError, EOFError):
-        return False
+        return None
     except msgspec.DecodeError as exc:
-        with contextlib.suppress(OSError):
-            connection.sendall(_frame(_ERROR, f"unreadable request: {exc}".encode()))
-        return False
+        _send(connection, _frame(_ERROR, f"unreadable request: {exc}".encode()))
+        return None
+
+
+def _send(connection: socket.socket, answer: bytes) -> bool:
+    """Send an answer; False when the connection is gone (or does not read)."""
     try:
-        connection.sendall(_embedded(model, texts))
+        connection.sendall(answer)
     except OSError:
         return False
     return True
