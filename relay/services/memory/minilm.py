@@ -11,7 +11,7 @@ Unlike wordllama's static vectors, each word is read in its sentence: on the par
 questions of tests/memory_relevance.py it finds twice as many answers by meaning alone
 (the figures are in spec/memory.md and tests/perf/bench_memory.py). It costs more: its
 weights are multiplied in int8 (onnx_int8.py rewrites the graph as it is loaded), about
-2.5 ms of CPU a memory in batches and 4 ms a query alone (wordllama: well under 1 ms),
+2.5 ms of CPU a memory in batches, a query alone about 3 ms (wordllama: well under 1 ms),
 so a backfill of a large store takes minutes, with its progress shown; and the model
 holds about 200 MB resident, which is why search runs it in a child process
 (embedding_process.py). The `meaning` extra installs it; without it, wordllama (the
