@@ -681,13 +681,16 @@ def test_a_command_searches_with_a_running_child_and_survives_hostile_peers(
         holder.wait(timeout=60)
         if holder.stdout is not None:
             holder.stdout.close()
-    # Every child of this test's processes is gone with them (each names the socket).
+    # Every child of this test's processes is gone with them (each names the socket),
+    # and so are the socket and its lock file.
     for _ in range(300):
         if not any(shared_socket().encode() in line for line in _command_lines()):
             break
         time.sleep(0.1)
     else:
         pytest.fail("an embedding process outlived the processes that started it")
+    assert not Path(shared_socket()).exists()
+    assert not Path(shared_socket() + ".lock").exists()
 
 
 def test_minilm_runs_a_thread_for_each_core_it_may_use(tmp_path: Path) -> None:

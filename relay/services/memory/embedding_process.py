@@ -443,8 +443,11 @@ def _listen(path: str) -> tuple[socket.socket, int] | None:
 
 
 def _unlisten(path: str, listener: socket.socket, lock: int) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(path)  # still ours: the lock is held
+    """Leave nothing behind: the socket and the lock file (still ours: the lock is held;
+    a child that opened the old lock file meanwhile listens in vain, beside its parent)."""
+    for name in (path, path + ".lock"):
+        with contextlib.suppress(OSError):
+            os.unlink(name)
     listener.close()
     os.close(lock)
 
