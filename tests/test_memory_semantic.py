@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from test_memory_store import _SCHEMA_1
 
 from relay.cli.main import cli
+from relay.services.memory.model import Memory
 from relay.services.memory.semantic import load_embedder
 from relay.services.memory.sqlite import SqliteMemory
 
@@ -26,6 +27,17 @@ pytest.importorskip("tokenizers", reason="the semantic extra is not installed")
 
 SECRET = "Auth tokens live in httpOnly cookies #auth"
 LOGGED_IN = "how do we keep users logged in"  # no word in common with SECRET
+
+
+def _command_lines() -> list[bytes]:
+    """Every running process's command line."""
+    lines = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            lines.append(cmdline.read_bytes())
+        except OSError:
+            continue  # it exited meanwhile
+    return lines
 
 
 def _ids(store: SqliteMemory, query: str, project: str | None = "/p") -> list[str]:
@@ -122,7 +134,7 @@ def test_search_explain_on_the_command_line(tmp_path: Path, relay_home: Path) ->
     lines = done.output.splitlines()
     assert lines[1] == f"    {SECRET}"
     assert lines[2].startswith("    why: words: none of the query's · meaning #1 (similarity 0.")
-    assert lines[2].endswith(" · model all-MiniLM-L6-v2/int8-onnx/mean · recency x1.20")
+    assert lines[2].endswith(" · model all-MiniLM-L6-v2/int8-onnx-dynamic/mean · recency x1.20")
     done = runner.invoke(cli, ["memory", "search", *where, "--explain", "--json", "auth"])
     (hit,) = json.loads(done.output)
     assert hit["explain"]["keyword_rank"] == 1 and hit["explain"]["tags"] == ["auth"]
@@ -193,8 +205,46 @@ def test_an_older_store_is_backfilled_with_progress(tmp_path: Path) -> None:
     progress: list[tuple[int, int]] = []
     with SqliteMemory(path, progress=lambda done, total: progress.append((done, total))) as store:
         assert _ids(store, LOGGED_IN)[0] == "secret00"
-    assert progress == [(1000, 2501), (2000, 2501), (2501, 2501)]
+    assert progress == [(0, 2501), (1000, 2501), (2000, 2501), (2501, 2501)]
     assert _count(path, "memory_vectors") == 2501 and _count(path, "memory_pending") == 0
+
+
+def test_the_command_line_shows_the_backfill_count_and_rate(tmp_path: Path) -> None:
+    """`relay memory search` over a store with a backlog says on stderr when embedding
+    starts, how many are done, at what rate, and when it ends (with wordllama, through
+    the fallback, to keep the test short)."""
+    blocker = tmp_path / "blocker" / "onnxruntime"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'onnxruntime'\", name='onnxruntime')\n"
+    )
+    project = tmp_path / "proj"
+    (project / ".git").mkdir(parents=True)
+    env = {**os.environ, "PYTHONPATH": str(blocker.parent)}
+    with SqliteMemory(semantic=False) as store:  # RELAY_HOME's store, as the CLI's
+        store.import_memories(
+            Memory(
+                id=f"{index:08x}",
+                content=f"note {index} about the build cache",
+                created_at="2025-01-01T00:00:00.000Z",
+            )
+            for index in range(2500)
+        )
+    done = subprocess.run(
+        [sys.executable, "-m", "relay", "memory", "search", "build cache", "--cwd", str(project)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if "embedding memories" in line]
+    assert lines[0] == "relay: embedding memories for search by meaning: 0 of 2,500", lines
+    assert re.fullmatch(
+        r"relay: embedding memories for search by meaning: 2,500 of 2,500, [0-9,]+ a second",
+        lines[-1],
+    ), lines
 
 
 def test_the_index_follows_forgets_changes_and_other_processes(tmp_path: Path) -> None:
@@ -277,13 +327,14 @@ def test_hostile_texts_are_embedded_without_harm(tmp_path: Path) -> None:
 def test_without_the_semantic_extra_search_is_by_words_with_a_notice(
     tmp_path: Path, relay_home: Path
 ) -> None:
-    """`tokenizers` missing (as when the extra is not installed): one line on stderr says
-    so and what to install, and the answers are those of search by words."""
-    blocker = tmp_path / "blocker" / "tokenizers"
-    blocker.mkdir(parents=True)
-    (blocker / "__init__.py").write_text(
-        "raise ModuleNotFoundError(\"No module named 'tokenizers'\", name='tokenizers')\n"
-    )
+    """onnxruntime and `tokenizers` missing (as when neither extra is installed): one line
+    on stderr says so and what to install, and the answers are those of search by words."""
+    for missing in ("onnxruntime", "tokenizers"):
+        blocker = tmp_path / "blocker" / missing
+        blocker.mkdir(parents=True)
+        (blocker / "__init__.py").write_text(
+            f"raise ModuleNotFoundError(\"No module named '{missing}'\", name='{missing}')\n"
+        )
     project = tmp_path / "proj"
     (project / ".git").mkdir(parents=True)
     env = {**os.environ, "PYTHONPATH": str(blocker.parent)}
@@ -304,7 +355,7 @@ def test_without_the_semantic_extra_search_is_by_words_with_a_notice(
     assert SECRET in done.stdout
     assert done.stderr == (
         "relay: note: memory search by meaning is off:"
-        " minilm: tokenizers is not installed (pip install 'agent-relay[meaning]');"
+        " minilm: onnxruntime is not installed (pip install 'agent-relay[meaning]');"
         " wordllama: tokenizers is not installed (pip install 'agent-relay[semantic]');"
         " by words only\n"
     )
@@ -399,7 +450,7 @@ def test_the_best_installed_model_is_used_and_named(tmp_path: Path, relay_home: 
 
     findings = [f for f in diagnose(tmp_path, measure=False) if f.topic == "memory"]
     assert [(f.level, f.text) for f in findings] == [
-        ("ok", "search by meaning with all-MiniLM-L6-v2/int8-onnx/mean")
+        ("ok", "search by meaning with all-MiniLM-L6-v2/int8-onnx-dynamic/mean")
     ]
     project = tmp_path / "proj"
     (project / ".git").mkdir(parents=True)
@@ -407,7 +458,7 @@ def test_the_best_installed_model_is_used_and_named(tmp_path: Path, relay_home: 
     runner = CliRunner()
     assert runner.invoke(cli, ["memory", "save", *where, SECRET]).exit_code == 0
     done = runner.invoke(cli, ["memory", "search", *where, "--explain", LOGGED_IN])
-    assert " · model all-MiniLM-L6-v2/int8-onnx/mean · " in done.output, done.output
+    assert " · model all-MiniLM-L6-v2/int8-onnx-dynamic/mean · " in done.output, done.output
 
 
 def test_without_the_meaning_extra_wordllama_is_the_fallback(
@@ -503,3 +554,264 @@ def test_minilm_runs_in_a_child_process_that_goes_when_idle(tmp_path: Path) -> N
         time.sleep(0.1)
     else:
         pytest.fail(f"the embedding process {second_child} outlived its parent")
+
+
+def test_a_query_asked_again_is_not_embedded_again(tmp_path: Path) -> None:
+    """A process keeps the embeddings of the queries it searched: the same query again
+    finds the same memory by meaning without asking the model (its child process, killed
+    here, is not started again); a new query starts it."""
+    script = textwrap.dedent(
+        """
+        import os, signal, sys
+        from pathlib import Path
+        from relay.services.memory import semantic
+        from relay.services.memory.sqlite import SqliteMemory
+
+        with SqliteMemory(Path(sys.argv[1])) as store:
+            secret = store.add("Auth tokens live in httpOnly cookies", project="/p")
+            ids = lambda query: [hit.memory.id for hit in store.search(query, project="/p")]
+            first = ids("keep users logged in")
+            embedder = semantic.load_embedder()
+            child = embedder.pid
+            os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)
+            again = ids("keep users logged in")
+            print(first == again == [secret.id], embedder.pid)
+            other = ids("how do users stay signed in")
+            print(other == [secret.id], embedder.pid not in (None, child))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "memory.db")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["True None", "True True"], done.stdout
+
+
+def test_a_command_searches_with_a_running_child_and_survives_hostile_peers(
+    tmp_path: Path,
+) -> None:
+    """`relay memory search` uses the model of a running child (a long-lived process's)
+    instead of loading its own: here the command could not load it (onnxruntime blocked)
+    and still searches with MiniLM. Hostile peers on the child's socket (a huge length,
+    a request that is not a list of texts, half a request left hanging) are closed and
+    the child goes on serving; a child killed leaves the command to load a model of its
+    own; the child goes when its parent does."""
+    import socket
+    import struct
+
+    from relay.services.memory.embedding_process import shared_socket
+
+    blocker = tmp_path / "blocker" / "onnxruntime"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'onnxruntime'\", name='onnxruntime')\n"
+    )
+    project = tmp_path / "proj"
+    (project / ".git").mkdir(parents=True)
+    blocked = {**os.environ, "PYTHONPATH": str(blocker.parent)}
+
+    def relay(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "relay", *args, "--cwd", str(project)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            check=False,
+        )
+
+    def model_of_search(env: dict[str, str] | None = None) -> str:
+        done = relay("memory", "search", "--explain", LOGGED_IN, env=env)
+        assert done.returncode == 0, done.stderr
+        assert "Auth tokens live in httpOnly cookies" in done.stdout, done.stdout
+        (model,) = re.findall(r" · model (.+?) · ", done.stdout)[:1]
+        return model
+
+    assert relay("memory", "save", SECRET).returncode == 0
+    assert model_of_search(blocked) == "wordllama/l2_supercat/256 without stop words"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys\n"
+            "from relay.services.memory import semantic\n"
+            "from relay.services.memory.sqlite import SqliteMemory\n"
+            "with SqliteMemory() as store:\n"
+            "    store.catch_up()\n"
+            "    print(semantic.load_embedder().pid, flush=True)\n"
+            "    sys.stdin.read()\n",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdin is not None
+        child = int(holder.stdout.readline())
+        assert model_of_search(blocked) == "all-MiniLM-L6-v2/int8-onnx-dynamic/mean"
+
+        def hostile(request: bytes) -> bytes:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as peer:
+                peer.settimeout(60)
+                peer.connect(shared_socket())
+                peer.sendall(request)
+                peer.shutdown(socket.SHUT_WR)
+                answer = b""
+                while chunk := peer.recv(65536):
+                    answer += chunk
+                return answer
+
+        assert b"too long" in hostile(struct.pack(">I", 1 << 31))
+        assert b"unreadable request" in hostile(struct.pack(">I", 3) + b"\x93\x01\x02")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as hanging:
+            hanging.connect(shared_socket())
+            hanging.sendall(struct.pack(">I", 100) + b"\x91")  # and never the rest
+            assert model_of_search(blocked) == "all-MiniLM-L6-v2/int8-onnx-dynamic/mean"
+        os.kill(child, 9)
+        assert model_of_search() == "all-MiniLM-L6-v2/int8-onnx-dynamic/mean"  # a child of its own
+        assert model_of_search(blocked) == "wordllama/l2_supercat/256 without stop words"
+    finally:
+        if holder.stdin is not None:
+            holder.stdin.close()
+        holder.wait(timeout=60)
+        if holder.stdout is not None:
+            holder.stdout.close()
+    # Every child of this test's processes is gone with them (each names the socket),
+    # and so are the socket and its lock file.
+    for _ in range(300):
+        if not any(shared_socket().encode() in line for line in _command_lines()):
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("an embedding process outlived the processes that started it")
+    assert not Path(shared_socket()).exists()
+    assert not Path(shared_socket() + ".lock").exists()
+
+
+def test_minilm_runs_a_thread_for_each_core_it_may_use(tmp_path: Path) -> None:
+    """The model's threads follow the cores the process may run on (one here, by its
+    affinity), so a process confined to one core does not split each run in two."""
+    script = (
+        "import os\n"
+        "os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})\n"
+        "from relay.services.memory import minilm\n"
+        "print(minilm.load()._session.get_session_options().intra_op_num_threads)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "1"
+
+
+def test_minilm_multiplies_in_int8_and_keeps_its_embeddings(tmp_path: Path) -> None:
+    """The model's graph is rewritten so that every MatMul by an int8 weight multiplies in
+    int8 (onnx_int8.py): no float32 copy of those weights is made, and the embeddings stay
+    close to those of the graph as shipped (float32 products); a damaged file is said to
+    be unreadable, not a crash."""
+    import numpy as np
+    import onnxruntime  # type: ignore[import-untyped]
+    from memory_relevance import memories
+
+    from relay.services.memory import minilm, onnx_int8
+
+    shipped = minilm._package_file(minilm._WEIGHTS_PACKAGE, minilm._WEIGHTS).read_bytes()
+    rewritten = onnx_int8.rewrite(shipped)
+    graph = next(value for number, _, value in onnx_int8._fields(rewritten) if number == 7)
+    assert isinstance(graph, bytes)
+    ops = [
+        onnx_int8._node(value).op for number, _, value in onnx_int8._fields(graph) if number == 1
+    ]
+    assert ops.count("MatMulInteger") == 36  # 6 layers: query, key, value, output, 2 dense
+    assert ops.count("MatMul") == 12  # attention's, between activations
+    assert ops.count("Cast") == 36 + 3  # the products; only the embedding tables' dequantize
+
+    model = minilm.load()
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3
+    float32 = minilm.MiniLM(
+        onnxruntime.InferenceSession(shipped, options, providers=["CPUExecutionProvider"]),
+        model._tokenizer,
+    )
+    texts = [memory.content for memory in memories()]
+    cosines = (model.embed(texts) * float32.embed(texts)).sum(axis=1)
+    assert cosines.min() > 0.95 and np.mean(cosines) > 0.99, (cosines.min(), np.mean(cosines))
+    alone = model.embed([texts[0]])[0] @ float32.embed([texts[0]])[0]
+    assert alone > 0.95
+
+    for damaged in (b"", b"\x0a\xff\xff", shipped[: len(shipped) // 2], b"not a model at all"):
+        with pytest.raises(onnx_int8.GraphError):
+            onnx_int8.rewrite(damaged)
+
+
+def test_a_query_is_not_kept_waiting_behind_another_process_backlog(tmp_path: Path) -> None:
+    """The shared child embeds a backlog a chunk at a time, the request with the fewest
+    texts left first: a query sent while another connection's 2,000 memories are being
+    embedded is answered before them (the child answered in order before)."""
+    import select
+    import socket
+    import struct
+
+    import msgspec
+
+    from relay.services.memory.embedding_process import shared_socket
+
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys\n"
+            "from relay.services.memory import semantic\n"
+            "print(semantic.load_embedder().pid, flush=True)\n"
+            "sys.stdin.read()\n",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+    def ask(texts: list[str]) -> socket.socket:
+        peer = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        peer.settimeout(120)
+        peer.connect(shared_socket())
+        assert _receive(peer, 5) == b"\x00\x00\x00\x00\x00"  # the model is loaded
+        request = msgspec.msgpack.encode(texts)
+        peer.sendall(struct.pack(">I", len(request)) + request)
+        return peer
+
+    try:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert int(holder.stdout.readline()) > 0
+        backlog = ask([f"note {index} about the build cache and its keys" for index in range(2000)])
+        query = ask([LOGGED_IN])
+        assert _receive(query, 5)[0] == 0 and len(_receive(query, 384 * 4)) == 384 * 4
+        ready, _, _ = select.select([backlog], [], [], 0)
+        assert ready == [], "the backlog was answered before the query"
+        status, size = struct.unpack(">BI", _receive(backlog, 5))
+        assert status == 0 and size == 2000 * 384 * 4
+        assert len(_receive(backlog, size)) == size
+        backlog.close()
+        query.close()
+    finally:
+        if holder.stdin is not None:
+            holder.stdin.close()
+        holder.wait(timeout=60)
+        if holder.stdout is not None:
+            holder.stdout.close()
+
+
+def _receive(peer: object, size: int) -> bytes:
+    import socket
+
+    assert isinstance(peer, socket.socket)
+    data = b""
+    while len(data) < size:
+        chunk = peer.recv(size - len(data))
+        assert chunk, "the child closed the connection"
+        data += chunk
+    return data

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import IO, Any
 
@@ -42,21 +43,45 @@ def _open(cwd: Path | None, settings_files: tuple[Path, ...]) -> tuple[Any, str,
     config = memory_config(settings)
     # In a `relay run --team` session, its team ($RELAY_TEAM), as its messages use.
     sharing = team_sharing(settings, Path(project), os.environ.get("RELAY_TEAM") or None)
-    service = open_memory(config, sharing, progress=_embedding_progress)
+    service = open_memory(config, sharing, progress=_EmbeddingProgress())
     key, notices = memory_project(service, project)
     for notice in notices:
         click.echo(visible(f"relay: {notice}"), err=True)
     return service, key, config, sharing
 
 
-def _embedding_progress(done: int, total: int) -> None:
-    """How far the store is in embedding a backlog (a store from before embeddings), on
-    stderr: one line rewritten on a terminal, else a line when it starts and ends."""
-    line = f"relay: embedding memories for search by meaning: {done:,} of {total:,}"
-    if sys.stderr.isatty():
-        click.echo(f"\r{line}", err=True, nl=done >= total)
-    elif done >= total or done <= 1000:
-        click.echo(line, err=True)
+class _EmbeddingProgress:
+    """How far the store is in embedding a backlog (a store from before embeddings, or a
+    new model), on stderr: the count, the rate and the time left; one line rewritten on
+    a terminal, else a line when it starts, every PROGRESS_EVERY seconds and at the end."""
+
+    PROGRESS_EVERY = 10.0
+
+    def __init__(self) -> None:
+        self._started = self._said = time.monotonic()
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if done == 0:
+            self._started = now
+        line = f"relay: embedding memories for search by meaning: {done:,} of {total:,}"
+        elapsed = now - self._started
+        if done and elapsed > 0:
+            rate = done / elapsed
+            line += f", {rate:,.0f} a second"
+            if done < total:
+                line += f", about {_duration((total - done) / rate)} left"
+        if sys.stderr.isatty():
+            click.echo(f"\r{line}\x1b[K", err=True, nl=done >= total)
+        elif done in (0, total) or now - self._said >= self.PROGRESS_EVERY:
+            click.echo(line, err=True)
+            self._said = now
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min"
 
 
 def _print_json(value: Any) -> None:

@@ -15,9 +15,13 @@ there the bench also ranks AGREEMENT_QUERIES in 11 scopes by words in the whole 
 (the recent index widened to hold every memory) and prints how many of the results
 agree: the same first memory, the same first three, the same ten in order.
 
-Every figure twice: hybrid search (words and meaning, the default when the `semantic`
-extra is installed) and search by words alone (`memory.semantic: false`, or without
-the extra), on the same store.
+Every figure for hybrid search (words and meaning, the default when an extra is
+installed) and for search by words alone (`memory.semantic: false`, or without the
+extras), on the same store; hybrid twice: with the bench's queries, whose embeddings a
+process keeps after the first (semantic.embed_query), and with each query embedded
+anew, with the time of each stage of those (the query's embedding, the sign-code scan,
+FTS5, the re-rank, the fusion). The backfill's rate and its CPU a memory (the model's
+process counted) are printed too. `--no-relevance` and `--no-saves` measure speed only.
 
 Targets: by words (DESIGN §10) p50 < 5 ms and p99 < 15 ms at 100,000, p50 < 15 ms at
 1,000,000; hybrid p50 < 10 ms and p99 < 30 ms at 100,000, p50 < 50 ms at 1,000,000;
@@ -39,6 +43,7 @@ saves counted with their embedding are measured, and missed (spec/memory.md).
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sqlite3
 import statistics
@@ -47,7 +52,9 @@ import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
+from relay.services.memory import semantic
 from relay.services.memory.model import Memory
 from relay.services.memory.sqlite import RESTING, SqliteMemory
 
@@ -195,10 +202,19 @@ def bench_saves(folder: Path, saves: int) -> tuple[float, float]:
     return saves / saved, saves / embedded
 
 
+KINDS = ("words", "hybrid", "hybrid, query new")
+"""By words; hybrid (the bench's queries come again and again: their embeddings are kept
+after the first, semantic.embed_query); hybrid with the query embedded every time."""
+
+
 class SearchFigures:
     def __init__(self) -> None:
         self.load = self.embed = 0.0
-        self.timings: dict[str, list[float]] = {"hybrid": [], "words": []}
+        self.embed_cpu: float | None = None
+        """CPU seconds of the backfill, the model's process included (None: unknown)."""
+        self.timings: dict[str, list[float]] = {kind: [] for kind in KINDS}
+        self.stages: dict[str, list[float]] = {}
+        """Milliseconds in each stage of each hybrid search whose query is new."""
         self.agreement: tuple[int, int, int, int] | None = None
 
     def p50(self, kind: str) -> float:
@@ -224,10 +240,16 @@ def bench_search(folder: Path, memories: int, searches: int) -> SearchFigures:
         hybrid.import_memories(data)
         figures.load = time.perf_counter() - started
         del data
-        started = time.perf_counter()
+        semantic.load_embedder().embed(["warm up"])  # the backfill is the embedding alone
+        model = _process_cpu(semantic.load_embedder())
+        started, cpu = time.perf_counter(), time.process_time()
         hybrid.catch_up()  # the backfill: what the first search would do
         figures.embed = time.perf_counter() - started
-        stores = {"hybrid": hybrid, "words": words}
+        if model is not None:
+            after = _process_cpu(semantic.load_embedder())
+            if after is not None:
+                figures.embed_cpu = after - model + time.process_time() - cpu
+        stores = {"words": words, "hybrid": hybrid, "hybrid, query new": hybrid}
         for query in _QUERIES:  # warm the page cache, as a long-lived store would be
             for store in stores.values():
                 store.search(query, project=PROJECTS[0])
@@ -235,11 +257,66 @@ def bench_search(folder: Path, memories: int, searches: int) -> SearchFigures:
             query = rng.choice(_QUERIES)
             project = rng.choice(PROJECTS)
             for kind, store in stores.items():
+                if kind == "hybrid, query new":
+                    semantic.forget_queries(query)
+                    _STAGES.clear()
                 started = time.perf_counter()
                 store.search(query, project=project, limit=10)
                 figures.timings[kind].append((time.perf_counter() - started) * 1000)
+                if kind == "hybrid, query new":
+                    for stage, took in _STAGES.items():
+                        figures.stages.setdefault(stage, []).append(took)
         figures.agreement = bench_agreement(words, folder / "search.db")
     return figures
+
+
+def _process_cpu(embedder: object) -> float | None:
+    """CPU seconds the model's process has used (MiniLM's child), None when the model runs
+    in this one or is not known."""
+    pid = getattr(embedder, "pid", None)
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+_STAGES: dict[str, float] = {}
+"""Milliseconds in each stage of the search being measured (see _time_stages)."""
+
+
+def _time_stages() -> None:
+    """Time the stages of a hybrid search (into _STAGES): the query's embedding (the
+    round trip to the model's process), the scan of the sign codes, the search by words
+    (FTS5), the exact re-rank of the nearest, and the fusion."""
+    import functools
+
+    from relay.services.memory import sqlite
+
+    def timed(name: str, function: Any) -> Any:
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                took = (time.perf_counter() - started) * 1000
+                _STAGES[name] = _STAGES.get(name, 0.0) + took
+
+        return wrapper
+
+    sqlite.embed_query = timed("query embedding", sqlite.embed_query)
+    semantic.VectorIndex.nearest = timed("sign-code scan", semantic.VectorIndex.nearest)
+    stages = (
+        ("_ranked", "by words (FTS5)"),
+        ("_finish_nearest", "waiting for meaning, exact re-rank"),
+        ("_similarities", "similarity of word matches"),
+        ("_fused", "fusion"),
+    )
+    for method, name in stages:
+        setattr(sqlite.SqliteMemory, method, timed(name, getattr(sqlite.SqliteMemory, method)))
 
 
 def bench_agreement(store: SqliteMemory, path: Path) -> tuple[int, int, int, int] | None:
@@ -325,37 +402,46 @@ def main() -> int:
     parser.add_argument("--saves", type=int, default=SAVES)
     parser.add_argument("--memories", type=int, default=None, help="One size only.")
     parser.add_argument("--searches", type=int, default=SEARCHES)
+    parser.add_argument(
+        "--no-relevance", action="store_true", help="Skip the relevance sets (speed only)."
+    )
+    parser.add_argument("--no-saves", action="store_true", help="Skip the saves figure.")
     arguments = parser.parse_args()
+    _time_stages()
     sizes = [arguments.memories] if arguments.memories else [MEMORIES, MILLION]
     missed: list[str] = []
-    relevance = bench_relevance()
-    for (kind, questions), (recall_at_3, mrr) in relevance.items():
-        print(
-            f"relevance, {kind}, {questions} questions: recall@3 {recall_at_3:.3f}, MRR {mrr:.3f}"
-        )
-    gain = relevance["hybrid", "paraphrase"][0] - relevance["words", "paraphrase"][0]
-    if gain < TARGET_PARAPHRASE_GAIN:
-        missed.append(f"paraphrase recall@3 gain {gain:+.3f} < {TARGET_PARAPHRASE_GAIN:+.2f}")
-    for place, name in enumerate(("recall@3", "MRR")):
-        if relevance["hybrid", "keyword"][place] < relevance["words", "keyword"][place]:
-            missed.append(f"hybrid {name} on keyword questions is below words alone")
-    for questions in ("paraphrase", "larger paraphrase"):
-        if relevance["hybrid", questions][0] < TARGET_PARAPHRASE_RECALL:
-            missed.append(f"hybrid recall@3 on {questions} questions < {TARGET_PARAPHRASE_RECALL}")
-    if relevance["hybrid", "keyword"][0] < KEYWORD_RECALL_BEFORE:
-        missed.append(f"hybrid recall@3 on keyword questions < {KEYWORD_RECALL_BEFORE}")
-    with tempfile.TemporaryDirectory(prefix="relay-bench-memory-") as folder:
-        saves_per_second, embedded_per_second = bench_saves(Path(folder), arguments.saves)
-        print(
-            f"saves: {saves_per_second:,.0f}/s ({arguments.saves:,} adds, one transaction each);"
-            f" {embedded_per_second:,.0f}/s counting their embedding"
-            f" ({embedded_per_second / saves_per_second:.2f}x)"
-        )
-        if embedded_per_second < saves_per_second / 2:
-            missed.append(
-                f"saves with embedding {embedded_per_second:,.0f}/s"
-                f" < half of {saves_per_second:,.0f}/s"
+    if not arguments.no_relevance:
+        relevance = bench_relevance()
+        for (kind, questions), (recall_at_3, mrr) in relevance.items():
+            print(
+                f"relevance, {kind}, {questions} questions: recall@3 {recall_at_3:.3f}, MRR {mrr:.3f}"
             )
+        gain = relevance["hybrid", "paraphrase"][0] - relevance["words", "paraphrase"][0]
+        if gain < TARGET_PARAPHRASE_GAIN:
+            missed.append(f"paraphrase recall@3 gain {gain:+.3f} < {TARGET_PARAPHRASE_GAIN:+.2f}")
+        for place, name in enumerate(("recall@3", "MRR")):
+            if relevance["hybrid", "keyword"][place] < relevance["words", "keyword"][place]:
+                missed.append(f"hybrid {name} on keyword questions is below words alone")
+        for questions in ("paraphrase", "larger paraphrase"):
+            if relevance["hybrid", questions][0] < TARGET_PARAPHRASE_RECALL:
+                missed.append(
+                    f"hybrid recall@3 on {questions} questions < {TARGET_PARAPHRASE_RECALL}"
+                )
+        if relevance["hybrid", "keyword"][0] < KEYWORD_RECALL_BEFORE:
+            missed.append(f"hybrid recall@3 on keyword questions < {KEYWORD_RECALL_BEFORE}")
+    with tempfile.TemporaryDirectory(prefix="relay-bench-memory-") as folder:
+        if not arguments.no_saves:
+            saves_per_second, embedded_per_second = bench_saves(Path(folder), arguments.saves)
+            print(
+                f"saves: {saves_per_second:,.0f}/s ({arguments.saves:,} adds, one transaction each);"
+                f" {embedded_per_second:,.0f}/s counting their embedding"
+                f" ({embedded_per_second / saves_per_second:.2f}x)"
+            )
+            if embedded_per_second < saves_per_second / 2:
+                missed.append(
+                    f"saves with embedding {embedded_per_second:,.0f}/s"
+                    f" < half of {saves_per_second:,.0f}/s"
+                )
         for size in sizes:
             started = time.perf_counter()
             figures = bench_search(Path(folder) / str(size), size, arguments.searches)
@@ -365,9 +451,27 @@ def main() -> int:
                 f" {figures.load:.0f} s, embedding {figures.embed:.0f} s;"
                 f" {arguments.searches:,} searches of each kind, interleaved):"
             )
-            for kind in ("words", "hybrid"):
+            if figures.embed_cpu is not None:
+                print(
+                    f"  backfill: {size / figures.embed:,.0f} memories a second,"
+                    f" {figures.embed_cpu / size * 1000:.2f} ms of CPU a memory"
+                    " (the model's process and this one)"
+                )
+            for kind in KINDS:
                 p50, p99 = figures.p50(kind), figures.p99(kind)
                 print(f"  search by {kind}: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+            slowest = sorted(
+                range(len(figures.timings["hybrid, query new"])),
+                key=figures.timings["hybrid, query new"].__getitem__,
+            )[-max(1, len(figures.timings["hybrid, query new"]) // 100) :]
+            for stage, took in figures.stages.items():
+                ordered = sorted(took)
+                tail = statistics.mean(took[place] for place in slowest if place < len(took))
+                print(
+                    f"    {stage}: p50 {statistics.median(ordered):.2f} ms,"
+                    f" p99 {ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]:.2f} ms,"
+                    f" {tail:.2f} ms in the slowest 1%"
+                )
             if figures.agreement is not None:
                 searches, first, three, ten = figures.agreement
                 print(
@@ -383,8 +487,10 @@ def main() -> int:
                 ("words", MILLION): (TARGET_MILLION_P50_MS, None),
                 ("hybrid", MEMORIES): (TARGET_HYBRID_P50_MS, TARGET_HYBRID_P99_MS),
                 ("hybrid", MILLION): (TARGET_HYBRID_MILLION_P50_MS, None),
+                ("hybrid, query new", MEMORIES): (TARGET_HYBRID_P50_MS, TARGET_HYBRID_P99_MS),
+                ("hybrid, query new", MILLION): (TARGET_HYBRID_MILLION_P50_MS, None),
             }
-            for kind in ("words", "hybrid"):
+            for kind in KINDS:
                 p50_target, p99_target = targets.get((kind, size), (None, None))
                 if p50_target is not None and figures.p50(kind) >= p50_target:
                     missed.append(

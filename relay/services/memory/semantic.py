@@ -27,6 +27,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -46,6 +47,8 @@ __all__ = [
     "VectorIndex",
     "WordLlama",
     "close_models",
+    "embed_query",
+    "forget_queries",
     "from_int8",
     "load_embedder",
     "model_report",
@@ -134,7 +137,7 @@ _load_lock = threading.Lock()
 
 
 def _load_minilm() -> Embedder:
-    # In a child process: the model would add about 180 MB to this one's resident set
+    # In a child process: the model would add about 200 MB to this one's resident set
     # (embedding_process.py), for a long-lived dashboard or server as much as for a CLI.
     from relay.services.memory import embedding_process
 
@@ -168,6 +171,40 @@ def load_embedder(model: str | None = None) -> Embedder:
                 return _loaded[name]
             reasons.append(f"{name}: {_failed[name]}")
     raise SemanticUnavailable("; ".join(reasons))
+
+
+QUERY_CACHE = 1024
+"""Queries whose embeddings a process keeps (about 1.5 KB each with MiniLM): an agent
+asks the same few questions again and again, and with MiniLM a new query's embedding is
+most of a search's time (tests/perf/bench_memory.py)."""
+_queries: OrderedDict[tuple[str, str], NDArray[np.float32]] = OrderedDict()
+_queries_lock = threading.Lock()
+
+
+def embed_query(embedder: Embedder, query: str) -> NDArray[np.float32]:
+    """The query's embedding by `embedder`, made once per process for the last
+    QUERY_CACHE queries (read-only: it is shared)."""
+    key = (embedder.name, query)
+    with _queries_lock:
+        known = _queries.get(key)
+        if known is not None:
+            _queries.move_to_end(key)
+            return known
+    made: NDArray[np.float32] = embedder.embed([query])[0]
+    made.flags.writeable = False
+    with _queries_lock:
+        _queries[key] = made
+        while len(_queries) > QUERY_CACHE:
+            _queries.popitem(last=False)
+    return made
+
+
+def forget_queries(query: str | None = None) -> None:
+    """Drop the embeddings kept of `query` (of every query: None), for every model
+    (tests/perf/bench_memory.py measures a search that embeds its query)."""
+    with _queries_lock:
+        for key in [key for key in _queries if query is None or key[1] == query]:
+            del _queries[key]
 
 
 def close_models() -> None:

@@ -64,6 +64,7 @@ from relay.services.memory.semantic import (
     Embedder,
     SemanticUnavailable,
     VectorIndex,
+    embed_query,
     from_int8,
     load_embedder,
     sign_codes,
@@ -499,7 +500,8 @@ class SqliteMemory:
         self.model = model
         """The embedding model (a key of semantic.MODELS); None: the best installed."""
         self.progress = progress
-        """Called with (done, total) while a large backlog of memories is embedded."""
+        """Called with (done, total) while a large backlog of memories is embedded: with
+        (0, total) when it starts, then after each batch."""
         self.semantic_notice: str | None = None
         """Why search is by words only although `semantic` asked for more (one line), once
         a search has found out; None otherwise."""
@@ -851,7 +853,7 @@ class SqliteMemory:
         project: str | None,
     ) -> _Candidates:
         """The query's embedding and the NEAREST memories in scope by sign code."""
-        vector = embedder.embed([query])[0]
+        vector = embed_query(embedder, query)
         threshold = getattr(embedder, "min_similarity", MIN_SIMILARITY)
         if centre is not None:
             # A small store's centre is near zero (CENTRE_PRIOR): its similarities are
@@ -1022,6 +1024,8 @@ class SqliteMemory:
         how many. Progress is reported for a backlog of PROGRESS_FROM or more."""
         (waiting,) = self._fetch("SELECT count(*) FROM memory_pending", ())[0]
         done = 0
+        if self.progress is not None and waiting >= PROGRESS_FROM:
+            self.progress(0, waiting)  # it starts now: the rate counts from here
         while waiting and done < waiting + EMBED_BATCH:
             batch = self._fetch(_PENDING, (EMBED_BATCH,))
             if not batch:
