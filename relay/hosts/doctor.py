@@ -20,6 +20,7 @@ from typing import Literal
 
 import msgspec
 
+from relay.config import sockets
 from relay.config.paths import find_project_root
 from relay.hosts import HOST_NAMES, host
 from relay.hosts.install import (
@@ -81,7 +82,7 @@ def _relay_checks(env: Mapping[str, str]) -> Iterator[Finding]:
     elif Path(found).resolve() != here.resolve():
         yield Finding("warn", "relay", f"`relay` on PATH is {found}, not this install ({here})")
     else:
-        yield Finding("ok", "relay", f"{server_client.version()} at {here}")
+        yield Finding("ok", "relay", f"{sockets.version()} at {here}")
 
 
 def _copier_check(env: Mapping[str, str]) -> Finding:
@@ -125,7 +126,7 @@ def _server_checks(env: Mapping[str, str]) -> Iterator[Finding]:
     except ValueError:
         yield Finding("fail", "server", f"answers at {path} but not with its status")
         return
-    if status.get("install") != server_client.identity():
+    if status.get("install") != sockets.identity():
         yield Finding("warn", "server", f"a server of another install answers at {path}")
         return
     yield Finding(

@@ -41,6 +41,7 @@ import msgspec
 from relay.config.editing import JsonText, decode_with_comments, new_settings_text
 from relay.config.loader import FieldPath
 from relay.config.paths import find_project_root, private_dir, state_dir
+from relay.config.sockets import identity
 from relay.errors import RelayError, SettingsError
 from relay.hosts import ledger
 from relay.hosts.ledger import FileRecord
@@ -55,7 +56,6 @@ from relay.server.build import (
     client_info,
     write_python_client,
 )
-from relay.server.client import identity
 
 Scope = Literal["user", "project"]
 ClientKind = Literal["native", "python"]

@@ -21,7 +21,7 @@ import msgspec
 
 from relay.config.loader import FieldPath
 from relay.config.paths import private_dir, state_dir
-from relay.server.client import fnv1a64
+from relay.config.sockets import fnv1a64
 
 
 class FileRecord(msgspec.Struct, kw_only=True):

@@ -25,6 +25,7 @@ from relay.config.paths import (
     relay_home,
     state_dir,
 )
+from relay.config.sockets import fnv1a64
 from relay.errors import SettingsError
 from relay.hosts.install import (
     Change,
@@ -39,7 +40,6 @@ from relay.hosts.install import (
     update_file,
     write_text,
 )
-from relay.server.client import fnv1a64
 
 
 def record_path(host_file: Path, env: Mapping[str, str] | None = None) -> Path:

@@ -13,8 +13,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from relay.config.sockets import identity, package_dir
 from relay.native import compile_program
-from relay.server.client import identity, package_dir
 
 SOURCE = Path(__file__).resolve().parent / "native" / "relay-hook.c"
 NATIVE_NAME = "relay-hook"

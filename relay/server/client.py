@@ -1,12 +1,13 @@
 """The call protocol between hook clients and `relay serve`, and the Python hook client.
 
-Standard library only, and runnable as a file: `python3 -I -S relay/server/client.py
---dialect claude PreToolUse` is the fallback client where no C compiler built the native
-one (relay/server/native/relay-hook.c speaks the same protocol). Either client forwards
-one `relay hooks run` call (its arguments, working directory, environment and stdin) to
-the user's server over a private Unix socket, prints the answer and exits with its code;
-when no server answers in time it runs the call in-process, exactly as `relay hooks run`
-would, and starts a server for the next call.
+Standard library only (and relay.config.sockets, as light), loaded in a few milliseconds
+by the launcher `relay install` writes (`python3 -I -S …/relay-hook.py`): the fallback
+client where no C compiler built the native one (relay/server/native/relay-hook.c speaks
+the same protocol). Either client forwards one `relay hooks run` call (its arguments,
+working directory, environment and stdin) to the user's server over a private Unix
+socket, prints the answer and exits with its code; when no server answers in time it
+runs the call in-process, exactly as `relay hooks run` would, and starts a server for the
+next call.
 
 Protocol (all integers big-endian; str = u32 length + bytes):
 
@@ -35,10 +36,20 @@ checks the other's uid (SO_PEERCRED).
 from __future__ import annotations
 
 import os
-import stat
 import struct
 import sys
 import time
+
+from relay.config.sockets import (
+    APP,
+    SOCKET_NAME_LIMIT,
+    fnv1a64,
+    identity,
+    make_private_dir,
+    peer_uid,
+    private_dir_ok,
+    state_base,
+)
 
 TYPE_CHECKING = False  # not typing's: this module must load in a few milliseconds
 if TYPE_CHECKING:
@@ -59,14 +70,12 @@ MAX_STRING = 64 << 20
 MAX_ITEMS = 65_536
 READ_CHUNK = 1 << 16
 """Bytes a server asks for at a time while it reads a request."""
-SOCKET_NAME_LIMIT = 100  # sun_path holds 108 bytes on Linux, 104 on macOS
 DYING_WAIT = 3.0
 """Seconds a client gives a server whose connection closed mid-call to be seen gone (a
 loaded machine can take more than one)."""
 SPAWN_INTERVAL = 5.0
 """A client starts a server at most this often (a server that cannot start must not cost
 every call a fork)."""
-APP = "agent-relay"
 CALL_ID_VARIABLE = "RELAY_CALL_ID"
 """In every hook's environment when a host's client made the call: the call's id, by which
 relay finds the hooks left running when the process that ran them died."""
@@ -163,51 +172,6 @@ class ProtocolViolation(Exception):
 # ---- where the server listens -----------------------------------------------------------
 
 
-def package_dir() -> str:
-    """The installed `relay` package's directory."""
-    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def version() -> str:
-    """relay's version, read from relay/version.py without importing the package."""
-    with open(os.path.join(package_dir(), "version.py"), encoding="utf-8") as stream:
-        for line in stream:
-            if line.startswith("VERSION = "):
-                return line.split("=", 1)[1].strip().strip("\"'")
-    return "unknown"
-
-
-def identity() -> str:
-    """This install: its version and where it is. A client talks only to a server of the
-    same install, so an upgrade never leaves a client talking to old code."""
-    return f"{version()}:{package_dir()}"
-
-
-def fnv1a64(data: bytes) -> str:
-    """FNV-1a, 64 bits, as 16 hex digits (a name, not a secret: the C client computes it too)."""
-    value = 0xCBF29CE484222325
-    for byte in data:
-        value = ((value ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return f"{value:016x}"
-
-
-def state_base(env: Mapping[str, str]) -> str:
-    """The folder under which the socket directory lives (see socket_path)."""
-    home = env.get("RELAY_HOME", "")
-    if home:
-        return os.path.join(_expand_home(home, env), "state")
-    runtime = env.get("XDG_RUNTIME_DIR", "")
-    if runtime and os.path.isabs(runtime):
-        return os.path.join(runtime, APP)
-    user_home = env.get("HOME") or os.path.expanduser("~")
-    if sys.platform == "darwin":
-        return os.path.join(user_home, "Library", "Application Support", APP)
-    base = env.get("XDG_STATE_HOME", "")
-    if not base or not os.path.isabs(base):
-        base = os.path.join(user_home, ".local", "state")
-    return os.path.join(base, APP)
-
-
 def socket_path(env: Mapping[str, str] | None = None, install: str | None = None) -> str:
     """The server's socket for this environment and install.
 
@@ -221,51 +185,6 @@ def socket_path(env: Mapping[str, str] | None = None, install: str | None = None
     if len(path.encode()) <= SOCKET_NAME_LIMIT:
         return path
     return os.path.join(f"/tmp/{APP}-{os.getuid()}", f"serve-{fnv1a64(path.encode())}.sock")
-
-
-def private_dir_ok(folder: str) -> bool:
-    """Whether `folder` is a directory that only this user owns and can enter."""
-    try:
-        status = os.lstat(folder)
-    except OSError:
-        return False
-    return (
-        stat.S_ISDIR(status.st_mode)
-        and status.st_uid == os.getuid()
-        and status.st_mode & 0o077 == 0
-    )
-
-
-def make_private_dir(folder: str) -> bool:
-    """Create `folder` (and its parents) for this user alone; False when it is not private."""
-    try:
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-    except OSError:
-        return False
-    return private_dir_ok(folder)
-
-
-def peer_uid(sock: socket.socket) -> int | None:
-    """The uid of the process at the other end of a Unix socket (None where unsupported)."""
-    credentials = _peer_credentials(sock)
-    return None if credentials is None else credentials[1]
-
-
-def peer_pid(sock: socket.socket) -> int | None:
-    """The pid of the process at the other end of a Unix socket (None where unsupported)."""
-    credentials = _peer_credentials(sock)
-    return None if credentials is None or credentials[0] <= 0 else credentials[0]
-
-
-def _peer_credentials(sock: socket.socket) -> tuple[int, int, int] | None:
-    import socket
-
-    option = getattr(socket, "SO_PEERCRED", None)
-    if option is None:
-        return None
-    credentials = sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i"))
-    pid, uid, gid = struct.unpack("3i", credentials)
-    return int(pid), int(uid), int(gid)
 
 
 # ---- framing ----------------------------------------------------------------------------
@@ -824,13 +743,6 @@ def _cwd() -> str:
         return os.getcwd()
     except OSError:
         return ""  # deleted: the event's cwd or --cwd must say where the project is
-
-
-def _expand_home(path: str, env: Mapping[str, str]) -> str:
-    # Only `~` and `~/…`, from $HOME (as the C client does).
-    if (path == "~" or path.startswith("~/")) and env.get("HOME"):
-        return env["HOME"] + path[1:]
-    return path
 
 
 if __name__ == "__main__":

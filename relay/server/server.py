@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from relay.config.sockets import identity, make_private_dir, peer_pid, peer_uid
 from relay.errors import RelayError
 from relay.server.client import (
     Call,
@@ -31,10 +32,6 @@ from relay.server.client import (
     Reply,
     accepted_frame,
     fallback_frame,
-    identity,
-    make_private_dir,
-    peer_pid,
-    peer_uid,
     read_request,
     result_frame,
 )

@@ -41,6 +41,7 @@ import time
 from pathlib import Path
 
 import relay
+from relay.config import sockets
 from relay.config.filecache import RACY_SECONDS
 from relay.server import client as server_client
 
@@ -172,7 +173,7 @@ def main() -> None:
     medians = {name: statistics.median(values) for name, values in times.items()}
     scheduling = ", SCHED_FIFO" if options.realtime else ""
     print(
-        f"relay {server_client.version()}, {client_kind} client, {options.rounds} rounds"
+        f"relay {sockets.version()}, {client_kind} client, {options.rounds} rounds"
         f"{scheduling}, medians:"
     )
     for name, value in medians.items():

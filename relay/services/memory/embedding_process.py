@@ -42,7 +42,7 @@ from typing import IO, TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
-from relay.server.client import (
+from relay.config.sockets import (
     APP,
     SOCKET_NAME_LIMIT,
     fnv1a64,
@@ -213,7 +213,8 @@ class ChildEmbedder:
 
 def shared_socket() -> str:
     """Where this install's running child answers other processes: beside `relay serve`'s
-    socket (relay.server.client.socket_path), named for the model and the install."""
+    socket (relay.server.client.socket_path: relay.config.sockets), named for the model
+    and the install."""
     tag = fnv1a64(f"{minilm.MODEL}:{identity()}".encode())
     path = os.path.join(state_base(os.environ), "run", f"embed-{tag}.sock")
     if len(path.encode()) <= SOCKET_NAME_LIMIT:
