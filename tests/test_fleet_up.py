@@ -75,9 +75,10 @@ def wait_for(condition: Callable[[], Any], what: str, timeout: float = 60) -> An
 
 
 def session_end_hook(relay_home: Path, record: Path) -> None:
-    """A user hook that appends each SessionEnd event to `record`."""
+    """A user hook that appends each SessionEnd event to `record`, one line in one write
+    (the agents of a team end together: two appends each would interleave)."""
     hook = relay_home / "end.sh"
-    hook.write_text(f"#!/bin/sh\ncat >> {record}\necho >> {record}\n")
+    hook.write_text(f"#!/bin/sh\nevent=$(cat)\nprintf '%s\\n' \"$event\" >> {record}\n")
     hook.chmod(0o755)
     settings = {"hooks": {"SessionEnd": [{"hooks": [{"command": str(hook)}]}]}}
     (relay_home / "settings.json").write_text(json.dumps(settings))
