@@ -408,8 +408,15 @@ def test_stop_and_restart_from_the_page_act_on_relay_up_agents_only(
             === 'ready Alice run 2'""",
         timeout=30_000,
     )
-    # Stop: its supervisor ends it (SessionEnd), and the page shows it stopped.
+    # Stop: its supervisor ends it (SessionEnd), and the page shows it stopped. The row is
+    # drawn again between the two clicks (a message to Alice counts in it): the new
+    # button still takes the second click as the confirmation.
     page.click(f"{alice} button[data-action=stop]")
+    armed = page.query_selector(f"{alice} button[data-action=stop]")
+    sent = relay("send", "--team", "crew", "Alice", "before you go", cwd=team_project)
+    assert sent.returncode == 0, sent.stderr
+    page.wait_for_function("(button) => !button.isConnected", arg=armed, timeout=30_000)
+    assert page.inner_text(f"{alice} button[data-action=stop]") == "confirm stop"
     page.click(f"{alice} button[data-action=stop]")
     page.wait_for_function(
         "() => document.querySelector('#team-notice').textContent === 'stopped Alice'",

@@ -19,18 +19,28 @@
     return "state state-" + String(row.state).replace(/[^a-z]/g, "");
   }
 
+  // A first click arms an action, a second within 3 s confirms it. Kept by agent and verb,
+  // not on the button: a row drawn again between the two clicks (its status changed)
+  // shows a new button, which must still take the second click as the confirmation.
+  const armed = new Map();
+  const ARMED_MS = 3000;
+
   function actionButton(row, verb, label) {
+    const key = verb + ":" + row.name;
+    const isArmed = () => (armed.get(key) || 0) > Date.now();
     const button = el("button", { type: "button", class: verb === "stop" ? "danger" : "",
-      dataset: { action: verb, name: row.name } }, label);
-    let armed = null;
+      dataset: { action: verb, name: row.name } }, isArmed() ? "confirm " + verb : label);
+    if (isArmed()) {
+      setTimeout(() => { if (!isArmed()) button.textContent = label; }, armed.get(key) - Date.now());
+    }
     button.addEventListener("click", async () => {
-      if (!armed) {  // a second click within 3 s confirms
+      if (!isArmed()) {
+        armed.set(key, Date.now() + ARMED_MS);
         button.textContent = "confirm " + verb;
-        armed = setTimeout(() => { armed = null; button.textContent = label; }, 3000);
+        setTimeout(() => { if (!isArmed()) button.textContent = label; }, ARMED_MS);
         return;
       }
-      clearTimeout(armed);
-      armed = null;
+      armed.delete(key);
       button.disabled = true;
       button.textContent = verb === "stop" ? "stopping…" : "restarting…";
       const answer = await window.relay.post("/api/team/" + verb, { name: row.name });
