@@ -123,6 +123,32 @@ LEFT_SOCKETS = "left-sockets"
 """The run's record of the sockets a test left in its folder, by test."""
 
 
+LONG_FIRST = (
+    "test_hosts_",
+    "test_delivery_tui",
+    "test_fleet_",
+    "test_dashboard",
+    "test_trust_pinned",
+    "test_leftovers",
+    "test_server",
+    "test_mcp",
+    "test_messaging_sessions",
+    "test_host_channel",
+    "test_memory_team",
+)
+"""Test files whose tests take seconds each (real hosts, browsers, servers, swap loops)."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The long tests first: four workers that take work from each other end together
+    when the short ones come last, instead of one finishing a long test alone."""
+
+    def long(item: pytest.Item) -> bool:
+        return item.path.name.startswith(LONG_FIRST) or item.get_closest_marker("slow") is not None
+
+    items.sort(key=lambda item: not long(item))  # stable: each file's order is kept
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # A CI service's marks (CI=true) make Gemini CLI headless on a terminal and change
     # other tools: every process the suite starts runs as it would on a developer's machine.
