@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from hostkit.gemini_cli import TUI_READY, GeminiApp, gemini_binary, host_env, prepare_home, shell
+from hostkit.handlers import deploy_handler, deployed
 from hostkit.model_server import ModelServer
 from hostkit.npm import host_binary, unavailable
 from test_run_tty import Pane, wait_until
@@ -62,20 +63,6 @@ def _gemini_pane(env: dict[str, str], project: Path, argv: Sequence[str]) -> Ite
         yield pane
     finally:
         pane.kill()
-
-
-def _deploy_handler(settings: Path, handled: Path) -> None:
-    """A `deploy` namespace in `settings` whose handler appends each PatternMatch event
-    to `handled` and answers `deployed`."""
-    answer = f"{{ cat; echo; }} >> {shlex.quote(str(handled))}; echo deployed"
-    settings.write_text(json.dumps({"patterns": {"deploy": {"command": answer}}}))
-
-
-def _deployed(handled: Path) -> list[tuple[str, str]]:
-    if not handled.exists():
-        return []
-    calls = [json.loads(line) for line in handled.read_text().splitlines()]
-    return [(call["target"], call["message"]) for call in calls]
 
 
 def _refused(relay_home: Path, name: str) -> list[str]:
@@ -134,7 +121,7 @@ def test_a_directive_in_geminis_answer_runs_once_and_one_in_tool_output_never(
     do."""
     handled = tmp_path / "deploy.jsonl"
     settings = tmp_path / "settings.json"
-    _deploy_handler(settings, handled)
+    deploy_handler(settings, handled)
     answer = (
         "@deploy:staging release 1.4.2\n\nThe notes are read.\n\n"
         f"@deploy:wrapped {WRAPPED}\n\n@memory:save gemini said so #tui\n\n"
@@ -145,11 +132,11 @@ def test_a_directive_in_geminis_answer_runs_once_and_one_in_tool_output_never(
         project, env = _setup(tmp_path, server.url, relay_home)
         with _gemini_pane(env, project, _relay_gemini("Alice", settings)) as pane:
             _submit(pane, "Read the notes")
-            wait_until(lambda: len(_deployed(handled)) >= 3, 90, f"no deploys:\n{pane.text()}")
+            wait_until(lambda: len(deployed(handled)) >= 3, 90, f"no deploys:\n{pane.text()}")
             saved = ["gemini said so #tui"]
             wait_until(lambda: _memories(env, project) == saved, 30, pane.text())
             time.sleep(3.0)  # a second dispatch (a redraw read twice) would come now
-            assert _deployed(handled) == [
+            assert deployed(handled) == [
                 ("staging", "release 1.4.2"),
                 ("wrapped", WRAPPED),
                 ("body", "line one\n  line two"),
@@ -169,7 +156,7 @@ def test_a_line_the_human_types_into_gemini_is_not_the_agents_voice(
     line is refused (Gemini CLI 0.61 under relay ran it), the next answer's runs."""
     handled = tmp_path / "deploy.jsonl"
     settings = tmp_path / "settings.json"
-    _deploy_handler(settings, handled)
+    deploy_handler(settings, handled)
     app = GeminiApp(["Hello.", "@deploy:staging go"], final_text="Done.")
     with ModelServer(app) as server:
         project, env = _setup(tmp_path, server.url, relay_home)
@@ -177,7 +164,7 @@ def test_a_line_the_human_types_into_gemini_is_not_the_agents_voice(
             _submit(pane, "Hi")
             pane.wait_for("✦ Hello.", timeout=60)
             _submit(pane, "Please check", "@deploy:prod typed by the human")
-            wait_until(lambda: _deployed(handled) != [], 90, f"no deploy:\n{pane.text()}")
+            wait_until(lambda: deployed(handled) != [], 90, f"no deploy:\n{pane.text()}")
             time.sleep(3.0)
-            assert _deployed(handled) == [("staging", "go")], pane.text()
+            assert deployed(handled) == [("staging", "go")], pane.text()
     assert "  @deploy:prod typed by the human" in _refused(relay_home, "Alice")

@@ -50,6 +50,18 @@ def _count(path: Path, table: str) -> int:
     return int(count)
 
 
+def without(tmp_path: Path, *modules: str) -> dict[str, str]:
+    """An environment whose Python cannot import `modules` (as when an extra is not
+    installed): each is a package on PYTHONPATH whose import raises ModuleNotFoundError."""
+    folder = tmp_path / "blocker"
+    for module in modules:
+        (folder / module).mkdir(parents=True)
+        (folder / module / "__init__.py").write_text(
+            f"raise ModuleNotFoundError(\"No module named '{module}'\", name='{module}')\n"
+        )
+    return {**os.environ, "PYTHONPATH": str(folder)}
+
+
 @pytest.mark.parametrize(
     ("model", "printed"),
     [("minilm", "(3, 384) True False False"), ("wordllama", "(3, 256) True False False")],
@@ -213,14 +225,9 @@ def test_the_command_line_shows_the_backfill_count_and_rate(tmp_path: Path) -> N
     """`relay memory search` over a store with a backlog says on stderr when embedding
     starts, how many are done, at what rate, and when it ends (with wordllama, through
     the fallback, to keep the test short)."""
-    blocker = tmp_path / "blocker" / "onnxruntime"
-    blocker.mkdir(parents=True)
-    (blocker / "__init__.py").write_text(
-        "raise ModuleNotFoundError(\"No module named 'onnxruntime'\", name='onnxruntime')\n"
-    )
+    env = without(tmp_path, "onnxruntime")
     project = tmp_path / "proj"
     (project / ".git").mkdir(parents=True)
-    env = {**os.environ, "PYTHONPATH": str(blocker.parent)}
     with SqliteMemory(semantic=False) as store:  # RELAY_HOME's store, as the CLI's
         store.import_memories(
             Memory(
@@ -329,15 +336,9 @@ def test_without_the_semantic_extra_search_is_by_words_with_a_notice(
 ) -> None:
     """onnxruntime and `tokenizers` missing (as when neither extra is installed): one line
     on stderr says so and what to install, and the answers are those of search by words."""
-    for missing in ("onnxruntime", "tokenizers"):
-        blocker = tmp_path / "blocker" / missing
-        blocker.mkdir(parents=True)
-        (blocker / "__init__.py").write_text(
-            f"raise ModuleNotFoundError(\"No module named '{missing}'\", name='{missing}')\n"
-        )
+    env = without(tmp_path, "onnxruntime", "tokenizers")
     project = tmp_path / "proj"
     (project / ".git").mkdir(parents=True)
-    env = {**os.environ, "PYTHONPATH": str(blocker.parent)}
 
     def relay(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -466,14 +467,9 @@ def test_without_the_meaning_extra_wordllama_is_the_fallback(
 ) -> None:
     """onnxruntime missing (as when only the `semantic` extra is installed): search by
     meaning uses wordllama, and `relay doctor` and `--explain` say so."""
-    blocker = tmp_path / "blocker" / "onnxruntime"
-    blocker.mkdir(parents=True)
-    (blocker / "__init__.py").write_text(
-        "raise ModuleNotFoundError(\"No module named 'onnxruntime'\", name='onnxruntime')\n"
-    )
+    env = without(tmp_path, "onnxruntime")
     project = tmp_path / "proj"
     (project / ".git").mkdir(parents=True)
-    env = {**os.environ, "PYTHONPATH": str(blocker.parent)}
 
     def relay(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -606,14 +602,9 @@ def test_a_command_searches_with_a_running_child_and_survives_hostile_peers(
 
     from relay.services.memory.embedding_process import shared_socket
 
-    blocker = tmp_path / "blocker" / "onnxruntime"
-    blocker.mkdir(parents=True)
-    (blocker / "__init__.py").write_text(
-        "raise ModuleNotFoundError(\"No module named 'onnxruntime'\", name='onnxruntime')\n"
-    )
+    blocked = without(tmp_path, "onnxruntime")
     project = tmp_path / "proj"
     (project / ".git").mkdir(parents=True)
-    blocked = {**os.environ, "PYTHONPATH": str(blocker.parent)}
 
     def relay(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
