@@ -26,7 +26,7 @@ from relay.hosts.call import answer_call
 from relay.native import find_compiler
 from relay.protocol.dialects import known_event_names
 from relay.server import client
-from relay.server.build import build_native_client, write_python_client
+from relay.server.build import build_native_client, client_info, write_python_client
 from relay.server.client import Call, Reply
 
 DIALECTS = ("relay", "claude", "gemini", "codex")
@@ -422,6 +422,59 @@ def test_native_client_says_what_it_was_built_for(native: Path, relay_home: Path
         "python": sys.executable,
         "socket": client.socket_path(),
     }
+
+
+def test_a_client_built_before_is_copied_from_the_cache_not_compiled_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`relay install` compiles the client once per source, headers, flags and compiler;
+    a cache entry others could have written, or in a folder others can write to, is
+    never used."""
+    compiler = find_compiler()
+    if compiler is None:
+        pytest.skip("no C compiler here")
+    log = tmp_path / "compiled"
+    wrapper = tmp_path / "cc-counting"
+    wrapper.write_text(f'#!/bin/sh\necho "$@" >> {shlex.quote(str(log))}\nexec {compiler} "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("CC", str(wrapper))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+    def compiled() -> int:
+        return len(log.read_text().splitlines()) if log.exists() else 0
+
+    def info(native: Path) -> dict[str, str]:
+        found = client_info(native)
+        assert found is not None
+        return found
+
+    first = build_native_client(tmp_path / "one")
+    assert compiled() == 1
+    second = build_native_client(tmp_path / "two")
+    assert compiled() == 1  # copied from the cache
+    assert second.read_bytes() == first.read_bytes() and info(second) == info(first)
+    assert os.access(second, os.X_OK)
+    # Another interpreter baked in is another program.
+    other = build_native_client(tmp_path / "three", python=str(tmp_path / "other-python"))
+    assert compiled() == 2 and info(other)["python"] == str(tmp_path / "other-python")
+
+    (entry,) = [
+        path
+        for path in (tmp_path / "cache" / "agent-relay" / "native").iterdir()
+        if path.read_bytes() == first.read_bytes()
+    ]
+    # An entry someone else could have written is compiled again, and replaced.
+    entry.write_bytes(b"#!/bin/sh\necho planted\n")
+    entry.chmod(0o777)
+    fourth = build_native_client(tmp_path / "four")
+    assert compiled() == 3 and info(fourth) == info(first)
+    assert entry.read_bytes() == first.read_bytes() and not entry.stat().st_mode & 0o022
+    # A cache folder others can write to is not used at all.
+    entry.parent.chmod(0o777)
+    build_native_client(tmp_path / "five")
+    build_native_client(tmp_path / "six")
+    assert compiled() == 5
+    entry.parent.chmod(0o700)
 
 
 def test_native_client_fails_open_visibly_when_relay_is_gone(tmp_path: Path, project: Path) -> None:

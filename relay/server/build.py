@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from relay.config.sockets import identity, package_dir
@@ -38,14 +37,18 @@ def build_native_client(
     folder: Path, *, python: str | None = None, install: str | None = None
 ) -> Path:
     """Compile the native client into `folder`; raise relay.native.BuildError (no compiler, or it failed)."""
-    with tempfile.TemporaryDirectory(prefix="relay-build-") as scratch:
-        header = Path(scratch, "relay-hook-config.h")
-        header.write_text(
-            f"#define RELAY_PYTHON {c_string(python or sys.executable)}\n"
-            f"#define RELAY_INSTALL {c_string(install or identity())}\n"
-        )
-        # Static where the C library allows it: no dynamic loader on each of the host's events.
-        return compile_program(SOURCE, folder / NATIVE_NAME, flags=("-I", scratch), static=True)
+    config = (
+        f"#define RELAY_PYTHON {c_string(python or sys.executable)}\n"
+        f"#define RELAY_INSTALL {c_string(install or identity())}\n"
+    )
+    # Static where the C library allows it: no dynamic loader on each of the host's events.
+    return compile_program(
+        SOURCE,
+        folder / NATIVE_NAME,
+        static=True,
+        generated={"relay-hook-config.h": config},
+        cached=True,
+    )
 
 
 def write_python_client(folder: Path) -> Path:
