@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import shlex
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -596,3 +598,344 @@ def test_only_a_call_from_inside_a_session_tells_it_that_the_hosts_hooks_read_it
         for process in (outsider, insider):
             process.terminate()
             finish(process)
+
+
+# -- relay's own MCP server: the protocol as the SDK served it, and bad input -------------
+
+
+def test_the_tools_are_listed_as_the_sdk_made_them_of_the_same_functions(
+    project: Path, relay_home: Path, user_settings: Path
+) -> None:
+    """relay serves MCP itself; the names, descriptions and input schemas are still the
+    ones the official SDK generated from the tools' signatures (hosts see no change)."""
+    from mcp.server.mcpserver.tools.base import Tool as SDKTool
+
+    from relay.engine.system import HookSystem
+    from relay.mcp.channel import Channel
+    from relay.mcp.server import build_server
+
+    hooks = HookSystem(cwd=project)
+    channel = Channel(hooks, name="Alice")
+    try:
+        tools = build_server(channel).tools.values()
+        made = [
+            SDKTool.from_function(
+                tool.function,
+                name=tool.name,
+                # The SDK's own default for the built-ins: the function's docstring.
+                description=None if tool.name in BUILTIN_TOOLS else tool.description,
+                structured_output=False,
+            )
+            for tool in tools
+        ]
+    finally:
+        channel.close()
+        hooks.close()
+    expected = [(sdk.name, sdk.description, sdk.parameters) for sdk in made]
+
+    async def main() -> list[tuple[str, str | None, dict[str, Any]]]:
+        async with connect(project, relay_home, "--name", "Alice") as session:
+            listed = await session.list_tools()
+            return [(tool.name, tool.description, tool.input_schema) for tool in listed.tools]
+
+    listed = anyio.run(main)
+    assert [name for name, _, _ in listed] == [*BUILTIN_TOOLS_IN_ORDER, "deploy"]
+    assert listed == expected
+
+
+BUILTIN_TOOLS_IN_ORDER = [
+    "send_message",
+    "check_inbox",
+    "list_agents",
+    "memory_save",
+    "memory_search",
+    "memory_list",
+    "memory_forget",
+]
+
+
+def test_relay_does_not_import_the_sdk() -> None:
+    """The SDK cost every host 1.2 s of CPU at each start of `relay mcp`: it is a test
+    dependency now (the conformance client), never imported by relay."""
+    import ast
+
+    import relay
+
+    importing = []
+    for path in Path(relay.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and node.level == 0
+                else []
+            )
+            importing += [str(path) for name in names if name.split(".")[0] in ("mcp", "mcp_types")]
+    assert importing == []
+
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 0,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"},
+    },
+}
+
+
+class RawClient:
+    """`relay mcp` driven line by line, as a host writes to it (bad lines included)."""
+
+    def __init__(self, project: Path, *args: str) -> None:
+        self.process = subprocess.Popen(
+            [RELAY, "mcp", *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=project,
+        )
+        self.answers: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.answers.put(json.loads(line))
+        self.answers.put(None)
+
+    def send(self, message: dict[str, Any] | bytes) -> None:
+        assert self.process.stdin is not None
+        line = message if isinstance(message, bytes) else json.dumps(message).encode()
+        self.process.stdin.write(line + b"\n")
+        self.process.stdin.flush()
+
+    def next(self) -> dict[str, Any]:
+        answer = self.answers.get(timeout=60)
+        assert answer is not None, "relay mcp ended"
+        return answer
+
+    def ask(self, request_id: int, method: str, params: dict[str, Any] | None = None) -> None:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        self.send(message if params is None else {**message, "params": params})
+
+    def initialize(self) -> dict[str, Any]:
+        self.send(INITIALIZE)
+        answer = self.next()
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        return answer
+
+    def end(self) -> tuple[int, str]:
+        """Close stdin: the server's exit code and stderr."""
+        assert self.process.stdin is not None and self.process.stderr is not None
+        self.process.stdin.close()
+        code = self.process.wait(timeout=60)
+        self.reader.join(timeout=60)
+        return code, self.process.stderr.read().decode()
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def test_initialize_answers_the_clients_protocol_version_or_the_newest(
+    project: Path, relay_home: Path
+) -> None:
+    from relay.version import VERSION
+
+    answers = []
+    for version in ("2024-11-05", "2025-11-25", "1999-01-01"):
+        with RawClient(project) as client:
+            params = {**INITIALIZE["params"], "protocolVersion": version}  # type: ignore[dict-item]
+            client.send({**INITIALIZE, "params": params})
+            answers.append(client.next())
+            assert client.end()[0] == 0
+    assert [answer["result"]["protocolVersion"] for answer in answers] == [
+        "2024-11-05",
+        "2025-11-25",
+        "2025-11-25",
+    ]
+    result = answers[0]["result"]
+    assert result["serverInfo"] == {"name": "relay", "version": VERSION}
+    assert result["capabilities"]["tools"] == {"listChanged": False}
+    assert result["instructions"].startswith("relay connects you with the other agents")
+
+
+def test_bad_messages_each_get_an_error_and_the_server_keeps_serving(
+    project: Path, relay_home: Path
+) -> None:
+    """The SDK's server dropped a line that was not JSON or not a request without a word,
+    leaving the client waiting: each gets its JSON-RPC error now."""
+    with RawClient(project, "--name", "Alice") as client:
+        client.ask(1, "tools/list")  # before initialize
+        assert client.next()["error"]["code"] == -32602
+        client.send({"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {"x": 1}})
+        assert client.next()["error"]["code"] == -32602
+        assert client.initialize()["result"]["serverInfo"]["name"] == "relay"
+        bad: list[tuple[dict[str, Any] | bytes, int, object]] = [
+            (b"{not json", -32700, None),
+            (b"[" * 100_000, -32700, None),
+            (b"[1, 2]", -32600, None),
+            (b'"ping"', -32600, None),
+            ({"id": 3, "method": "ping"}, -32600, 3),
+            ({"jsonrpc": "2.0", "id": 4, "method": 5}, -32600, 4),
+            ({"jsonrpc": "2.0", "id": 1.5, "method": "ping"}, -32600, None),
+            ({"jsonrpc": "2.0", "id": None, "method": "ping"}, -32600, None),
+            ({"jsonrpc": "2.0", "id": 5}, -32600, 5),
+            ({"jsonrpc": "2.0", "id": 6, "method": "sampling/nothing"}, -32601, 6),
+            ({"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": [1]}, -32602, 7),
+            ({"jsonrpc": "2.0", "id": 8, "method": "tools/call"}, -32602, 8),
+            ({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": 5}}, -32602, 9),
+            (
+                {
+                    "jsonrpc": "2.0",
+                    "id": 10,
+                    "method": "tools/call",
+                    "params": {"name": "list_agents", "arguments": [1]},
+                },
+                -32602,
+                10,
+            ),
+        ]
+        for message, code, request_id in bad:
+            client.send(message)
+            answer = client.next()
+            assert (answer["id"], answer["error"]["code"]) == (request_id, code), (message, answer)
+        # A response to nothing, an unknown notification: ignored, as the spec says.
+        client.send({"jsonrpc": "2.0", "id": 99, "result": {}})
+        client.send({"jsonrpc": "2.0", "method": "notifications/whatever"})
+        # Bytes that are not UTF-8 inside a string are replaced, as the SDK's reader did.
+        client.send(b'{"jsonrpc": "2.0", "id": 11, "method": "ping", "params": {"x": "\xff"}}')
+        assert client.next() == {"jsonrpc": "2.0", "id": 11, "result": {}}
+        client.ask(12, "resources/list")
+        assert client.next()["result"] == {"resources": []}
+        code, err = client.end()
+    assert code == 0, err
+    assert "Traceback" not in err
+
+
+def test_a_line_over_the_limit_is_refused_and_the_next_one_served(
+    project: Path, relay_home: Path
+) -> None:
+    from relay.mcp.protocol import MAX_LINE
+
+    with RawClient(project) as client:
+        client.initialize()
+        huge = {"name": "memory_search", "arguments": {"query": "x" * MAX_LINE}}
+        client.ask(1, "tools/call", huge)
+        client.ask(2, "ping")
+        refused = client.next()
+        assert (refused["id"], refused["error"]["code"]) == (None, -32600)
+        assert f"at most {MAX_LINE:,}" in refused["error"]["data"]
+        assert client.next() == {"jsonrpc": "2.0", "id": 2, "result": {}}
+        assert client.end()[0] == 0
+
+
+def test_bad_arguments_are_tool_errors_that_name_the_argument(
+    project: Path, relay_home: Path, user_settings: Path
+) -> None:
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("nope", {}),
+        ("deploy", {}),
+        ("deploy", {"target": 5}),
+        ("deploy", {"target": None}),
+        ("memory_save", {"content": "c", "tags": "ops"}),
+        ("memory_save", {"content": "c", "tags": [1]}),
+        ("memory_forget", {"id": "x", "everywhere": "maybe"}),
+        # As the SDK took them: a list as JSON text, a flag as a word, an extra argument.
+        ("memory_save", {"content": "the VPN is needed", "tags": '["ops"]'}),
+        ("memory_forget", {"id": "nothing", "everywhere": "true"}),
+        ("deploy", {"target": "staging", "colour": "blue"}),
+    ]
+    with RawClient(project, "--name", "Alice") as client:
+        client.initialize()
+        answers = []
+        for request_id, (name, arguments) in enumerate(calls, start=1):
+            client.ask(request_id, "tools/call", {"name": name, "arguments": arguments})
+            answer = client.next()
+            assert answer["id"] == request_id
+            (content,) = answer["result"]["content"]
+            answers.append((answer["result"]["isError"], content["text"]))
+        assert client.end()[0] == 0
+    assert answers == [
+        (True, "Unknown tool: nope"),
+        (True, "Error executing tool deploy: `target` is required"),
+        (True, "Error executing tool deploy: `target` must be text, not a number"),
+        (True, "Error executing tool deploy: `target` must be text, not null"),
+        (True, "Error executing tool memory_save: `tags` must be a list of text, not text"),
+        (True, "Error executing tool memory_save: `tags[0]` must be text, not a number"),
+        (True, "Error executing tool memory_forget: `everywhere` must be true or false, not text"),
+        (False, answers[7][1]),
+        (False, "No memory with id nothing."),
+        (False, "deploying to staging"),
+    ]
+    assert answers[7][1].startswith("✓ Saved to memory [")
+
+
+def _process_gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in ("Z", "X")
+
+
+@pytest.fixture
+def slow_settings(relay_home: Path, tmp_path: Path) -> Path:
+    """A `slow` handler that writes its pid and then sleeps (until it is cancelled)."""
+    pid_file = tmp_path / "slow.pid"
+    command = f"cat > /dev/null; echo $$ > '{pid_file}.tmp'; mv '{pid_file}.tmp' '{pid_file}'; exec sleep 600"
+    (relay_home / "settings.json").write_text(
+        json.dumps({"patterns": {"slow": {"command": command}}})
+    )
+    return pid_file
+
+
+def test_a_slow_tool_does_not_hold_up_ping_and_a_cancelled_one_stops_unanswered(
+    project: Path, relay_home: Path, slow_settings: Path
+) -> None:
+    with RawClient(project, "--name", "Alice") as client:
+        client.initialize()
+        client.ask(5, "tools/call", {"name": "slow", "arguments": {"target": "x"}})
+        wait_for(slow_settings.exists, "the slow handler started")
+        client.ask(6, "ping")
+        assert client.next() == {"jsonrpc": "2.0", "id": 6, "result": {}}
+        pid = int(slow_settings.read_text())
+        assert not _process_gone(pid)
+        cancel = {"requestId": 5, "reason": "the user pressed Esc"}
+        client.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel})
+        wait_for(lambda: _process_gone(pid), "the cancelled call's handler to be stopped")
+        client.ask(7, "ping")
+        # Never answered: the next answer is the ping's.
+        assert client.next() == {"jsonrpc": "2.0", "id": 7, "result": {}}
+        assert client.end()[0] == 0
+        assert client.answers.get(timeout=60) is None  # nothing came after
+
+
+def test_eof_ends_the_server_and_what_still_runs_is_answered_connection_closed(
+    project: Path, relay_home: Path, slow_settings: Path
+) -> None:
+    with RawClient(project, "--name", "Alice") as client:
+        client.initialize()
+        client.ask(5, "tools/call", {"name": "slow", "arguments": {"target": "x"}})
+        wait_for(slow_settings.exists, "the slow handler started")
+        pid = int(slow_settings.read_text())
+        code, err = client.end()
+        assert code == 0, err
+        assert client.answers.get(timeout=60) == {
+            "jsonrpc": "2.0",
+            "id": 5,
+            "error": {"code": -32000, "message": "Connection closed"},
+        }
+    wait_for(lambda: _process_gone(pid), "the handler of the call EOF cancelled to be stopped")

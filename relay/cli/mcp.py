@@ -39,7 +39,7 @@ def mcp(*, name: str | None, cwd: Path | None, settings_files: tuple[Path, ...])
             click.echo(visible(f"relay: {notice}"), err=True)
         messenger = channel.messenger
         if not messenger.uses_nats:
-            await server.run_stdio_async()
+            await server.run_stdio()
             return
         from relay.config.model import NatsConfig
         from relay.services.messaging.nats import NatsMessaging, inbox_prefix
@@ -48,7 +48,7 @@ def mcp(*, name: str | None, cwd: Path | None, settings_files: tuple[Path, ...])
         inbox = config.inboxPrefix or inbox_prefix(messenger.team, channel.name or "mcp")
         async with NatsMessaging(config, team=messenger.team, inbox=inbox) as nats:
             messenger.nats = nats
-            await server.run_stdio_async()
+            await server.run_stdio()
 
     try:
         anyio.run(serve)

@@ -1,9 +1,9 @@
-"""`relay mcp`: relay's agent channel as an MCP server on stdio, with the official SDK.
+"""`relay mcp`: relay's agent channel as an MCP server on stdio (relay/mcp/protocol.py).
 
 Tools: send_message, check_inbox, list_agents, memory_save, memory_search, memory_list,
 memory_forget, and one per user namespace of the settings' `patterns` (`deploy(target,
-message)`). See spec/mcp.md. The SDK is imported only here: `relay hooks run` and the
-host clients never pay for it.
+message)`). See spec/mcp.md. Each tool is a typed function: its signature is its input
+schema (relay/mcp/tools.py), its docstring its description.
 """
 
 from __future__ import annotations
@@ -12,10 +12,9 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-
 from relay.mcp.channel import Channel, ChannelError, check_arguments
+from relay.mcp.protocol import Server
+from relay.mcp.tools import ToolError, tool
 from relay.services.memory.namespace import GLOBAL_FLAG
 from relay.version import VERSION
 
@@ -37,9 +36,9 @@ BUILTIN_TOOLS = frozenset(
 )
 
 
-def build_server(channel: Channel) -> MCPServer:
+def build_server(channel: Channel) -> Server:
     """The MCP server over `channel`: the built-in tools and one per user namespace."""
-    server = MCPServer("relay", version=VERSION, instructions=INSTRUCTIONS)
+    server = Server("relay", version=VERSION, instructions=INSTRUCTIONS)
 
     async def send_message(to: str, body: str, thread: str | None = None) -> str:
         """Send a message to another agent of your team by name, or to "*" for everyone.
@@ -75,7 +74,7 @@ def build_server(channel: Channel) -> MCPServer:
         text = f"{id} {GLOBAL_FLAG}" if everywhere else id
         return await _call(channel.directive, "memory", "forget", text, check={"id": id})
 
-    for tool in (
+    for function in (
         send_message,
         check_inbox,
         list_agents,
@@ -84,7 +83,7 @@ def build_server(channel: Channel) -> MCPServer:
         memory_list,
         memory_forget,
     ):
-        server.add_tool(tool, structured_output=False)
+        server.add(tool(function))
     for namespace in channel.user_namespaces():
         if namespace in BUILTIN_TOOLS:
             print(
@@ -93,12 +92,13 @@ def build_server(channel: Channel) -> MCPServer:
                 file=sys.stderr,
             )
             continue
-        server.add_tool(
-            _namespace_tool(channel, namespace),
-            name=namespace,
-            description=f"Run the project's @{namespace}: handler with a target and a "
-            f"message, as the directive `@{namespace}:TARGET MESSAGE` would.",
-            structured_output=False,
+        server.add(
+            tool(
+                _namespace_tool(channel, namespace),
+                name=namespace,
+                description=f"Run the project's @{namespace}: handler with a target and a "
+                f"message, as the directive `@{namespace}:TARGET MESSAGE` would.",
+            )
         )
     return server
 
