@@ -939,3 +939,16 @@ def test_eof_ends_the_server_and_what_still_runs_is_answered_connection_closed(
             "error": {"code": -32000, "message": "Connection closed"},
         }
     wait_for(lambda: _process_gone(pid), "the handler of the call EOF cancelled to be stopped")
+
+
+def test_a_server_without_stdin_says_so(project: Path, relay_home: Path) -> None:
+    done = subprocess.run(
+        ["sh", "-c", f"exec {shlex.quote(RELAY)} mcp <&-"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "relay mcp serves MCP on stdin and stdout, and its stdin is closed" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -21,7 +21,18 @@ def mcp(*, name: str | None, cwd: Path | None, settings_files: tuple[Path, ...])
 
     A host starts it: `relay install` registers it (claude, gemini, codex).
     """
+    import os
+
     import anyio
+
+    # Checked before relay opens anything: a file it opened would take a closed fd 0 or 1.
+    for fd, stream in ((0, "stdin"), (1, "stdout")):
+        try:
+            os.fstat(fd)
+        except OSError:
+            raise click.ClickException(
+                f"relay mcp serves MCP on stdin and stdout, and its {stream} is closed"
+            ) from None
 
     from relay.engine.system import HookSystem
     from relay.mcp.channel import Channel

@@ -1,5 +1,7 @@
 """`relay mcp` start-up as a host pays it: spawn to the answer of `initialize`, and to the
-tool list, against a bare Python start (`python3 -I -S -c pass`) measured in the same run.
+tool list (wall time, and the server's CPU time by then), against a bare Python start
+(`python3 -I -S -c pass`) measured in the same run. The server is started as `relay
+install` registers it: `<python> -m relay mcp`.
 
 Hosts start MCP servers alongside their own start-up and wait for them in the background
 (DESIGN §12: the server must not slow the host's start noticeably). Bytecode is compiled
@@ -20,7 +22,8 @@ import time
 from pathlib import Path
 
 RUNS = 15
-RELAY = str(Path(sys.executable).parent / "relay")
+SERVER = [sys.executable, "-m", "relay", "mcp", "--name", "Bench"]
+TICKS = os.sysconf("SC_CLK_TCK")
 
 INITIALIZE = {
     "jsonrpc": "2.0",
@@ -53,10 +56,17 @@ def _answer(process: subprocess.Popen[bytes], request_id: int) -> dict[str, obje
             return message
 
 
-def one_start(env: dict[str, str], cwd: str) -> tuple[float, float]:
+def _cpu(pid: int) -> float:
+    """Seconds of CPU (user and system, every thread) the process has used so far."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def one_start(env: dict[str, str], cwd: str) -> tuple[float, float, float]:
     start = time.perf_counter()
     process = subprocess.Popen(
-        [RELAY, "mcp", "--name", "Bench"],
+        SERVER,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -70,10 +80,11 @@ def one_start(env: dict[str, str], cwd: str) -> tuple[float, float]:
     _send(process, LIST)
     tools = _answer(process, 2)
     listed = time.perf_counter() - start
+    cpu = _cpu(process.pid)
     assert "tools" in tools["result"]  # type: ignore[operator]
     process.stdin.close()  # type: ignore[union-attr]
     process.wait(timeout=10)
-    return initialized, listed
+    return initialized, listed, cpu
 
 
 def bare_python() -> float:
@@ -90,15 +101,17 @@ def main() -> None:
         env = {**os.environ, "RELAY_HOME": home}
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         one_start(env, project)  # warm the file cache
-        starts, lists, bare = [], [], []
+        starts, lists, cpus, bare = [], [], [], []
         for _ in range(RUNS):
-            initialized, listed = one_start(env, project)
+            initialized, listed, cpu = one_start(env, project)
             starts.append(initialized)
             lists.append(listed)
+            cpus.append(cpu)
             bare.append(bare_python())
-    start, listed, floor = (statistics.median(x) * 1000 for x in (starts, lists, bare))
+    start, listed, cpu, floor = (statistics.median(x) * 1000 for x in (starts, lists, cpus, bare))
     print(f"relay mcp: initialize answered {start:6.0f} ms  (median of {RUNS})")
     print(f"           tools listed        {listed:6.0f} ms")
+    print(f"           CPU by then         {cpu:6.0f} ms")
     print(f"python3 -I -S -c pass           {floor:6.0f} ms  ({start / floor:.0f}x)")
 
 
