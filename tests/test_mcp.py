@@ -675,16 +675,12 @@ def test_relay_does_not_import_the_sdk() -> None:
     assert importing == []
 
 
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 0,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "test", "version": "1"},
-    },
+INITIALIZE_PARAMS = {
+    "protocolVersion": "2025-06-18",
+    "capabilities": {},
+    "clientInfo": {"name": "test", "version": "1"},
 }
+INITIALIZE = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": INITIALIZE_PARAMS}
 
 
 class RawClient:
@@ -757,8 +753,7 @@ def test_initialize_answers_the_clients_protocol_version_or_the_newest(
     answers = []
     for version in ("2024-11-05", "2025-11-25", "1999-01-01"):
         with RawClient(project) as client:
-            params = {**INITIALIZE["params"], "protocolVersion": version}  # type: ignore[dict-item]
-            client.send({**INITIALIZE, "params": params})
+            client.send({**INITIALIZE, "params": {**INITIALIZE_PARAMS, "protocolVersion": version}})
             answers.append(client.next())
             assert client.end()[0] == 0
     assert [answer["result"]["protocolVersion"] for answer in answers] == [

@@ -75,6 +75,9 @@ class ProtocolError(Exception):
 class _Call:
     scope: anyio.CancelScope
     cancelled: bool = False
+    """By the client: never answered."""
+    answered: bool = False
+    """Its answer is (being) written: never a second one."""
 
 
 @dataclass
@@ -160,25 +163,35 @@ class Server:
     ) -> None:
         try:
             with call.scope:
-                await self._answer(request_id, method, params)
+                await self._answer(request_id, method, params, call)
         finally:
             if self._calls.get(request_id) is call:
                 del self._calls[request_id]
-        if call.scope.cancelled_caught and not call.cancelled:
+        if call.scope.cancelled_caught and not (call.cancelled or call.answered):
             # Cancelled by EOF: answered as the SDK answered it (the client may still read).
             error = ProtocolError(CONNECTION_CLOSED, "Connection closed").error
             with anyio.CancelScope(shield=True):
                 await self._send({"jsonrpc": "2.0", "id": request_id, "error": error})
 
     async def _answer(
-        self, request_id: RequestId, method: str, params: Mapping[str, object]
+        self,
+        request_id: RequestId,
+        method: str,
+        params: Mapping[str, object],
+        call: _Call | None = None,
     ) -> None:
+        answer: dict[str, object] = {"jsonrpc": "2.0", "id": request_id}
         try:
-            result = await self._handle(method, params)
+            answer["result"] = await self._handle(method, params)
         except ProtocolError as exc:
-            await self._send({"jsonrpc": "2.0", "id": request_id, "error": exc.error})
-            return
-        await self._send({"jsonrpc": "2.0", "id": request_id, "result": result})
+            answer["error"] = exc.error
+        except Exception as exc:  # relay's own fault: this request fails, the server serves on
+            print(f"relay mcp: {method} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+            error = ProtocolError(INTERNAL_ERROR, "Internal error", f"{type(exc).__name__}: {exc}")
+            answer["error"] = error.error
+        if call is not None:
+            call.answered = True
+        await self._send(answer)
 
     async def _send(self, message: dict[str, object]) -> None:
         """Write one message as one line; a client that stopped reading loses it."""
