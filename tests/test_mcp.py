@@ -1,5 +1,6 @@
 """`relay mcp` end to end: the real server process on stdio, driven by the MCP SDK's own
-client (DESIGN §12, spec/mcp.md)."""
+client (the conformance check: relay serves MCP itself), and by raw lines for what a
+client should never send (DESIGN §12, spec/mcp.md)."""
 
 from __future__ import annotations
 
