@@ -809,6 +809,35 @@ def test_minilm_multiplies_in_int8_and_keeps_its_embeddings(tmp_path: Path) -> N
             onnx_int8.rewrite(damaged)
 
 
+def test_the_model_process_orders_a_backlog_by_token_count() -> None:
+    """The child embeds a request CHUNK texts at a time, fewest tokens first, so that a
+    chunk runs as a few batches of one token length (minilm.py): a text of long words
+    and few tokens comes before a shorter one of many (sorted by characters before);
+    the answer keeps the order asked."""
+    import numpy as np
+
+    from relay.services.memory import embedding_process, minilm
+
+    model = minilm.load()
+    texts = [
+        "a b c d e f g h i j k",  # 21 characters, 13 tokens ([CLS] and [SEP] counted)
+        "internationalization",
+        "x y",
+        "deployment configuration documentation",  # 38 characters, 5 tokens
+    ]
+    job = embedding_process._Job(None, texts, model)
+    counts = [model.tokens(text) for text in job.texts]
+    assert counts == sorted(counts)
+    assert job.texts.index("deployment configuration documentation") < job.texts.index(
+        "a b c d e f g h i j k"
+    )
+    embedding_process._work(model, job)
+    answer = job.answer()
+    rows = np.frombuffer(answer[5:], dtype=np.float32).reshape(len(texts), minilm.DIMENSIONS)
+    alone = np.stack([model.embed([text])[0] for text in texts])
+    assert ((rows * alone).sum(axis=1) > 0.97).all()
+
+
 def test_a_query_is_not_kept_waiting_behind_another_process_backlog(tmp_path: Path) -> None:
     """The shared child embeds a backlog a chunk at a time, the request with the fewest
     texts left first: a query sent while another connection's 2,000 memories are being

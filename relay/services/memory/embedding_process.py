@@ -319,11 +319,14 @@ def main() -> int:
 class _Job:
     """A request being answered: its texts, embedded CHUNK at a time."""
 
-    def __init__(self, asker: Any, texts: list[str]) -> None:
+    def __init__(self, asker: Any, texts: list[str], model: minilm.MiniLM) -> None:
         self.asker = asker
         """The parent's pipe (`requests`) or a connection: where the answer goes."""
-        # Shortest first (as minilm batches them): a chunk's texts are of about one length.
-        self.order = sorted(range(len(texts)), key=lambda place: len(texts[place]))
+        # Fewest tokens first: minilm runs texts of one token length together, and a
+        # chunk of texts sorted so makes a few full batches (4 of 64 texts from the
+        # bench's memories, where sorted by characters made 13 of 5 texts: 8% more CPU).
+        tokens = [model.tokens(text) for text in texts]
+        self.order = sorted(range(len(texts)), key=tokens.__getitem__)
         self.texts = [texts[place] for place in self.order]
         self.done = 0
         self.vectors: list[bytes] = []
@@ -373,7 +376,8 @@ def _serve(
                 if source is requests:
                     try:
                         (size,) = _HEADER.unpack(_read_exactly(requests, _HEADER.size))
-                        jobs.append(_Job(requests, _texts.decode(_read_exactly(requests, size))))
+                        asked = _texts.decode(_read_exactly(requests, size))
+                        jobs.append(_Job(requests, asked, model))
                     except EOFError:
                         return 0  # the parent closed the pipe, or exited
                     except msgspec.DecodeError as exc:
@@ -387,7 +391,7 @@ def _serve(
                         connections.remove(source)
                         source.close()
                     else:
-                        jobs.append(_Job(source, texts))
+                        jobs.append(_Job(source, texts, model))
             if jobs:
                 job = min(jobs, key=lambda job: job.left)
                 _work(model, job)

@@ -77,6 +77,10 @@ class MiniLM:
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
+    def tokens(self, text: str) -> int:
+        """How many tokens the model reads of `text` ([CLS] and [SEP] counted)."""
+        return len(self._tokenizer.encode(text))
+
     def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
         """One row per text; a text with no tokens gets a zero row (similar to nothing)."""
         import numpy as np
