@@ -60,7 +60,7 @@ OUTPUT = "last_hidden_state"
 SLOWER_FUSIONS = ["SkipLayerNormFusion"]
 """onnxruntime's fusions to turn off for this graph: SkipLayerNormalization (an Add and
 a LayerNormalization in one) took five times as long as the two apart in 1.32 (880
-against 170 µs for 16 texts of 20 tokens), a quarter of a memory's CPU."""
+against 170 µs for 16 texts of 20 tokens), about a third of a memory's CPU."""
 _EMBEDDINGS = "inner.embeddings."
 _LAYER = "inner.encoder.layer.{}."
 _DENSE = (
