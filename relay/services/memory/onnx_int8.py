@@ -8,7 +8,7 @@ Its weights are kept, unchanged, and its nodes are written again as the same BER
 encoder in onnxruntime's fused operators:
 
     embeddings:  Gather of the int8 rows and their scales, then Cast and Mul (the table is
-                 never made float32: about 45 MB less resident), plus positions, LayerNorm
+                 never made float32: about 35 MB less resident), plus positions, LayerNorm
     each layer:  DynamicQuantizeLinear(x) -> QAttention(query, key and value weights
                  side by side, multiplied in int8, attention in one kernel)
                  DynamicQuantizeMatMul(attention, output weights, bias) + x -> LayerNorm
