@@ -13,6 +13,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -684,27 +685,66 @@ def test_a_command_searches_with_a_running_child_and_survives_hostile_peers(
     assert not Path(shared_socket() + ".lock").exists()
 
 
-def test_minilm_runs_a_thread_for_each_core_it_may_use(tmp_path: Path) -> None:
-    """The model's threads follow the cores the process may run on (one here, by its
-    affinity), so a process confined to one core does not split each run in two."""
-    script = (
-        "import os\n"
-        "os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})\n"
-        "from relay.services.memory import minilm\n"
-        "print(minilm.load()._session.get_session_options().intra_op_num_threads)\n"
+def test_minilm_runs_a_batch_at_once_for_each_core_it_may_use(tmp_path: Path) -> None:
+    """Each run of the model takes one thread (split in two, a batch took a third more
+    CPU), and a process runs as many batches at once as it may use cores: two here, one
+    when its affinity confines it to one core. Two batches of the same texts are seen
+    running together (each run waits at a barrier for another), and the embeddings are
+    those made one batch at a time."""
+    script = textwrap.dedent(
+        """
+        import os, sys, threading
+        if sys.argv[1] == "one":
+            os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+        from relay.services.memory import minilm
+        model = minilm.load()
+        session = model._session
+        print(session.get_session_options().intra_op_num_threads, model.runs)
+        texts = [f"the cache of service {n} is warmed before the deploy" for n in range(64)]
+        texts += [f"deploy {n} waits for the database migration to finish" for n in range(64)]
+        together = threading.Barrier(2, timeout=60)
+        threads = set()
+
+        class Recording:
+            def run(self, outputs, feeds):
+                threads.add(threading.get_ident())
+                together.wait()
+                return session.run(outputs, feeds)
+
+        if model.runs == 2:
+            model._session = Recording()
+            vectors = model.embed(texts)
+            model._session = session
+            model.runs = 1
+            alone = model.embed(texts)
+            print(len(threads), float((vectors * alone).sum(axis=1).min()))
+        """
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "1"
+    assert os.cpu_count() == 2 or len(os.sched_getaffinity(0)) >= 2
+    for cores, expected in (("one", "1 1"), ("all", "1 2")):
+        done = subprocess.run(
+            [sys.executable, "-c", script, cores],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.split("\n")
+        assert lines[0] == expected
+        if cores == "all":
+            threads, cosine = lines[1].split()
+            assert threads == "2"
+            assert float(cosine) > 0.9999
 
 
 def test_minilm_multiplies_in_int8_and_keeps_its_embeddings(tmp_path: Path) -> None:
-    """The model's graph is rewritten so that every MatMul by an int8 weight multiplies in
-    int8 (onnx_int8.py): no float32 copy of those weights is made, and the embeddings stay
-    close to those of the graph as shipped (float32 products); a damaged file is said to
-    be unreadable, not a crash."""
+    """The model's graph is rebuilt in onnxruntime's fused int8 operators (onnx_int8.py):
+    what onnxruntime runs is QAttention and DynamicQuantizeMatMul for every product, no
+    SkipLayerNormalization (five times slower than an Add and a LayerNormalization
+    apart), no float32 copy of the word table; and the embeddings stay within the cosine
+    spec/memory.md states of those of the graph as shipped (float32 products). A damaged
+    file is said to be unreadable, not a crash."""
     import numpy as np
     import onnxruntime  # type: ignore[import-untyped]
     from memory_relevance import memories
@@ -712,32 +752,90 @@ def test_minilm_multiplies_in_int8_and_keeps_its_embeddings(tmp_path: Path) -> N
     from relay.services.memory import minilm, onnx_int8
 
     shipped = minilm._package_file(minilm._WEIGHTS_PACKAGE, minilm._WEIGHTS).read_bytes()
-    rewritten = onnx_int8.rewrite(shipped)
-    graph = next(value for number, _, value in onnx_int8._fields(rewritten) if number == 7)
+    model = minilm.load(optimized=tmp_path / "optimized.onnx")
+    graph = next(
+        value
+        for number, _, value in onnx_int8._fields((tmp_path / "optimized.onnx").read_bytes())
+        if number == 7
+    )
     assert isinstance(graph, bytes)
     ops = [
         onnx_int8._node(value).op for number, _, value in onnx_int8._fields(graph) if number == 1
     ]
-    assert ops.count("MatMulInteger") == 36  # 6 layers: query, key, value, output, 2 dense
-    assert ops.count("MatMul") == 12  # attention's, between activations
-    assert ops.count("Cast") == 36 + 3  # the products; only the embedding tables' dequantize
+    assert ops.count("QAttention") == 6  # a layer's query, key and value, and attention
+    assert ops.count("DynamicQuantizeMatMul") == 18  # its output, and its two dense
+    assert not {"MatMul", "MatMulInteger", "SkipLayerNormalization", "Softmax"} & set(ops)
+    assert "mask" not in graph.decode("latin-1")  # texts of one length: no padding
+    floats = {}
+    for number, _, value in onnx_int8._fields(graph):
+        if number == 5:
+            assert isinstance(value, bytes)
+            fields = list(onnx_int8._fields(value))
+            dims = [item for field_number, _, item in fields if field_number == 1]
+            kind = next(item for field_number, _, item in fields if field_number == 2)
+            if kind == 1:
+                floats[bytes(next(item for n, _, item in fields if n == 8))] = dims
+    assert [30522, 384] not in floats.values(), floats  # the word table stays int8
 
-    model = minilm.load()
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3
-    float32 = minilm.MiniLM(
-        onnxruntime.InferenceSession(shipped, options, providers=["CPUExecutionProvider"]),
-        model._tokenizer,
+    shipped_session = onnxruntime.InferenceSession(
+        shipped, options, providers=["CPUExecutionProvider"]
     )
+
+    class Shipped:
+        """The graph as shipped, which also reads an attention mask (texts of one length
+        run together: every token counts) and token types (all 0 for one text)."""
+
+        def run(self, outputs: list[str], feeds: dict[str, Any]) -> Any:
+            ids = feeds["input_ids"]
+            shipped_feeds = {
+                "input_ids": ids,
+                "attention_mask": np.ones_like(ids),
+                "token_type_ids": np.zeros_like(ids),
+            }
+            return shipped_session.run(outputs, shipped_feeds)
+
+    float32 = minilm.MiniLM(Shipped(), model._tokenizer)
     texts = [memory.content for memory in memories()]
     cosines = (model.embed(texts) * float32.embed(texts)).sum(axis=1)
-    assert cosines.min() > 0.95 and np.mean(cosines) > 0.99, (cosines.min(), np.mean(cosines))
+    # spec/memory.md: within a cosine of 0.98, 0.994 on average.
+    assert cosines.min() > 0.98 and np.mean(cosines) > 0.993, (cosines.min(), np.mean(cosines))
     alone = model.embed([texts[0]])[0] @ float32.embed([texts[0]])[0]
-    assert alone > 0.95
+    assert alone > 0.98
 
     for damaged in (b"", b"\x0a\xff\xff", shipped[: len(shipped) // 2], b"not a model at all"):
         with pytest.raises(onnx_int8.GraphError):
             onnx_int8.rewrite(damaged)
+
+
+def test_the_model_process_orders_a_backlog_by_token_count() -> None:
+    """The child embeds a request CHUNK texts at a time, fewest tokens first, so that a
+    chunk runs as a few batches of one token length (minilm.py): a text of long words
+    and few tokens comes before a shorter one of many (sorted by characters before);
+    the answer keeps the order asked."""
+    import numpy as np
+
+    from relay.services.memory import embedding_process, minilm
+
+    model = minilm.load()
+    texts = [
+        "a b c d e f g h i j k",  # 21 characters, 13 tokens ([CLS] and [SEP] counted)
+        "internationalization",
+        "x y",
+        "deployment configuration documentation",  # 38 characters, 5 tokens
+    ]
+    job = embedding_process._Job(None, texts, model)
+    counts = [model.tokens(text) for text in job.texts]
+    assert counts == sorted(counts)
+    assert job.texts.index("deployment configuration documentation") < job.texts.index(
+        "a b c d e f g h i j k"
+    )
+    embedding_process._work(model, job)
+    answer = job.answer()
+    rows = np.frombuffer(answer[5:], dtype=np.float32).reshape(len(texts), minilm.DIMENSIONS)
+    alone = np.stack([model.embed([text])[0] for text in texts])
+    assert ((rows * alone).sum(axis=1) > 0.97).all()
 
 
 def test_a_query_is_not_kept_waiting_behind_another_process_backlog(tmp_path: Path) -> None:

@@ -212,6 +212,9 @@ class SearchFigures:
         self.load = self.embed = 0.0
         self.embed_cpu: float | None = None
         """CPU seconds of the backfill, the model's process included (None: unknown)."""
+        self.embed_load = (0.0, 0.0)
+        """The machine's load average (1 minute) as the backfill started and ended: on a
+        shared machine, the backfill has the cores the others leave it."""
         self.timings: dict[str, list[float]] = {kind: [] for kind in KINDS}
         self.stages: dict[str, list[float]] = {}
         """Milliseconds in each stage of each hybrid search whose query is new."""
@@ -242,9 +245,10 @@ def bench_search(folder: Path, memories: int, searches: int) -> SearchFigures:
         del data
         semantic.load_embedder().embed(["warm up"])  # the backfill is the embedding alone
         model = _process_cpu(semantic.load_embedder())
-        started, cpu = time.perf_counter(), time.process_time()
+        started, cpu, load = time.perf_counter(), time.process_time(), os.getloadavg()[0]
         hybrid.catch_up()  # the backfill: what the first search would do
         figures.embed = time.perf_counter() - started
+        figures.embed_load = (load, os.getloadavg()[0])
         if model is not None:
             after = _process_cpu(semantic.load_embedder())
             if after is not None:
@@ -452,10 +456,14 @@ def main() -> int:
                 f" {arguments.searches:,} searches of each kind, interleaved):"
             )
             if figures.embed_cpu is not None:
+                cores = len(os.sched_getaffinity(0))
                 print(
                     f"  backfill: {size / figures.embed:,.0f} memories a second,"
                     f" {figures.embed_cpu / size * 1000:.2f} ms of CPU a memory"
-                    " (the model's process and this one)"
+                    " (the model's process and this one), so at least"
+                    f" {figures.embed_cpu / cores:.0f} s on {cores} idle cores;"
+                    f" load average {figures.embed_load[0]:.1f} at its start,"
+                    f" {figures.embed_load[1]:.1f} at its end"
                 )
             for kind in KINDS:
                 p50, p99 = figures.p50(kind), figures.p99(kind)

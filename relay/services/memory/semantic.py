@@ -137,7 +137,7 @@ _load_lock = threading.Lock()
 
 
 def _load_minilm() -> Embedder:
-    # In a child process: the model would add about 200 MB to this one's resident set
+    # In a child process: the model would add about 150 MB to this one's resident set
     # (embedding_process.py), for a long-lived dashboard or server as much as for a CLI.
     from relay.services.memory import embedding_process
 
