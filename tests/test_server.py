@@ -421,6 +421,147 @@ def test_native_client_says_what_it_was_built_for(native: Path, relay_home: Path
     }
 
 
+def test_native_client_carries_a_big_event_to_the_server_and_to_relay_itself(
+    native: Path, project: Path, relay_home: Path
+) -> None:
+    """A 3 MB event (many times what the client reads at once): the server gets all of it,
+    and so does the in-process run the client falls back to when no server answers (the
+    event read before the C library started is the one it hands on)."""
+    program = "import sys, json; print(json.dumps({'systemMessage': str(len(sys.stdin.read()))}))"
+    command = {"command": sys.executable, "args": ["-c", program]}
+    write(relay_home / "settings.json", {"hooks": {"PreToolUse": [{"hooks": [command]}]}})
+    event = {"session_id": "s", "cwd": str(project), "tool_name": "Bash"}
+    stdin = json.dumps({**event, "tool_input": {"command": "x" * 3_000_000}}).encode()
+    expected = answer_call(call_for(project, "claude", "PreToolUse", stdin))
+    assert expected is not None and int(json.loads(expected.stdout)["systemMessage"]) > 3_000_000
+    path = client.socket_path()
+    for served in (False, True):
+        if served:
+            wait_for_status(path)  # the first call started it
+        before = wait_for_status(path)["calls"] if served else 0
+        got = run_client([str(native), "--dialect", "claude", "PreToolUse"], project, stdin)
+        assert normalized(got) == normalized(expected), served
+        if served:
+            assert wait_for_status(path)["calls"] == before + 1
+
+
+def _traced_c_library_start(
+    command: list[str], project: Path, stdin: bytes, env: dict[str, str]
+) -> tuple[Reply, bool | None]:
+    """Run a client under strace: its reply, and whether the C library started in it
+    (set_tid_address is among its first calls); None where strace cannot run here."""
+    strace = shutil.which("strace")
+    if strace is None or subprocess.run([strace, "-o", os.devnull, "true"], check=False).returncode:
+        done = subprocess.run(
+            command, input=stdin, capture_output=True, cwd=project, env=env, timeout=60, check=False
+        )
+        return Reply(done.returncode, done.stdout, done.stderr), None
+    with tempfile.NamedTemporaryFile(prefix="relay-strace-") as log:
+        done = subprocess.run(
+            [strace, "-f", "-qq", "-e", "trace=set_tid_address", "-o", log.name, *command],
+            input=stdin,
+            capture_output=True,
+            cwd=project,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+        started = "set_tid_address" in Path(log.name).read_text()
+    return Reply(done.returncode, done.stdout, done.stderr), started
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        "relay home",
+        "relay home under ~",
+        "relative relay home",
+        "runtime dir",
+        "state home",
+        "home",
+        "too long for a socket",
+        "no home",
+    ],
+)
+def test_native_client_finds_the_server_wherever_the_environment_puts_it(
+    where: str, native: Path, project: Path, relay_home: Path, tmp_path: Path
+) -> None:
+    """The native client answers a call the server takes before the C library starts (on
+    Linux x86-64): it finds the socket from the environment as client.py does,
+    in every form the environment can name it, and the server's answer is the in-process
+    one. Only without a home folder (which the password database gives) does the C
+    library start, and the server still answers."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XDG_")}
+    home = tmp_path / "home"
+    home.mkdir()
+    env["HOME"] = str(home)
+    if where == "relay home under ~":
+        env["RELAY_HOME"] = "~/rh"
+    elif where == "relative relay home":
+        env["RELAY_HOME"] = "rh"
+    elif where == "too long for a socket":
+        env["RELAY_HOME"] = str(tmp_path / ("x" * 120))
+    elif where != "relay home":
+        del env["RELAY_HOME"]
+        if where == "runtime dir":
+            env["XDG_RUNTIME_DIR"] = str(tmp_path / "run")
+        elif where == "state home":
+            env["XDG_STATE_HOME"] = str(tmp_path / "state")
+        elif where == "no home":
+            del env["HOME"]
+    # A relative RELAY_HOME names a socket relative to the working directory (the host's,
+    # here the project), whose absolute path may be too long for a socket: from there.
+    with chdir(project):
+        _serve_and_call(where, native, project, env)
+
+
+def _serve_and_call(where: str, native: Path, project: Path, env: dict[str, str]) -> None:
+    from relay.server.build import entry_flags
+
+    path = client.socket_path(env)
+    if where == "no home":
+        assert path.startswith(os.path.expanduser("~"))  # the password database's home
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    process = subprocess.Popen(
+        [sys.executable, "-I", "-m", "relay", "serve", "--socket", path, "--idle-seconds", "60"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        before = wait_for_status(path)["calls"]
+        stdin = payloads(project)[0]
+        reply, c_library = _traced_c_library_start(
+            [str(native), "--dialect", "claude", "PreToolUse"], project, stdin, env
+        )
+        assert wait_for_status(path)["calls"] == before + 1  # the server answered it
+        call = Call(["--dialect", "claude", "PreToolUse"], str(project), env, stdin)
+        assert normalized(reply) == normalized(answer_call(call))
+        if c_library is not None and entry_flags():
+            assert c_library == (where == "no home")
+    finally:
+        stop_server(path)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # the stop went unheard on a loaded machine
+            process.terminate()
+            process.wait(timeout=60)
+        for leftover in (path + ".lock", path + ".spawned"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(leftover)
+
+
+@contextlib.contextmanager
+def chdir(folder: Path) -> Iterator[None]:
+    previous = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
+
+
 def test_native_client_fails_open_visibly_when_relay_is_gone(tmp_path: Path, project: Path) -> None:
     if find_compiler() is None:
         pytest.skip("no C compiler here")

@@ -8,6 +8,7 @@ Python launcher runs client.py under `python -I -S` instead.
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -45,7 +46,18 @@ def build_native_client(
             f"#define RELAY_INSTALL {c_string(install or identity())}\n"
         )
         # Static where the C library allows it: no dynamic loader on each of the host's events.
-        return compile_program(SOURCE, folder / NATIVE_NAME, flags=("-I", scratch), static=True)
+        return compile_program(
+            SOURCE, folder / NATIVE_NAME, flags=("-I", scratch, *entry_flags()), static=True
+        )
+
+
+def entry_flags() -> tuple[str, ...]:
+    """Where the client starts: on Linux x86-64, at its fast path, which
+    answers a call the server takes before the C library starts (see relay-hook.c); no
+    stack protector there, whose canary lives in thread storage not set up yet."""
+    if sys.platform.startswith("linux") and platform.machine() == "x86_64":
+        return ("-fno-stack-protector", "-Wl,-e,relay_entry")
+    return ()
 
 
 def write_python_client(folder: Path) -> Path:
