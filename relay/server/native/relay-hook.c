@@ -417,7 +417,6 @@ static int ask_server(const char *path, int argc, char **argv, const buffer *eve
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &peer_len) || peer.uid != getuid()) goto fail;
     server = peer.pid;
     server_session = getsid(server);
-    server_started = start_ticks(server);
 #endif
     buffer request = {0};
     char cwd[4096];
@@ -438,6 +437,9 @@ static int ask_server(const char *path, int argc, char **argv, const buffer *eve
     }
     free(request.data);
     shutdown(fd, SHUT_WR);
+    /* Which process the server is (its start time, against a pid used again later): read
+     * while it works on the call, not before the call is sent. */
+    if (server > 0) server_started = start_ticks(server);
     int64_t deadline = now_ms() + ACK_TIMEOUT_MS;
     for (;;) {
         char head[5];
@@ -815,7 +817,6 @@ static void fast_ask(int argc, char **argv, char **envp, const char *path) {
     server = peer.pid;
     long session = FSYS(SYS_getsid, server, 0, 0, 0, 0);
     server_session = session < 0 ? -1 : (pid_t)session;
-    server_started = fast_start_ticks(server);
     char cwd[4096];
     long got = FSYS(SYS_getcwd, cwd, sizeof cwd, 0, 0, 0);
     if (got <= 0 || cwd[0] != '/') {
@@ -863,6 +864,7 @@ static void fast_ask(int argc, char **argv, char **envp, const char *path) {
     fast_add_u32(&t, (uint32_t)fast.event_len);
     if (t.full || fast_send((int)fd, t.data, t.len, fast.event, fast.event_len)) goto fail;
     FSYS(SYS_shutdown, fd, SHUT_WR, 0, 0, 0);
+    server_started = fast_start_ticks(server); /* as ask_server: once the call is sent */
     int64_t deadline = fast_now_ms() + ACK_TIMEOUT_MS;
     for (;;) {
         char head[5];
