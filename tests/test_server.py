@@ -1200,3 +1200,54 @@ def test_doctor_fails_when_another_user_holds_the_socket_folder(
     assert f"chmod 700 {folder}" in finding["text"]
     os.chmod(folder, 0o700)
     assert [f["level"] for f in doctor_server_findings(tmp_path)] == ["ok"]
+
+
+# ---- the server's socket on the host's path ------------------------------------------------
+
+
+def test_a_request_that_has_arrived_is_read_and_answered_without_waiting_for_the_socket(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A request already there is read at once, and a frame the socket's buffer takes is
+    sent at once: the socket gets no timeout, which would make each receive and send wait
+    for it first (a poll more each, on every host event). A reply bigger than the buffer
+    still arrives whole; a client that does not read, or sends nothing, frees the thread
+    within the bounds."""
+    from relay.server import server as server_module
+
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        request = client.encode_call(Call(["--dialect", "claude", "Stop"], "/", {"A": "1"}, b"{}"))
+        theirs.sendall(request)
+        read = server_module._reader(ours, time.monotonic() + 5)
+        request_read = client.read_request(read)
+        assert not isinstance(request_read, str)
+        call = request_read[1]
+        assert call.env == {"A": "1"} and call.stdin == b"{}"
+        server_module._send(ours, client.accepted_frame(1000))
+        assert ours.gettimeout() is None  # neither waited for the socket
+        assert theirs.recv(100) == client.accepted_frame(1000)
+
+        big = client.result_frame(Reply(0, b"x" * (4 << 20), b""))
+        got = bytearray()
+        reader = threading.Thread(target=lambda: _read_exactly(theirs, len(big), got))
+        reader.start()
+        server_module._send(ours, big)
+        reader.join(timeout=60)
+        assert bytes(got) == big
+
+    monkeypatch.setattr(server_module, "WRITE_TIMEOUT", 0.5)
+    ours, theirs = socket.socketpair()
+    with ours, theirs, pytest.raises(TimeoutError):
+        server_module._send(ours, big)  # nobody reads
+    ours, theirs = socket.socketpair()
+    with ours, theirs, pytest.raises(TimeoutError):
+        client.read_request(server_module._reader(ours, time.monotonic() + 0.5))  # nothing sent
+
+
+def _read_exactly(sock: socket.socket, size: int, into: bytearray) -> None:
+    while len(into) < size:
+        chunk = sock.recv(1 << 16)
+        if not chunk:
+            return
+        into += chunk
