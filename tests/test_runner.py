@@ -604,3 +604,31 @@ def test_cpython_spawn_primitive_gives_what_popen_gives(
     assert primitive[1][1:3] == (3, None) and primitive[2][2] == "SIGKILL"
     assert primitive[3][4] == b"sealed x\n"
     assert [spawned[3] is not None for spawned in primitive] == [False] * 4 + [True] * 5
+
+
+def test_the_callers_work_is_done_while_the_hooks_run(tmp_path: Path) -> None:
+    """`meanwhile` runs once the hooks have started and before they are waited for: each
+    hook here waits for the file it makes (it would time out were it called after), and
+    it is called once however many hooks start, and with none at all."""
+    made = tmp_path / "made"
+    calls: list[str] = []
+
+    def meanwhile() -> None:
+        calls.append("called")
+        made.touch()
+
+    wait = f"while [ ! -e {made} ]; do sleep 0.01; done; echo seen"
+    specs = [
+        ProcessSpec(
+            launch=prepare_launch(wait, None, {}),
+            stdin=b"",
+            env=dict(os.environ),
+            cwd=None,
+            timeout=30,
+        )
+        for _ in range(3)
+    ]
+    results = run_processes(specs, max_parallel=2, meanwhile=meanwhile)
+    assert [(result.stdout, result.timed_out) for result in results] == [(b"seen\n", False)] * 3
+    assert calls == ["called"]
+    assert run_processes([], meanwhile=meanwhile) == [] and calls == ["called"] * 2

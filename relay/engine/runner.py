@@ -103,8 +103,18 @@ class _Loop(Protocol):
 # ---- the synchronous driver ------------------------------------------------------------
 
 
-def run_processes(specs: Sequence[ProcessSpec], *, max_parallel: int = 32) -> list[ProcessResult]:
-    """Run hook processes on this thread, at most `max_parallel` at once; results in order."""
+def run_processes(
+    specs: Sequence[ProcessSpec],
+    *,
+    max_parallel: int = 32,
+    meanwhile: Callable[[], None] | None = None,
+) -> list[ProcessResult]:
+    """Run hook processes on this thread, at most `max_parallel` at once; results in order.
+
+    `meanwhile` is called once, on this thread, as soon as the first hooks have started:
+    the caller's work that does not need their results, done while they run instead of
+    after them (with no hook to start, before returning). It must not raise: an exception
+    ends the run and kills the hooks."""
     loop = _PollLoop()
     results: list[ProcessResult | None] = [None] * len(specs)
     waiting = collections.deque(enumerate(specs))
@@ -121,6 +131,9 @@ def run_processes(specs: Sequence[ProcessSpec], *, max_parallel: int = 32) -> li
                     continue
                 running[index] = (hook, started)
                 hook.start()
+            if meanwhile is not None:
+                later, meanwhile = meanwhile, None
+                later()
             now = loop.time()
             for index, (hook, started) in list(running.items()):
                 if hook.advance(now):
@@ -134,6 +147,8 @@ def run_processes(specs: Sequence[ProcessSpec], *, max_parallel: int = 32) -> li
         for hook, _ in running.values():  # an exception or an interrupt: no orphans
             hook.close()
         loop.close()
+    if meanwhile is not None:  # no hook was given
+        meanwhile()
     return [result for result in results if result is not None]
 
 
