@@ -515,6 +515,37 @@ def test_native_client_finds_the_server_wherever_the_environment_puts_it(
         _serve_and_call(where, native, project, env)
 
 
+def test_native_clients_early_path_calls_nothing_of_the_c_library(native: Path) -> None:
+    """What runs before the C library starts (relay_entry, relay_fast and the fast_
+    functions it calls) calls only itself and the kernel: a compiler that turned a loop
+    into a call to memcpy, say, would call the C library before it is set up."""
+    from relay.server.build import entry_flags
+
+    objdump = shutil.which("objdump")
+    if objdump is None or not entry_flags():
+        pytest.skip("no objdump here, or no early path on this machine")
+    listing = subprocess.run(
+        [objdump, "-d", "--no-show-raw-insn", str(native)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    early = ("relay_entry", "relay_fast", "fast_")
+    called: set[str] = set()
+    seen: set[str] = set()
+    current = None
+    for line in listing.splitlines():
+        if line.endswith(">:"):  # "0000000000401000 <name>:"
+            name = line.split("<", 1)[1][:-2]
+            current = name if name.startswith(early) else None
+            if current is not None:
+                seen.add(current)
+        elif current is not None and "\tcall " in line and "<" in line:
+            called.add(line.rsplit("<", 1)[1].rstrip(">").split("+")[0])
+    assert {"relay_entry", "relay_fast"} <= seen
+    assert called and all(name.startswith(early) for name in called), sorted(called)
+
+
 def _serve_and_call(where: str, native: Path, project: Path, env: dict[str, str]) -> None:
     from relay.server.build import entry_flags
 
