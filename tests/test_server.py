@@ -176,6 +176,52 @@ def test_server_and_in_process_give_the_same_answers(
     assert wait_for_status(server)["calls"] == compared
 
 
+def test_a_call_looks_at_no_script_of_the_project_hooks_it_does_not_plan(
+    server: str, project: Path, relay_home: Path, tmp_path: Path
+) -> None:
+    """A served call checks the trust of the project hooks it would run and of no other:
+    a PreToolUse call stats nothing of 40 project hooks on Stop (it once checked every
+    project hook registered on each call, to name those that cannot be trusted: 160 ms a
+    call with 300 of them)."""
+    strace = shutil.which("strace")
+    if strace is None or subprocess.run([strace, "-o", os.devnull, "true"], check=False).returncode:
+        pytest.skip("strace cannot run here")
+    write(
+        relay_home / "settings.json", {"hooks": {"PreToolUse": [{"hooks": [{"command": "true"}]}]}}
+    )
+    stop = []
+    for index in range(40):
+        script = write(project / "stop-hooks" / f"h{index}.sh", "#!/bin/sh\necho '{}'\n")
+        script.chmod(0o755)
+        stop.append({"name": f"stop{index}", "command": f"./stop-hooks/h{index}.sh"})
+    write(project / ".relay" / "settings.json", {"hooks": {"Stop": [{"hooks": stop}]}})
+    event = {"session_id": "s", "cwd": str(project), "tool_name": "Bash", "tool_input": {}}
+    call = call_for(project, "claude", "PreToolUse", json.dumps(event).encode())
+    assert client.request(server, call) is not None  # the settings read, the registry built
+    log = tmp_path / "strace.log"
+    pid = str(wait_for_status(server)["pid"])
+    tracer = subprocess.Popen(
+        [strace, "-f", "-qq", "-e", "trace=%file,recvfrom", "-o", str(log), "-p", pid],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while "recvfrom" not in (log.read_text() if log.exists() else ""):  # it is attached
+            assert time.monotonic() < deadline, "strace did not attach"
+            client.control(server, "status")
+            time.sleep(0.05)
+        start = len(log.read_text())
+        served = client.request(server, call)
+    finally:
+        tracer.terminate()
+        tracer.wait(timeout=60)
+    assert served is not None and served.exit_code == 0
+    traced = log.read_text()[start:]
+    assert str(relay_home / "settings.json") in traced  # the call was traced
+    assert "stop-hooks" not in traced
+
+
 def test_a_client_of_the_first_protocol_is_answered_as_one_of_the_second(
     server: str, project: Path, relay_home: Path
 ) -> None:
