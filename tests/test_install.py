@@ -120,6 +120,62 @@ def test_a_stale_client_path_is_updated_in_place(env: dict[str, str]) -> None:
     assert "/old/place" not in path.read_text()
 
 
+def test_an_entry_in_the_form_written_before_exec_is_brought_up_to_it(env: dict[str, str]) -> None:
+    """relay's entries start with `exec`, so the host's shell becomes the client instead
+    of forking it and waiting. An entry of this install's written before (the client's
+    path first) is still relay's: doctor names it, install brings it to the new form in
+    place (no second entry), and uninstall takes out either form."""
+    path = claude_file(env)
+    assert relay(env, "install", "claude", "--python-client", "--no-mcp").returncode == 0
+    current = path.read_text()
+    command = json.loads(current)["hooks"]["Stop"][0]["hooks"][0]["command"]
+    assert command.startswith("exec /") and command.endswith("/relay-hook.py --dialect claude Stop")
+    older = command.removeprefix("exec ")
+    older_text = current.replace(json.dumps(command), json.dumps(older))
+    path.write_text(older_text)
+    assert run_entry(older, env, "Stop").returncode == 0  # it still works as it is
+
+    doctor = relay(env, "doctor", "--no-measure")
+    assert "or in an older form; run `relay install claude` again" in doctor.stdout
+    assert "an entry of yours that runs relay" not in doctor.stdout
+    done = relay(env, "install", "claude", "--python-client", "--no-mcp")
+    assert done.returncode == 0 and "1 updated to this client" in done.stdout, done.stdout
+    assert path.read_text() == current
+    assert "older form" not in relay(env, "doctor", "--no-measure").stdout
+
+    path.write_text(older_text)
+    removed = relay(env, "uninstall", "claude")
+    assert removed.returncode == 0, removed.stderr
+    assert "relay-hook" not in (path.read_text() if path.exists() else "")
+
+
+def test_the_hosts_shell_becomes_the_client(env: dict[str, str]) -> None:
+    """An entry run as a host runs it (`sh -c`): the shell execs the client in its own
+    process, whatever the sh is (dash forks for a single command without `exec`)."""
+    strace = shutil.which("strace")
+    if strace is None or subprocess.run([strace, "-o", os.devnull, "true"], check=False).returncode:
+        pytest.skip("strace cannot run here")
+    path = claude_file(env)
+    assert relay(env, "install", "claude", "--python-client", "--no-mcp").returncode == 0
+    command = json.loads(path.read_text())["hooks"]["Stop"][0]["hooks"][0]["command"]
+    log = Path(env["HOME"]) / "strace.log"
+    payload = json.dumps({"session_id": "s", "cwd": env["HOME"], "hook_event_name": "Stop"})
+    # The shell's own process only (not its children, nor the server the client starts).
+    done = subprocess.run(
+        [strace, "-qq", "-s", "4096", "-e", "trace=execve", "-o", str(log), "sh", "-c", command],
+        input=payload,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    execs = [line for line in log.read_text().splitlines() if line.startswith("execve(")]
+    assert execs[0].startswith('execve("/bin/sh"') or execs[0].startswith('execve("/usr/bin/sh"')
+    assert any("relay-hook" in line for line in execs[1:]), execs
+
+
 def run_entry(command: str, env: dict[str, str], event: str) -> subprocess.CompletedProcess[str]:
     """A host entry's command run as a host runs it: `sh -c`, the event on stdin."""
     payload = json.dumps({"session_id": "s", "cwd": env["HOME"], "hook_event_name": event})

@@ -545,3 +545,90 @@ def test_install_child_watcher_is_idempotent() -> None:
         assert isinstance(watcher, asyncio.PidfdChildWatcher)
     finally:
         policy.set_child_watcher(previous)
+
+
+# ---- the two ways of starting a hook
+
+
+def test_cpython_spawn_primitive_gives_what_popen_gives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the runner starts hooks with CPython's own primitive (3.11 to 3.13), every
+    kind of run and of spawn failure is the result Popen gave: output, exit codes and
+    signals, a script without #!, a pinned (sealed) script run by descriptor, a command
+    found on the hook's PATH, and each failure's words."""
+    assert runner._FORK_EXEC is not None or sys.version_info[:2] > (3, 13)
+    bare = tmp_path / "bare.sh"
+    bare.write_text("echo no shebang; echo to stderr >&2; exit 3\n")
+    bare.chmod(0o755)
+    unexecutable = tmp_path / "plain.sh"
+    unexecutable.write_text("#!/bin/sh\necho never\n")
+    tool = tmp_path / "bin" / "relay-test-tool"
+    tool.parent.mkdir()
+    tool.write_text('#!/bin/sh\ncat; echo "$PWD $LEVEL"\n')
+    tool.chmod(0o755)
+    env = {"PATH": f"{tool.parent}:/usr/bin:/bin", "LEVEL": "strict"}
+    cwd = str(tmp_path)
+    sealed = Launch(
+        argv=("pinned.sh", "x"),
+        mode="exec",
+        sealed=b"#!/bin/sh\necho sealed $1\n",
+        sealed_word=0,
+    )
+    cases = [
+        (prepare_launch("relay-test-tool", None, {}), env, cwd),
+        (prepare_launch("./bare.sh", None, {}), env, cwd),
+        (prepare_launch("kill -9 $$", None, {}), env, cwd),
+        (sealed, env, cwd),
+        (prepare_launch("./nope", None, {}), env, cwd),
+        (prepare_launch("./plain.sh", None, {}), env, cwd),
+        (prepare_launch("relay-test-tool", None, {}), env, str(tmp_path / "missing")),
+        (prepare_launch("relay-test-tool", None, {}), {**env, "A=B": "c"}, cwd),
+        (prepare_launch("relay-test-tool", None, {}), {**env, "BAD": "a\0b"}, cwd),
+    ]
+
+    def results() -> list[tuple[Any, ...]]:
+        specs = [
+            ProcessSpec(launch=launch, stdin=b"the event\n", env=environ, cwd=folder, timeout=30)
+            for launch, environ, folder in cases
+        ]
+        return [
+            (r.launch, r.exit_code, r.signal, r.spawn_error, r.stdout, r.stderr, r.pid is None)
+            for r in run_processes(specs)
+        ]
+
+    primitive = results()
+    monkeypatch.setattr(runner, "_FORK_EXEC", None)
+    assert primitive == results()
+    assert primitive[0][4] == f"the event\n{tmp_path} strict\n".encode()
+    assert primitive[1][1:3] == (3, None) and primitive[2][2] == "SIGKILL"
+    assert primitive[3][4] == b"sealed x\n"
+    assert [spawned[3] is not None for spawned in primitive] == [False] * 4 + [True] * 5
+
+
+def test_the_callers_work_is_done_while_the_hooks_run(tmp_path: Path) -> None:
+    """`meanwhile` runs once the hooks have started and before they are waited for: each
+    hook here waits for the file it makes (it would time out were it called after), and
+    it is called once however many hooks start, and with none at all."""
+    made = tmp_path / "made"
+    calls: list[str] = []
+
+    def meanwhile() -> None:
+        calls.append("called")
+        made.touch()
+
+    wait = f"while [ ! -e {made} ]; do sleep 0.01; done; echo seen"
+    specs = [
+        ProcessSpec(
+            launch=prepare_launch(wait, None, {}),
+            stdin=b"",
+            env=dict(os.environ),
+            cwd=None,
+            timeout=30,
+        )
+        for _ in range(3)
+    ]
+    results = run_processes(specs, max_parallel=2, meanwhile=meanwhile)
+    assert [(result.stdout, result.timed_out) for result in results] == [(b"seen\n", False)] * 3
+    assert calls == ["called"]
+    assert run_processes([], meanwhile=meanwhile) == [] and calls == ["called"] * 2

@@ -179,6 +179,52 @@ def test_server_and_in_process_give_the_same_answers(
     assert wait_for_status(server)["calls"] == compared
 
 
+def test_a_call_looks_at_no_script_of_the_project_hooks_it_does_not_plan(
+    server: str, project: Path, relay_home: Path, tmp_path: Path
+) -> None:
+    """A served call checks the trust of the project hooks it would run and of no other:
+    a PreToolUse call stats nothing of 40 project hooks on Stop (it once checked every
+    project hook registered on each call, to name those that cannot be trusted: 160 ms a
+    call with 300 of them)."""
+    strace = shutil.which("strace")
+    if strace is None or subprocess.run([strace, "-o", os.devnull, "true"], check=False).returncode:
+        pytest.skip("strace cannot run here")
+    write(
+        relay_home / "settings.json", {"hooks": {"PreToolUse": [{"hooks": [{"command": "true"}]}]}}
+    )
+    stop = []
+    for index in range(40):
+        script = write(project / "stop-hooks" / f"h{index}.sh", "#!/bin/sh\necho '{}'\n")
+        script.chmod(0o755)
+        stop.append({"name": f"stop{index}", "command": f"./stop-hooks/h{index}.sh"})
+    write(project / ".relay" / "settings.json", {"hooks": {"Stop": [{"hooks": stop}]}})
+    event = {"session_id": "s", "cwd": str(project), "tool_name": "Bash", "tool_input": {}}
+    call = call_for(project, "claude", "PreToolUse", json.dumps(event).encode())
+    assert client.request(server, call) is not None  # the settings read, the registry built
+    log = tmp_path / "strace.log"
+    pid = str(wait_for_status(server)["pid"])
+    tracer = subprocess.Popen(
+        [strace, "-f", "-qq", "-e", "trace=%file,recvfrom", "-o", str(log), "-p", pid],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while "recvfrom" not in (log.read_text() if log.exists() else ""):  # it is attached
+            assert time.monotonic() < deadline, "strace did not attach"
+            client.control(server, "status")
+            time.sleep(0.05)
+        start = len(log.read_text())
+        served = client.request(server, call)
+    finally:
+        tracer.terminate()
+        tracer.wait(timeout=60)
+    assert served is not None and served.exit_code == 0
+    traced = log.read_text()[start:]
+    assert str(relay_home / "settings.json") in traced  # the call was traced
+    assert "stop-hooks" not in traced
+
+
 def test_a_client_of_the_first_protocol_is_answered_as_one_of_the_second(
     server: str, project: Path, relay_home: Path
 ) -> None:
@@ -475,6 +521,178 @@ def test_a_client_built_before_is_copied_from_the_cache_not_compiled_again(
     build_native_client(tmp_path / "six")
     assert compiled() == 5
     entry.parent.chmod(0o700)
+
+
+def test_native_client_carries_a_big_event_to_the_server_and_to_relay_itself(
+    native: Path, project: Path, relay_home: Path
+) -> None:
+    """A 3 MB event (many times what the client reads at once): the server gets all of it,
+    and so does the in-process run the client falls back to when no server answers (the
+    event read before the C library started is the one it hands on)."""
+    program = "import sys, json; print(json.dumps({'systemMessage': str(len(sys.stdin.read()))}))"
+    command = {"command": sys.executable, "args": ["-c", program]}
+    write(relay_home / "settings.json", {"hooks": {"PreToolUse": [{"hooks": [command]}]}})
+    event = {"session_id": "s", "cwd": str(project), "tool_name": "Bash"}
+    stdin = json.dumps({**event, "tool_input": {"command": "x" * 3_000_000}}).encode()
+    expected = answer_call(call_for(project, "claude", "PreToolUse", stdin))
+    assert expected is not None and int(json.loads(expected.stdout)["systemMessage"]) > 3_000_000
+    path = client.socket_path()
+    for served in (False, True):
+        if served:
+            wait_for_status(path)  # the first call started it
+        before = wait_for_status(path)["calls"] if served else 0
+        got = run_client([str(native), "--dialect", "claude", "PreToolUse"], project, stdin)
+        assert normalized(got) == normalized(expected), served
+        if served:
+            assert wait_for_status(path)["calls"] == before + 1
+
+
+def _traced_c_library_start(
+    command: list[str], project: Path, stdin: bytes, env: dict[str, str]
+) -> tuple[Reply, bool | None]:
+    """Run a client under strace: its reply, and whether the C library started in it
+    (set_tid_address is among its first calls); None where strace cannot run here."""
+    strace = shutil.which("strace")
+    if strace is None or subprocess.run([strace, "-o", os.devnull, "true"], check=False).returncode:
+        done = subprocess.run(
+            command, input=stdin, capture_output=True, cwd=project, env=env, timeout=60, check=False
+        )
+        return Reply(done.returncode, done.stdout, done.stderr), None
+    with tempfile.NamedTemporaryFile(prefix="relay-strace-") as log:
+        done = subprocess.run(
+            [strace, "-f", "-qq", "-e", "trace=set_tid_address", "-o", log.name, *command],
+            input=stdin,
+            capture_output=True,
+            cwd=project,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+        started = "set_tid_address" in Path(log.name).read_text()
+    return Reply(done.returncode, done.stdout, done.stderr), started
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        "relay home",
+        "relay home under ~",
+        "relative relay home",
+        "runtime dir",
+        "state home",
+        "home",
+        "too long for a socket",
+        "no home",
+    ],
+)
+def test_native_client_finds_the_server_wherever_the_environment_puts_it(
+    where: str, native: Path, project: Path, relay_home: Path, tmp_path: Path
+) -> None:
+    """The native client answers a call the server takes before the C library starts (on
+    Linux x86-64): it finds the socket from the environment as client.py does,
+    in every form the environment can name it, and the server's answer is the in-process
+    one. Only without a home folder (which the password database gives) does the C
+    library start, and the server still answers."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XDG_")}
+    home = tmp_path / "home"
+    home.mkdir()
+    env["HOME"] = str(home)
+    if where == "relay home under ~":
+        env["RELAY_HOME"] = "~/rh"
+    elif where == "relative relay home":
+        env["RELAY_HOME"] = "rh"
+    elif where == "too long for a socket":
+        env["RELAY_HOME"] = str(tmp_path / ("x" * 120))
+    elif where != "relay home":
+        del env["RELAY_HOME"]
+        if where == "runtime dir":
+            env["XDG_RUNTIME_DIR"] = str(tmp_path / "run")
+        elif where == "state home":
+            env["XDG_STATE_HOME"] = str(tmp_path / "state")
+        elif where == "no home":
+            del env["HOME"]
+    # A relative RELAY_HOME names a socket relative to the working directory (the host's,
+    # here the project), whose absolute path may be too long for a socket: from there.
+    with chdir(project):
+        _serve_and_call(where, native, project, env)
+
+
+def test_native_clients_early_path_calls_nothing_of_the_c_library(native: Path) -> None:
+    """What runs before the C library starts (relay_entry, relay_fast and the fast_
+    functions it calls) calls only itself and the kernel: a compiler that turned a loop
+    into a call to memcpy, say, would call the C library before it is set up."""
+    from relay.server.build import entry_flags
+
+    objdump = shutil.which("objdump")
+    if objdump is None or not entry_flags():
+        pytest.skip("no objdump here, or no early path on this machine")
+    listing = subprocess.run(
+        [objdump, "-d", "--no-show-raw-insn", str(native)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    early = ("relay_entry", "relay_fast", "fast_")
+    called: set[str] = set()
+    seen: set[str] = set()
+    current = None
+    for line in listing.splitlines():
+        if line.endswith(">:"):  # "0000000000401000 <name>:"
+            name = line.split("<", 1)[1][:-2]
+            current = name if name.startswith(early) else None
+            if current is not None:
+                seen.add(current)
+        elif current is not None and "\tcall " in line and "<" in line:
+            called.add(line.rsplit("<", 1)[1].rstrip(">").split("+")[0])
+    assert {"relay_entry", "relay_fast"} <= seen
+    assert called and all(name.startswith(early) for name in called), sorted(called)
+
+
+def _serve_and_call(where: str, native: Path, project: Path, env: dict[str, str]) -> None:
+    from relay.server.build import entry_flags
+
+    path = client.socket_path(env)
+    if where == "no home":
+        assert path.startswith(os.path.expanduser("~"))  # the password database's home
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    process = subprocess.Popen(
+        [sys.executable, "-I", "-m", "relay", "serve", "--socket", path, "--idle-seconds", "60"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        before = wait_for_status(path)["calls"]
+        stdin = payloads(project)[0]
+        reply, c_library = _traced_c_library_start(
+            [str(native), "--dialect", "claude", "PreToolUse"], project, stdin, env
+        )
+        assert wait_for_status(path)["calls"] == before + 1  # the server answered it
+        call = Call(["--dialect", "claude", "PreToolUse"], str(project), env, stdin)
+        assert normalized(reply) == normalized(answer_call(call))
+        if c_library is not None and entry_flags():
+            assert c_library == (where == "no home")
+    finally:
+        stop_server(path)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # the stop went unheard on a loaded machine
+            process.terminate()
+            process.wait(timeout=60)
+        for leftover in (path + ".lock", path + ".spawned"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(leftover)
+
+
+@contextlib.contextmanager
+def chdir(folder: Path) -> Iterator[None]:
+    previous = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
 
 
 def test_native_client_fails_open_visibly_when_relay_is_gone(tmp_path: Path, project: Path) -> None:
@@ -1115,3 +1333,54 @@ def test_doctor_fails_when_another_user_holds_the_socket_folder(
     assert f"chmod 700 {folder}" in finding["text"]
     os.chmod(folder, 0o700)
     assert [f["level"] for f in doctor_server_findings(tmp_path)] == ["ok"]
+
+
+# ---- the server's socket on the host's path ------------------------------------------------
+
+
+def test_a_request_that_has_arrived_is_read_and_answered_without_waiting_for_the_socket(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A request already there is read at once, and a frame the socket's buffer takes is
+    sent at once: the socket gets no timeout, which would make each receive and send wait
+    for it first (a poll more each, on every host event). A reply bigger than the buffer
+    still arrives whole; a client that does not read, or sends nothing, frees the thread
+    within the bounds."""
+    from relay.server import server as server_module
+
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        request = client.encode_call(Call(["--dialect", "claude", "Stop"], "/", {"A": "1"}, b"{}"))
+        theirs.sendall(request)
+        read = server_module._reader(ours, time.monotonic() + 5)
+        request_read = client.read_request(read)
+        assert not isinstance(request_read, str)
+        call = request_read[1]
+        assert call.env == {"A": "1"} and call.stdin == b"{}"
+        server_module._send(ours, client.accepted_frame(1000))
+        assert ours.gettimeout() is None  # neither waited for the socket
+        assert theirs.recv(100) == client.accepted_frame(1000)
+
+        big = client.result_frame(Reply(0, b"x" * (4 << 20), b""))
+        got = bytearray()
+        reader = threading.Thread(target=lambda: _read_exactly(theirs, len(big), got))
+        reader.start()
+        server_module._send(ours, big)
+        reader.join(timeout=60)
+        assert bytes(got) == big
+
+    monkeypatch.setattr(server_module, "WRITE_TIMEOUT", 0.5)
+    ours, theirs = socket.socketpair()
+    with ours, theirs, pytest.raises(TimeoutError):
+        server_module._send(ours, big)  # nobody reads
+    ours, theirs = socket.socketpair()
+    with ours, theirs, pytest.raises(TimeoutError):
+        client.read_request(server_module._reader(ours, time.monotonic() + 0.5))  # nothing sent
+
+
+def _read_exactly(sock: socket.socket, size: int, into: bytearray) -> None:
+    while len(into) < size:
+        chunk = sock.recv(1 << 16)
+        if not chunk:
+            return
+        into += chunk

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import msgspec
@@ -73,17 +73,22 @@ class Executor:
         hooks: list[RegisteredHook],
         sequential: bool,
         traces: Traces | None = None,
+        meanwhile: Callable[[], None] | None = None,
     ) -> tuple[list[HookOutcome], list[str]]:
-        """Run command hooks on this thread (parallel or one at a time); outcomes and warnings."""
+        """Run command hooks on this thread (parallel or one at a time); outcomes and warnings.
+        `meanwhile`: the caller's work, done once the first hooks have started (run_processes)."""
         warnings: list[str] = []
         if sequential:
             chain = Chain(envelope, hooks, warnings)
             for index, hook, current in chain:
                 item = self.prepare(hook, current, {})
-                (process,) = run_processes([item.spec])
+                (process,) = run_processes([item.spec], meanwhile=meanwhile)
+                meanwhile = None
                 chain.record(index, self.outcome(item, current, process, traces))
+            if meanwhile is not None:
+                meanwhile()
             return chain.outcomes(), warnings
-        outcomes = self._parallel(envelope, hooks, traces)
+        outcomes = self._parallel(envelope, hooks, traces, meanwhile)
         again = judge_again(envelope, hooks, outcomes, warnings)
         if again is not None:
             rewritten, indexes = again
@@ -94,11 +99,17 @@ class Executor:
         return outcomes, warnings
 
     def _parallel(
-        self, envelope: EventEnvelope, hooks: list[RegisteredHook], traces: Traces | None
+        self,
+        envelope: EventEnvelope,
+        hooks: list[RegisteredHook],
+        traces: Traces | None,
+        meanwhile: Callable[[], None] | None = None,
     ) -> list[HookOutcome]:
         wire: dict[str, bytes] = {}
         prepared = [self.prepare(hook, envelope, wire) for hook in hooks]
-        processes = run_processes([item.spec for item in prepared], max_parallel=self.max_parallel)
+        processes = run_processes(
+            [item.spec for item in prepared], max_parallel=self.max_parallel, meanwhile=meanwhile
+        )
         return [
             self.outcome(item, envelope, process, traces)
             for item, process in zip(prepared, processes, strict=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -316,8 +316,14 @@ class Registry:
         return [hook for hook in self.hooks if hook.enabled and not hook.trusted]
 
     def refused_names(self) -> set[str]:
-        """The names of the project hooks checked so far that cannot be trusted as written."""
-        return {hook.name for hook in self.hooks if hook.refusal is not None}
+        """The names of the project hooks checked so far that cannot be trusted as written.
+        It checks none itself: a call pays for the hooks it plans, not for every hook
+        registered (each check stats the hook's scripts)."""
+        if self._checked is not None:  # a view: this call's copies
+            checked: Iterable[RegisteredHook] = self._checked.values()
+        else:
+            checked = (hook for hook in self._all() if hook.trust_checked)
+        return {hook.name for hook in checked if hook.refusal is not None}
 
     def _event(self, canonical: str) -> list[RegisteredHook]:
         """Every hook of one event (enabled or not), in plan order; built once, shared by views."""

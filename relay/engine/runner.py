@@ -10,11 +10,12 @@ One state machine per hook process (`_HookProcess`) and two drivers for it:
 
 Why not `anyio.open_process`: relay's budget is 1.6x the C posix_spawn floor per hook
 (DESIGN §10), and asyncio's subprocess transports cost a protocol, a transport, stream
-readers and a child watcher per process. Here the spawn is `subprocess.Popen` (vfork, the
-child's PATH, cwd, close_fds, default SIGPIPE), the pipes are plain non-blocking fds, and
-the exit is a pidfd watched with them. `os.posix_spawn` would be a little faster still,
-but on 3.11 it cannot set the child's cwd. tests/perf/bench_engine.py prints this path,
-anyio's, and the floor.
+readers and a child watcher per process. Here the spawn is what `subprocess.Popen` does
+(vfork, the child's PATH, cwd, close_fds, default SIGPIPE) through CPython's own primitive
+where its arguments are known (3.11 to 3.13; Popen elsewhere), the pipes are plain
+non-blocking fds, and the exit is a pidfd watched with them. `os.posix_spawn` cannot set
+the child's cwd before 3.13. tests/perf/bench_engine.py prints this path, anyio's, and
+the floor.
 
 Guarantees: own process group; stdin written then closed (EPIPE ignored); stdout and
 stderr drained concurrently, each capped, the rest read and discarded; on timeout the
@@ -102,8 +103,18 @@ class _Loop(Protocol):
 # ---- the synchronous driver ------------------------------------------------------------
 
 
-def run_processes(specs: Sequence[ProcessSpec], *, max_parallel: int = 32) -> list[ProcessResult]:
-    """Run hook processes on this thread, at most `max_parallel` at once; results in order."""
+def run_processes(
+    specs: Sequence[ProcessSpec],
+    *,
+    max_parallel: int = 32,
+    meanwhile: Callable[[], None] | None = None,
+) -> list[ProcessResult]:
+    """Run hook processes on this thread, at most `max_parallel` at once; results in order.
+
+    `meanwhile` is called once, on this thread, as soon as the first hooks have started:
+    the caller's work that does not need their results, done while they run instead of
+    after them (with no hook to start, before returning). It must not raise: an exception
+    ends the run and kills the hooks."""
     loop = _PollLoop()
     results: list[ProcessResult | None] = [None] * len(specs)
     waiting = collections.deque(enumerate(specs))
@@ -120,6 +131,9 @@ def run_processes(specs: Sequence[ProcessSpec], *, max_parallel: int = 32) -> li
                     continue
                 running[index] = (hook, started)
                 hook.start()
+            if meanwhile is not None:
+                later, meanwhile = meanwhile, None
+                later()
             now = loop.time()
             for index, (hook, started) in list(running.items()):
                 if hook.advance(now):
@@ -133,6 +147,8 @@ def run_processes(specs: Sequence[ProcessSpec], *, max_parallel: int = 32) -> li
         for hook, _ in running.values():  # an exception or an interrupt: no orphans
             hook.close()
         loop.close()
+    if meanwhile is not None:  # no hook was given
+        meanwhile()
     return [result for result in results if result is not None]
 
 
@@ -605,7 +621,7 @@ class _HookProcess:
 
 def _spawn(
     launch: Launch, env: Mapping[str, str], cwd: str | None
-) -> tuple[subprocess.Popen[bytes], Launch, int, int, int]:
+) -> tuple[subprocess.Popen[bytes] | _Child, Launch, int, int, int]:
     """Start the hook in its own process group with three pipes; raise _SpawnError."""
     if launch.refusal is not None:
         raise _SpawnError(launch, launch.refusal)
@@ -642,7 +658,7 @@ def _spawn(
 
 def _popen(
     launch: Launch, child_fds: tuple[int, int, int], env: Mapping[str, str], cwd: str | None
-) -> subprocess.Popen[bytes]:
+) -> subprocess.Popen[bytes] | _Child:
     stdin, stdout, stderr = child_fds
     argv, executable = list(launch.argv), None
     copies: list[int] = []
@@ -662,20 +678,121 @@ def _popen(
                 part if isinstance(part, str) else f"/dev/fd/{copies[part]}"
                 for part in launch.template
             )
-        return subprocess.Popen(
-            argv,
-            executable=executable,
-            stdin=stdin,
-            stdout=stdout,
-            stderr=stderr,
-            env=env,
-            cwd=cwd,
-            process_group=0,
-            pass_fds=tuple(copies),
-        )
+        if _FORK_EXEC is None:
+            return subprocess.Popen(
+                argv,
+                executable=executable,
+                stdin=stdin,
+                stdout=stdout,
+                stderr=stderr,
+                env=env,
+                cwd=cwd,
+                process_group=0,
+                pass_fds=tuple(copies),
+            )
+        return _fork_exec(argv, executable, child_fds, env=env, cwd=cwd, pass_fds=tuple(copies))
     finally:
         for copy in copies:
             os.close(copy)
+
+
+class _Child:
+    """A hook process started by `_fork_exec`: what the runner used of a Popen."""
+
+    __slots__ = ("pid", "returncode")
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def wait(self) -> int:
+        """Reap the process (blocking until it exits); its exit code, -N for signal N."""
+        if self.returncode is None:
+            try:
+                _, status = os.waitpid(self.pid, 0)
+            except ChildProcessError:  # reaped elsewhere: as Popen.wait says then
+                status = 0
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+
+def _fork_exec(
+    argv: list[str],
+    executable: str | None,
+    child_fds: tuple[int, int, int],
+    *,
+    env: Mapping[str, str],
+    cwd: str | None,
+    pass_fds: tuple[int, ...],
+) -> _Child:
+    """What `subprocess.Popen` does for the runner's one way of starting a hook (vfork,
+    the child's PATH, cwd, close_fds, default signals, its own process group), without
+    its general machinery: about 50 us less per hook, on the path every guard takes.
+    Raises OSError as Popen does (the filename the cwd when the child failed before its
+    exec), ValueError for an `=` in a variable's name."""
+    assert _FORK_EXEC is not None
+    stdin, stdout, stderr = child_fds
+    encoding, errors = _FS_ENCODING
+    env_list = []
+    for key, value in env.items():
+        if "=" in key:
+            raise ValueError("illegal environment variable name")
+        env_list.append(f"{key}={value}".encode(encoding, errors))
+    program = os.fsencode(executable or argv[0])
+    if os.path.dirname(program):
+        executables: tuple[bytes, ...] = (program,)
+    else:
+        executables = tuple(
+            os.path.join(os.fsencode(folder), program) for folder in os.get_exec_path(env)
+        )
+    errpipe_read, errpipe_write = os.pipe2(os.O_CLOEXEC)
+    try:
+        try:
+            pid = _FORK_EXEC(
+                argv, executables, True, tuple(sorted({*pass_fds, errpipe_write})),
+                cwd, env_list, stdin, -1, -1, stdout, -1, stderr,
+                errpipe_read, errpipe_write, True, False, 0, None, None, None, -1, None,
+                getattr(subprocess, "_USE_VFORK", True),
+            )  # fmt: skip
+        finally:
+            os.close(errpipe_write)
+        failure = bytearray()
+        while len(failure) <= 50_000:
+            part = os.read(errpipe_read, 50_000)
+            if not part:
+                break
+            failure += part
+    finally:
+        os.close(errpipe_read)
+    child = _Child(pid)
+    if failure:
+        child.wait()
+        name, _, rest = bytes(failure).partition(b":")
+        number, _, message = rest.partition(b":")
+        if name != b"OSError" or not number:
+            raise OSError(f"cannot start: {bytes(failure)[:200]!r}")
+        code = int(number, 16)
+        # "noexec": the child failed before its exec (at the cwd): Popen names the cwd.
+        filename = cwd if message == b"noexec" else (executable or argv[0])
+        raise OSError(code, os.strerror(code) if code else message.decode(), filename)
+    return child
+
+
+def _find_fork_exec() -> Callable[..., int] | None:
+    """CPython's own spawn primitive, where its arguments are the ones known here (3.11
+    to 3.13: `_fork_exec` above passes them), else None (Popen starts the hooks)."""
+    if sys.implementation.name != "cpython" or not (3, 11) <= sys.version_info[:2] <= (3, 13):
+        return None
+    try:
+        import _posixsubprocess
+    except ImportError:
+        return None
+    found: Callable[..., int] | None = getattr(_posixsubprocess, "fork_exec", None)
+    return found
+
+
+_FORK_EXEC = _find_fork_exec()
+_FS_ENCODING = (sys.getfilesystemencoding(), sys.getfilesystemencodeerrors())
 
 
 def _sealed_copy(data: bytes, *, lowest: int = 0) -> int:
@@ -780,7 +897,7 @@ def _watch_exit_in_thread(pid: int, loop: _Loop, on_exit: Callable[[], None]) ->
     threading.Thread(target=watch, name=f"relay-hook-{pid}", daemon=True).start()
 
 
-def _reap_in_thread(popen: subprocess.Popen[bytes], pidfd: int) -> None:
+def _reap_in_thread(popen: subprocess.Popen[bytes] | _Child, pidfd: int) -> None:
     def reap() -> None:
         popen.wait()
         os.close(pidfd)

@@ -57,6 +57,14 @@ class PlannedEvent(msgspec.Struct, kw_only=True):
     envelope: EventEnvelope | None = None
     plan: Plan | None = None
 
+    @property
+    def untrusted(self) -> list[str]:
+        """The names of the project hooks this event would run and may not (the result's
+        `untrusted` once it has run), known before it runs."""
+        if self.result is not None:
+            return self.result.untrusted
+        return _names(self.plan.untrusted) if self.plan is not None else []
+
 
 class HookSystem:
     """The engine's facade: register hooks, fire events, get one merged result."""
@@ -315,21 +323,31 @@ class HookSystem:
         return PlannedEvent(envelope=envelope, plan=plan)
 
     def run_planned(
-        self, planned: PlannedEvent, *, trace: list[HookTrace] | None = None
+        self,
+        planned: PlannedEvent,
+        *,
+        trace: list[HookTrace] | None = None,
+        meanwhile: Callable[[], None] | None = None,
     ) -> AggregatedResult:
-        """Run a planned event's hooks (on this thread unless some are Python hooks) and merge."""
+        """Run a planned event's hooks (on this thread unless some are Python hooks) and merge.
+        `meanwhile`: the caller's work that needs no result, done once the first command
+        hooks have started (while they run), else before the run; it must not raise."""
         if planned.result is not None:
+            if meanwhile is not None:
+                meanwhile()
             return planned.result
         envelope, plan = planned.envelope, planned.plan
         assert envelope is not None and plan is not None
         if any(hook.handler is not None for hook in plan.hooks):
             import anyio
 
+            if meanwhile is not None:
+                meanwhile()
             return anyio.run(self._fire_planned, planned, trace)
         started = time.perf_counter()
         traces: dict[int, HookTrace] | None = {} if trace is not None else None
         outcomes, warnings = self._executor_for().run_sync(
-            envelope, plan.hooks, plan.sequential, traces
+            envelope, plan.hooks, plan.sequential, traces, meanwhile
         )
         return self._finish(
             envelope, plan, outcomes, warnings, started=started, traces=traces, trace=trace

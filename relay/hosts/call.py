@@ -10,6 +10,7 @@ where the user asked for it (failClosed), a failure denies instead of allowing.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -231,16 +232,27 @@ def _prepare(
         channel_system.initialize()
         bound += turn.prepare(channel_system)
 
+    told: list[_Told] = []
+
+    def meanwhile() -> None:
+        # What the answer tells besides the hooks' answers depends on the plan alone: made
+        # while the hooks run rather than after them.
+        with contextlib.suppress(Exception):  # made again after the run, failing there
+            told.append(_told(system, planned, envelope, target))
+
     def finish() -> Reply:
         try:
-            result = system.run_planned(planned)
+            # In-process, the hook log is closed after the run and may add a warning.
+            result = system.run_planned(planned, meanwhile=None if on_close else meanwhile)
             after = turn.run(result) if turn is not None else None
             if on_close:
                 # Before rendering: a log that cannot be written is a warning to show.
                 system.close(leave_open=True)
             if turn is not None:
                 turn.hooks.close()
-            reply = _render(system, planned, result, envelope, target)
+            if not told:
+                told.append(_told(system, planned, envelope, target))
+            reply = _render(result, target, told[0])
             reply.sent = after
         except Exception as exc:
             reply = _failed(args, call, target, exc).finish()
@@ -280,58 +292,67 @@ def _system(
     )
 
 
-def _render(
-    system: HookSystem,
-    planned: PlannedEvent,
-    result: AggregatedResult,
-    envelope: EventEnvelope,
-    target: Host | None,
-) -> Reply:
+class _Told:
+    """What an answer tells the user besides the hooks' answers: notices for the host's
+    message, the deny of a broken failClosed file, warnings for stderr. Made from the plan
+    alone, so while the hooks run (see `_prepare`)."""
+
+    __slots__ = ("guard", "notices", "warnings")
+
+    def __init__(self, notices: list[str], guard: str | None, warnings: list[str]) -> None:
+        self.notices = notices
+        self.guard = guard
+        self.warnings = warnings
+
+
+def _told(
+    system: HookSystem, planned: PlannedEvent, envelope: EventEnvelope, target: Host | None
+) -> _Told:
+    untrusted = _untrusted(system, planned, envelope)
+    # The warnings for the user's stderr name a project's hooks: made visible.
+    warnings = [visible(line) for line in system.warnings(untrusted=untrusted)]
     if target is None:
-        lines = [f"relay: warning: {warning}\n" for warning in _warnings(system, result, envelope)]
+        return _Told([], None, warnings)
+    notices = _notices(system, planned, untrusted, envelope, target)
+    return _Told(notices, _broken_guard(system.settings.broken, envelope, target), warnings)
+
+
+def _render(result: AggregatedResult, target: Host | None, told: _Told) -> Reply:
+    if target is None:
+        lines = [f"relay: warning: {warning}\n" for warning in told.warnings]
         stdout = _encoder.encode(result) + b"\n"
         return Reply(0, stdout, "".join(lines).encode())
-    notices = _notices(system, planned, result, envelope, target)
-    if notices:
-        result.systemMessage = "\n".join([*filter(None, [result.systemMessage]), *notices])
-    guard = _broken_guard(system.settings.broken, envelope, target)
-    if guard is not None:
-        result.decision, result.reason = "deny", guard
+    if told.notices:
+        result.systemMessage = "\n".join([*filter(None, [result.systemMessage]), *told.notices])
+    if told.guard is not None:
+        result.decision, result.reason = "deny", told.guard
     answer = target.render(result)
     stdout = b"" if answer.stdout is None else _encoder.encode(answer.stdout) + b"\n"
     stderr = f"{answer.stderr}\n" if answer.stderr else ""
     if answer.exit_code == 0:
         # On exit 2 the host shows stderr to the model: keep it to the reason alone.
-        stderr += "".join(
-            f"relay: warning: {warning}\n" for warning in _warnings(system, result, envelope)
-        )
+        stderr += "".join(f"relay: warning: {warning}\n" for warning in told.warnings)
     return Reply(answer.exit_code, stdout, stderr.encode())
 
 
-def _warnings(system: HookSystem, result: AggregatedResult, envelope: EventEnvelope) -> list[str]:
-    """The warnings for the user's stderr: they name a project's hooks, made visible."""
-    return [
-        visible(line) for line in system.warnings(untrusted=_untrusted(system, result, envelope))
-    ]
-
-
-def _untrusted(system: HookSystem, result: AggregatedResult, envelope: EventEnvelope) -> list[str]:
+def _untrusted(system: HookSystem, planned: PlannedEvent, envelope: EventEnvelope) -> list[str]:
     """The untrusted project hooks to tell the user about: those this event would have run,
     and at the start of a session, all of them."""
     if envelope.name == "SessionStart":
         return sorted({hook.name for hook in system.registry.untrusted})
-    return result.untrusted
+    return planned.untrusted
 
 
 def _notices(
     system: HookSystem,
     planned: PlannedEvent,
-    result: AggregatedResult,
+    untrusted: list[str],
     envelope: EventEnvelope,
     target: Host,
 ) -> list[str]:
     """What relay skipped, for the user: broken settings files and hook entries that
-    concern this event (or all of them, at session start) and untrusted project hooks."""
+    concern this event (or all of them, at session start) and the untrusted project hooks
+    (`_untrusted`)."""
     names = (envelope.name, target.wire(envelope.name))
     notices = [
         f"relay: {broken.error} — the hooks in this file did not run; fix it "
@@ -344,7 +365,6 @@ def _notices(
     else:
         broken_hooks = [hook.broken for hook in planned.plan.broken] if planned.plan else []
     notices.extend(f"relay: {hook.describe()} (`relay hooks validate`)" for hook in broken_hooks)
-    untrusted = _untrusted(system, result, envelope)
     root = system.settings.root or system.project_dir
     refused = system.registry.refused_names()
     if cannot := [name for name in untrusted if name in refused]:

@@ -229,7 +229,8 @@ def _host_checks(
             yield Finding(
                 "fail" if client is None else "warn",
                 chosen.name,
-                f"{label}: {len(stale)} entr(ies) run another relay client than this install's; "
+                f"{label}: {len(stale)} entr(ies) run another relay client than this install's, "
+                "or in an older form; "
                 f"run `relay install {name}{' --project' if scope == 'project' else ''}` again",
             )
         if doubled:

@@ -64,6 +64,9 @@ HOST_TIMEOUT_SECONDS = 600
 """The timeout written into relay's entry: relay bounds its own hooks, so the host's bound
 only has to be longer than theirs (Claude Code's own default for a command hook)."""
 CLIENT_NAMES = frozenset({NATIVE_NAME, PYTHON_NAME})
+ENTRY_PREFIX = "exec"
+"""The first word of relay's entries. Entries written before it (the client's path first)
+are relay's too: `relay install` brings them up to this form."""
 _SCAN_LIMIT = 1 << 30  # a host file bigger than 1 GiB is not read
 
 
@@ -119,8 +122,10 @@ class Client(msgspec.Struct, frozen=True, kw_only=True):
     """Why it is the Python client (no compiler, a failed build), for the user."""
 
     def command(self, host: Host, event: str) -> str:
-        """The shell command for one event (hosts run it through `sh -c`)."""
-        words = (*self.argv, "--dialect", host.name, event)
+        """The shell command for one event. Hosts run it through `sh -c`, and `exec` has
+        the shell become the client instead of starting it as a child and waiting (dash,
+        Debian's sh, forks even for a single command: about 0.2 ms of every event)."""
+        words = (ENTRY_PREFIX, *self.argv, "--dialect", host.name, event)
         return " ".join(shlex.quote(word) for word in words)
 
 
@@ -188,8 +193,9 @@ def is_relay_entry(hook: object, host: Host, event: str) -> bool:
 
     That is `{"type": "command", "command": …, "timeout": …}` (plus the host's own extra
     fields), whose command is, word for word and quoted as relay quotes it, an absolute
-    path to relay's client (`relay-hook`, or `python -I -S …/relay-hook.py`) followed by
-    `--dialect <host> <event>` and nothing else. An entry the user wrote, even one that
+    `exec` (or, as entries were written before, nothing), an absolute path to relay's
+    client (`relay-hook`, or `python -I -S …/relay-hook.py`), then `--dialect <host>
+    <event>` and nothing else. An entry the user wrote, even one that
     runs relay (`relay hooks run … --settings strict.json`), has another form and is
     never changed or removed by install and uninstall.
     """
@@ -200,7 +206,7 @@ def is_relay_entry(hook: object, host: Host, event: str) -> bool:
         return False
     if any(key in hook and hook[key] != value for key, value in extra.items()):
         return False
-    words = _canonical_words(hook.get("command"))
+    words = _entry_words(hook.get("command"))
     if words is None or words[-3:] != ["--dialect", host.name, event]:
         return False
     head = words[:-3]
@@ -227,7 +233,7 @@ def is_damaged_entry(hook: object, host: Host, event: str, folder: Path) -> bool
     extra = dict(host.entry_extra)
     if set(hook) - {"type", "command", "timeout", *extra}:
         return False
-    words = _canonical_words(hook.get("command"))
+    words = _entry_words(hook.get("command"))
     if words is None or len(words) < 4 or words[-3:] == ["--dialect", host.name, event]:
         return False
     head = words[:-3]
@@ -246,6 +252,8 @@ def runs_relay(command: object) -> bool:
         words = shlex.split(command)
     except ValueError:
         return False
+    if words[:1] == [ENTRY_PREFIX]:
+        words = words[1:]
     names = [os.path.basename(word) for word in words]
     ours = (
         any(name in CLIENT_NAMES for name in names[:4])
@@ -253,6 +261,15 @@ def runs_relay(command: object) -> bool:
         or "wait-mail" in words[:6]
     )
     return ours and "--dialect" in words
+
+
+def _entry_words(command: object) -> list[str] | None:
+    """The words of a command written as relay writes its entries, without the leading
+    `exec` (which entries written before it lack): None for any other form."""
+    words = _canonical_words(command)
+    if words is not None and words[0] == ENTRY_PREFIX:
+        return words[1:] or None
+    return words
 
 
 def _canonical_words(command: object) -> list[str] | None:

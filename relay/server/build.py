@@ -8,6 +8,7 @@ Python launcher runs client.py under `python -I -S` instead.
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -45,10 +46,20 @@ def build_native_client(
     return compile_program(
         SOURCE,
         folder / NATIVE_NAME,
+        flags=entry_flags(),
         static=True,
         generated={"relay-hook-config.h": config},
         cached=True,
     )
+
+
+def entry_flags() -> tuple[str, ...]:
+    """Where the client starts: on Linux x86-64, at its fast path, which
+    answers a call the server takes before the C library starts (see relay-hook.c); no
+    stack protector there, whose canary lives in thread storage not set up yet."""
+    if sys.platform.startswith("linux") and platform.machine() == "x86_64":
+        return ("-fno-stack-protector", "-Wl,-e,relay_entry")
+    return ()
 
 
 def write_python_client(folder: Path) -> Path:

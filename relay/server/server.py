@@ -246,7 +246,6 @@ class Server:
 
     def _answer(self, connection: socket.socket) -> None:
         request = read_request(_reader(connection, time.monotonic() + READ_TIMEOUT))
-        connection.settimeout(WRITE_TIMEOUT)
         if isinstance(request, str):
             self._control(connection, request)
             return
@@ -254,7 +253,7 @@ class Server:
         with contextlib.suppress(OSError):
             call.caller = peer_pid(connection)
         if install != self.install:
-            connection.sendall(fallback_frame(f"this server is {self.install}"))
+            _send(connection, fallback_frame(f"this server is {self.install}"))
             return
         with self._lock:
             self.calls += 1
@@ -271,16 +270,16 @@ class Server:
         try:
             prepared = self.handler(call)
         except Exception as exc:  # a bug: the client runs the call itself
-            connection.sendall(fallback_frame(f"internal error: {type(exc).__name__}: {exc}"))
+            _send(connection, fallback_frame(f"internal error: {type(exc).__name__}: {exc}"))
             return
         if prepared is None:
-            connection.sendall(fallback_frame("arguments for the command line"))
+            _send(connection, fallback_frame("arguments for the command line"))
             return
         # The client waits for the result only this long, then runs the call itself.
-        connection.sendall(accepted_frame(int(prepared.bound * 1000) + BOUND_SLACK_MS))
+        _send(connection, accepted_frame(int(prepared.bound * 1000) + BOUND_SLACK_MS))
         reply = prepared.finish()
         try:
-            connection.sendall(result_frame(reply))
+            _send(connection, result_frame(reply))
             reply.returned()
         finally:
             reply.finished()
@@ -299,23 +298,45 @@ class Server:
                     listener.shutdown(socket.SHUT_RDWR)
         else:
             answer = json.dumps({"error": f"unknown command {command!r}"}).encode()
-        connection.sendall(result_frame(Reply(0, answer, b"")))
+        _send(connection, result_frame(Reply(0, answer, b"")))
+
+
+def _send(connection: socket.socket, data: bytes) -> None:
+    """Send `data` within WRITE_TIMEOUT (a client that does not read holds no thread). On a
+    socket still without a timeout (its request was read at once), a frame that its
+    buffer takes goes in one system call: no wait for it to be writable first, which a
+    socket with a timeout makes before each send."""
+    sent = 0
+    if connection.gettimeout() is None:
+        with contextlib.suppress(BlockingIOError):
+            sent = connection.send(data, socket.MSG_DONTWAIT)
+    if sent < len(data):
+        connection.settimeout(WRITE_TIMEOUT)
+        connection.sendall(memoryview(data)[sent:])
 
 
 def _reader(connection: socket.socket, deadline: float) -> Callable[[int], bytes]:
     """`read(size)` on `connection`, buffered, that raises TimeoutError once `deadline` has
-    passed, however the bytes trickle in (a socket timeout alone restarts with each byte)."""
+    passed, however the bytes trickle in (a socket timeout alone restarts with each byte).
+    What has arrived when the request is first read is taken at once, without a wait for
+    the socket to be readable first (clients send the whole request at once)."""
     received = b""
     position = 0
 
     def read(size: int) -> bytes:
         nonlocal received, position
         if position >= len(received):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError("the request took too long")
-            connection.settimeout(left)
-            received, position = connection.recv(1 << 16), 0
+            try:
+                if connection.gettimeout() is not None:
+                    raise BlockingIOError  # not the first read: within the deadline
+                received = connection.recv(1 << 16, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("the request took too long") from None
+                connection.settimeout(left)
+                received = connection.recv(1 << 16)
+            position = 0
         chunk = received[position : position + size]
         position += len(chunk)
         return chunk
