@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from hostkit.environment import CI_MARKERS
+from processes import alive
 
 pytest_plugins = ["browser"]  # the dashboard's tests: Chromium, a page, a relay dashboard
 
@@ -80,19 +81,11 @@ def _end(pids: list[int], grace: float = 10.0) -> None:
                 os.kill(pid, sent)
         deadline = time.monotonic() + grace
         while pids and time.monotonic() < deadline:
-            pids = [pid for pid in pids if _running(pid)]
+            pids = [pid for pid in pids if alive(pid)]
             if pids:
                 time.sleep(0.05)
         if not pids:
             return
-
-
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat_file:
-            return stat_file.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except OSError:
-        return False
 
 
 @pytest.fixture

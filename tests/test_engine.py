@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 import msgspec
 import pytest
+from processes import alive
 
 from relay.config.trust import TrustStore
 from relay.engine.system import HookSystem
@@ -913,26 +914,12 @@ def test_telemetry_records_every_call(
 RESOURCES = ENGINE.parent
 
 
-def gone(pid: int) -> bool:
-    """Whether `pid` has ended: no such process, or a zombie (dead, waiting for a parent
-    that may never reap it: an orphan's init in a PID namespace need not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rpartition(")")[2].split()[0] == "Z"
-
-
 def wait_gone(pids: list[int], within: float = 15.0) -> bool:
     """Whether `pids` are all gone within `within` seconds (a bound for a loaded machine:
     it returns as soon as they are)."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        if all(gone(pid) for pid in pids):
+        if not any(alive(pid) for pid in pids):
             return True
         time.sleep(0.02)
     return False

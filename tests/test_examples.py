@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from processes import alive
 
 from relay.engine.system import HookSystem
 
@@ -534,23 +535,8 @@ def test_format_on_write_never_hangs(project: Path, tmp_path: Path) -> None:
         "ruff check timed out after 0.3s on app.py"
     )
     assert trial["result"]["inject"] is None
-    left = [pid for pid in pids.read_text().split() if is_running(int(pid))]
+    left = [pid for pid in pids.read_text().split() if alive(int(pid))]
     assert left == [], "the hook left processes behind"
-
-
-def is_running(pid: int) -> bool:
-    """True for a live process; a zombie waiting to be reaped is not running."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    except OSError:  # no /proc: ask the kernel
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 # -- tests-before-stop (Python) ---------------------------------------------------------

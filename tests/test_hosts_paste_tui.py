@@ -29,7 +29,10 @@ if shutil.which("tmux") is None:
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
+# The output comes a moment after the command starts: on a loaded machine Gemini CLI once
+# drew the finished box of a command that printed at once with nothing in it.
 PROBE = (
+    "sleep 1; "
     r"printf 'probe-start\033[?2004loff\033[?2004hon\033cafter-reset\033]0;title\007probe-end\n'"
 )
 SHOWN = "after-resetprobe-end"  # the output's last words as drawn (not the command's)

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from processes import alive
 
 from relay.hosts import doctor as doctor_module
 from relay.native import find_compiler
@@ -232,15 +233,6 @@ def test_a_damaged_entry_of_relays_is_named_by_doctor_repaired_by_install_remove
     assert not path.exists(), path.read_text()
 
 
-def running(pid: int) -> bool:
-    """Whether `pid` runs (a detached server that ended may wait, a zombie, for its reaper)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except FileNotFoundError:
-        return False
-
-
 def test_uninstall_all_lists_asks_and_removes_every_host_the_server_the_client_and_state(
     env: dict[str, str], tmp_path: Path, relay_home: Path
 ) -> None:
@@ -276,13 +268,13 @@ def test_uninstall_all_lists_asks_and_removes_every_host_the_server_the_client_a
     assert f"relay's server (pid {pid}, stopped first)" in refused.stdout
     assert "relay's hook client" in refused.stdout and "relay's state" in refused.stdout
     assert {path: path.read_text() for path in files} == before
-    assert running(pid)
+    assert alive(pid)
 
     done = relay(env, "uninstall", "--all", "--purge", "--yes", cwd=project)
     assert done.returncode == 0, done.stderr
     assert [path for path in files if path.exists()] == []
     assert f"stopped relay's server (pid {pid})" in done.stdout
-    assert not running(pid)
+    assert not alive(pid)
     assert not (relay_home / "state").exists()
     assert settings.read_text() == '{"hooks": {}}\n'
     again = relay(env, "uninstall", "--all", "--yes", cwd=project)

@@ -20,6 +20,7 @@ import anyio
 import pytest
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from processes import alive
 from scripted_sessions import RELAY, agent, finish, reads, run_session, wait_for
 
 BUILTIN_TOOLS = {
@@ -879,14 +880,6 @@ def test_bad_arguments_are_tool_errors_that_name_the_argument(
     assert answers[7][1].startswith("✓ Saved to memory [")
 
 
-def _process_gone(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except FileNotFoundError:
-        return True
-    return state in ("Z", "X")
-
-
 @pytest.fixture
 def slow_settings(relay_home: Path, tmp_path: Path) -> Path:
     """A `slow` handler that writes its pid and then sleeps (until it is cancelled)."""
@@ -908,10 +901,10 @@ def test_a_slow_tool_does_not_hold_up_ping_and_a_cancelled_one_stops_unanswered(
         client.ask(6, "ping")
         assert client.next() == {"jsonrpc": "2.0", "id": 6, "result": {}}
         pid = int(slow_settings.read_text())
-        assert not _process_gone(pid)
+        assert alive(pid)
         cancel = {"requestId": 5, "reason": "the user pressed Esc"}
         client.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel})
-        wait_for(lambda: _process_gone(pid), "the cancelled call's handler to be stopped")
+        wait_for(lambda: not alive(pid), "the cancelled call's handler to be stopped")
         client.ask(7, "ping")
         # Never answered: the next answer is the ping's.
         assert client.next() == {"jsonrpc": "2.0", "id": 7, "result": {}}
@@ -934,7 +927,7 @@ def test_eof_ends_the_server_and_what_still_runs_is_answered_connection_closed(
             "id": 5,
             "error": {"code": -32000, "message": "Connection closed"},
         }
-    wait_for(lambda: _process_gone(pid), "the handler of the call EOF cancelled to be stopped")
+    wait_for(lambda: not alive(pid), "the handler of the call EOF cancelled to be stopped")
 
 
 def test_a_server_without_stdin_says_so(project: Path, relay_home: Path) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from processes import alive
 from test_memory_store import _SCHEMA_1
 
 from relay.cli.main import cli
@@ -544,9 +545,8 @@ def test_minilm_runs_in_a_child_process_that_goes_when_idle(tmp_path: Path) -> N
     found, second_child = done.stdout.split("\n")[:2]
     assert found == "True True True True"
     # The parent has exited: its second child follows it (end of its input).
-    stat = Path(f"/proc/{second_child}/stat")
     for _ in range(300):
-        if not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z":
+        if not alive(int(second_child)):
             break
         time.sleep(0.1)
     else:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from processes import alive
 
 from relay.errors import RelayError
 from relay.native import find_compiler
@@ -79,24 +80,14 @@ def spawn() -> Iterator[Callable[..., AgentPty]]:
         agent.close()
 
 
-def process_gone(pid: int) -> bool:
-    """Exited: no such process, or a zombie waiting for a reaper outside this test."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat.rpartition(")")[2].split()[0] in ("Z", "X")
-
-
 def wait_gone(pids: list[int], timeout: float = 2.0) -> list[int]:
     """The pids still alive after `timeout`."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        alive = [pid for pid in pids if not process_gone(pid)]
-        if not alive:
+        if not any(alive(pid) for pid in pids):
             return []
         time.sleep(0.02)
-    return [pid for pid in pids if not process_gone(pid)]
+    return [pid for pid in pids if alive(pid)]
 
 
 # ---- the agent process
@@ -595,7 +586,7 @@ def test_the_copier_ends_when_relay_dies(copier: str, tmp_path: Path) -> None:
     try:
         assert relay.stdout is not None
         copier = int(relay.stdout.readline())
-        assert not process_gone(copier)
+        assert alive(copier)
         relay.kill()
         relay.wait()
         assert wait_gone([copier], timeout=5) == []

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from processes import alive
 
 RELAY = Path(sys.executable).parent / "relay"
 AGENT = Path(__file__).parent / "resources" / "tty" / "line_agent.py"
@@ -179,14 +180,6 @@ def stays_false(condition: Callable[[], bool], seconds: float) -> bool:
     return not condition()
 
 
-def process_alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state not in ("Z", "X")
-
-
 def stty_flags(text: str) -> set[str]:
     return set(re.split(r"[\s;]+", text))
 
@@ -214,7 +207,7 @@ def agent(tmp_path: Path) -> Iterator[Agent]:
     # An agent left running by a failed test: end it, as relay might not get to.
     if files.pid_file.exists():
         pid = int(files.pid_file.read_text())
-        if process_alive(pid):
+        if alive(pid):
             os.kill(pid, signal.SIGKILL)
 
 
@@ -300,7 +293,7 @@ def test_relay_exits_with_the_agents_exit_code(pane: Pane, agent: Agent) -> None
     pane.run("quit 7")
     assert pane.wait_for(r"(?m)rc=(\d+)$").group(1) == "7"
     assert agent.lines() == ["quit 7"]
-    assert not process_alive(pid)
+    assert not alive(pid)
 
 
 def test_a_confirmed_namespace_asks_the_human_first(pane: Pane, agent: Agent) -> None:

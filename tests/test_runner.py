@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 import pytest
+from processes import alive
 
 from relay.engine import runner
 from relay.engine.command import Launch, prepare_launch
@@ -96,15 +97,6 @@ async def run_async(
     **options: Any,
 ) -> ProcessResult:
     return await run_process(launch, stdin=stdin, env=env, cwd=cwd, timeout=timeout, **options)
-
-
-def alive(pid: int) -> bool:
-    """True while `pid` is a live process (a zombie counts as gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
 def gone(pids: list[int], within: float = 1.0) -> bool:
