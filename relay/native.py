@@ -100,8 +100,12 @@ def compile_program(
 
 
 def build_cache() -> Path | None:
-    """The user's cache of built programs: $XDG_CACHE_HOME/agent-relay/native, else
-    ~/.cache/agent-relay/native (None without a home)."""
+    """The user's cache of built programs: $RELAY_CACHE/native where that is set, else
+    $XDG_CACHE_HOME/agent-relay/native, else ~/.cache/agent-relay/native (None without a
+    home)."""
+    relay_cache = os.environ.get("RELAY_CACHE", "")
+    if os.path.isabs(relay_cache):
+        return Path(relay_cache, "native")
     base = os.environ.get("XDG_CACHE_HOME", "")
     if not os.path.isabs(base):
         home = os.path.expanduser("~")

@@ -150,6 +150,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if not os.environ.get(RUN_MARKER):  # xdist's workers inherit the controller's
         os.environ[RUN_MARKER] = f"{os.getpid()}-{time.time_ns()}"
         os.environ[RUN_FOLDER] = tempfile.mkdtemp(prefix="rr-", dir="/tmp")
+        # One cache of what relay builds for the whole run (the hook client `relay install`
+        # compiles), as a user's install has: tests give each host a HOME of its own.
+        os.environ["RELAY_CACHE"] = os.path.join(os.environ[RUN_FOLDER], "cache")
 
 
 @pytest.fixture(autouse=True)

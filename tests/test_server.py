@@ -484,6 +484,7 @@ def test_a_client_built_before_is_copied_from_the_cache_not_compiled_again(
     wrapper.write_text(f'#!/bin/sh\necho "$@" >> {shlex.quote(str(log))}\nexec {compiler} "$@"\n')
     wrapper.chmod(0o755)
     monkeypatch.setenv("CC", str(wrapper))
+    monkeypatch.delenv("RELAY_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 
     def compiled() -> int:
@@ -521,6 +522,11 @@ def test_a_client_built_before_is_copied_from_the_cache_not_compiled_again(
     build_native_client(tmp_path / "six")
     assert compiled() == 5
     entry.parent.chmod(0o700)
+    # RELAY_CACHE names the cache's folder instead.
+    monkeypatch.setenv("RELAY_CACHE", str(tmp_path / "relay-cache"))
+    build_native_client(tmp_path / "seven")
+    build_native_client(tmp_path / "eight")
+    assert compiled() == 6 and len(list((tmp_path / "relay-cache" / "native").iterdir())) == 1
 
 
 def test_native_client_carries_a_big_event_to_the_server_and_to_relay_itself(
