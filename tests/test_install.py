@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from processes import alive
 
+from relay.config.paths import cache_dir
 from relay.hosts import doctor as doctor_module
 from relay.native import find_compiler
 from relay.session import copier
@@ -87,6 +88,30 @@ def test_install_adds_the_events_the_host_knows_and_keeps_everything_else(
     assert stop[1]["hooks"][0]["timeout"] == 600
     assert "Claude Code hooks of its own also run on Stop" in done.stdout
     assert "the 4 of relay's 34 Claude Code events" in done.stdout
+
+
+def test_what_install_read_of_the_hosts_code_is_kept_until_that_code_changes(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """Reading a host's build takes seconds (Claude Code's binary is hundreds of MB): what
+    install found in each file is kept in relay's cache under the file's path, size and
+    modification time, and read again once one of them changes."""
+    env["RELAY_CACHE"] = str(tmp_path / "cache")
+    cli = tmp_path / "pkgs" / "claude" / "dist" / "cli.js"
+    assert "the 4 of relay's" in relay(env, "install", "claude", "--python-client").stdout
+    assert (tmp_path / "cache" / "host-events.json").is_file()
+    # Same size, same time: the kept answer, not the file (which no longer names Stop).
+    before = cli.stat()
+    cli.write_text(cli.read_text().replace('"Stop"', '"Xtop"'))
+    os.utime(cli, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert relay(env, "uninstall", "claude").returncode == 0
+    assert "the 4 of relay's" in relay(env, "install", "claude", "--python-client").stdout
+    # A new modification time: read again.
+    os.utime(cli, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
+    assert relay(env, "uninstall", "claude").returncode == 0
+    again = relay(env, "install", "claude", "--python-client").stdout
+    assert "the 3 of relay's" in again
+    assert "Stop" not in json.loads(claude_file(env).read_text()).get("hooks", {})
 
 
 def test_install_twice_changes_nothing_and_uninstall_restores_the_file_byte_for_byte(
@@ -1132,7 +1157,7 @@ def test_doctor_fails_on_an_event_or_answer_field_of_the_installed_claude_code_r
     assert "field PreFlight.permissionDecision" in text
     assert "metrics" not in text  # a destructuring, not the schema
     assert relay(env, "doctor", "--no-measure", cwd=tmp_path).returncode == 1
-    cache = json.loads((relay_home / "state" / "host-code.json").read_text())
+    cache = json.loads((cache_dir(env) / "host-code.json").read_text())
     assert [key.split("|")[0] for key in cache] == [str(cli)]  # one entry per file, kept current
 
 

@@ -39,6 +39,17 @@ def state_dir(env: Mapping[str, str] | None = None) -> Path:
     return _state_dir(env)
 
 
+def cache_dir(env: Mapping[str, str] | None = None) -> Path:
+    """The folder for what relay can make again (what it read from a host's code, the
+    programs it built): $RELAY_CACHE where set, else the platform's user cache folder
+    (~/.cache/agent-relay). relay.native reads the same variables for its builds."""
+    env = os.environ if env is None else env
+    configured = env.get("RELAY_CACHE", "")
+    if os.path.isabs(configured):
+        return Path(configured)
+    return Path(_platform_dir("user_cache_dir", "XDG_CACHE_HOME", ".cache", env))
+
+
 def state_file(name: str, env: Mapping[str, str] | None = None) -> Path:
     """The file `name` in the state folder (`state_dir`)."""
     return child(state_dir(env), name)

@@ -8,7 +8,6 @@ release adds one relay does not know (`unknown_names`).
 
 from __future__ import annotations
 
-import json
 import mmap
 import os
 import re
@@ -17,7 +16,8 @@ from pathlib import Path
 
 import msgspec
 
-from relay.config.paths import private_dir, state_dir
+from relay.config.paths import cache_dir
+from relay.hosts.code_cache import read_cached
 from relay.hosts.model import Host
 
 EVENTS: tuple[str, ...] = (
@@ -228,30 +228,9 @@ def bundle_names(executable: Path, cache: Path | None = None) -> BundleNames:
 
 def _cached(path: Path, cache: Path | None) -> BundleNames:
     try:
-        info = path.stat()
+        return read_cached(path, cache, read_bundle, BundleNames)
     except OSError as exc:
         raise BundleError(f"cannot read it: {exc.strerror or exc}") from None
-    key = f"{path}|{info.st_size}|{info.st_mtime_ns}"
-    entries: dict[str, object] = {}
-    if cache is not None:
-        try:
-            loaded = json.loads(cache.read_bytes())
-            entries = loaded if isinstance(loaded, dict) else {}
-            return msgspec.convert(entries[key], BundleNames)
-        except (OSError, ValueError, KeyError, msgspec.ValidationError):
-            pass  # no usable entry for this file: read the file
-    names = read_bundle(path)
-    if cache is not None:
-        entries = {k: v for k, v in entries.items() if not k.startswith(f"{path}|")}
-        entries[key] = msgspec.to_builtins(names)
-        try:
-            private_dir(cache.parent, top=cache.parent)
-            temporary = cache.with_name(f".{cache.name}.{os.getpid()}")
-            temporary.write_bytes(json.dumps(entries).encode())
-            os.replace(temporary, cache)
-        except OSError:
-            pass  # a cache that cannot be written only costs the next reader the same seconds
-    return names
 
 
 def read_bundle(path: Path) -> BundleNames:
@@ -435,5 +414,5 @@ def unknown_names(names: BundleNames) -> list[str]:
 
 
 def bundle_cache(env: Mapping[str, str] | None = None) -> Path:
-    """Where what was read from host code is kept (relay's state folder)."""
-    return state_dir(env) / "host-code.json"
+    """Where what was read from host code is kept (relay's cache folder)."""
+    return cache_dir(env) / "host-code.json"

@@ -25,6 +25,7 @@ import contextlib
 import copy
 import fcntl
 import functools
+import hashlib
 import mmap
 import os
 import re
@@ -40,10 +41,11 @@ import msgspec
 
 from relay.config.editing import JsonText, decode_with_comments, new_settings_text
 from relay.config.loader import FieldPath
-from relay.config.paths import find_project_root, private_dir, state_dir
+from relay.config.paths import cache_dir, find_project_root, private_dir, state_dir
 from relay.config.sockets import identity
 from relay.errors import RelayError, SettingsError
 from relay.hosts import ledger
+from relay.hosts.code_cache import read_cached
 from relay.hosts.ledger import FileRecord
 from relay.hosts.model import Host
 from relay.hosts.waiter import WAIT_TIMEOUT
@@ -347,7 +349,9 @@ def host_events(host: Host, env: Mapping[str, str] | None = None) -> HostEvents:
             source=f"{host.executable} not found on PATH: the events of {host.title} "
             f"{host.version}",
         )
-    found = _names_in_files(_host_files(Path(executable)), host.events)
+    found = _names_in_files(
+        _host_files(Path(executable)), host.events, cache_dir(env) / "host-events.json"
+    )
     if not found:
         return HostEvents(
             events=host.events,
@@ -384,28 +388,44 @@ def _host_files(executable: Path) -> Iterator[Path]:
                 yield path
 
 
-def _names_in_files(files: Iterator[Path], names: tuple[str, ...]) -> set[str]:
-    """Which of `names` occur quoted ('Name', "Name" or `Name`) in any of `files`."""
+def _names_in_files(files: Iterator[Path], names: tuple[str, ...], cache: Path) -> set[str]:
+    """Which of `names` occur quoted ('Name', "Name" or `Name`) in any of `files`, each
+    file's answer kept in the JSON file `cache` (code_cache: reading a host's native build
+    takes seconds)."""
     pattern = re.compile(
         rb"[\"'`](" + b"|".join(re.escape(name.encode()) for name in names) + rb")[\"'`]"
     )
+    tag = f"{len(names)}:{_names_digest(names)}|"
+
+    def read(path: Path) -> list[str]:
+        size = path.stat().st_size
+        if not size or size > _SCAN_LIMIT:
+            return []
+        with (
+            path.open("rb") as stream,
+            mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ) as data,
+        ):
+            seen: set[str] = set()
+            for match in pattern.finditer(data):
+                seen.add(match.group(1).decode())
+                if len(seen) == len(names):
+                    break
+        return sorted(seen)
+
     found: set[str] = set()
     for path in files:
         try:
-            size = path.stat().st_size
-            if not size or size > _SCAN_LIMIT:
-                continue
-            with (
-                path.open("rb") as stream,
-                mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ) as data,
-            ):
-                for match in pattern.finditer(data):
-                    found.add(match.group(1).decode())
-                    if len(found) == len(names):
-                        return found
+            found.update(read_cached(path, cache, read, list[str], tag))
         except (OSError, ValueError):
             continue
+        if len(found) == len(names):
+            break
     return found
+
+
+def _names_digest(names: tuple[str, ...]) -> str:
+    """A short digest of `names`, which tells apart readings of one file for other tables."""
+    return hashlib.sha256("\0".join(names).encode()).hexdigest()[:16]
 
 
 # --- editing the host's settings -------------------------------------------------------------
