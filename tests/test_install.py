@@ -263,12 +263,15 @@ def test_uninstall_all_lists_asks_and_removes_every_host_the_server_the_client_a
 ) -> None:
     """`relay uninstall --all --purge` lists what it will remove; off a terminal it removes
     nothing without --yes; with it, every host's entries (user and project), the running
-    server, the client and relay's state go, and the user's settings stay."""
+    server, the client, relay's cache (its own files in it) and relay's state go, and the
+    user's settings stay."""
     project = tmp_path / "project"
     (project / ".git").mkdir(parents=True)
+    env["RELAY_CACHE"] = str(tmp_path / "cache")
     for args in (("claude",), ("gemini",), ("claude", "--project")):
         done = relay(env, "install", *args, "--python-client", cwd=project)
         assert done.returncode == 0, done.stderr
+    (tmp_path / "cache" / "someone-elses").write_text("kept")
     settings = relay_home / "settings.json"
     settings.write_text('{"hooks": {}}\n')
     started = relay(env, "serve", "--detach", cwd=project)
@@ -292,6 +295,9 @@ def test_uninstall_all_lists_asks_and_removes_every_host_the_server_the_client_a
         assert str(path) in refused.stdout
     assert f"relay's server (pid {pid}, stopped first)" in refused.stdout
     assert "relay's hook client" in refused.stdout and "relay's state" in refused.stdout
+    assert (
+        f"relay's cache (built clients, what it read of hosts' code): {tmp_path}" in refused.stdout
+    )
     assert {path: path.read_text() for path in files} == before
     assert alive(pid)
 
@@ -301,6 +307,7 @@ def test_uninstall_all_lists_asks_and_removes_every_host_the_server_the_client_a
     assert f"stopped relay's server (pid {pid})" in done.stdout
     assert not alive(pid)
     assert not (relay_home / "state").exists()
+    assert [path.name for path in (tmp_path / "cache").iterdir()] == ["someone-elses"]
     assert settings.read_text() == '{"hooks": {}}\n'
     again = relay(env, "uninstall", "--all", "--yes", cwd=project)
     assert again.returncode == 0 and "nothing to remove" in again.stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Callable
@@ -369,10 +370,10 @@ def _uninstall_all(
     start: Path, *, purge: bool, yes: bool, dry_run: bool, say: Callable[[str], None]
 ) -> None:
     """`relay uninstall --all [--purge]`: list, ask, then remove every host's entries, stop
-    the server, remove the client (and with --purge, relay's state)."""
+    the server, remove the client and relay's cache (and with --purge, relay's state)."""
     import shutil
 
-    from relay.config.paths import state_dir
+    from relay.config.paths import cache_dir, state_dir
     from relay.errors import RelayError
     from relay.hosts.install import client_folder, install_lock
     from relay.server import client as server_client
@@ -389,6 +390,13 @@ def _uninstall_all(
             server_pid = "?"
     clients = client_folder()
     state = state_dir()
+    cache = cache_dir()
+    # relay's own files only: RELAY_CACHE may name a folder that holds others'.
+    cached = [
+        path
+        for path in (cache / "native", cache / "host-code.json", cache / "host-events.json")
+        if path.exists()
+    ]
     plan: list[str] = []
     for where, files in targets:
         plan.append(
@@ -399,6 +407,11 @@ def _uninstall_all(
         plan.append(f"relay's server (pid {server_pid}, stopped first): {socket}")
     if clients.exists():
         plan.append(f"relay's hook client: {clients}")
+    if cached:
+        plan.append(
+            "relay's cache (built clients, what it read of hosts' code): "
+            + ", ".join(str(path) for path in cached)
+        )
     if purge and state.exists():
         plan.append(
             f"relay's state: {state} (trust, hook log, messages, memories, the record of installs)"
@@ -435,6 +448,15 @@ def _uninstall_all(
     if clients.exists():
         shutil.rmtree(clients)
         say(f"removed relay's hook client: {clients}")
+    if cached:
+        for path in cached:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            cache.rmdir()  # only when nothing else is in it
+        say(f"removed relay's cache: {', '.join(str(path) for path in cached)}")
     if purge and state.exists():
         shutil.rmtree(state)
         say(f"removed relay's state: {state}")
