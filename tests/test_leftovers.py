@@ -75,7 +75,9 @@ def inner_suite(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]
     suite.mkdir()
     shutil.copy(CONFTEST, suite / "conftest.py")
     shutil.copy(CONFTEST.with_name("browser.py"), suite / "browser.py")  # its plugin
-    shutil.copytree(CONFTEST.with_name("hostkit"), suite / "hostkit")  # what it imports
+    # What it imports.
+    shutil.copytree(CONFTEST.with_name("hostkit"), suite / "hostkit")
+    shutil.copy(CONFTEST.with_name("processes.py"), suite / "processes.py")
     (suite / "test_inner.py").write_text(textwrap.dedent(source))
     env = {
         key: value
