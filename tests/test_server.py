@@ -335,6 +335,59 @@ def test_the_server_sees_a_project_settings_file_and_a_nearer_root_made_between_
     assert [normalized(reply) for reply in replies[2:]] == [normalized(answer_call(call))]
 
 
+def test_a_served_hook_gets_each_calls_own_environment_and_project(
+    server: str, project: Path, relay_home: Path, tmp_path: Path
+) -> None:
+    """What the server keeps between calls (the environments it decoded, each hook's launch)
+    never reaches another call: the same environment sent again, one variable changed, and
+    the same hook run for another project each get their own."""
+    program = 'cat >/dev/null; printf \'{"inject": "%s %s"}\' "$PROBE" "$RELAY_PROJECT_DIR/x"'
+    write(
+        relay_home / "settings.json",
+        {"hooks": {"SessionStart": [{"hooks": [{"command": program}]}]}},
+    )
+    other = tmp_path / "other"
+    (other / ".git").mkdir(parents=True)
+
+    def served(folder: Path, probe: str) -> str:
+        call = call_for(folder, "relay", "SessionStart", b"{}")
+        call.env["PROBE"] = probe
+        reply = client.request(server, call)
+        assert reply is not None and reply.exit_code == 0, reply
+        inject: str = json.loads(reply.stdout)["inject"]
+        return inject
+
+    assert served(project, "a") == f"a {project}/x"
+    assert served(project, "a") == f"a {project}/x"
+    assert served(project, "b") == f"b {project}/x"
+    assert served(other, "b") == f"b {other}/x"
+    assert served(project, "a") == f"a {project}/x"
+
+
+def test_an_environment_read_again_is_a_copy_of_its_own() -> None:
+    """A request's environment decoded before is not decoded again, but each call gets a
+    dict of its own: what one call's handling changes in it, the next does not see."""
+    request = client.encode_call(Call(["Stop"], "/", {"A": "1", "B": "x=y"}, b"{}"))
+
+    def read() -> Call:
+        left = [request]
+
+        def take(size: int) -> bytes:
+            chunk, left[0] = left[0][:size], left[0][size:]
+            return chunk
+
+        found = client.read_request(take)
+        assert not isinstance(found, str)
+        return found[1]
+
+    first = read()
+    assert first.env == {"A": "1", "B": "x=y"}
+    first.env["A"] = "changed"
+    del first.env["B"]
+    second = read()
+    assert second.env == {"A": "1", "B": "x=y"} and second.env is not first.env
+
+
 def test_the_server_answers_each_client_for_its_own_relay_home(
     server: str, project: Path, tmp_path: Path
 ) -> None:

@@ -198,15 +198,28 @@ def project_root_and_folder(start: str) -> tuple[str, bool] | None:
     here = os.path.abspath(start)
     while True:
         # `.git` may be a file: worktrees and submodules point to their git dir with one.
-        # os.path.isdir/exists answer False for a folder we may not enter: such a folder
-        # cannot be a project we can use, so it does not count.
-        folder = os.path.isdir(os.path.join(here, PROJECT_DIR_NAME))
-        if (folder or os.path.exists(os.path.join(here, ".git"))) and not shared_temporary(here):
+        # Neither is there for a folder we may not enter: such a folder cannot be a project
+        # we can use, so it does not count. (os.path.isdir and exists, inlined: a host pays
+        # for this walk on every event.)
+        prefix = here if here.endswith("/") else here + "/"
+        try:
+            folder = stat.S_ISDIR(os.stat(prefix + PROJECT_DIR_NAME).st_mode)
+        except (OSError, ValueError):
+            folder = False
+        if (folder or _exists(prefix + ".git")) and not shared_temporary(here):
             return here, folder
         parent = os.path.dirname(here)
         if parent == here:
             return None
         here = parent
+
+
+def _exists(path: str) -> bool:
+    try:
+        os.stat(path)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 _SHARED = stat.S_ISVTX | stat.S_IWOTH

@@ -9,6 +9,7 @@ event loop, use relay.engine.async_execution, which shares everything below.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 from collections.abc import Callable, Iterator, Mapping
@@ -131,7 +132,7 @@ class Executor:
             env=self._environment(hook, envelope),
             cwd=self._hook_cwd(hook),
             timeout=hook.timeout,
-            kill_signal=signal.Signals[hook.entry.signal],
+            kill_signal=_signal(hook.entry.signal),
         )
         return Prepared(hook=hook, spec=spec)
 
@@ -190,8 +191,9 @@ class Executor:
         launch = self._launches.get(id(hook))
         if launch is None:
             assert hook.entry is not None
-            launch = self._launches[id(hook)] = prepare_launch(
-                hook.entry.command, hook.entry.args, self.project_vars
+            args = hook.entry.args
+            launch = self._launches[id(hook)] = _launch_for(
+                hook.entry.command, None if args is None else tuple(args), self.project_dir
             )
         if hook.pin is not None:
             # A trusted project hook runs the script bytes its trust check read, not
@@ -220,30 +222,40 @@ class Executor:
         return self.project_dir
 
 
+@functools.lru_cache(maxsize=1024)
+def _launch_for(command: str, args: tuple[str, ...] | None, project_dir: str) -> Launch:
+    """A command's launch in a project, kept: a server starts the same hooks again and
+    again (a Launch is never changed)."""
+    return prepare_launch(command, args, dict.fromkeys(PROJECT_VARS, project_dir))
+
+
+@functools.lru_cache(maxsize=64)
+def _signal(name: str) -> signal.Signals:
+    return signal.Signals[name]
+
+
 def time_bound(
     hooks: list[RegisteredHook], sequential: bool, max_parallel: int, event: str = ""
 ) -> float:
     """Seconds within which these hooks have all returned, whatever they do (DESIGN §6):
     each hook's timeout, the grace before SIGKILL and the drain after its exit, and in a
     parallel event the user's hooks judging a project's rewrite again (`judge_again`)."""
-
-    def bound(hook: RegisteredHook) -> float:
-        return hook.timeout + (0.0 if hook.handler else DEFAULT_GRACE + DEFAULT_EXIT_DRAIN)
-
     if not hooks:
         return 0.0
+    bounds = [hook.timeout + (0.0 if hook.handler else _SLACK) for hook in hooks]
     if sequential:
-        return sum(bound(hook) for hook in hooks)
-
-    def parallel(chosen: list[RegisteredHook]) -> float:
-        rounds = -(-len(chosen) // max(max_parallel, 1))
-        return rounds * max((bound(hook) for hook in chosen), default=0.0)
-
-    total = parallel(hooks)
-    own = [hook for hook in hooks if not hook.from_project]
-    if event in TOOL_INPUT_EVENTS and own and len(own) < len(hooks):
-        total += parallel(own)
+        return sum(bounds)
+    width = max(max_parallel, 1)
+    total = -(-len(bounds) // width) * max(bounds)
+    if event in TOOL_INPUT_EVENTS:
+        own = [bound for hook, bound in zip(hooks, bounds, strict=True) if not hook.from_project]
+        if own and len(own) < len(bounds):
+            total += -(-len(own) // width) * max(own)
     return total
+
+
+_SLACK = DEFAULT_GRACE + DEFAULT_EXIT_DRAIN
+"""What a command hook may take past its timeout: the grace before SIGKILL, the drain."""
 
 
 class Chain:

@@ -733,11 +733,7 @@ def _fork_exec(
     assert _FORK_EXEC is not None
     stdin, stdout, stderr = child_fds
     encoding, errors = _FS_ENCODING
-    env_list = []
-    for key, value in env.items():
-        if "=" in key:
-            raise ValueError("illegal environment variable name")
-        env_list.append(f"{key}={value}".encode(encoding, errors))
+    env_list = _environment_list(env, encoding, errors)
     program = os.fsencode(executable or argv[0])
     if os.path.dirname(program):
         executables: tuple[bytes, ...] = (program,)
@@ -776,6 +772,20 @@ def _fork_exec(
         filename = cwd if message == b"noexec" else (executable or argv[0])
         raise OSError(code, os.strerror(code) if code else message.decode(), filename)
     return child
+
+
+def _environment_list(env: Mapping[str, str], encoding: str, errors: str) -> list[bytes]:
+    """`NAME=value` for each variable, encoded: as one string, with no Python step per
+    variable (a client's environment is dozens, on the path of every hook started).
+    ValueError for an `=` in a name, or a NUL anywhere, as Popen raises."""
+    if not env:
+        return []
+    if "=" in "\0".join(env):
+        raise ValueError("illegal environment variable name")
+    env_list = "\0".join(map("=".join, env.items())).encode(encoding, errors).split(b"\0")
+    if len(env_list) != len(env):
+        raise ValueError("embedded null byte")
+    return env_list
 
 
 def _find_fork_exec() -> Callable[..., int] | None:

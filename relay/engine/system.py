@@ -408,12 +408,15 @@ class HookSystem:
         if isinstance(payload, Event):
             payload = EventEnvelope(event=payload)
         if isinstance(payload, EventEnvelope):
-            # A copy: the caller's event is not changed, and missing base fields are filled.
-            envelope: EventEnvelope | None = EventEnvelope(
-                event=complete_event(payload.event, canonical, cwd=self._start_text),
-                extra=payload.extra,
-                sent=payload.sent,
-            )
+            envelope: EventEnvelope | None = payload
+            if not _complete(payload.event, canonical):
+                # A copy: the caller's event is not changed, and missing base fields are
+                # filled (an event no run changes in place is used as it is).
+                envelope = EventEnvelope(
+                    event=complete_event(payload.event, canonical, cwd=self._start_text),
+                    extra=payload.extra,
+                    sent=payload.sent,
+                )
             assert envelope is not None
             field: Callable[[str], object] = envelope.field
             tool_input = getattr(envelope.event, "tool_input", None)
@@ -490,6 +493,16 @@ def _working_directory() -> Path:
         return Path.cwd()
     except OSError:
         raise RelayError("the working directory no longer exists: give a cwd") from None
+
+
+def _complete(event: Event, canonical: str) -> bool:
+    """Whether `complete_event` would give an equal copy of `event`."""
+    return (
+        event.hook_event_name == canonical
+        and bool(event.session_id)
+        and bool(event.cwd)
+        and bool(event.timestamp)
+    )
 
 
 def _no_hooks(event: str, tool_input: object) -> AggregatedResult:

@@ -33,7 +33,8 @@ from relay.engine.registry import RegistryCache
 from relay.engine.system import HookSystem, PlannedEvent
 from relay.engine.telemetry import Telemetry, log_path, resolve_max_events
 from relay.errors import RelayError
-from relay.hosts import HOST_NAMES, host
+from relay.hosts import HOST_NAMES
+from relay.hosts import host as _load_host
 from relay.hosts.channel import host_turn
 from relay.hosts.model import Host
 from relay.protocol.codec import EventEnvelope, EventError, decode_event
@@ -47,6 +48,9 @@ DIALECTS: tuple[str, ...] = ("relay", *HOST_NAMES)
 ALL_SCOPES = frozenset(SCOPE_ORDER)
 _FAIL_CLOSED = re.compile(rb'"failClosed"\s*:\s*true')
 _encoder = msgspec.json.Encoder()
+host = functools.cache(_load_host)
+"""The host of a dialect, kept (importlib's lookup of a module already imported is a dozen
+calls on every host's event)."""
 
 
 class RunArgs(msgspec.Struct, kw_only=True):

@@ -227,16 +227,41 @@ def read_request(read: Callable[[int], bytes]) -> tuple[str, Call] | str:
     argv = [request.string().decode(encoding, errors) for _ in range(request.count())]
     cwd = request.string().decode(encoding, errors)
     if magic == MAGIC:
-        block = request.string().decode(encoding, errors)
-        variables = block.split("\0") if block else []
+        env = _environment(request.string(), encoding, errors)
     else:
-        variables = [item.decode(encoding, errors) for item in request.strings(request.count())]
+        items = request.strings(request.count())
+        env = _variables([item.decode(encoding, errors) for item in items])
+    return install, Call(argv=argv, cwd=cwd, env=env, stdin=request.string())
+
+
+_ENVIRONMENTS: dict[bytes, dict[str, str]] = {}
+"""Environments already decoded, by their block as sent: a host sends the same one with
+each of its events, so a server decodes it once (a copy of it is each call's own)."""
+KEPT_ENVIRONMENTS = 16
+KEPT_ENVIRONMENT_SIZE = 256 << 10
+"""The environments kept at most, and the largest kept: a client with a new environment for
+each call, or a huge one, holds no more than 4 MB here."""
+
+
+def _environment(block: bytes, encoding: str, errors: str) -> dict[str, str]:
+    """The environment of a block of NUL-separated `NAME=value` strings."""
+    env = _ENVIRONMENTS.get(block)
+    if env is None:
+        env = _variables(block.decode(encoding, errors).split("\0") if block else [])
+        if len(block) <= KEPT_ENVIRONMENT_SIZE:
+            if len(_ENVIRONMENTS) >= KEPT_ENVIRONMENTS:
+                _ENVIRONMENTS.clear()
+            _ENVIRONMENTS[block] = env
+    return env.copy()
+
+
+def _variables(variables: list[str]) -> dict[str, str]:
     env: dict[str, str] = {}
     for variable in variables:
         key, _, value = variable.partition("=")
         if key:
             env[key] = value
-    return install, Call(argv=argv, cwd=cwd, env=env, stdin=request.string())
+    return env
 
 
 class _Request:

@@ -181,7 +181,7 @@ def main() -> None:
     guard_ratio = medians["guard via relay"] / medians["guard direct"]
     empty_ratio = medians["no hook"] / medians["python -I -S"]
     first_ratio = medians["first call"] / medians["in-process"]
-    print(f"guard via relay / guard direct   {guard_ratio:.2f}x (target <= {TARGET_GUARD_RATIO})")
+    print(f"guard via relay / guard direct   {guard_ratio:.3f}x (target <= {TARGET_GUARD_RATIO})")
     print(f"no hook / python -I -S           {empty_ratio:.2f}x (target <= {TARGET_EMPTY_RATIO})")
     print(f"first call / in-process          {first_ratio:.2f}x (target <= 1.0)")
 
