@@ -185,28 +185,23 @@ def test_the_hosts_shell_becomes_the_client(env: dict[str, str]) -> None:
     assert relay(env, "install", "claude", "--python-client", "--no-mcp").returncode == 0
     command = json.loads(path.read_text())["hooks"]["Stop"][0]["hooks"][0]["command"]
     log = Path(env["HOME"]) / "strace.log"
-    payload = json.dumps({"session_id": "s", "cwd": env["HOME"], "hook_event_name": "Stop"})
     # The shell's own process only (not its children, nor the server the client starts).
-    done = subprocess.run(
-        [strace, "-qq", "-s", "4096", "-e", "trace=execve", "-o", str(log), "sh", "-c", command],
-        input=payload,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    tracer = [strace, "-qq", "-s", "4096", "-e", "trace=execve", "-o", str(log)]
+    done = run_entry(command, env, "Stop", under=tracer)
     assert done.returncode == 0, done.stderr
     execs = [line for line in log.read_text().splitlines() if line.startswith("execve(")]
     assert execs[0].startswith('execve("/bin/sh"') or execs[0].startswith('execve("/usr/bin/sh"')
     assert any("relay-hook" in line for line in execs[1:]), execs
 
 
-def run_entry(command: str, env: dict[str, str], event: str) -> subprocess.CompletedProcess[str]:
-    """A host entry's command run as a host runs it: `sh -c`, the event on stdin."""
+def run_entry(
+    command: str, env: dict[str, str], event: str, *, under: list[str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """A host entry's command run as a host runs it: `sh -c`, the event on stdin; `under`:
+    the words of a program that runs the shell (a tracer)."""
     payload = json.dumps({"session_id": "s", "cwd": env["HOME"], "hook_event_name": event})
     return subprocess.run(
-        ["sh", "-c", command],
+        [*(under or []), "sh", "-c", command],
         input=payload,
         env=env,
         capture_output=True,

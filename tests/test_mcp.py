@@ -23,7 +23,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from processes import alive
 from scripted_sessions import RELAY, agent, finish, reads, run_session, wait_for
 
-BUILTIN_TOOLS = {
+BUILTIN_TOOLS_IN_ORDER = [
     "send_message",
     "check_inbox",
     "list_agents",
@@ -31,7 +31,8 @@ BUILTIN_TOOLS = {
     "memory_search",
     "memory_list",
     "memory_forget",
-}
+]
+BUILTIN_TOOLS = set(BUILTIN_TOOLS_IN_ORDER)
 
 
 pytestmark = pytest.mark.usefixtures("team_default")
@@ -643,17 +644,6 @@ def test_the_tools_are_listed_as_the_sdk_made_them_of_the_same_functions(
     listed = anyio.run(main)
     assert [name for name, _, _ in listed] == [*BUILTIN_TOOLS_IN_ORDER, "deploy"]
     assert listed == expected
-
-
-BUILTIN_TOOLS_IN_ORDER = [
-    "send_message",
-    "check_inbox",
-    "list_agents",
-    "memory_save",
-    "memory_search",
-    "memory_list",
-    "memory_forget",
-]
 
 
 def test_relay_does_not_import_the_sdk() -> None:
