@@ -96,6 +96,15 @@ class Pane:
                 raise AssertionError(f"{pattern!r} not on the pane:\n{text}")
             time.sleep(0.05)
 
+    def wait_for_prompt(self) -> None:
+        """Wait until sh's prompt is the pane's last line: a command typed ahead of it is
+        echoed above it, and what the command prints then follows the prompt on its line."""
+        wait_until(
+            lambda: self.text().rstrip().rsplit("\n", 1)[-1] == "sh$",
+            10,
+            f"sh's prompt is not the last line:\n{self.text()}",
+        )
+
     def type(self, text: str) -> None:
         """Type `text` as keys, without Enter."""
         self.tmux("send-keys", "-t", self.target, "-l", text)
@@ -213,6 +222,7 @@ def agent(tmp_path: Path) -> Iterator[Agent]:
 
 def start(pane: Pane, agent: Agent) -> int:
     """Run relay wrapping the agent in the pane; the agent's pid once its prompt is shown."""
+    pane.wait_for_prompt()
     pane.run(agent.command_line())
     pid = agent.pid()
     pane.wait_for(rf"(?m)^{PROMPT}$")
