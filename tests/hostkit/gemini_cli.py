@@ -30,7 +30,7 @@ from typing import Any, TypeAlias
 
 from hostkit.environment import clean_env
 from hostkit.model_server import ModelServer, Reply, Request
-from hostkit.npm import host_binary
+from hostkit.npm import host_binary, node_runtime
 
 API_KEY = "hostkit-gemini-test-key"
 TUI_READY = "Type your message"  # the empty input box of the interactive TUI
@@ -218,7 +218,8 @@ def prepare_home(home: Path) -> Path:
 
 
 def host_env(home: Path, url: str, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of a run: this one without Google, proxy or CI settings, plus ours."""
+    """The environment of a run: this one without Google, proxy or CI settings, plus ours,
+    with Node.js 22 and its compile cache (node_runtime)."""
     env = clean_env(("GEMINI_", "GOOGLE_"))
     env.update(
         {
@@ -236,7 +237,7 @@ def host_env(home: Path, url: str, extra: dict[str, str] | None = None) -> dict[
         }
     )
     env.update(extra or {})
-    return env
+    return node_runtime(env)
 
 
 def run_gemini(
