@@ -78,11 +78,14 @@ class Server:
         *,
         idle_seconds: float = DEFAULT_IDLE_SECONDS,
         on_stop: Callable[[], None] | None = None,
+        figures: Callable[[], dict[str, object]] | None = None,
     ) -> None:
         self.path = path
         self.handler = handler
         self.idle_seconds = idle_seconds
         self.on_stop = on_stop
+        self.figures = figures
+        """The handler's own figures for the status (what it keeps, how often it helped)."""
         self.install = identity()
         self.started = time.time()
         self.calls = 0
@@ -202,8 +205,10 @@ class Server:
 
     def status(self) -> dict[str, object]:
         """What `relay serve --status` and `relay doctor` show."""
+        figures = self.figures() if self.figures is not None else {}
         with self._lock:
             return {
+                **figures,
                 "pid": os.getpid(),
                 "socket": self.path,
                 "install": self.install,
