@@ -4,6 +4,7 @@ never waits on a dead, hung or foreign server (DESIGN §11, STYLE §16)."""
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import shlex
@@ -364,6 +365,66 @@ def test_a_served_hook_gets_each_calls_own_environment_and_project(
     assert served(project, "b") == f"b {project}/x"
     assert served(other, "b") == f"b {other}/x"
     assert served(project, "a") == f"a {project}/x"
+
+
+def test_the_native_client_sends_its_environment_as_one_block_with_its_call_id_last(
+    project: Path, relay_home: Path, native: Path
+) -> None:
+    """The native client's calls come as RELAY-CALL 2 (its environment one block), this
+    call's RELAY_CALL_ID last or in the place of one it inherited: the server decodes the
+    rest of a host's environment once, and each call gets its own id (its hooks are found
+    by it)."""
+    path = client.socket_path()
+    assert client.make_private_dir(os.path.dirname(path))
+    requests: list[bytes] = []
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(path)
+        listener.listen(8)
+        listener.settimeout(60)
+
+        def answer_one() -> None:
+            connection, _ = listener.accept()
+            with connection:
+                connection.settimeout(30)
+                data = b""
+                while chunk := connection.recv(1 << 16):
+                    data += chunk
+                requests.append(data)
+                connection.sendall(
+                    client.accepted_frame(1000) + client.result_frame(Reply(0, b"", b""))
+                )
+
+        inherited = {**os.environ, client.CALL_ID_VARIABLE: "inherited", "ZZ_LAST": "z"}
+        for env in (dict(os.environ), dict(os.environ), inherited):
+            serving = threading.Thread(target=answer_one)
+            serving.start()
+            done = subprocess.run(
+                [str(native), "--dialect", "claude", "Stop"],
+                input=b"{}",
+                env=env,
+                cwd=project,
+                capture_output=True,
+                timeout=60,
+                check=False,
+            )
+            serving.join(timeout=60)
+            assert done.returncode == 0, done.stderr
+    calls = []
+    for request in requests:
+        assert request.startswith(client.MAGIC)
+        read = client.read_request(io.BytesIO(request).read)
+        assert not isinstance(read, str)
+        calls.append(read[1])
+    ids = [call.env.pop(client.CALL_ID_VARIABLE) for call in calls]
+    assert len(set(ids)) == 3 and "inherited" not in ids
+    assert calls[0].env == calls[1].env == dict(os.environ)
+    assert list(calls[2].env) == [*os.environ, "ZZ_LAST"]
+    assert requests[2].index(b"RELAY_CALL_ID=") < requests[2].index(b"ZZ_LAST=z")
+    # The rest of the block is decoded once: the second call's is the first's, kept.
+    client._ENVIRONMENTS.clear()
+    for request in requests[:2]:
+        client.read_request(io.BytesIO(request).read)
+    assert len(client._ENVIRONMENTS) == 1
 
 
 def test_an_environment_read_again_is_a_copy_of_its_own() -> None:
