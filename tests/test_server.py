@@ -1581,6 +1581,17 @@ def test_a_repeated_call_runs_its_kept_plan_and_answers_as_in_process(
             )
         assert used(server) - before == len(commands) - 1, dialect
     assert runs.read_text().count("run") == 2 * len(commands) * len(HOSTS)
+    # Each call is in the hook log, the kept plans' too (the server writes them last).
+    from relay.engine.hooklog import HookLog
+    from relay.engine.telemetry import log_path
+
+    deadline = time.monotonic() + 30
+    logged: list[Any] = []
+    while len(logged) < 2 * len(commands) * len(HOSTS) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        with contextlib.suppress(Exception):  # being written
+            logged = HookLog(log_path()).events(limit=100)
+    assert len(logged) == 2 * len(commands) * len(HOSTS)
 
 
 def test_every_event_of_every_host_answers_from_a_kept_plan_as_in_process(

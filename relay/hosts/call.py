@@ -233,7 +233,6 @@ def _prepare(
             kept = caches.plans.get(key) if key is not None else None
             if kept is not None:
                 system = kept.system.for_call(call.env)
-                _keep_log(system, caches, call.env)
                 system.deferred_records = []
                 planned = system.planned_again(kept.plan, envelope)
                 return _finishing(
@@ -246,6 +245,8 @@ def _prepare(
                     bound=kept.bound,
                     turn=None,
                     kept=kept,
+                    # The hook log is needed once the hooks have run: found while they run.
+                    log=functools.partial(_keep_log, system, caches, call.env),
                 )
     system = _system(
         start, settings, call.env, caches, isolate=ALL_SCOPES if target else TRUST_REQUIRED
@@ -309,9 +310,11 @@ def _finishing(
     turn: HostTurn | None,
     on_close: bool = False,
     kept: _Kept | None = None,
+    log: Callable[[], None] | None = None,
 ) -> PreparedCall:
     """The call, planned: its hooks run and its answer is rendered by `finish`. `kept`: the
-    server's kept plan, whose last endings the answer is made for while the hooks run."""
+    server's kept plan, whose last endings the answer is made for while the hooks run;
+    `log`: gives the system its hook log, first thing while they run."""
     told: list[_Told] = []
     foreseen = None
     if kept is not None:
@@ -323,6 +326,8 @@ def _finishing(
         # What the answer tells besides the hooks' answers depends on the plan alone: made
         # while the hooks run rather than after them; and the answer itself, for hooks that
         # end as they did the last time.
+        if log is not None:
+            log()  # a lookup in the server's caches: it does not fail
         with contextlib.suppress(Exception):  # made again after the run, failing there
             told.append(_told(system, planned, envelope, target))
         if foreseen is not None and foreseen.result is not None:
