@@ -14,8 +14,10 @@ Protocol (all integers big-endian; str = u32 length + bytes):
     request  = "RELAY-CALL 2\\n" str(identity) u32(argc) str*argc str(cwd)
                str(environment) str(stdin)
                (environment: the "KEY=VALUE" entries joined by NULs, split at once by
-               the server; "RELAY-CALL 1\\n" clients, built before, send u32(envc)
-               str("KEY=VALUE")*envc in its place, and are answered too)
+               the server; the clients put the call's RELAY_CALL_ID last, unless it
+               replaces one inherited, and the server keeps the rest decoded; "RELAY-CALL
+               1\\n" clients, built before, send u32(envc) str("KEY=VALUE")*envc in its
+               place, and are answered too)
     reply    = frame*   ;  frame = u8(kind) u32(length) payload
     kind "A" = accepted: payload u32(ms): the result follows within that many milliseconds
     kind "R" = result:   payload i32(exit code) str(stdout) str(stderr)
