@@ -4,6 +4,7 @@ never waits on a dead, hung or foreign server (DESIGN §11, STYLE §16)."""
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import shlex
@@ -20,8 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
-from relay.config.filecache import FileCache
+from relay.cli.main import cli
+from relay.config.filecache import RACY_SECONDS, FileCache
 from relay.hosts.call import answer_call
 from relay.native import find_compiler
 from relay.protocol.dialects import known_event_names
@@ -362,6 +365,66 @@ def test_a_served_hook_gets_each_calls_own_environment_and_project(
     assert served(project, "b") == f"b {project}/x"
     assert served(other, "b") == f"b {other}/x"
     assert served(project, "a") == f"a {project}/x"
+
+
+def test_the_native_client_sends_its_environment_as_one_block_with_its_call_id_last(
+    project: Path, relay_home: Path, native: Path
+) -> None:
+    """The native client's calls come as RELAY-CALL 2 (its environment one block), this
+    call's RELAY_CALL_ID last or in the place of one it inherited: the server decodes the
+    rest of a host's environment once, and each call gets its own id (its hooks are found
+    by it)."""
+    path = client.socket_path()
+    assert client.make_private_dir(os.path.dirname(path))
+    requests: list[bytes] = []
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(path)
+        listener.listen(8)
+        listener.settimeout(60)
+
+        def answer_one() -> None:
+            connection, _ = listener.accept()
+            with connection:
+                connection.settimeout(30)
+                data = b""
+                while chunk := connection.recv(1 << 16):
+                    data += chunk
+                requests.append(data)
+                connection.sendall(
+                    client.accepted_frame(1000) + client.result_frame(Reply(0, b"", b""))
+                )
+
+        inherited = {**os.environ, client.CALL_ID_VARIABLE: "inherited", "ZZ_LAST": "z"}
+        for env in (dict(os.environ), dict(os.environ), inherited):
+            serving = threading.Thread(target=answer_one)
+            serving.start()
+            done = subprocess.run(
+                [str(native), "--dialect", "claude", "Stop"],
+                input=b"{}",
+                env=env,
+                cwd=project,
+                capture_output=True,
+                timeout=60,
+                check=False,
+            )
+            serving.join(timeout=60)
+            assert done.returncode == 0, done.stderr
+    calls = []
+    for request in requests:
+        assert request.startswith(client.MAGIC)
+        read = client.read_request(io.BytesIO(request).read)
+        assert not isinstance(read, str)
+        calls.append(read[1])
+    ids = [call.env.pop(client.CALL_ID_VARIABLE) for call in calls]
+    assert len(set(ids)) == 3 and "inherited" not in ids
+    assert calls[0].env == calls[1].env == dict(os.environ)
+    assert list(calls[2].env) == [*os.environ, "ZZ_LAST"]
+    assert requests[2].index(b"RELAY_CALL_ID=") < requests[2].index(b"ZZ_LAST=z")
+    # The rest of the block is decoded once: the second call's is the first's, kept.
+    client._ENVIRONMENTS.clear()
+    for request in requests[:2]:
+        client.read_request(io.BytesIO(request).read)
+    assert len(client._ENVIRONMENTS) == 1
 
 
 def test_an_environment_read_again_is_a_copy_of_its_own() -> None:
@@ -1443,3 +1506,249 @@ def _read_exactly(sock: socket.socket, size: int, into: bytearray) -> None:
         if not chunk:
             return
         into += chunk
+
+
+# ---- kept plans ----------------------------------------------------------------------------
+# relay serve's kept plans (relay.hosts.call.PlanCache): a host's call whose plan was made
+# before, for the same settings files, project and event, starts its hooks without planning
+# again, and its answer is made while they run for the endings they had the time before; it
+# answers byte for byte as `relay hooks run` does, and any change to what the plan stands on
+# (a settings file, the project's root, its trust and scripts, the folders the environment
+# chooses, the tool) is seen on the very next call. A settings file changed within
+# filecache's racy window stands for nothing (no plan is kept for it), so these tests wait
+# that window out (`aged`) where a kept plan is what they test.
+
+HOSTS = ("claude", "gemini", "codex")
+TOOL_EVENT = {"claude": "PreToolUse", "gemini": "BeforeTool", "codex": "PreToolUse"}
+
+
+def aged() -> None:
+    """Wait until the files written so far are past filecache's racy window."""
+    time.sleep(RACY_SECONDS + 0.3)
+
+
+def used(server: str) -> int:
+    """How many calls the server answered from a kept plan."""
+    plans: dict[str, int] = wait_for_status(server)["plans"]
+    return plans["used"]
+
+
+def tool_call(folder: Path, dialect: str, command: str, tool: str = "Bash") -> Call:
+    event = {
+        "session_id": "s",
+        "cwd": str(folder),
+        "tool_name": tool,
+        "tool_input": {"command": command},
+    }
+    return call_for(folder, dialect, TOOL_EVENT[dialect], json.dumps(event).encode())
+
+
+def served(server: str, call: Call) -> Reply:
+    reply = client.request(server, call)
+    assert reply is not None
+    return reply
+
+
+def guard(runs: Path) -> dict[str, Any]:
+    """A guard that denies `rm -rf` (exit 2, the reason on stderr) and allows the rest
+    (`{}`), and counts its runs in `runs`."""
+    program = (
+        f'input=$(cat); echo run >> {runs}; case "$input" in'
+        " *'rm -rf'*) echo 'no rm -rf' >&2; exit 2 ;; *) echo '{}' ;; esac"
+    )
+    return {"name": "guard", "command": "/bin/sh", "args": ["-c", program]}
+
+
+def test_a_repeated_call_runs_its_kept_plan_and_answers_as_in_process(
+    server: str, project: Path, relay_home: Path, tmp_path: Path
+) -> None:
+    """Each host's guard call, allowed and denied in turn (the answer made meanwhile for the
+    last call's ending is right, then wrong, then right): served from a kept plan after the
+    first, every answer the in-process one, the guard run once per call."""
+    runs = tmp_path / "runs"
+    # One registration: every host's tool event is the same canonical event.
+    settings = {"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [guard(runs)]}]}}
+    write(relay_home / "settings.json", settings)
+    aged()
+    commands = ["ls", "ls", "rm -rf /", "rm -rf /", "ls", "rm -rf /"]
+    for dialect in HOSTS:
+        before = used(server)
+        for command in commands:
+            call = tool_call(project, dialect, command)
+            assert normalized(served(server, call)) == normalized(answer_call(call)), (
+                dialect,
+                command,
+            )
+        assert used(server) - before == len(commands) - 1, dialect
+    assert runs.read_text().count("run") == 2 * len(commands) * len(HOSTS)
+    # Each call is in the hook log, the kept plans' too (the server writes them last).
+    from relay.engine.hooklog import HookLog
+    from relay.engine.telemetry import log_path
+
+    deadline = time.monotonic() + 30
+    logged: list[Any] = []
+    while len(logged) < 2 * len(commands) * len(HOSTS) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        with contextlib.suppress(Exception):  # being written
+            logged = HookLog(log_path()).events(limit=100)
+    assert len(logged) == 2 * len(commands) * len(HOSTS)
+
+
+def test_every_event_of_every_host_answers_from_a_kept_plan_as_in_process(
+    server: str, project: Path, relay_home: Path
+) -> None:
+    """The byte-for-byte comparison of the server with the in-process path, with each call
+    made twice: the second from its kept plan, where one was kept (not at a session's
+    start, nor for a matcher's field the plan does not match on)."""
+    events: dict[str, Any] = {
+        name: [{"hooks": [hook({"systemMessage": "seen", "inject": "ctx"}, name="seen")]}]
+        for name in known_event_names()
+    }
+    events["PreToolUse"] = [
+        {
+            "matcher": "Bash",
+            "hooks": [
+                hook({"hookSpecificOutput": {"permissionDecision": "defer"}}, name="defer"),
+                hook("", 2, "no rm", name="guard"),
+                hook("oops", 1, "broken hook", name="broken"),
+            ],
+        },
+        {"matcher": "Write", "hooks": [hook({"hookSpecificOutput": {"tool_input": {"x": 1}}})]},
+    ]
+    write(relay_home / "settings.json", {"hooks": events})
+    aged()
+    before = used(server)
+    compared = 0
+    for dialect in HOSTS:
+        for event in known_event_names():
+            chosen = payloads(project)[:3] if "Tool" in event else payloads(project)[2:3]
+            for stdin in chosen:
+                call = call_for(project, dialect, event, stdin)
+                expected = normalized(answer_call(call))
+                for _ in range(2):
+                    assert normalized(served(server, call)) == expected, (dialect, event, stdin)
+                    compared += 1
+    assert used(server) - before > compared / 4
+
+
+def test_a_kept_plan_is_not_used_once_its_settings_file_changes(
+    server: str, project: Path, relay_home: Path
+) -> None:
+    def settings(text: str) -> None:
+        hooks = [{"matcher": "Bash", "hooks": [hook({"systemMessage": text})]}]
+        write(relay_home / "settings.json", {"hooks": {"PreToolUse": hooks}})
+
+    def message() -> str:
+        reply = served(server, tool_call(project, "claude", "ls"))
+        said: str = json.loads(reply.stdout)["systemMessage"]
+        return said
+
+    settings("one")
+    aged()
+    assert [message(), message()] == ["one", "one"]
+    first = used(server)
+    assert first >= 1
+    settings("two")  # within the racy window: planned anew
+    assert message() == "two"
+    settings("three")
+    aged()  # past it: the file's new identity is another key
+    assert [message(), message()] == ["three", "three"]
+    assert used(server) == first + 1
+
+
+def test_a_kept_plan_is_not_used_in_a_nearer_project_made_between_calls(
+    server: str, project: Path, relay_home: Path
+) -> None:
+    program = 'cat >/dev/null; printf \'{"systemMessage": "%s"}\' "$RELAY_PROJECT_DIR"'
+    hooks = [{"hooks": [{"command": "/bin/sh", "args": ["-c", program]}]}]
+    write(relay_home / "settings.json", {"hooks": {"PreToolUse": hooks}})
+    folder = project / "sub"
+    folder.mkdir()
+    aged()
+
+    def project_dir() -> str:
+        said: str = json.loads(served(server, tool_call(folder, "claude", "ls")).stdout)[
+            "systemMessage"
+        ]
+        return said
+
+    assert [project_dir(), project_dir()] == [str(project)] * 2
+    assert used(server) >= 1
+    (folder / ".relay").mkdir()  # an empty .relay/ makes a project root
+    assert project_dir() == str(folder)
+    (folder / ".relay").rmdir()
+    assert project_dir() == str(project)
+
+
+def test_a_project_hooks_trust_and_script_count_on_every_call(
+    server: str, project: Path, relay_home: Path
+) -> None:
+    """A plan that runs a project hook is never kept (its trust and its scripts are not in
+    the key): a script edited, trust revoked or given between two calls counts on the
+    second, while the user's own guard beside it runs all along."""
+    script = write(
+        project / "check.sh", '#!/bin/sh\ncat >/dev/null\necho \'{"systemMessage": "v1"}\'\n'
+    )
+    script.chmod(0o755)
+    write(
+        project / ".relay" / "settings.json",
+        {"hooks": {"PreToolUse": [{"hooks": [{"name": "check", "command": "./check.sh"}]}]}},
+    )
+    write(relay_home / "settings.json", {"hooks": {"PreToolUse": [{"hooks": [hook({})]}]}})
+    trusted = CliRunner().invoke(cli, ["trust", "--yes", "--cwd", str(project)])
+    assert trusted.exit_code == 0, trusted.output
+    aged()
+
+    def message() -> str:
+        said: str = json.loads(served(server, tool_call(project, "claude", "ls")).stdout)[
+            "systemMessage"
+        ]
+        return said
+
+    assert [message(), message()] == ["v1", "v1"]
+    script.write_text(script.read_text().replace("v1", "v2"))
+    assert "not trusted" in message()
+    aged()
+    assert "not trusted" in message()
+    assert CliRunner().invoke(cli, ["trust", "--yes", "--cwd", str(project)]).exit_code == 0
+    assert [message(), message()] == ["v2", "v2"]
+    revoked = CliRunner().invoke(cli, ["trust", "--revoke", "--cwd", str(project)])
+    assert revoked.exit_code == 0, revoked.output
+    assert "not trusted" in message()
+    assert used(server) == 0
+
+
+def test_a_kept_plan_follows_each_calls_relay_home_and_tool(
+    server: str, project: Path, tmp_path: Path
+) -> None:
+    """Calls whose RELAY_HOME differs (and changes back) and whose tool differs get the plans
+    of their own: each home's hook for Bash, none for Write."""
+    runs = tmp_path / "runs"
+    homes = {}
+    for name in ("a", "b"):
+        home = tmp_path / f"home-{name}"
+        program = f'cat >/dev/null; echo {name} >> {runs}; echo \'{{"systemMessage": "{name}"}}\''
+        hooks = [{"matcher": "Bash", "hooks": [{"command": "/bin/sh", "args": ["-c", program]}]}]
+        write(home / "settings.json", {"hooks": {"PreToolUse": hooks}})
+        homes[name] = home
+    aged()
+    for name in ["a", "b", "a", "b"]:
+        for tool in ("Bash", "Write"):
+            call = tool_call(project, "claude", "ls", tool)
+            call.env["RELAY_HOME"] = str(homes[name])
+            reply = served(server, call)
+            said = json.loads(reply.stdout).get("systemMessage") if reply.stdout else None
+            assert said == (name if tool == "Bash" else None), (name, tool)
+    assert runs.read_text().split() == ["a", "b", "a", "b"]
+    assert used(server) == 4
+
+
+def test_an_event_with_no_hook_is_kept_too(server: str, project: Path, relay_home: Path) -> None:
+    """A plan that runs nothing is kept as well, and answers each call as in-process."""
+    write(relay_home / "settings.json", {"hooks": {"Stop": [{"hooks": [hook({})]}]}})
+    aged()
+    for command in ("ls", "pwd", "ls"):
+        call = tool_call(project, "gemini", command)
+        reply = served(server, call)
+        assert normalized(reply) == normalized(answer_call(call))
+    assert used(server) == 2

@@ -116,7 +116,9 @@ def _serve(path: str, idle_seconds: float) -> None:
             return None
         return prepare(args, call, caches, on_close=False)
 
-    server = Server(path, handler, idle_seconds=idle_seconds, on_stop=caches.close)
+    server = Server(
+        path, handler, idle_seconds=idle_seconds, on_stop=caches.close, figures=caches.figures
+    )
     if not server.bind():
         click.echo(f"relay: a server is already running at {path}", err=True)
         return

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
 import msgspec
 
-from relay.config.filecache import FileCache
+from relay.config.filecache import RACY_SECONDS, FileCache, identity_of
 from relay.config.loader import (
     MAX_SETTINGS_BYTES,
     SettingsReport,
@@ -60,6 +61,9 @@ class SettingsSet(msgspec.Struct, kw_only=True):
     """System, user, --settings files in the order given, project, project-local."""
     broken: list[BrokenSettings] = msgspec.field(default_factory=list)
     """Files that could not be used (see `load_settings`): their hooks do not run."""
+    witness: Witness | None = None
+    """What the stats behind this set told (`settings_witness`), None when that cannot
+    stand for its contents (a file changed within RACY_SECONDS, a file in error)."""
 
     @property
     def warnings(self) -> list[ConfigWarning]:
@@ -84,6 +88,11 @@ class SettingsSet(msgspec.Struct, kw_only=True):
 
 
 S = TypeVar("S", bound=msgspec.Struct)
+
+Witness = tuple[object, ...]
+"""The project root found, whether it holds `.relay/`, and every settings file looked for
+with its identity (filecache.identity_of; None where there is none): equal witnesses mean
+the same files with the same contents."""
 
 SETTINGS_VARIABLE = "RELAY_SETTINGS"
 """Extra settings files (os.pathsep-separated), as if given with --settings first. `relay
@@ -140,7 +149,7 @@ def load_settings(
     start = Path(os.getcwd()) if cwd is None else cwd
     files: list[LoadedSettings] = []
     broken: list[BrokenSettings] = []
-    root, candidates = _candidates(start, extra, env)
+    root, candidates, witness = _candidates(start, extra, env)
     for path, scope, error, status in candidates:
         try:
             if error is not None:
@@ -153,7 +162,16 @@ def load_settings(
             if scope not in isolate:
                 raise
             broken.append(BrokenSettings(file=str(path), scope=scope, error=exc, text=_peek(path)))
-    return SettingsSet(root=root, files=files, broken=broken)
+    return SettingsSet(root=root, files=files, broken=broken, witness=witness)
+
+
+def settings_witness(
+    cwd: Path, extra: Sequence[Path] = (), *, env: Mapping[str, str] | None = None
+) -> Witness | None:
+    """What `load_settings(cwd, extra, env=env)` would stand on, by stats alone (its
+    SettingsSet's `witness`): the project root search and a stat of every settings file,
+    none of them read. None when it cannot stand for their contents."""
+    return _candidates(cwd, extra, env)[2]
 
 
 def settings_problems(cwd: Path, *, env: Mapping[str, str] | None = None) -> list[str]:
@@ -203,8 +221,9 @@ named file missing, a folder we may not search), else its stat."""
 
 def _candidates(
     cwd: Path | None, extra: Sequence[Path], env: Mapping[str, str] | None
-) -> tuple[Path | None, list[Candidate]]:
-    """The project root, and the settings files for `cwd` in merge order (`Candidate`)."""
+) -> tuple[Path | None, list[Candidate], Witness | None]:
+    """The project root, the settings files for `cwd` in merge order (`Candidate`), and
+    their `Witness`."""
     # The paths are built once per distinct folder (paths.child, cached_path), their files
     # looked at anew by every call: only what a stat cannot miss is kept.
     start = os.getcwd() if cwd is None else os.path.expanduser(cwd)
@@ -223,19 +242,27 @@ def _candidates(
         project.append((child(root, PROJECT_DIR_NAME, "settings.local.json"), "project-local"))
     found: list[Candidate] = []
     seen: set[tuple[int, int]] = set()
+    looked: list[object] = [found_root]
+    racy = time.time() - RACY_SECONDS
     for path, scope in [*candidates, *named, *project]:
         try:
             # Named on the command line: a missing file is a mistake, not an absent layer.
             status = _file_status(path, named=scope == "settings")
         except SettingsError as exc:
             found.append((path, scope, exc, None))
+            looked = []  # an error stands for nothing
             continue
+        if looked:
+            if status is not None and max(status.st_mtime_ns, status.st_ctime_ns) / 1e9 > racy:
+                looked = []  # changed too recently for its identity to stand for its bytes
+            else:
+                looked.append((path, scope, None if status is None else identity_of(status)))
         # The same file reached twice (RELAY_HOME inside a project, a --settings that is the
         # user file) is loaded once, at its first, most trusted, place.
         if status is not None and (status.st_dev, status.st_ino) not in seen:
             seen.add((status.st_dev, status.st_ino))
             found.append((path, scope, None, status))
-    return root, found
+    return root, found, tuple(looked) if looked else None
 
 
 def _file_status(path: Path, *, named: bool = False) -> os.stat_result | None:

@@ -94,6 +94,15 @@ def peer_uid(sock: socket.socket) -> int | None:
     return None if credentials is None else credentials[1]
 
 
+def peer(sock: socket.socket) -> tuple[int | None, int | None]:
+    """The pid and uid of the process at the other end of a Unix socket, in one system
+    call (`peer_pid`, `peer_uid`)."""
+    credentials = _peer_credentials(sock)
+    if credentials is None:
+        return None, None
+    return (credentials[0] if credentials[0] > 0 else None), credentials[1]
+
+
 def peer_pid(sock: socket.socket) -> int | None:
     """The pid of the process at the other end of a Unix socket (None where unsupported)."""
     credentials = _peer_credentials(sock)

@@ -9,6 +9,7 @@ event loop, use relay.engine.async_execution, which shares everything below.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
@@ -41,7 +42,7 @@ from relay.engine.trace import HookTrace
 from relay.protocol.answers import Answer, first_lines, parse_answer
 from relay.protocol.codec import EventEnvelope
 from relay.protocol.dialects import matcher_field
-from relay.protocol.output import HookReport
+from relay.protocol.output import AggregatedResult, HookReport
 
 Traces = dict[int, HookTrace]
 """Traces of one run, by id() of the RegisteredHook."""
@@ -52,6 +53,44 @@ class Prepared(msgspec.Struct, kw_only=True):
 
     hook: RegisteredHook
     spec: ProcessSpec
+
+
+Ending = tuple[object, ...]
+"""What a hook's answer is made of, of how its process ended (`ending_of`): equal endings
+give equal answers for the same hook and event."""
+
+
+def ending_of(process: ProcessResult) -> Ending:
+    """The parts of a finished process its answer is read from (not its duration or pid)."""
+    return (
+        process.exit_code,
+        process.signal,
+        process.timed_out,
+        process.spawn_error,
+        process.stdout,
+        process.stderr,
+        process.stdout_truncated,
+        process.stderr_truncated,
+    )
+
+
+class Foreseen:
+    """A parallel run's outcomes and result made while its hooks run, for the endings they
+    are expected to have (`endings`, one per hook in plan order; relay serve expects those
+    of the plan's last run): taken (`taken`) when they do end so, instead of being made
+    after them, with the run's own durations. `result` is None until made, or when the
+    caller finds it unusable. `seen`: how the hooks did end, once they have."""
+
+    __slots__ = ("endings", "made", "outcomes", "result", "seen", "taken")
+
+    def __init__(self, endings: list[Ending] | None) -> None:
+        self.endings = endings
+        self.outcomes: list[HookOutcome] | None = None
+        self.result: AggregatedResult | None = None
+        self.made: object = None
+        """What the caller made of `result` meanwhile (relay serve: the host's answer)."""
+        self.taken = False
+        self.seen: list[Ending] | None = None
 
 
 class Executor:
@@ -74,10 +113,13 @@ class Executor:
         hooks: list[RegisteredHook],
         sequential: bool,
         traces: Traces | None = None,
+        *,
         meanwhile: Callable[[], None] | None = None,
+        foreseen: Foreseen | None = None,
     ) -> tuple[list[HookOutcome], list[str]]:
         """Run command hooks on this thread (parallel or one at a time); outcomes and warnings.
-        `meanwhile`: the caller's work, done once the first hooks have started (run_processes)."""
+        `meanwhile`: the caller's work, done once the first hooks have started (run_processes).
+        `foreseen`: outcomes made meanwhile for expected endings (a parallel run only)."""
         warnings: list[str] = []
         if sequential:
             chain = Chain(envelope, hooks, warnings)
@@ -89,7 +131,7 @@ class Executor:
             if meanwhile is not None:
                 meanwhile()
             return chain.outcomes(), warnings
-        outcomes = self._parallel(envelope, hooks, traces, meanwhile)
+        outcomes = self._parallel(envelope, hooks, traces, meanwhile, foreseen)
         again = judge_again(envelope, hooks, outcomes, warnings)
         if again is not None:
             rewritten, indexes = again
@@ -105,12 +147,34 @@ class Executor:
         hooks: list[RegisteredHook],
         traces: Traces | None,
         meanwhile: Callable[[], None] | None = None,
+        foreseen: Foreseen | None = None,
     ) -> list[HookOutcome]:
         wire: dict[str, bytes] = {}
         prepared = [self.prepare(hook, envelope, wire) for hook in hooks]
+        endings = foreseen.endings if foreseen is not None else None
+        if foreseen is not None and endings is not None and len(endings) == len(hooks):
+            caller = meanwhile
+
+            def meanwhile() -> None:
+                with contextlib.suppress(Exception):  # then made after the run, as always
+                    foreseen.outcomes = [
+                        self.outcome(item, envelope, _ended(item.spec.launch, ending), None)
+                        for item, ending in zip(prepared, endings, strict=True)
+                    ]
+                if caller is not None:
+                    caller()
+
         processes = run_processes(
             [item.spec for item in prepared], max_parallel=self.max_parallel, meanwhile=meanwhile
         )
+        if foreseen is not None:
+            foreseen.seen = [ending_of(process) for process in processes]
+            outcomes = foreseen.outcomes
+            if outcomes is not None and foreseen.seen == endings:
+                foreseen.taken = True
+                for outcome, process in zip(outcomes, processes, strict=True):
+                    outcome.report.duration_ms = round(process.duration_ms, 3)
+                return outcomes
         return [
             self.outcome(item, envelope, process, traces)
             for item, process in zip(prepared, processes, strict=True)
@@ -220,6 +284,22 @@ class Executor:
             cwd = substitute_project_vars(hook.entry.cwd, self.project_vars)
             return str(Path(self.project_dir, os.path.expanduser(cwd)))
         return self.project_dir
+
+
+def _ended(launch: Launch, ending: Ending) -> ProcessResult:
+    """A process of `launch` that ended as `ending` says (`ending_of`)."""
+    exit_code, signal_name, timed_out, spawn_error, stdout, stderr, out_cut, err_cut = ending
+    return ProcessResult(
+        launch=launch,
+        exit_code=exit_code,  # type: ignore[arg-type]
+        signal=signal_name,  # type: ignore[arg-type]
+        timed_out=timed_out,  # type: ignore[arg-type]
+        spawn_error=spawn_error,  # type: ignore[arg-type]
+        stdout=stdout,  # type: ignore[arg-type]
+        stderr=stderr,  # type: ignore[arg-type]
+        stdout_truncated=out_cut,  # type: ignore[arg-type]
+        stderr_truncated=err_cut,  # type: ignore[arg-type]
+    )
 
 
 @functools.lru_cache(maxsize=1024)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -42,7 +43,7 @@ from relay.protocol.events import Event
 from relay.protocol.output import AggregatedResult, HookReport
 
 if TYPE_CHECKING:
-    from relay.engine.execution import Executor
+    from relay.engine.execution import Executor, Foreseen
 
 Payload = Mapping[str, Any] | Event | EventEnvelope | None
 
@@ -328,10 +329,14 @@ class HookSystem:
         *,
         trace: list[HookTrace] | None = None,
         meanwhile: Callable[[], None] | None = None,
+        foreseen: Foreseen | None = None,
     ) -> AggregatedResult:
         """Run a planned event's hooks (on this thread unless some are Python hooks) and merge.
         `meanwhile`: the caller's work that needs no result, done once the first command
-        hooks have started (while they run), else before the run; it must not raise."""
+        hooks have started (while they run), else before the run; it must not raise.
+        `foreseen`: the result for the endings it expects is made before `meanwhile` (which
+        may use it), and is the result when the hooks end so (`Foreseen.taken`); used for a
+        parallel run of command hooks whose outcomes nothing else changes, else ignored."""
         if planned.result is not None:
             if meanwhile is not None:
                 meanwhile()
@@ -346,12 +351,41 @@ class HookSystem:
             return anyio.run(self._fire_planned, planned, trace)
         started = time.perf_counter()
         traces: dict[int, HookTrace] | None = {} if trace is not None else None
+        if foreseen is not None and _foreseeable(plan, trace):
+            meanwhile = self._foreseeing(foreseen, envelope, plan, meanwhile)
+        else:
+            foreseen = None
         outcomes, warnings = self._executor_for().run_sync(
-            envelope, plan.hooks, plan.sequential, traces, meanwhile
+            envelope, plan.hooks, plan.sequential, traces, meanwhile=meanwhile, foreseen=foreseen
         )
+        if foreseen is not None and foreseen.taken and foreseen.result is not None:
+            result = foreseen.result  # the same outcomes, with this run's durations
+            result.duration_ms = round((time.perf_counter() - started) * 1000, 3)
+            self._record(envelope, outcomes, result)
+            return result
+        if foreseen is not None:
+            foreseen.taken = False  # its outcomes were taken, but not its result
         return self._finish(
             envelope, plan, outcomes, warnings, started=started, traces=traces, trace=trace
         )
+
+    def _foreseeing(
+        self,
+        foreseen: Foreseen,
+        envelope: EventEnvelope,
+        plan: Plan,
+        caller: Callable[[], None] | None,
+    ) -> Callable[[], None]:
+        """The work while the hooks run: the foreseen outcomes' result, then the caller's."""
+
+        def meanwhile() -> None:
+            with contextlib.suppress(Exception):  # then made after the run, as always
+                if foreseen.outcomes is not None:
+                    foreseen.result = self._result(envelope, plan, foreseen.outcomes, [], 0.0)
+            if caller is not None:
+                caller()
+
+        return meanwhile
 
     def time_bound(self, planned: PlannedEvent) -> float:
         """Seconds within which `run_planned` returns for this plan, whatever its hooks do."""
@@ -408,15 +442,7 @@ class HookSystem:
         if isinstance(payload, Event):
             payload = EventEnvelope(event=payload)
         if isinstance(payload, EventEnvelope):
-            envelope: EventEnvelope | None = payload
-            if not _complete(payload.event, canonical):
-                # A copy: the caller's event is not changed, and missing base fields are
-                # filled (an event no run changes in place is used as it is).
-                envelope = EventEnvelope(
-                    event=complete_event(payload.event, canonical, cwd=self._start_text),
-                    extra=payload.extra,
-                    sent=payload.sent,
-                )
+            envelope: EventEnvelope | None = self._completed(payload, canonical)
             assert envelope is not None
             field: Callable[[str], object] = envelope.field
             tool_input = getattr(envelope.event, "tool_input", None)
@@ -438,6 +464,45 @@ class HookSystem:
             envelope = make_event(canonical, dict(payload or {}), cwd=self._start_text)  # type: ignore[arg-type]
         return envelope, plan
 
+    def _completed(self, envelope: EventEnvelope, canonical: str) -> EventEnvelope:
+        if _complete(envelope.event, canonical):
+            return envelope  # an event no run changes in place is used as it is
+        # A copy: the caller's event is not changed, and missing base fields are filled.
+        return EventEnvelope(
+            event=complete_event(envelope.event, canonical, cwd=self._start_text),
+            extra=envelope.extra,
+            sent=envelope.sent,
+        )
+
+    # -- the same plan for another call (relay serve's plan cache) -----------------------
+
+    def for_call(self, environ: Mapping[str, str]) -> HookSystem:
+        """This system as an initialized one for another call whose plan's inputs are the
+        same (its settings files and project, by their stats: see hosts.call's plan cache):
+        its settings, registry (a view with trust answers of its own) and options, with
+        `environ` for the hooks and nothing of this call's run (hook log, problems)."""
+        assert self._registry is not None and not self._runtime
+        copy = object.__new__(HookSystem)
+        copy.__dict__.update(self.__dict__)
+        copy.environ = environ
+        copy.telemetry = None
+        copy.deferred_records = None
+        copy._problems = []
+        copy._executor = None
+        copy._registry = self._registry.view()
+        return copy
+
+    def planned_again(self, plan: Plan | None, envelope: EventEnvelope) -> PlannedEvent:
+        """What `plan(envelope.name, envelope)` gives when its plan is `plan` (None: no
+        hook runs), without planning: `plan` came from a system whose settings and
+        registry this one's are (`for_call`), for an event that matches the same way."""
+        canonical = canonical_name(envelope.name, unknown_passes=True)
+        if plan is None:
+            return PlannedEvent(
+                result=_no_hooks(canonical, getattr(envelope.event, "tool_input", None))
+            )
+        return PlannedEvent(envelope=self._completed(envelope, canonical), plan=plan)
+
     def _finish(
         self,
         envelope: EventEnvelope,
@@ -451,18 +516,35 @@ class HookSystem:
     ) -> AggregatedResult:
         if trace is not None and traces is not None:
             trace.extend(traces[id(hook)] for hook in plan.hooks if id(hook) in traces)
-        # A failClosed hook that may not run is a deny (its author said: no answer, no go).
-        outcomes = [*outcomes, *(_untrusted_outcome(hook) for hook in _fail_closed(plan.untrusted))]
-        # A hook whose settings entry is broken did not run: an error, or a deny if failClosed.
-        outcomes.extend(_broken_outcome(hook) for hook in plan.broken)
+        duration = round((time.perf_counter() - started) * 1000, 3)
+        outcomes = [*outcomes, *_not_run(plan)]
+        result = self._result(envelope, plan, outcomes, warnings, duration)
+        self._record(envelope, outcomes, result)
+        return result
+
+    def _result(
+        self,
+        envelope: EventEnvelope,
+        plan: Plan,
+        outcomes: list[HookOutcome],
+        warnings: list[str],
+        duration_ms: float,
+    ) -> AggregatedResult:
+        """The merged result of a run's outcomes (the hooks that did not run included)."""
         result = aggregate(
             envelope.name,
             outcomes,
             tool_input=getattr(envelope.event, "tool_input", None),
             warnings=warnings,
-            duration_ms=round((time.perf_counter() - started) * 1000, 3),
+            duration_ms=duration_ms,
         )
         result.untrusted = _names(plan.untrusted)
+        return result
+
+    def _record(
+        self, envelope: EventEnvelope, outcomes: list[HookOutcome], result: AggregatedResult
+    ) -> None:
+        """The hook log's record of a run, made now or left to the caller."""
         telemetry = self.telemetry
         if telemetry is not None:
 
@@ -485,7 +567,6 @@ class HookSystem:
                 record()
             else:
                 self.deferred_records.append(record)
-        return result
 
 
 def _working_directory() -> Path:
@@ -510,6 +591,30 @@ def _no_hooks(event: str, tool_input: object) -> AggregatedResult:
     if event in TOOL_INPUT_EVENTS and isinstance(tool_input, dict):
         return AggregatedResult(hook_event_name=event, tool_input=tool_input)
     return AggregatedResult(hook_event_name=event)
+
+
+def _not_run(plan: Plan) -> list[HookOutcome]:
+    """The outcomes of the planned hooks that may not run: a failClosed one that is not
+    trusted denies (its author said: no answer, no go), one whose settings entry is broken
+    is an error, or a deny if failClosed."""
+    outcomes = [_untrusted_outcome(hook) for hook in _fail_closed(plan.untrusted)]
+    outcomes.extend(_broken_outcome(hook) for hook in plan.broken)
+    return outcomes
+
+
+def _foreseeable(plan: Plan, trace: list[HookTrace] | None) -> bool:
+    """Whether a run's result can be made for expected endings before they are known: a
+    parallel run of command hooks, all of one side (no hook judges another's rewrite
+    again), untraced, with no debug lines to write twice, every planned hook running."""
+    sides = {hook.from_project for hook in plan.hooks}
+    return (
+        not plan.sequential
+        and trace is None
+        and len(sides) == 1
+        and not plan.untrusted
+        and not plan.broken
+        and not debug_enabled()
+    )
 
 
 def _fail_closed(hooks: list[RegisteredHook]) -> list[RegisteredHook]:

@@ -17,32 +17,39 @@ import re
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from relay.config.discovery import (
+    SETTINGS_VARIABLE,
     BrokenSettings,
     SettingsCache,
     settings_cache,
     settings_from_environment,
+    settings_witness,
 )
 from relay.config.model import SCOPE_ORDER, TRUST_REQUIRED
 from relay.config.paths import cached_path, relay_home, state_file, system_settings_path
 from relay.config.trust import DigestCache, TrustStore, digest_cache
+from relay.engine.planner import Plan
 from relay.engine.registry import RegistryCache
 from relay.engine.system import HookSystem, PlannedEvent
 from relay.engine.telemetry import Telemetry, log_path, resolve_max_events
 from relay.errors import RelayError
 from relay.hosts import HOST_NAMES
 from relay.hosts import host as _load_host
-from relay.hosts.channel import host_turn
+from relay.hosts.channel import HostTurn, host_turn
 from relay.hosts.model import Host
 from relay.protocol.codec import EventEnvelope, EventError, decode_event
-from relay.protocol.dialects import UnknownEventError
+from relay.protocol.dialects import UnknownEventError, matcher_field
 from relay.protocol.display import visible
 from relay.protocol.output import AggregatedResult
 from relay.server.client import Call, Reply
 from relay.session.hostnotes import STATUS_SOCKET_VARIABLE, tell_session
+
+if TYPE_CHECKING:
+    from relay.engine.execution import Ending
 
 DIALECTS: tuple[str, ...] = ("relay", *HOST_NAMES)
 ALL_SCOPES = frozenset(SCOPE_ORDER)
@@ -110,6 +117,7 @@ class Caches:
         self.settings: SettingsCache = settings_cache()
         self.digests: DigestCache = digest_cache()
         self.registries = RegistryCache()
+        self.plans = PlanCache()
         self._lock = threading.Lock()
         self._trust: dict[Path, TrustStore] = {}
         self._logs: dict[tuple[Path, int], Telemetry] = {}
@@ -129,6 +137,10 @@ class Caches:
             if log is None:
                 log = self._logs[(path, max_events)] = Telemetry(path, max_events=max_events)
             return log
+
+    def figures(self) -> dict[str, object]:
+        """What `relay serve --status` tells of these caches."""
+        return {"plans": {"kept": len(self.plans), "used": self.plans.used}}
 
     def close(self) -> None:
         """Flush every hook log."""
@@ -211,6 +223,31 @@ def _prepare(
     else:
         raise RelayError("the working directory no longer exists: give the event a cwd")
     settings = [Path(call.cwd or "/", path) for path in args.settings]
+    key: PlanKey | None = None
+    turns: list[HostTurn | None] = []
+    if caches is not None and target is not None and not on_close:
+        # relay serve, for a host: a plan made before for the same inputs starts at once.
+        turns.append(host_turn(target, envelope, call.env, call.caller))
+        if turns[0] is None:
+            key = plan_key(args, call, envelope, start, settings)
+            kept = caches.plans.get(key) if key is not None else None
+            if kept is not None:
+                system = kept.system.for_call(call.env)
+                system.deferred_records = []
+                planned = system.planned_again(kept.plan, envelope)
+                return _finishing(
+                    args,
+                    call,
+                    target,
+                    system,
+                    planned,
+                    envelope=envelope,
+                    bound=kept.bound,
+                    turn=None,
+                    kept=kept,
+                    # The hook log is needed once the hooks have run: found while they run.
+                    log=functools.partial(_keep_log, system, caches, call.env),
+                )
     system = _system(
         start, settings, call.env, caches, isolate=ALL_SCOPES if target else TRUST_REQUIRED
     )
@@ -221,43 +258,105 @@ def _prepare(
             return _done(Reply(1, b"", f"relay: error: {exc}\n".encode()))
         raise
     if caches is not None:
-        max_events = resolve_max_events(system.settings.files, call.env)
-        system.telemetry = caches.telemetry(log_path(call.env), max_events)
+        _keep_log(system, caches, call.env)
     if not on_close:
         # relay serve: the hook log's record is made once the answer is out (`later`).
         system.deferred_records = []
     planned = system.plan(envelope.name, envelope)
     bound = system.time_bound(planned)
-    turn = host_turn(target, envelope, call.env, call.caller) if target is not None else None
+    kept = None
+    if key is not None and caches is not None and _cacheable(key, system, planned, envelope):
+        kept = _Kept(system.for_call({}), planned.plan, bound)
+        caches.plans.put(key, kept)
+    if turns:
+        turn = turns[0]
+    else:
+        turn = host_turn(target, envelope, call.env, call.caller) if target is not None else None
     if turn is not None:
         # The agent channel dispatches through its own system: it registers the built-in
         # handlers, which must not reach a registry the server keeps between calls.
         channel_system = _system(start, settings, call.env, None, isolate=ALL_SCOPES)
         channel_system.initialize()
         bound += turn.prepare(channel_system)
+    return _finishing(
+        args,
+        call,
+        target,
+        system,
+        planned,
+        envelope=envelope,
+        bound=bound,
+        turn=turn,
+        on_close=on_close,
+        kept=kept if turn is None else None,
+    )
 
+
+def _keep_log(system: HookSystem, caches: Caches, env: Mapping[str, str]) -> None:
+    """The server's hook log, for this call's record."""
+    max_events = resolve_max_events(system.settings.files, env)
+    system.telemetry = caches.telemetry(log_path(env), max_events)
+
+
+def _finishing(
+    args: RunArgs,
+    call: Call,
+    target: Host | None,
+    system: HookSystem,
+    planned: PlannedEvent,
+    *,
+    envelope: EventEnvelope,
+    bound: float,
+    turn: HostTurn | None,
+    on_close: bool = False,
+    kept: _Kept | None = None,
+    log: Callable[[], None] | None = None,
+) -> PreparedCall:
+    """The call, planned: its hooks run and its answer is rendered by `finish`. `kept`: the
+    server's kept plan, whose last endings the answer is made for while the hooks run;
+    `log`: gives the system its hook log, first thing while they run."""
     told: list[_Told] = []
+    foreseen = None
+    if kept is not None:
+        from relay.engine.execution import Foreseen  # the server's: `hooks run` needs it not
+
+        foreseen = Foreseen(kept.endings)
 
     def meanwhile() -> None:
         # What the answer tells besides the hooks' answers depends on the plan alone: made
-        # while the hooks run rather than after them.
+        # while the hooks run rather than after them; and the answer itself, for hooks that
+        # end as they did the last time.
+        if log is not None:
+            log()  # a lookup in the server's caches: it does not fail
         with contextlib.suppress(Exception):  # made again after the run, failing there
             told.append(_told(system, planned, envelope, target))
+        if foreseen is not None and foreseen.result is not None:
+            try:
+                foreseen.made = _render(foreseen.result, target, told[0])
+            except Exception:  # made after the run, failing there
+                foreseen.result = None
 
     def finish() -> Reply:
         try:
             # In-process, the hook log is closed after the run and may add a warning.
-            result = system.run_planned(planned, meanwhile=None if on_close else meanwhile)
+            result = system.run_planned(
+                planned, meanwhile=None if on_close else meanwhile, foreseen=foreseen
+            )
             after = turn.run(result) if turn is not None else None
             if on_close:
                 # Before rendering: a log that cannot be written is a warning to show.
                 system.close(leave_open=True)
             if turn is not None:
                 turn.hooks.close()
-            if not told:
-                told.append(_told(system, planned, envelope, target))
-            reply = _render(result, target, told[0])
+            if foreseen is not None and foreseen.taken and isinstance(foreseen.made, Reply):
+                reply = foreseen.made  # `result` is the one it was rendered from
+            else:
+                if not told:
+                    told.append(_told(system, planned, envelope, target))
+                reply = _render(result, target, told[0])
             reply.sent = after
+            if kept is not None and foreseen is not None:
+                kept.ended(foreseen.seen)
         except Exception as exc:
             reply = _failed(args, call, target, exc).finish()
         if system.deferred_records:
@@ -265,6 +364,135 @@ def _prepare(
         return reply
 
     return PreparedCall(bound, finish)
+
+
+# ---- the server's plan cache ---------------------------------------------------------------
+
+PlanKey = tuple[object, ...]
+FOLDER_VARIABLES = (
+    "RELAY_HOME",
+    "HOME",
+    "XDG_CONFIG_HOME",
+    "XDG_STATE_HOME",
+    "RELAY_SYSTEM_SETTINGS",
+    SETTINGS_VARIABLE,
+)
+"""The environment variables that choose relay's folders and settings files."""
+_LONGEST_MATCHED = 1024
+"""A matcher's field longer than this (a prompt, say) is not worth a plan kept for it."""
+
+
+_LARGEST_ENDING = 4096
+"""The most bytes of output a plan's last endings are kept with (to foresee the next run's)."""
+
+
+class _Kept:
+    """A plan kept for a key (`plan_key`): the system it was made in (initialized, nothing
+    of its call's run), its plan (None: no hook runs), its time bound, and how its hooks
+    ended the last time it ran (None: not known, or too large to keep), which the next
+    run's answer is made for while its hooks run (execution.Foreseen)."""
+
+    __slots__ = ("bound", "endings", "plan", "system")
+
+    def __init__(self, system: HookSystem, plan: Plan | None, bound: float) -> None:
+        self.system = system
+        self.plan = plan
+        self.bound = bound
+        self.endings: list[Ending] | None = None
+
+    def ended(self, endings: list[Ending] | None) -> None:
+        """How the plan's hooks ended this time: what the next run expects."""
+        size = 0
+        for ending in endings or ():
+            for output in ending[4:6]:
+                size += len(output) if isinstance(output, bytes) else 0
+        self.endings = endings if size <= _LARGEST_ENDING else None
+
+
+class PlanCache:
+    """The plans a server made, by `plan_key`: a call whose key was seen has its hooks
+    started without planning again. Thread-safe and bounded."""
+
+    MAX_ENTRIES = 256
+
+    def __init__(self) -> None:
+        self._entries: dict[PlanKey, _Kept] = {}
+        self._lock = threading.Lock()
+        self.used = 0
+        """How many calls a kept plan was used for."""
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: PlanKey) -> _Kept | None:
+        """The plan kept for `key`, if any (counted as used)."""
+        kept = self._entries.get(key)
+        if kept is not None:
+            self.used += 1
+        return kept
+
+    def put(self, key: PlanKey, kept: _Kept) -> None:
+        """Keep a plan for `key`."""
+        with self._lock:
+            if len(self._entries) >= self.MAX_ENTRIES:
+                self._entries.clear()
+            self._entries[key] = kept
+
+
+def plan_key(
+    args: RunArgs, call: Call, envelope: EventEnvelope, start: Path, settings: list[Path]
+) -> PlanKey | None:
+    """Everything a host's event's plan depends on, None when it cannot be known without
+    planning: the arguments and working directory, the variables that choose relay's
+    folders, the event's name and the field its matchers read, the folder its project is
+    searched from, and the stats of that search and of every settings file looked for
+    (discovery.settings_witness: a file's identity stands for its bytes, one changed
+    within the racy window stands for nothing). What else a plan reads (trust, scripts) is
+    left out by `_cacheable`: a plan that needs them is not kept."""
+    witness = settings_witness(start, settings, env=call.env)
+    if witness is None:
+        return None
+    name = matcher_field(envelope.name)
+    matched = envelope.field(name) if name is not None else None
+    if matched is not None and not (isinstance(matched, str) and len(matched) <= _LONGEST_MATCHED):
+        return None
+    env = call.env
+    return (
+        args.dialect,
+        args.event,
+        tuple(args.settings),
+        args.cwd,
+        call.cwd,
+        envelope.name,
+        matched,
+        start,
+        tuple(env.get(variable) for variable in FOLDER_VARIABLES),
+        witness,
+    )
+
+
+def _cacheable(
+    key: PlanKey, system: HookSystem, planned: PlannedEvent, envelope: EventEnvelope
+) -> bool:
+    """Whether the plan made for `key` is the plan every call with that key gets: made from
+    the very files the key's stats stand for, asking nothing of trust (no project hook of
+    this event: a trust store and the project's scripts are not in the key), and running
+    command hooks alone (a Python hook is this process's own)."""
+    settings = system.settings
+    if settings.witness != key[-1] or settings.broken or envelope.name == "SessionStart":
+        return False  # a session's start tells of every untrusted project hook
+    if any(hook.needs_trust for hook in system.registry.candidates(envelope.name)):
+        return False
+    if planned.result is not None:
+        return not planned.result.untrusted
+    plan = planned.plan
+    return (
+        plan is not None
+        and bool(plan.hooks)
+        and not plan.untrusted
+        and not plan.broken
+        and all(hook.handler is None for hook in plan.hooks)
+    )
 
 
 def _run_all(calls: list[Callable[[], None]]) -> None:

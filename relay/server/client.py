@@ -14,8 +14,10 @@ Protocol (all integers big-endian; str = u32 length + bytes):
     request  = "RELAY-CALL 2\\n" str(identity) u32(argc) str*argc str(cwd)
                str(environment) str(stdin)
                (environment: the "KEY=VALUE" entries joined by NULs, split at once by
-               the server; "RELAY-CALL 1\\n" clients, built before, send u32(envc)
-               str("KEY=VALUE")*envc in its place, and are answered too)
+               the server; the clients put the call's RELAY_CALL_ID last, unless it
+               replaces one inherited, and the server keeps the rest decoded; "RELAY-CALL
+               1\\n" clients, built before, send u32(envc) str("KEY=VALUE")*envc in its
+               place, and are answered too)
     reply    = frame*   ;  frame = u8(kind) u32(length) payload
     kind "A" = accepted: payload u32(ms): the result follows within that many milliseconds
     kind "R" = result:   payload i32(exit code) str(stdout) str(stderr)
@@ -243,8 +245,23 @@ KEPT_ENVIRONMENT_SIZE = 256 << 10
 each call, or a huge one, holds no more than 4 MB here."""
 
 
+_CALL_ENTRY = b"\0" + CALL_ID_VARIABLE.encode() + b"="
+
+
 def _environment(block: bytes, encoding: str, errors: str) -> dict[str, str]:
-    """The environment of a block of NUL-separated `NAME=value` strings."""
+    """The environment of a block of NUL-separated `NAME=value` strings. The call's own id,
+    when it comes last (as clients send it), is set on a copy of the rest: the rest is what
+    a host sends with each of its events, decoded once."""
+    rest, entry, call_id = block.rpartition(_CALL_ENTRY)
+    if not entry or b"\0" in call_id:
+        return _kept_environment(block, encoding, errors).copy()
+    env = _kept_environment(rest, encoding, errors).copy()
+    env[CALL_ID_VARIABLE] = call_id.decode(encoding, errors)
+    return env
+
+
+def _kept_environment(block: bytes, encoding: str, errors: str) -> dict[str, str]:
+    """The environment of a block, decoded once (see KEPT_ENVIRONMENTS); not to be changed."""
     env = _ENVIRONMENTS.get(block)
     if env is None:
         env = _variables(block.decode(encoding, errors).split("\0") if block else [])
@@ -252,7 +269,7 @@ def _environment(block: bytes, encoding: str, errors: str) -> dict[str, str]:
             if len(_ENVIRONMENTS) >= KEPT_ENVIRONMENTS:
                 _ENVIRONMENTS.clear()
             _ENVIRONMENTS[block] = env
-    return env.copy()
+    return env
 
 
 def _variables(variables: list[str]) -> dict[str, str]:

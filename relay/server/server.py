@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from relay.config.sockets import identity, make_private_dir, peer_pid, peer_uid
+from relay.config.sockets import identity, make_private_dir, peer
 from relay.errors import RelayError
 from relay.server.client import (
     Call,
@@ -78,11 +78,14 @@ class Server:
         *,
         idle_seconds: float = DEFAULT_IDLE_SECONDS,
         on_stop: Callable[[], None] | None = None,
+        figures: Callable[[], dict[str, object]] | None = None,
     ) -> None:
         self.path = path
         self.handler = handler
         self.idle_seconds = idle_seconds
         self.on_stop = on_stop
+        self.figures = figures
+        """The handler's own figures for the status (what it keeps, how often it helped)."""
         self.install = identity()
         self.started = time.time()
         self.calls = 0
@@ -158,7 +161,8 @@ class Server:
                 connection, _ = listener.accept()
             except OSError:  # shut down by close() or a "stop": the server is ending
                 break
-            if not self._admit(connection):
+            admitted, caller = self._admit(connection)
+            if not admitted:
                 continue
             with self._lock:
                 self._active += 1
@@ -166,7 +170,7 @@ class Server:
                 alone = self._accepting == 0 and not self._stopping.is_set()
             if alone:
                 self._add_thread()  # someone accepts the next call while this one is served
-            self._serve_connection(connection)
+            self._serve_connection(connection, caller)
             with self._lock:
                 self._active -= 1
                 # More threads than calls at once were ever served: this one ends.
@@ -176,16 +180,17 @@ class Server:
         with self._lock:
             self._accepting -= 1
 
-    def _admit(self, connection: socket.socket) -> bool:
+    def _admit(self, connection: socket.socket) -> tuple[bool, int | None]:
         """Whether a thread serves this connection: not another user's (closed unanswered),
-        and not past MAX_CONNECTIONS (told "busy" here, the client runs its call itself)."""
+        and not past MAX_CONNECTIONS (told "busy" here, the client runs its call itself);
+        and the pid of its process (None where unknown)."""
         try:
-            uid = peer_uid(connection)
+            pid, uid = peer(connection)
         except OSError:
-            uid = None
+            pid = uid = None
         if uid is not None and uid != os.getuid():
             connection.close()  # another user's process: not a word
-            return False
+            return False, None
         with self._lock:
             busy = self._active >= MAX_CONNECTIONS
         if busy:
@@ -193,8 +198,8 @@ class Server:
                 connection.setblocking(False)  # a few bytes into an empty buffer
                 connection.send(fallback_frame("busy"))
             connection.close()
-            return False
-        return True
+            return False, None
+        return True, pid
 
     def stop(self) -> None:
         """Ask the server to end (serve_forever returns at once)."""
@@ -202,8 +207,10 @@ class Server:
 
     def status(self) -> dict[str, object]:
         """What `relay serve --status` and `relay doctor` show."""
+        figures = self.figures() if self.figures is not None else {}
         with self._lock:
             return {
+                **figures,
                 "pid": os.getpid(),
                 "socket": self.path,
                 "install": self.install,
@@ -237,21 +244,20 @@ class Server:
         with self._lock:
             return self._calls_active == 0 and time.monotonic() - self._last > self.idle_seconds
 
-    def _serve_connection(self, connection: socket.socket) -> None:
+    def _serve_connection(self, connection: socket.socket, caller: int | None) -> None:
         try:
             with connection:
-                self._answer(connection)
+                self._answer(connection, caller)
         except (OSError, ProtocolViolation):
             pass  # the client went away, too slowly, or spoke nonsense: nothing to answer
 
-    def _answer(self, connection: socket.socket) -> None:
+    def _answer(self, connection: socket.socket, caller: int | None) -> None:
         request = read_request(_reader(connection, time.monotonic() + READ_TIMEOUT))
         if isinstance(request, str):
             self._control(connection, request)
             return
         install, call = request
-        with contextlib.suppress(OSError):
-            call.caller = peer_pid(connection)
+        call.caller = caller
         if install != self.install:
             _send(connection, fallback_frame(f"this server is {self.install}"))
             return

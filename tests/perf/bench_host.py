@@ -165,6 +165,8 @@ def main() -> None:
             for _ in range(options.rounds):
                 for name, command in commands.items():
                     times[name].append(timed(command, env, project))
+            status = server_client.control(server_client.socket_path(env), "status")
+            plans = json.loads(status).get("plans") if status is not None else None
             for _ in range(max(5, options.rounds // 8)):
                 stop_server(env)
                 times["first call"].append(timed(commands["no hook"], env, project))
@@ -184,6 +186,8 @@ def main() -> None:
     print(f"guard via relay / guard direct   {guard_ratio:.3f}x (target <= {TARGET_GUARD_RATIO})")
     print(f"no hook / python -I -S           {empty_ratio:.2f}x (target <= {TARGET_EMPTY_RATIO})")
     print(f"first call / in-process          {first_ratio:.2f}x (target <= 1.0)")
+    if plans is not None:  # a server that keeps plans: how many calls were served from one
+        print(f"plans kept {plans['kept']}, used {plans['used']}")
 
 
 if __name__ == "__main__":

@@ -823,44 +823,45 @@ static void fast_ask(int argc, char **argv, char **envp, const char *path) {
         cwd[0] = '/';
         cwd[1] = '\0';
     }
-    /* The request up to the event, sized first: the environment with this call's id. */
+    /* The request up to the event, sized first: the environment with this call's id, as
+     * one block of entries joined by NULs (RELAY-CALL 2). The id takes the place of an
+     * entry of that name, as setenv() does, else comes last: the server then knows the
+     * rest of the block from the calls before (relay/server/client.py, _environment). */
     size_t need = 64 + fast_len(RELAY_INSTALL) + fast_len(cwd) + fast_len(CALL_ID_VARIABLE) + 40;
     for (int i = 1; i < argc; i++) need += 4 + fast_len(argv[i]);
-    uint32_t envc = 0;
-    int replaced = 0;
     size_t id_len = fast_len(CALL_ID_VARIABLE);
-    for (char **e = envp; *e; e++, envc++) need += 4 + fast_len(*e);
-    if (fast_reserve(&request, &request_cap, need)) goto fail;
-    fast_text t = {request, 0, request_cap, 0};
     char id_entry[64];
     fast_text id = {id_entry, 0, sizeof id_entry, 0};
     fast_adds(&id, CALL_ID_VARIABLE);
     fast_adds(&id, "=");
     fast_adds(&id, fast.call_id);
-    fast_adds(&t, "RELAY-CALL 1\n");
+    char **own = NULL; /* the entry the id replaces, if any */
+    size_t env_len = 0;
+    for (char **e = envp; *e; e++) {
+        size_t i = 0;
+        while (i < id_len && (*e)[i] == CALL_ID_VARIABLE[i]) i++;
+        if (!own && i == id_len && (*e)[id_len] == '=') own = e;
+        env_len += (e != envp) + (e == own ? id.len : fast_len(*e));
+    }
+    if (!own) env_len += (envp[0] != NULL) + id.len;
+    need += env_len;
+    if (fast_reserve(&request, &request_cap, need)) goto fail;
+    fast_text t = {request, 0, request_cap, 0};
+    fast_adds(&t, "RELAY-CALL 2\n");
     fast_add_string(&t, RELAY_INSTALL, fast_len(RELAY_INSTALL));
     fast_add_u32(&t, (uint32_t)(argc - 1));
     for (int i = 1; i < argc; i++) fast_add_string(&t, argv[i], fast_len(argv[i]));
     fast_add_string(&t, cwd, fast_len(cwd));
-    /* As setenv() does: the first entry of that name takes the value, or one is added. */
-    for (char **e = envp; *e && !replaced; e++) {
-        size_t i = 0;
-        while (i < id_len && (*e)[i] == CALL_ID_VARIABLE[i]) i++;
-        replaced = i == id_len && (*e)[id_len] == '=';
-    }
-    fast_add_u32(&t, envc + !replaced);
-    replaced = 0;
+    fast_add_u32(&t, (uint32_t)env_len);
     for (char **e = envp; *e; e++) {
-        size_t i = 0;
-        while (i < id_len && (*e)[i] == CALL_ID_VARIABLE[i]) i++;
-        if (!replaced && i == id_len && (*e)[id_len] == '=') {
-            fast_add_string(&t, id_entry, id.len);
-            replaced = 1;
-        } else {
-            fast_add_string(&t, *e, fast_len(*e));
-        }
+        if (e != envp) fast_add(&t, "", 1);
+        if (e == own) fast_add(&t, id_entry, id.len);
+        else fast_add(&t, *e, fast_len(*e));
     }
-    if (!replaced) fast_add_string(&t, id_entry, id.len);
+    if (!own) {
+        if (envp[0] != NULL) fast_add(&t, "", 1);
+        fast_add(&t, id_entry, id.len);
+    }
     fast_add_u32(&t, (uint32_t)fast.event_len);
     if (t.full || fast_send((int)fd, t.data, t.len, fast.event, fast.event_len)) goto fail;
     FSYS(SYS_shutdown, fd, SHUT_WR, 0, 0, 0);
