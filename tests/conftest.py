@@ -143,6 +143,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Each of xdist's workers imports every test module, which pytest first rewrites (parse,
+    # rewrite the asserts, compile: about 5 CPU-s for the suite) unless it finds the
+    # rewritten module in __pycache__. This machine and CI set PYTHONDONTWRITEBYTECODE,
+    # which pytest honours, so every worker of every run rewrote them all again: the run's
+    # own processes keep what they compile (the processes the tests start write nothing).
+    sys.dont_write_bytecode = False
     # A CI service's marks (CI=true) make Gemini CLI headless on a terminal and change
     # other tools: every process the suite starts runs as it would on a developer's machine.
     for marker in CI_MARKERS:
