@@ -32,6 +32,7 @@ def relay_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
     monkeypatch.setenv("RELAY_SYSTEM_SETTINGS", str(tmp_path / "no-system-settings.json"))
     monkeypatch.delenv("RELAY_DEBUG", raising=False)
     monkeypatch.delenv("RELAY_SETTINGS", raising=False)
+    before = _last_pid()
     yield home
     from relay.server import client
 
@@ -40,7 +41,7 @@ def relay_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
         client.control(path, "stop")
     # A server a hook client started may still be starting (not answering yet) or stopping:
     # found by its command line, ended (SIGTERM: it removes its socket), waited for.
-    _end(_servers_at(path))
+    _end(_servers_at(path, since=before))
     if not path.startswith(str(home) + os.sep):
         # A RELAY_HOME path too long for a socket puts it in the shared /tmp/agent-relay-<uid>/,
         # with the lock and spawn stamp beside it: those go once the server has.
@@ -53,12 +54,27 @@ def relay_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
         _record(SHARED_SOCKETS, path)
 
 
-def _servers_at(path: str) -> list[int]:
-    """The pids of `relay serve --socket PATH` processes (clients start servers so)."""
+def _last_pid() -> int | None:
+    """The last pid the kernel gave out (in this pid namespace), or None when unknown."""
+    try:
+        with open("/proc/sys/kernel/ns_last_pid", "rb") as last:
+            return int(last.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _servers_at(path: str, since: int | None = None) -> list[int]:
+    """The pids of `relay serve --socket PATH` processes (clients start servers so). With
+    `since` (the last pid given out before the test: PATH is the test's own, so a server
+    there started during it), only the command lines of processes started after it are
+    read, unless pids wrapped around meanwhile: every test read all of them, a few
+    hundred files each on a busy run."""
     wanted = f"\0serve\0--socket\0{path}\0".encode()
+    last = _last_pid()
+    after = since if since is not None and last is not None and last >= since else -1
     found = []
     for name in os.listdir("/proc") if os.path.isdir("/proc") else []:
-        if not name.isdigit():
+        if not name.isdigit() or int(name) <= after:
             continue
         try:
             with open(f"/proc/{name}/cmdline", "rb") as cmdline:
