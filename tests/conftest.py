@@ -177,6 +177,28 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["RELAY_CACHE"] = os.path.join(os.environ[RUN_FOLDER], "cache")
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collection(session: pytest.Session) -> Iterator[None]:
+    """xdist's workers start together and each collects the whole suite: on a checkout
+    whose rewritten test modules are not cached yet, each rewrote every one of them. The
+    first worker collects alone (the others wait for it), then the rest together, from
+    the modules it cached."""
+    if not hasattr(session.config, "workerinput"):
+        yield
+        return
+    import fcntl
+
+    done = os.path.join(os.environ[RUN_FOLDER], "collected")
+    with open(os.path.join(os.environ[RUN_FOLDER], "collecting"), "wb") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        first = not os.path.exists(done)
+        if not first:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+        yield
+        if first:
+            Path(done).touch()
+
+
 @pytest.fixture(autouse=True)
 def socket_folder(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[str]:
     """A folder of this test's own for the sockets it makes: tmux's (TMUX_TMPDIR), relay's
