@@ -91,16 +91,17 @@ def finish(process: subprocess.Popen[bytes], timeout: float = 30.0) -> tuple[int
     return process.returncode, err.decode()
 
 
-def polled(*args: str) -> str:
+def polled(*args: str, env: Mapping[str, str] | None = None) -> str:
     """The stdout of `relay ARGS` run in this process (click's runner), for the condition of
     a wait: a wait polls several times a second, and a relay process per poll (a sixth of
     a CPU-second each) kept a core busy for as long as it waited. The command's code is the
-    same; what it shows is still checked through the console script after the wait."""
+    same; what it shows is still checked through the console script after the wait.
+    `env`: variables set while it runs (another RELAY_HOME)."""
     from click.testing import CliRunner
 
     from relay.cli.main import cli
 
-    done = CliRunner().invoke(cli, list(args))
+    done = CliRunner(env=env).invoke(cli, list(args))
     assert done.exit_code == 0, (args, done.output, done.exception)
     return done.stdout
 
