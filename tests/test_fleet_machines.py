@@ -76,7 +76,10 @@ def live_states(home: Path, project: Path) -> dict[str, str]:
 
 def states_now(home: Path, project: Path) -> dict[str, str]:
     """live_states(), from `relay agents --json` run in this process: what a wait polls."""
-    shown = polled("agents", "--json", "--cwd", str(project), env={"RELAY_HOME": str(home)})
+    argv = ["agents", "--json", "--cwd", str(project)]
+    shown = polled(*argv, env={"RELAY_HOME": str(home)}, check=False)
+    if not shown:
+        return {}
     members: list[dict[str, Any]] = json.loads(shown)
     return {m["name"]: m["live"]["state"] for m in members if m.get("live") is not None}
 
