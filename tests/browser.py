@@ -59,6 +59,14 @@ def artifact(request: pytest.FixtureRequest, what: str) -> Path:
 @pytest.fixture
 def chromium() -> Iterator[Any]:
     """A headless Chromium (the distribution's), closed at the end."""
+    yield from launch()
+
+
+def launch() -> Iterator[Any]:
+    """A headless Chromium (the distribution's) and Playwright's driver, closed when the
+    generator is (a test file may share one: `yield from launch()` in a module-scoped
+    `chromium` of its own). While it runs, sync Playwright holds an asyncio loop in this
+    thread: a test that runs asyncio itself cannot run beside it."""
     path = chromium_path()
     if path is None:
         pytest.skip(

@@ -32,6 +32,7 @@ def relay_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
     monkeypatch.setenv("RELAY_SYSTEM_SETTINGS", str(tmp_path / "no-system-settings.json"))
     monkeypatch.delenv("RELAY_DEBUG", raising=False)
     monkeypatch.delenv("RELAY_SETTINGS", raising=False)
+    before = _last_pid()
     yield home
     from relay.server import client
 
@@ -40,7 +41,7 @@ def relay_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
         client.control(path, "stop")
     # A server a hook client started may still be starting (not answering yet) or stopping:
     # found by its command line, ended (SIGTERM: it removes its socket), waited for.
-    _end(_servers_at(path))
+    _end(_servers_at(path, since=before))
     if not path.startswith(str(home) + os.sep):
         # A RELAY_HOME path too long for a socket puts it in the shared /tmp/agent-relay-<uid>/,
         # with the lock and spawn stamp beside it: those go once the server has.
@@ -53,12 +54,27 @@ def relay_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
         _record(SHARED_SOCKETS, path)
 
 
-def _servers_at(path: str) -> list[int]:
-    """The pids of `relay serve --socket PATH` processes (clients start servers so)."""
+def _last_pid() -> int | None:
+    """The last pid the kernel gave out (in this pid namespace), or None when unknown."""
+    try:
+        with open("/proc/sys/kernel/ns_last_pid", "rb") as last:
+            return int(last.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _servers_at(path: str, since: int | None = None) -> list[int]:
+    """The pids of `relay serve --socket PATH` processes (clients start servers so). With
+    `since` (the last pid given out before the test: PATH is the test's own, so a server
+    there started during it), only the command lines of processes started after it are
+    read, unless pids wrapped around meanwhile: every test read all of them, a few
+    hundred files each on a busy run."""
     wanted = f"\0serve\0--socket\0{path}\0".encode()
+    last = _last_pid()
+    after = since if since is not None and last is not None and last >= since else -1
     found = []
     for name in os.listdir("/proc") if os.path.isdir("/proc") else []:
-        if not name.isdigit():
+        if not name.isdigit() or int(name) <= after:
             continue
         try:
             with open(f"/proc/{name}/cmdline", "rb") as cmdline:
@@ -143,6 +159,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Each of xdist's workers imports every test module, which pytest first rewrites (parse,
+    # rewrite the asserts, compile: about 5 CPU-s for the suite) unless it finds the
+    # rewritten module in __pycache__. This machine and CI set PYTHONDONTWRITEBYTECODE,
+    # which pytest honours, so every worker of every run rewrote them all again: the run's
+    # own processes keep what they compile (the processes the tests start write nothing).
+    sys.dont_write_bytecode = False
     # A CI service's marks (CI=true) make Gemini CLI headless on a terminal and change
     # other tools: every process the suite starts runs as it would on a developer's machine.
     for marker in CI_MARKERS:
@@ -153,6 +175,28 @@ def pytest_configure(config: pytest.Config) -> None:
         # One cache of what relay builds for the whole run (the hook client `relay install`
         # compiles), as a user's install has: tests give each host a HOME of its own.
         os.environ["RELAY_CACHE"] = os.path.join(os.environ[RUN_FOLDER], "cache")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collection(session: pytest.Session) -> Iterator[None]:
+    """xdist's workers start together and each collects the whole suite: on a checkout
+    whose rewritten test modules are not cached yet, each rewrote every one of them. The
+    first worker collects alone (the others wait for it), then the rest together, from
+    the modules it cached."""
+    if not hasattr(session.config, "workerinput"):
+        yield
+        return
+    import fcntl
+
+    done = os.path.join(os.environ[RUN_FOLDER], "collected")
+    with open(os.path.join(os.environ[RUN_FOLDER], "collecting"), "wb") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        first = not os.path.exists(done)
+        if not first:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+        yield
+        if first:
+            Path(done).touch()
 
 
 @pytest.fixture(autouse=True)

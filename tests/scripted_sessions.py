@@ -91,6 +91,24 @@ def finish(process: subprocess.Popen[bytes], timeout: float = 30.0) -> tuple[int
     return process.returncode, err.decode()
 
 
+def polled(*args: str, env: Mapping[str, str] | None = None, check: bool = True) -> str:
+    """The stdout of `relay ARGS` run in this process (click's runner), for the condition of
+    a wait: a wait polls several times a second, and a relay process per poll (a sixth of
+    a CPU-second each) kept a core busy for as long as it waited. The command's code is the
+    same; what it shows is still checked through the console script after the wait.
+    `env`: variables set while it runs (another RELAY_HOME). A command that fails is an
+    AssertionError, or with `check=False` an empty string (the wait goes on)."""
+    from click.testing import CliRunner
+
+    from relay.cli.main import cli
+
+    done = CliRunner(env=env).invoke(cli, list(args))
+    if done.exit_code == 0:
+        return done.stdout
+    assert not check, (args, done.output, done.exception)
+    return ""
+
+
 def wait_for(condition: Callable[[], object], what: str, timeout: float = 20.0) -> None:
     """Poll `condition` until it is true; an AssertionError naming `what` after `timeout` s."""
     deadline = time.monotonic() + timeout

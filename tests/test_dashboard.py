@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser import DashboardServer
+from browser import DashboardServer, launch
 from scripted_sessions import RELAY, agent
 
 from relay.fleet.board import SqliteBoard
@@ -42,6 +42,15 @@ def settings(tmp_path: Path) -> Path:
     path = tmp_path / "fast.json"
     path.write_text(json.dumps(FAST))
     return path
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    """One Chromium for this file's tests, each with a page of its own in a context of its
+    own (its cookies, its storage): a Chromium and Playwright's driver started for each
+    test cost about a CPU-second each. None of these tests runs asyncio (see launch; the
+    feed's test, which does, is in test_dashboard_data.py)."""
+    yield from launch()
 
 
 @pytest.fixture
@@ -639,36 +648,3 @@ def test_another_host_is_warned_about_and_still_checked(
     code, printed = server.stop()
     assert code == 0
     assert "warning: listening on 0.0.0.0, not on loopback" in printed
-
-
-def test_the_feed_cuts_off_a_browser_that_falls_behind_and_refuses_bad_event_types() -> None:
-    import anyio
-
-    from relay.web.feed import BACKLOG, Feed
-
-    async def main() -> None:
-        feed = Feed()
-        feed.publish("team.member", {"name": "before"})
-        slow, quick = feed.subscribe(), feed.subscribe()
-        assert await anext(slow) == b'event: hello\ndata: {"seq": 1}\n\n'
-        assert await anext(quick) == b'event: hello\ndata: {"seq": 1}\n\n'
-        feed.publish("team.member", {"name": "<b>x</b>\n"})
-        assert await anext(quick) == (
-            b'id: 2\nevent: team.member\ndata: {"name":"<b>x</b>\\n"}\n\n'
-        )
-        for number in range(BACKLOG):
-            feed.publish("team.member", {"n": number})
-            await anext(quick)
-        # slow read none of them: it is cut off once its backlog is full (it reconnects).
-        frames = [frame async for frame in slow]
-        assert len(frames) == BACKLOG
-        for kind in ("Team.member", "team member", "team\nevent: x", ""):
-            with pytest.raises(ValueError, match="not an event type"):
-                feed.publish(kind, {})
-        feed.close()
-        assert [frame async for frame in quick] == []
-        assert [frame async for frame in feed.subscribe()] == [
-            b'event: hello\ndata: {"seq": %d}\n\n' % feed.seq
-        ]
-
-    anyio.run(main)

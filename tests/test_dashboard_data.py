@@ -1,5 +1,5 @@
 """The data of the dashboard's Conversation, Hooks and Memory pages (relay/web/conversation.py,
-hooks.py, memory.py), with no browser: real SQLite files, messages sent through relay's
+hooks.py, memory.py) and its event feed (feed.py), with no browser: real SQLite files, messages sent through relay's
 mailbox and by `relay send`, hook calls logged by `relay hooks run`, memories saved by
 `relay memory save`; each page's data compared with what the CLI shows."""
 
@@ -546,3 +546,36 @@ def test_team_scope_says_when_team_memory_is_off(relay_home: Path, project: Path
         assert [item.content for item in overview.scopes[0].memories] == ["a project note"]
     finally:
         memories.close()
+
+
+def test_the_feed_cuts_off_a_browser_that_falls_behind_and_refuses_bad_event_types() -> None:
+    import anyio
+
+    from relay.web.feed import BACKLOG, Feed
+
+    async def main() -> None:
+        feed = Feed()
+        feed.publish("team.member", {"name": "before"})
+        slow, quick = feed.subscribe(), feed.subscribe()
+        assert await anext(slow) == b'event: hello\ndata: {"seq": 1}\n\n'
+        assert await anext(quick) == b'event: hello\ndata: {"seq": 1}\n\n'
+        feed.publish("team.member", {"name": "<b>x</b>\n"})
+        assert await anext(quick) == (
+            b'id: 2\nevent: team.member\ndata: {"name":"<b>x</b>\\n"}\n\n'
+        )
+        for number in range(BACKLOG):
+            feed.publish("team.member", {"n": number})
+            await anext(quick)
+        # slow read none of them: it is cut off once its backlog is full (it reconnects).
+        frames = [frame async for frame in slow]
+        assert len(frames) == BACKLOG
+        for kind in ("Team.member", "team member", "team\nevent: x", ""):
+            with pytest.raises(ValueError, match="not an event type"):
+                feed.publish(kind, {})
+        feed.close()
+        assert [frame async for frame in quick] == []
+        assert [frame async for frame in feed.subscribe()] == [
+            b'event: hello\ndata: {"seq": %d}\n\n' % feed.seq
+        ]
+
+    anyio.run(main)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser import DashboardServer
+from browser import DashboardServer, launch
 
 from relay.services.messaging.mailbox import SqliteMailbox
 from relay.services.messaging.model import LoopStoppedError
@@ -46,6 +46,14 @@ def relay(*args: str, stdin: str = "", cwd: Path, **env: str) -> str:
     )
     assert done.returncode == 0, f"relay {' '.join(args)}: {done.stderr}"
     return done.stdout
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    """One Chromium for this file's tests, each with a page of its own in a context of its
+    own (its cookies, its storage): a Chromium and Playwright's driver started for each
+    test cost about a CPU-second each. None of these tests runs asyncio (see launch)."""
+    yield from launch()
 
 
 @pytest.fixture

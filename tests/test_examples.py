@@ -16,7 +16,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -85,14 +84,24 @@ def hooks_test(
 def hooks_test_many(
     project: Path, event: str, hook: str, payloads: Sequence[Mapping[str, Any]]
 ) -> list[dict[str, Any]]:
-    """hooks_test for several payloads at once (each is its own relay process)."""
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        return list(
-            pool.map(
-                lambda payload: hooks_test(project, event, "--hook", hook, payload=payload),
-                payloads,
-            )
-        )
+    """hooks_test for several payloads: `relay hooks test` run here (click's runner), one
+    payload after another, with the environment hooks_test gives it. The hook runs in a
+    process of its own each time, as there; what is saved is a Python that starts relay
+    per payload (hooks_test, one payload, runs the console script as a user does)."""
+    from click.testing import CliRunner
+
+    from relay.cli.main import cli
+
+    environment: dict[str, str | None] = dict.fromkeys(HOOK_VARIABLES)
+    environment["PATH"] = f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"
+    command = ["hooks", "test", event, "--json", "--settings", str(SETTINGS)]
+    command += ["--cwd", str(project), "--hook", hook, "--input", "-"]
+    trials = []
+    for payload in payloads:
+        done = CliRunner(env=environment).invoke(cli, command, input=json.dumps(payload))
+        assert done.exit_code == 0, (done.output, done.exception)
+        trials.append(json.loads(done.stdout))
+    return trials
 
 
 def only_hook(trial: dict[str, Any], name: str) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from nats_server import NatsServer, find_nats_server, password, server_config
+from scripted_sessions import polled
 from test_fleet_up import AGENT, heard, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -73,6 +74,16 @@ def live_states(home: Path, project: Path) -> dict[str, str]:
     return {m["name"]: m["live"]["state"] for m in members if m.get("live") is not None}
 
 
+def states_now(home: Path, project: Path) -> dict[str, str]:
+    """live_states(), from `relay agents --json` run in this process: what a wait polls."""
+    argv = ["agents", "--json", "--cwd", str(project)]
+    shown = polled(*argv, env={"RELAY_HOME": str(home)}, check=False)
+    if not shown:
+        return {}
+    members: list[dict[str, Any]] = json.loads(shown)
+    return {m["name"]: m["live"]["state"] for m in members if m.get("live") is not None}
+
+
 def kill_machine(home: Path) -> int:
     """SIGKILL every process whose environment has RELAY_HOME=home (a machine dying)."""
     marker = f"\0RELAY_HOME={home}\0".encode()
@@ -122,11 +133,13 @@ def test_two_machines_run_one_team_and_see_each_others_agents_and_their_loss(
         for home in homes.values():
             wait_for(
                 lambda home=home: (
-                    set(live_states(home, project)) >= everyone
-                    and "lost" not in live_states(home, project).values()
+                    set(states := states_now(home, project)) >= everyone
+                    and "lost" not in states.values()
                 ),
                 "each machine to see the whole team live",
             )
+            states = live_states(home, project)
+            assert set(states) >= everyone and "lost" not in states.values(), states
         # A message crosses machines: Alice (m1) writes to Carol (m2).
         sent = relay(homes["m1"], project, "send", "Alice", "say @relay:Carol hi across")
         assert sent.returncode == 0, sent.stderr
@@ -137,16 +150,17 @@ def test_two_machines_run_one_team_and_see_each_others_agents_and_their_loss(
         # Machine m2 dies: m1 sees its agents lost within the heartbeat's time to live.
         assert kill_machine(homes["m2"]) >= 4
         killed_at = time.monotonic()
-        states = wait_for(
+        wait_for(
             lambda: (
-                (s := live_states(homes["m1"], project)).get("Carol") == "lost"
+                (s := states_now(homes["m1"], project)).get("Carol") == "lost"
                 and s.get("Dan") == "lost"
-                and s
             ),
             "m1 to see m2's agents lost",
             timeout=60,
         )
         assert time.monotonic() - killed_at < 30
+        states = live_states(homes["m1"], project)
+        assert states["Carol"] == "lost" and states["Dan"] == "lost", states
         assert states["Alice"] != "lost" and states["Bob"] != "lost"
     finally:
         relay(homes["m1"], project, "down")

@@ -16,7 +16,7 @@ from typing import Any
 
 import anyio
 import pytest
-from scripted_sessions import RELAY, agent, finish, wait_for
+from scripted_sessions import RELAY, agent, finish, polled, wait_for
 
 from relay.fleet.board import SqliteBoard
 from relay.fleet.model import AgentStatus, reads_as
@@ -90,6 +90,13 @@ def live(project: Path, settings: Path, name: str) -> dict[str, Any]:
     return listed(project, settings).get(name, {}).get("live") or {}
 
 
+def now(project: Path, settings: Path, name: str) -> dict[str, Any]:
+    """live(), from `relay agents --json` run in this process: what a wait polls."""
+    shown = polled("agents", "--json", "--cwd", str(project), "--settings", str(settings))
+    members = {member["name"]: member for member in json.loads(shown)}
+    return members.get(name, {}).get("live") or {}
+
+
 def test_a_session_reports_its_states_its_last_line_and_its_messages(
     project: Path, settings: Path
 ) -> None:
@@ -131,13 +138,13 @@ def test_a_session_reports_its_states_its_last_line_and_its_messages(
     )
     try:
         # SessionStart has not finished: starting.
-        wait_for(lambda: live(project, settings, "Alice").get("state") == "starting", "starting")
+        wait_for(lambda: now(project, settings, "Alice").get("state") == "starting", "starting")
         gate.touch()
         wait_for(
-            lambda: live(project, settings, "Alice").get("last_line") == "compiling the parser",
+            lambda: now(project, settings, "Alice").get("last_line") == "compiling the parser",
             "its last line",
         )
-        wait_for(lambda: live(project, settings, "Alice").get("state") == "idle", "idle")
+        wait_for(lambda: now(project, settings, "Alice").get("state") == "idle", "idle")
         status = live(project, settings, "Alice")
         assert (status["pid"], status["host_kind"], status["team"]) == (alice.pid, "other", TEAM)
         sent = relay(project, "send", "--as", "pat", "--settings", str(settings), "Alice", "hi")
@@ -165,7 +172,7 @@ def test_a_session_reports_its_states_its_last_line_and_its_messages(
 def test_a_killed_session_reads_as_lost_at_once(project: Path, settings: Path) -> None:
     bob = start("Bob", [{"print": "bob ready"}, {"read": "never"}], project, settings)
     try:
-        wait_for(lambda: live(project, settings, "Bob").get("last_line") == "bob ready", "Bob")
+        wait_for(lambda: now(project, settings, "Bob").get("last_line") == "bob ready", "Bob")
         bob.kill()  # SIGKILL: no final status
         bob.communicate()
         # Not after the heartbeat's 10 s: its relay process is gone.
@@ -198,13 +205,13 @@ def test_a_host_hook_says_the_tool_and_a_prompt_waiting_for_the_human(
     ]  # fmt: skip
     carol = start("Carol", steps, project, settings)
     try:
-        wait_for(lambda: live(project, settings, "Carol").get("tool") == "Bash", "the tool")
+        wait_for(lambda: now(project, settings, "Carol").get("tool") == "Bash", "the tool")
         assert live(project, settings, "Carol")["state"] == "working"
         gates[0].touch()
-        wait_for(lambda: live(project, settings, "Carol").get("state") == "waiting", "waiting")
+        wait_for(lambda: now(project, settings, "Carol").get("state") == "waiting", "waiting")
         assert live(project, settings, "Carol")["tool"] == "Bash"
         gates[1].touch()
-        wait_for(lambda: live(project, settings, "Carol").get("tool") is None, "the tool's end")
+        wait_for(lambda: now(project, settings, "Carol").get("tool") is None, "the tool's end")
         assert live(project, settings, "Carol")["state"] == "working"
         gates[2].touch()
         code, err = finish(carol)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from scripted_sessions import polled
 
 pytestmark = pytest.mark.timeout(240)
 RELAY = [sys.executable, "-m", "relay"]
@@ -96,6 +97,11 @@ def ps(project: Path) -> dict[str, dict[str, Any]]:
     return {row["name"]: row for row in json.loads(done.stdout)}
 
 
+def ps_now(project: Path) -> dict[str, dict[str, Any]]:
+    """ps(), from `relay ps --json` run in this process: what a wait polls."""
+    return {row["name"]: row for row in json.loads(polled("ps", "--json", "--cwd", str(project)))}
+
+
 def agent_pid(name: str) -> int | None:
     from relay.session.sessions import list_sessions
 
@@ -137,11 +143,11 @@ def test_a_headless_team_starts_talks_and_ends_with_session_end(
         "Bob to read Alice's message",
     )[0]
     assert line.startswith("Relay message from Alice [")
-    logs = wait_for(
-        lambda: "heard: Relay message from Alice" in relay("logs", "Bob", cwd=project).stdout,
+    wait_for(
+        lambda: "heard: Relay message from Alice" in polled("logs", "Bob", check=False),
         "Bob's transcript to show what it heard",
     )
-    assert logs
+    assert "heard: Relay message from Alice" in relay("logs", "Bob", cwd=project).stdout
     assert {row["state"] for row in ps(project).values()} == {"running"}
     down = relay("down", cwd=project)
     assert down.returncode == 0, down.stderr
@@ -198,14 +204,13 @@ def test_restart_policy_and_its_limit(project: Path, tmp_path: Path) -> None:
         ],
     )
     relay("up", "--yes", "--headless", "--wait", "5", cwd=project)
-    rows = wait_for(
+    wait_for(
         lambda: (
-            (r := ps(project))["Crash"]["state"] == "exited"
-            and r["Done"]["state"] == "exited"
-            and r
+            (r := ps_now(project))["Crash"]["state"] == "exited" and r["Done"]["state"] == "exited"
         ),
         "Crash to be given up and Done to be left exited",
     )
+    rows = ps(project)
     assert rows["Crash"]["runs"] == 3 and rows["Crash"]["exit_code"] == 3
     # The supervisor put it on the team's board: relay agents shows it ended, and why.
     agents = json.loads(relay("agents", "--json", "--team", "crew", cwd=project).stdout)
@@ -217,7 +222,7 @@ def test_restart_policy_and_its_limit(project: Path, tmp_path: Path) -> None:
     assert "gave up after 2 restarts in a row" in log
     # never: Steady ends (exit 5) and stays ended; relay restart starts it again.
     relay("send", "--team", "crew", "Steady", "exit 5", cwd=project)
-    wait_for(lambda: ps(project)["Steady"]["state"] == "exited", "Steady to exit")
+    wait_for(lambda: ps_now(project)["Steady"]["state"] == "exited", "Steady to exit")
     assert ps(project)["Steady"]["exit_code"] == 5
     again = relay("restart", "Steady", cwd=project)
     assert again.returncode == 0, again.stderr

@@ -21,7 +21,7 @@ import pytest
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from processes import alive
-from scripted_sessions import RELAY, agent, finish, reads, run_session, wait_for
+from scripted_sessions import RELAY, agent, finish, polled, reads, run_session, wait_for
 
 BUILTIN_TOOLS_IN_ORDER = [
     "send_message",
@@ -305,6 +305,12 @@ def _agents(project: Path) -> dict[str, dict[str, Any]]:
     return {agent["name"]: agent for agent in json.loads(listed.stdout)}
 
 
+def _live(project: Path, name: str) -> bool:
+    """Whether `relay agents --json`, run in this process, shows NAME live: what waits poll."""
+    listed = json.loads(polled("agents", "--json", "--cwd", str(project)))
+    return any(agent["name"] == name and agent["state"] == "live" for agent in listed)
+
+
 def _register_bob(project: Path, relay_home: Path) -> None:
     async def main() -> None:
         async with connect(project, relay_home, "--name", "Bob") as bob:
@@ -342,7 +348,7 @@ def test_a_server_cannot_speak_as_a_live_agent_by_claiming_its_session(
         cwd=project,
     )
     try:
-        wait_for(lambda: _agents(project).get("Alice", {}).get("state") == "live", "Alice live")
+        wait_for(lambda: _live(project, "Alice"), "Alice live")
         real_session = _agents(project)["Alice"]["session_id"]
 
         async def claim(session_id: str) -> list[tuple[bool, str]]:
@@ -464,7 +470,7 @@ def test_a_hook_call_cannot_speak_as_a_live_agent_by_claiming_its_session(
         cwd=project,
     )
     try:
-        wait_for(lambda: _agents(project).get("Alice", {}).get("state") == "live", "Alice live")
+        wait_for(lambda: _live(project, "Alice"), "Alice live")
         wait_for(lambda: inside.exists() and inside.stat().st_size > 0, "Alice's own hook call")
         assert _bobs_mail(project) == [("Alice", "hello from the hook")]
         real_session = _agents(project)["Alice"]["session_id"]
@@ -582,8 +588,8 @@ def test_only_a_call_from_inside_a_session_tells_it_that_the_hosts_hooks_read_it
         cwd=project,
     )
     try:
-        wait_for(lambda: _agents(project).get("Alice", {}).get("state") == "live", "Alice live")
-        wait_for(lambda: _agents(project).get("Dave", {}).get("state") == "live", "Dave live")
+        wait_for(lambda: _live(project, "Alice"), "Alice live")
+        wait_for(lambda: _live(project, "Dave"), "Dave live")
         alice, dave = (_agents(project)[name]["session_id"] for name in ("Alice", "Dave"))
         wait_for(hooked_marker(dave).exists, "Dave's own hook call marks his session")
         claimed = subprocess.run(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -106,6 +107,14 @@ NODES = st.recursive(
 )
 DOCUMENTS = st.dictionaries(KEYS, NODES, max_size=5)
 
+
+@functools.cache
+def _one_of(options: tuple[Any, ...]) -> st.SearchStrategy[Any]:
+    """One strategy per list of options, made once: hypothesis checks a strategy it has not
+    drawn from before, which a new one made for each of thousands of choices repeats."""
+    return st.sampled_from(options)
+
+
 Part = tuple[str, tuple[Any, ...]]
 """One key of a dotted key or header, and the path it names."""
 
@@ -132,7 +141,7 @@ class Writer:
         self.expected.setdefault(path, self.size)
 
     def choose(self, options: list[Any]) -> Any:
-        return self.draw.draw(st.sampled_from(options))
+        return self.draw.draw(_one_of(tuple(options)))
 
     def space(self) -> None:
         self.write(self.choose(["", " ", "  ", "\t"]))

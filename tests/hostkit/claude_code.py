@@ -294,6 +294,9 @@ def host_env(home: Path, url: str, extra: dict[str, str] | None = None) -> dict[
             "ANTHROPIC_MODEL": MODEL,
             "ANTHROPIC_SMALL_FAST_MODEL": MODEL,
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            # Interactive, it clones Anthropic's plugin marketplace from GitHub at every
+            # start (ssh, then https through the proxy: refused), a dozen git processes.
+            "CLAUDE_CODE_DISABLE_OFFICIAL_MARKETPLACE_AUTOINSTALL": "1",
             "DISABLE_TELEMETRY": "1",
             "DISABLE_AUTOUPDATER": "1",
             "DISABLE_ERROR_REPORTING": "1",
