@@ -168,42 +168,55 @@ def _relay(args: list[str], env: dict[str, str], project: Path) -> subprocess.Co
     )
 
 
-def test_without_a_compiler_onnxruntime_runs_minilm_and_doctor_says_so(
+def test_relay_engine_runs_minilm_when_asked_or_without_onnxruntime_and_doctor_says_so(
     tmp_path: Path, relay_home: Path
 ) -> None:
-    """$CC naming a missing program (and no build cached): the model's process runs
-    MiniLM with onnxruntime, and `relay doctor` warns, naming the engine and why relay's
-    could not be built; search finds by meaning all the same. With onnxruntime missing
-    too, wordllama, and doctor gives both reasons."""
+    """RELAY_MINILM_ENGINE=relay, or onnxruntime missing: the model's process runs MiniLM
+    with relay's engine, search finds by meaning, and `relay doctor` names the engine
+    and its kernel (and why onnxruntime is not used). With $CC naming a missing program
+    as well (and no build cached), the fallback is wordllama, and doctor gives both
+    reasons: not silent."""
     project = tmp_path / "proj"
     (project / ".git").mkdir(parents=True)
-    env = {
-        **os.environ,
-        "CC": str(tmp_path / "no-such-cc"),
-        "RELAY_CACHE": str(tmp_path / "cache"),
-    }
-    assert _relay(["memory", "save", "Auth tokens live in httpOnly cookies"], env, project)
-    done = _relay(["memory", "search", "--explain", "how do we keep users logged in"], env, project)
-    assert done.returncode == 0, done.stderr
-    assert "Auth tokens live in httpOnly cookies" in done.stdout
-    assert " · model all-MiniLM-L6-v2/int8-onnx-dynamic/mean · " in done.stdout
-    done = _relay(["doctor", "--no-measure"], env, project)
-    (line,) = [line for line in done.stdout.splitlines() if "search by meaning" in line]
-    assert re.search(
-        r"search by meaning with all-MiniLM-L6-v2/int8-onnx-dynamic/mean \(onnxruntime"
-        r" \(relay's engine: cannot build relay's MiniLM engine \(cannot run .*no-such-cc",
-        line,
-    ), line
-    assert "warn" in line.lower() or "!" in line, line
-
     blocked = tmp_path / "blocked" / "onnxruntime"
     blocked.mkdir(parents=True)
     (blocked / "__init__.py").write_text(
         "raise ModuleNotFoundError(\"No module named 'onnxruntime'\", name='onnxruntime')\n"
     )
-    env["PYTHONPATH"] = str(blocked.parent)
-    done = _relay(["doctor", "--no-measure"], env, project)
+    asked = {**os.environ, "RELAY_MINILM_ENGINE": "relay"}
+    without_onnxruntime = {**os.environ, "PYTHONPATH": str(blocked.parent)}
+    kernel = r"(amx|avx512vnni|avx2|portable) kernel"
+    saved = _relay(["memory", "save", "Auth tokens live in httpOnly cookies"], asked, project)
+    assert saved.returncode == 0, saved.stderr
+    for env, why in (
+        (asked, r"\)"),
+        (without_onnxruntime, r" \(onnxruntime: onnxruntime is not installed .*\)\)"),
+    ):
+        done = _relay(
+            ["memory", "search", "--explain", "how do we keep users logged in"], env, project
+        )
+        assert done.returncode == 0, done.stderr
+        assert "Auth tokens live in httpOnly cookies" in done.stdout
+        assert " · model all-MiniLM-L6-v2/int8-onnx-dynamic/mean · " in done.stdout
+        done = _relay(["doctor", "--no-measure"], env, project)
+        (line,) = [line for line in done.stdout.splitlines() if "search by meaning" in line]
+        assert re.search(
+            r"search by meaning with all-MiniLM-L6-v2/int8-onnx-dynamic/mean"
+            r" \(relay's engine, " + kernel + why,
+            line,
+        ), line
+
+    no_compiler = {
+        **without_onnxruntime,
+        "CC": str(tmp_path / "no-such-cc"),
+        "RELAY_CACHE": str(tmp_path / "cache"),
+    }
+    done = _relay(["memory", "search", "--explain", "cookies"], no_compiler, project)
+    assert done.returncode == 0, done.stderr
+    assert " · model wordllama/l2_supercat/256 without stop words · " in done.stdout
+    done = _relay(["doctor", "--no-measure"], no_compiler, project)
     (line,) = [line for line in done.stdout.splitlines() if "search by meaning" in line]
     assert "wordllama, the small fallback" in line, line
-    assert "relay's engine: cannot build relay's MiniLM engine (cannot run" in line, line
     assert "onnxruntime: onnxruntime is not installed" in line, line
+    assert "relay's engine: cannot build relay's MiniLM engine (cannot run" in line, line
+    assert "no-such-cc" in line, line

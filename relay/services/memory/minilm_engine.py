@@ -10,8 +10,8 @@ Each product is dynamic int8 quantization, the activations' scale one a token, s
 text's embedding does not depend on the texts run beside it. A call runs on the thread
 that makes it, without the GIL: two threads run two batches at once.
 
-Where no compiler is found, or the build fails, `load` raises EngineError, saying why:
-minilm.py then runs the model with onnxruntime when it is installed.
+Where no compiler is found, or the build fails, `load` raises EngineError, saying why
+(minilm.py then falls back to wordllama, and says so).
 """
 
 from __future__ import annotations
@@ -41,9 +41,6 @@ libm (the square root is the compiler's instruction)."""
 KERNEL_VARIABLE = "RELAY_MINILM_KERNEL"
 """The kernel to use instead of the best the CPU runs: `avx512vnni`, `avx2` or
 `portable` (to compare them; EngineError when the CPU cannot run the one named)."""
-FAST_KERNELS = ("amx", "avx512vnni")
-"""Kernels that multiply int8 at least as fast as onnxruntime (avx2 and portable, plain
-loops, take 20 to 40 times longer: minilm.py prefers onnxruntime to them)."""
 HIDDEN, INTERMEDIATE = 384, 1536
 _ERROR_SIZE = 512
 _FLOAT, _INT8 = 1, 3

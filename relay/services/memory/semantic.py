@@ -231,8 +231,7 @@ def model_report() -> tuple[bool, str]:
         return False, f"search by meaning with wordllama, the small fallback (MiniLM: {why})"
     engine = str(getattr(embedder, "engine", "") or "")
     run_by = f" ({engine})" if engine else ""
-    # onnxruntime runs MiniLM where relay's engine cannot be built: said, as a fallback.
-    return not engine.startswith("onnxruntime"), f"search by meaning with {embedder.name}{run_by}"
+    return True, f"search by meaning with {embedder.name}{run_by}"
 
 
 def _load() -> WordLlama:

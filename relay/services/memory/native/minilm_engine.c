@@ -108,6 +108,12 @@ INLINE float erf_approx(float x) {
     return e;
 }
 
+/* GELU (erf) in place on `count` floats. */
+INLINE void gelu(float *v, int count) {
+#pragma omp simd
+    for (int i = 0; i < count; i++) v[i] = 0.5f * v[i] * (1.0f + erf_approx(v[i] * 0.70710678118654752f));
+}
+
 INLINE void layer_norm(float *row, const float *weight, const float *bias) {
     float mean = 0, variance = 0;
 #pragma omp simd reduction(+ : mean)
@@ -181,11 +187,12 @@ INLINE void product_portable(const Dense *d, const uint8_t *a, int rows, int32_t
             __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(scale, _mm512_loadu_ps(d->scales + column + 16 * b))); \
             _mm512_storeu_ps(o + 16 * b, _mm512_add_ps(f, _mm512_loadu_ps(d->bias + column + 16 * b))); \
         }                                                                                      \
+        if (then_gelu) gelu(o, GROUP);                                                         \
     }
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma")))
 static void product_vnni(const Dense *d, const uint8_t *a, int rows, const float *row_scales, const int32_t *zeros,
-                         float *y) {
+                         float *y, int then_gelu) {
     /* Weights packed by groups of 64 columns, then by 4 rows of k: for each 4 k, 4
        registers of 16 columns, each column's 4 bytes side by side (vpdpbusd's operand).
        The activations have rows rounded up to BLOCK_ROWS (zero rows: not written out). */
@@ -239,8 +246,8 @@ static void product_vnni(const Dense *d, const uint8_t *a, int rows, const float
 #undef VNNI_ROW
 
 /* The same products by AMX tiles: 32 rows by 32 columns at a time (four int32 tiles of
-   16 by 16), 64 of k a step, the weights read in the VNNI kernel's packing (a tile's 16
-   rows of 4 k by 16 columns are 256 bytes apart). The rows are padded to PADDED_ROWS. */
+   16 by 16), 64 of k a step, each weight tile 1 KB in a row (make_dense). The rows are
+   padded to PADDED_ROWS. */
 typedef struct {
     uint8_t palette, start_row, reserved[14];
     uint16_t columns[16]; /* bytes a row */
@@ -249,7 +256,7 @@ typedef struct {
 
 __attribute__((target("avx512f,avx512bw,avx512vl,amx-tile,amx-int8")))
 static void product_amx(const Dense *d, const uint8_t *a, int rows, const float *row_scales, const int32_t *zeros,
-                        float *y) {
+                        float *y, int then_gelu) {
     TileConfig config = {.palette = 1};
     for (int t = 0; t < 8; t++) {
         config.columns[t] = 64;
@@ -261,10 +268,9 @@ static void product_amx(const Dense *d, const uint8_t *a, int rows, const float 
     for (int m = 0; m < rows; m += 32) {
         const uint8_t *a0 = a + (size_t)m * k, *a1 = a0 + (size_t)16 * k;
         for (int column = 0; column < n; column += 32) {
-            /* Columns column..+15 and +16..+31: blocks b and b + 1 of group column / 64. */
-            const int8_t *b0 =
-                d->weights + (size_t)(column / GROUP) * (k / 4) * 4 * GROUP + (size_t)(column % GROUP / 16) * 64;
-            const int8_t *b1 = b0 + 64;
+            /* Columns column..+15 and +16..+31: their tiles, one after another in k. */
+            const int8_t *b0 = d->weights + (size_t)(column / 16) * steps * 1024;
+            const int8_t *b1 = b0 + (size_t)steps * 1024;
             _tile_zero(0);
             _tile_zero(1);
             _tile_zero(2);
@@ -272,8 +278,8 @@ static void product_amx(const Dense *d, const uint8_t *a, int rows, const float 
             for (int s = 0; s < steps; s++) {
                 _tile_loadd(4, a0 + 64 * s, k);
                 _tile_loadd(5, a1 + 64 * s, k);
-                _tile_loadd(6, b0 + (size_t)s * 16 * 4 * GROUP, 4 * GROUP);
-                _tile_loadd(7, b1 + (size_t)s * 16 * 4 * GROUP, 4 * GROUP);
+                _tile_loadd(6, b0 + (size_t)s * 1024, 64);
+                _tile_loadd(7, b1 + (size_t)s * 1024, 64);
                 _tile_dpbusd(0, 4, 6);
                 _tile_dpbusd(1, 4, 7);
                 _tile_dpbusd(2, 5, 6);
@@ -295,6 +301,7 @@ static void product_amx(const Dense *d, const uint8_t *a, int rows, const float 
                 __m512i c1 = _mm512_sub_epi32(_mm512_load_si512(&sums[r][16]), _mm512_mullo_epi32(zero, columns1));
                 _mm512_storeu_ps(o, _mm512_fmadd_ps(_mm512_cvtepi32_ps(c0), _mm512_mul_ps(scale, scales0), bias0));
                 _mm512_storeu_ps(o + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(c1), _mm512_mul_ps(scale, scales1), bias1));
+                if (then_gelu) gelu(o, 32); /* while the row is in the cache */
             }
         }
     }
@@ -311,18 +318,18 @@ typedef struct {
     int32_t *sums; /* padded rows of the widest n */
 } Scratch;
 
-INLINE void dense(const Engine *e, const Dense *d, const float *x, int rows, float *y, Scratch *s) {
+INLINE void dense(const Engine *e, const Dense *d, const float *x, int rows, float *y, Scratch *s, int then_gelu) {
     int padded = (rows + PADDED_ROWS - 1) / PADDED_ROWS * PADDED_ROWS;
     for (int m = 0; m < rows; m++)
         quantize_row(x + (size_t)m * d->k, d->k, s->quantized + (size_t)m * d->k, &s->scales[m], &s->zeros[m]);
     memset(s->quantized + (size_t)rows * d->k, 0, (size_t)(padded - rows) * d->k);
 #if HAVE_VNNI_KERNEL
     if (e->kernel == KERNEL_AMX) {
-        product_amx(d, s->quantized, rows, s->scales, s->zeros, y);
+        product_amx(d, s->quantized, rows, s->scales, s->zeros, y, then_gelu);
         return;
     }
     if (e->kernel == KERNEL_VNNI) {
-        product_vnni(d, s->quantized, rows, s->scales, s->zeros, y);
+        product_vnni(d, s->quantized, rows, s->scales, s->zeros, y, then_gelu);
         return;
     }
 #endif
@@ -339,6 +346,7 @@ INLINE void dense(const Engine *e, const Dense *d, const float *x, int rows, flo
 #pragma omp simd
         for (int j = 0; j < n; j++) out[j] = (float)(sum[j] - zero * columns[j]) * scale * scales[j] + bias[j];
     }
+    if (then_gelu) gelu(y, rows * n);
 }
 
 /* ---- the encoder ------------------------------------------------------------------- */
@@ -419,10 +427,10 @@ INLINE void forward(const Engine *e, const int32_t *ids, const int32_t *lengths,
     }
     for (int l = 0; l < e->layers; l++) {
         const Layer *layer = &e->layer[l];
-        dense(e, &layer->qkv, x, rows, wide, &w->s); /* rows of 3 * HIDDEN */
+        dense(e, &layer->qkv, x, rows, wide, &w->s, 0); /* rows of 3 * HIDDEN */
         for (int t = 0, row = 0; t < texts; row += lengths[t], t++)
             attend(wide + (size_t)row * 3 * HIDDEN, lengths[t], context + (size_t)row * HIDDEN, w->scores, w->keys);
-        dense(e, &layer->attention_out, context, rows, wide, &w->s);
+        dense(e, &layer->attention_out, context, rows, wide, &w->s, 0);
         for (int m = 0; m < rows; m++) {
             float *r = x + (size_t)m * HIDDEN;
             const float *a = wide + (size_t)m * HIDDEN;
@@ -433,14 +441,8 @@ INLINE void forward(const Engine *e, const int32_t *ids, const int32_t *lengths,
            (6 KB each) stay in the cache between the product, GELU and the next product. */
         for (int first = 0; first < rows; first += FEED_ROWS) {
             const int count = rows - first < FEED_ROWS ? rows - first : FEED_ROWS;
-            dense(e, &layer->intermediate, x + (size_t)first * HIDDEN, count, wide, &w->s);
-            const size_t cells = (size_t)count * INTERMEDIATE;
-#pragma omp simd
-            for (size_t i = 0; i < cells; i++) {
-                float v = wide[i];
-                wide[i] = 0.5f * v * (1.0f + erf_approx(v * 0.70710678118654752f));
-            }
-            dense(e, &layer->output, wide, count, context + (size_t)first * HIDDEN, &w->s);
+            dense(e, &layer->intermediate, x + (size_t)first * HIDDEN, count, wide, &w->s, 1);
+            dense(e, &layer->output, wide, count, context + (size_t)first * HIDDEN, &w->s, 0);
         }
         for (int m = 0; m < rows; m++) {
             float *r = x + (size_t)m * HIDDEN;
@@ -598,7 +600,12 @@ static int make_dense(const Engine *e, Dense *d, int k, int parts, const int8_t 
                 int j = column + c;
                 d->sums[j] += value;
                 size_t place;
-                if (e->kernel >= KERNEL_VNNI) {
+                if (e->kernel == KERNEL_AMX) {
+                    /* Tiles of 64 k by 16 columns, each 1 KB in a row: 16 rows of 4 k
+                       by 16 columns, each column's 4 bytes side by side. */
+                    int block = j / 16, lane = j % 16, step = r / 64, quad = r % 64 / 4;
+                    place = (((size_t)block * (k / 64) + step) * 16 + quad) * 64 + lane * 4 + r % 4;
+                } else if (e->kernel == KERNEL_VNNI) {
                     int group = j / GROUP, block = j % GROUP / 16, lane = j % 16;
                     place = (((size_t)group * (k / 4) + r / 4) * 4 + block) * 64 + lane * 4 + r % 4;
                 } else {
