@@ -83,7 +83,8 @@ INLINE float exp_approx(float x) {
     x = x > 88.0f ? 88.0f : x;
     float n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
     float r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
-    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
+    float r2 = r * r; /* the series in three parts at once (Estrin), not one long chain */
+    float p = (1.0f + r) + r2 * (0.5f + r * (1.0f / 6)) + r2 * r2 * (1.0f / 24 + r * (1.0f / 120) + r2 * (1.0f / 720));
     int32_t bits = ((int32_t)n + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
@@ -276,12 +277,15 @@ static void product_amx(const Dense *d, const uint8_t *a, int rows, const float 
             _tile_zero(2);
             _tile_zero(3);
             for (int s = 0; s < steps; s++) {
+                /* Each load just before the first product that needs it, so that loads
+                   overlap products (tiles are not renamed: a load waits for the last
+                   product reading its tile). */
                 _tile_loadd(4, a0 + 64 * s, k);
-                _tile_loadd(5, a1 + 64 * s, k);
                 _tile_loadd(6, b0 + (size_t)s * 1024, 64);
-                _tile_loadd(7, b1 + (size_t)s * 1024, 64);
                 _tile_dpbusd(0, 4, 6);
+                _tile_loadd(7, b1 + (size_t)s * 1024, 64);
                 _tile_dpbusd(1, 4, 7);
+                _tile_loadd(5, a1 + 64 * s, k);
                 _tile_dpbusd(2, 5, 6);
                 _tile_dpbusd(3, 5, 7);
             }
@@ -301,9 +305,11 @@ static void product_amx(const Dense *d, const uint8_t *a, int rows, const float 
                 __m512i c1 = _mm512_sub_epi32(_mm512_load_si512(&sums[r][16]), _mm512_mullo_epi32(zero, columns1));
                 _mm512_storeu_ps(o, _mm512_fmadd_ps(_mm512_cvtepi32_ps(c0), _mm512_mul_ps(scale, scales0), bias0));
                 _mm512_storeu_ps(o + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(c1), _mm512_mul_ps(scale, scales1), bias1));
-                if (then_gelu) gelu(o, 32); /* while the row is in the cache */
             }
         }
+        /* GELU on these 32 rows while they are in the cache: whole rows, so that many
+           vectors are in flight (32 columns at a time left exp's chain waiting). */
+        if (then_gelu) gelu(y + (size_t)m * n, (rows - m < 32 ? rows - m : 32) * n);
     }
     _tile_release();
 }
