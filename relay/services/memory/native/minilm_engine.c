@@ -2,9 +2,12 @@
 
    A shared library, loaded by the model's process with ctypes: token ids in, one unit
    vector a text out. The weights are the model file's own (int8, a float scale a column),
-   handed over once by minilm_open and packed here for the kernel chosen at run time:
-   AVX-512 VNNI (vpdpbusd, 64 multiply-adds an instruction) where the CPU has it, else
-   plain loops the compiler vectorizes for the machine's baseline.
+   handed over once by minilm_open and packed here for the kernel chosen at run time (no
+   -march: the cached build runs on any x86-64, or any CPU for the plain kernel): AMX
+   tiles (tdpbusd) where the CPU has them and Linux lets the process use them, else
+   AVX-512 VNNI (vpdpbusd, 64 multiply-adds an instruction), else the same plain loops
+   compiled for AVX2, else for the machine's baseline. The float work is compiled once
+   for each (forward_*).
 
    Each product is dynamic quantization, as onnxruntime's DynamicQuantizeMatMul: the
    activations are rounded to uint8 with a scale and zero point, here one a token (a row)
@@ -14,8 +17,9 @@
    embeddings (word + position + first token type), LayerNorm; six layers of the query,
    key and value products as one, 12-head attention over the text's tokens (no padding:
    each text is attended alone), the output product, residual and LayerNorm, the
-   intermediate product, GELU (erf), the output product, residual and LayerNorm; the mean
-   of the tokens' states, unit length.
+   intermediate product, GELU (erf), the output product, residual and LayerNorm (the
+   feed-forward part FEED_ROWS tokens at a time); the mean of the tokens' states, unit
+   length.
 
    No libm: exp and erf are written here (for the fallback of a machine without it, and
    for the loops to vectorize), the square root is the compiler's builtin. */
@@ -41,17 +45,17 @@
 #define HEADS 12
 #define HEAD_SIZE (HIDDEN / HEADS)
 #define EPSILON 1e-12f
-#define BLOCK_ROWS 4 /* rows of activations the VNNI kernel multiplies at once */
-#define FEED_ROWS 64 /* tokens through the feed-forward part at a time */
-#define PADDED_ROWS 32 /* the AMX kernel's (two tiles of 16): activations are padded to it */
-#define GROUP 64     /* columns it makes at once: four registers of 16 int32 */
+#define BLOCK_ROWS 4   /* rows of activations the VNNI kernel multiplies at once */
+#define GROUP 64       /* columns it makes at once: four registers of 16 int32 */
+#define PADDED_ROWS 32 /* the AMX kernel's rows at once (two tiles of 16): activations are padded to it */
+#define FEED_ROWS 64   /* tokens through the feed-forward part at a time */
 
 enum { KERNEL_PORTABLE = 0, KERNEL_AVX2 = 1, KERNEL_VNNI = 2, KERNEL_AMX = 3 };
 static const char *const KERNELS[] = {"portable", "avx2", "avx512vnni", "amx"};
 
 typedef struct {
     int k, n;
-    int8_t *weights; /* VNNI: packed by column groups (pack_vnni); portable: k rows of n */
+    int8_t *weights; /* laid out for the kernel (make_dense); plain loops: k rows of n */
     float *scales;   /* n: the weight's scale, a column */
     float *bias;     /* n */
     int32_t *sums;   /* n: each column's sum, for the activations' zero point */
