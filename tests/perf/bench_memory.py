@@ -412,6 +412,11 @@ def main() -> int:
     parser.add_argument("--no-saves", action="store_true", help="Skip the saves figure.")
     arguments = parser.parse_args()
     _time_stages()
+    try:
+        model = semantic.load_embedder()
+        print(f"model: {model.name} ({getattr(model, 'engine', '') or 'in this process'})")
+    except semantic.SemanticUnavailable as exc:
+        print(f"model: none ({exc})")
     sizes = [arguments.memories] if arguments.memories else [MEMORIES, MILLION]
     missed: list[str] = []
     if not arguments.no_relevance:

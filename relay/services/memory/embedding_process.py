@@ -1,8 +1,8 @@
 """MiniLM in a child process, so that a long-lived process (the dashboard, `relay serve`,
 the MCP server) does not keep the model in its own memory.
 
-The model's process is about 155 MB resident (onnxruntime, numpy, the int8 weights;
-190 MB while the word table was made float32), where wordllama costs about 70. The process that searches keeps numpy, the store's sign codes and a pipe; the
+The model's process holds numpy, the int8 weights and their engine (about 155 MB
+resident with onnxruntime, 93 with relay's own), where wordllama costs about 70. The process that searches keeps numpy, the store's sign codes and a pipe; the
 child (`python -m relay.services.memory.embedding_process`) holds the model, embeds
 CHUNK texts at a time of the request with the fewest left (a query is not kept waiting
 behind a backlog), and exits when its parent closes the pipe (the parent exited) or
@@ -11,7 +11,8 @@ after IDLE_SECONDS without a request; the next request starts a new one.
 The protocol, on the child's stdin and stdout: a request is a 4-byte big-endian length
 and a msgpack list of texts; an answer is a status byte (0: vectors follow, float32, one
 row per text; 1: an error message follows, UTF-8), a 4-byte length and the payload. The
-child's first answer, unasked, says whether the model loaded (an empty payload) or why not.
+child's first answer, unasked, says whether the model loaded (its payload: who runs it,
+minilm.MiniLM.engine) or why not.
 
 A running child also answers other processes of the same user and install, so that a
 command (`relay memory search`) does not load the model again (about 1-2 s) while a
@@ -97,6 +98,8 @@ class ChildEmbedder:
         self._child: subprocess.Popen[bytes] | None = None
         self._remote: socket.socket | None = None
         self._answers: _Reader | None = None
+        self.engine = ""
+        """Who runs the model in the child answering, as it said (minilm.MiniLM.engine)."""
 
     @property
     def pid(self) -> int | None:
@@ -159,7 +162,8 @@ class ChildEmbedder:
         path = shared_socket()
         reached = _connect(path)
         if reached is not None:
-            self._remote, self._answers = reached
+            self._remote, self._answers, engine = reached
+            self.engine = engine.decode("utf-8", "replace")
             return
         child = subprocess.Popen(
             [sys.executable, "-m", "relay.services.memory.embedding_process", path],
@@ -170,7 +174,7 @@ class ChildEmbedder:
         )
         self._child, self._answers = child, _stdout(child)
         try:
-            _read_answer(self._answers)
+            self.engine = _read_answer(self._answers).decode("utf-8", "replace")
         except (OSError, EOFError):
             self._stop()
             raise SemanticUnavailable("the MiniLM process exited while loading") from None
@@ -223,10 +227,10 @@ def shared_socket() -> str:
     return os.path.join(f"/tmp/{APP}-{os.getuid()}", f"embed-{fnv1a64(path.encode())}.sock")
 
 
-def _connect(path: str) -> tuple[socket.socket, _Reader] | None:
-    """A connection to the child listening at `path` (and its reader), once the child has
-    said that its model is loaded; None when there is none (no socket, a dead child's,
-    or not this user's)."""
+def _connect(path: str) -> tuple[socket.socket, _Reader, bytes] | None:
+    """A connection to the child listening at `path` (its reader, and who runs its model),
+    once the child has said that its model is loaded; None when there is none (no socket,
+    a dead child's, or not this user's)."""
     if not private_dir_ok(os.path.dirname(path)):
         return None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -236,13 +240,13 @@ def _connect(path: str) -> tuple[socket.socket, _Reader] | None:
         sock.connect(path)
         if peer_uid(sock) not in (None, os.getuid()):
             raise ConnectionRefusedError(f"{path} is another user's")
-        _read_answer(answers)
+        engine = _read_answer(answers)
         sock.settimeout(None)  # a batch of 1,000 memories takes seconds
     except (OSError, EOFError, SemanticUnavailable):
         answers.close()
         sock.close()
         return None
-    return sock, answers
+    return sock, answers, engine
 
 
 def start() -> ChildEmbedder:
@@ -310,7 +314,7 @@ def main() -> int:
     listening = _listen(sys.argv[1]) if len(sys.argv) > 1 else None
     idle = float(os.environ.get(_IDLE_VARIABLE) or IDLE_SECONDS)
     try:
-        _answer(answers, _OK, b"")
+        _answer(answers, _OK, model.engine.encode())
         return _serve(model, requests, answers, listening[0] if listening else None, idle)
     finally:
         if listening is not None:
@@ -385,7 +389,7 @@ def _serve(
                         _answer(answers, _ERROR, f"unreadable request: {exc}".encode())
                         return 1
                 elif source is listener:
-                    _accept(listener, connections)
+                    _accept(listener, connections, model.engine.encode())
                 else:
                     texts = _read_connection(source)
                     if texts is None:
@@ -458,9 +462,9 @@ def _unlisten(path: str, listener: socket.socket, lock: int) -> None:
     os.close(lock)
 
 
-def _accept(listener: socket.socket, connections: list[socket.socket]) -> None:
+def _accept(listener: socket.socket, connections: list[socket.socket], engine: bytes) -> None:
     """Take a connection from this user (when fewer than CONNECTIONS are open) and say
-    that the model is loaded."""
+    that the model is loaded, and who runs it."""
     try:
         connection, _ = listener.accept()
     except OSError:
@@ -469,7 +473,7 @@ def _accept(listener: socket.socket, connections: list[socket.socket]) -> None:
         if len(connections) >= CONNECTIONS or peer_uid(connection) not in (None, os.getuid()):
             raise ConnectionRefusedError("not served")
         connection.settimeout(READ_SECONDS)
-        connection.sendall(_frame(_OK, b""))
+        connection.sendall(_frame(_OK, engine))
     except OSError:
         connection.close()
         return

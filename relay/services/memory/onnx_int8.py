@@ -33,7 +33,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-__all__ = ["GraphError", "rewrite"]
+__all__ = ["GraphError", "Weights", "read_weights", "rewrite"]
 
 _VARINT, _FIXED64, _BYTES, _FIXED32 = 0, 1, 2, 5
 _MODEL_OPSET, _MODEL_GRAPH = 8, 7
@@ -83,6 +83,53 @@ class _Node:
     inputs: list[str] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
     op: str = ""
+
+
+@dataclass
+class Weights:
+    """The model's tensors as the file holds them, for relay's own engine (minilm_engine.py)."""
+
+    tensors: dict[str, tuple[int, list[int], bytes]]
+    """Each initializer by name: (element type, dimensions, raw little-endian data)."""
+    dense: dict[str, tuple[str, str, str]]
+    """Each product by the name its bias is known by (`inner.encoder.layer.0.intermediate.dense`):
+    the names of its int8 weight ([in, out]), its scales (one an output) and its bias."""
+    layers: int
+
+
+def read_weights(model: bytes) -> Weights:
+    """The tensors of the graph known here, as `rewrite` finds them; GraphError when the
+    file cannot be read, is not that graph, or keeps a tensor other than as raw data."""
+    parts = list(_fields(model))
+    graphs = [value for number, _, value in parts if number == _MODEL_GRAPH]
+    if len(graphs) != 1 or not isinstance(graphs[0], bytes):
+        raise GraphError("no graph in the model")
+    graph = list(_fields(graphs[0]))
+    nodes = [_node(value) for number, _, value in graph if number == _GRAPH_NODE]
+    dense = _dense_weights(nodes, _initializers(graph))
+    layers = 0
+    while all(_LAYER.format(layers) + part in dense for part in _DENSE):
+        layers += 1
+    if not layers:
+        raise GraphError("no MatMul by an int8 weight in the graph")
+    tensors = {}
+    for number, _, value in graph:
+        if number != _GRAPH_INITIALIZER or not isinstance(value, bytes):
+            continue
+        name, kind, raw = "", 0, None
+        dims: list[int] = []
+        for field_number, _, item in _fields(value):
+            if field_number == _TENSOR_NAME and isinstance(item, bytes):
+                name = item.decode()
+            elif field_number == _TENSOR_TYPE and isinstance(item, int):
+                kind = item
+            elif field_number == _TENSOR_DIMS:
+                dims += list(_varints(item))
+            elif field_number == _TENSOR_RAW and isinstance(item, bytes):
+                raw = item
+        if raw is not None:
+            tensors[name] = (kind, dims, raw)
+    return Weights(tensors, dense, layers)
 
 
 def rewrite(model: bytes) -> bytes:

@@ -229,7 +229,9 @@ def model_report() -> tuple[bool, str]:
     if embedder.name == MODEL:
         why = _failed.get("minilm")
         return False, f"search by meaning with wordllama, the small fallback (MiniLM: {why})"
-    return True, f"search by meaning with {embedder.name}"
+    engine = str(getattr(embedder, "engine", "") or "")
+    run_by = f" ({engine})" if engine else ""
+    return True, f"search by meaning with {embedder.name}{run_by}"
 
 
 def _load() -> WordLlama:

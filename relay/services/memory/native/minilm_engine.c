@@ -1,0 +1,760 @@
+/* relay's engine for all-MiniLM-L6-v2 with int8 weights (relay/services/memory/minilm.py).
+
+   A shared library, loaded by the model's process with ctypes: token ids in, one unit
+   vector a text out. The weights are the model file's own (int8, a float scale a column),
+   handed over once by minilm_open and packed here for the kernel chosen at run time (no
+   -march: the cached build runs on any x86-64, or any CPU for the plain kernel): AMX
+   tiles (tdpbusd) where the CPU has them and Linux lets the process use them, else
+   AVX-512 VNNI (vpdpbusd, 64 multiply-adds an instruction), else the same plain loops
+   compiled for AVX2, else for the machine's baseline. The float work is compiled once
+   for each (forward_*).
+
+   Each product is dynamic quantization, as onnxruntime's DynamicQuantizeMatMul: the
+   activations are rounded to uint8 with a scale and zero point, here one a token (a row)
+   instead of one a run, so that a text's embedding does not depend on the texts run
+   beside it; int32 sums; then float32 again, times the two scales, plus the bias.
+   Everything else is float32, a token row at a time, with no dispatch between steps:
+   embeddings (word + position + first token type), LayerNorm; six layers of the query,
+   key and value products as one, 12-head attention over the text's tokens (no padding:
+   each text is attended alone), the output product, residual and LayerNorm, the
+   intermediate product, GELU (erf), the output product, residual and LayerNorm (the
+   feed-forward part FEED_ROWS tokens at a time); the mean of the tokens' states, unit
+   length.
+
+   No libm: exp and erf are written here (for the fallback of a machine without it, and
+   for the loops to vectorize), the square root is the compiler's builtin. */
+
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define HAVE_VNNI_KERNEL 1
+#else
+#define HAVE_VNNI_KERNEL 0
+#endif
+
+#define HIDDEN 384
+#define INTERMEDIATE 1536
+#define HEADS 12
+#define HEAD_SIZE (HIDDEN / HEADS)
+#define EPSILON 1e-12f
+#define BLOCK_ROWS 4   /* rows of activations the VNNI kernel multiplies at once */
+#define GROUP 64       /* columns it makes at once: four registers of 16 int32 */
+#define PADDED_ROWS 32 /* the AMX kernel's rows at once (two tiles of 16): activations are padded to it */
+#define FEED_ROWS 64   /* tokens through the feed-forward part at a time */
+
+enum { KERNEL_PORTABLE = 0, KERNEL_AVX2 = 1, KERNEL_VNNI = 2, KERNEL_AMX = 3 };
+static const char *const KERNELS[] = {"portable", "avx2", "avx512vnni", "amx"};
+
+typedef struct {
+    int k, n;
+    int8_t *weights; /* laid out for the kernel (make_dense); plain loops: k rows of n */
+    float *scales;   /* n: the weight's scale, a column */
+    float *bias;     /* n */
+    int32_t *sums;   /* n: each column's sum, for the activations' zero point */
+} Dense;
+
+typedef struct {
+    Dense qkv, attention_out, intermediate, output;
+    float *norm1_weight, *norm1_bias, *norm2_weight, *norm2_bias;
+} Layer;
+
+typedef struct {
+    int kernel, layers, vocabulary, positions;
+    int8_t *words;        /* vocabulary rows of HIDDEN */
+    float *word_scales;   /* vocabulary */
+    float *position_rows; /* positions rows of HIDDEN, dequantized, first token type added */
+    float *norm_weight, *norm_bias;
+    Layer *layer;
+} Engine;
+
+/* ---- small float functions ------------------------------------------------------- */
+
+#define INLINE static inline __attribute__((always_inline))
+
+INLINE float exp_approx(float x) {
+    /* e^x as 2^n * e^r, |r| <= ln2/2, r's exponential by its degree-6 series (relative
+       error under 2e-7 where it matters: softmax and erf). Without branches, so that a
+       loop of them is vectorized: n rounded by adding and taking away 1.5 * 2^23. */
+    x = x < -87.0f ? -87.0f : x;
+    x = x > 88.0f ? 88.0f : x;
+    float n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
+    float r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
+    float r2 = r * r; /* the series in three parts at once (Estrin), not one long chain */
+    float p = (1.0f + r) + r2 * (0.5f + r * (1.0f / 6)) + r2 * r2 * (1.0f / 24 + r * (1.0f / 120) + r2 * (1.0f / 720));
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+INLINE float erf_approx(float x) {
+    /* Abramowitz and Stegun 7.1.28 (absolute error under 3e-7): 1 - 1 / p(|x|)^16, p of
+       degree 6; no exp, one division; |x| capped at 10 (erf is 1 there, and p^16 stays
+       finite). Its sign put back as a bit (no branch). */
+    uint32_t bits, sign;
+    memcpy(&bits, &x, sizeof bits);
+    sign = bits & 0x80000000u;
+    bits &= 0x7fffffffu;
+    float a;
+    memcpy(&a, &bits, sizeof a);
+    a = a < 10.0f ? a : 10.0f;
+    float p = 1.0f + a * (0.0705230784f + a * (0.0422820123f + a * (0.0092705272f +
+                          a * (0.0001520143f + a * (0.0002765672f + a * 0.0000430638f)))));
+    p *= p;
+    p *= p;
+    p *= p;
+    p *= p;
+    float e = 1.0f - 1.0f / p;
+    memcpy(&bits, &e, sizeof bits);
+    bits |= sign;
+    memcpy(&e, &bits, sizeof e);
+    return e;
+}
+
+/* GELU (erf) in place on `count` floats. */
+INLINE void gelu(float *v, int count) {
+#pragma omp simd
+    for (int i = 0; i < count; i++) v[i] = 0.5f * v[i] * (1.0f + erf_approx(v[i] * 0.70710678118654752f));
+}
+
+INLINE void layer_norm(float *row, const float *weight, const float *bias) {
+    float mean = 0, variance = 0;
+#pragma omp simd reduction(+ : mean)
+    for (int i = 0; i < HIDDEN; i++) mean += row[i];
+    mean /= HIDDEN;
+#pragma omp simd reduction(+ : variance)
+    for (int i = 0; i < HIDDEN; i++) {
+        float d = row[i] - mean;
+        variance += d * d;
+    }
+    float inverse = 1.0f / __builtin_sqrtf(variance / HIDDEN + EPSILON);
+    for (int i = 0; i < HIDDEN; i++) row[i] = (row[i] - mean) * inverse * weight[i] + bias[i];
+}
+
+/* ---- products ---------------------------------------------------------------------- */
+
+/* A row of k floats to uint8 with its scale and zero point (0 is exactly representable). */
+INLINE void quantize_row(const float *x, int k, uint8_t *out, float *scale, int32_t *zero) {
+    float low = 0, high = 0;
+#pragma omp simd reduction(min : low) reduction(max : high)
+    for (int i = 0; i < k; i++) {
+        low = x[i] < low ? x[i] : low;
+        high = x[i] > high ? x[i] : high;
+    }
+    float step = (high - low) / 255.0f;
+    if (step == 0) {
+        memset(out, 0, (size_t)k);
+        *scale = 0;
+        *zero = 0;
+        return;
+    }
+    float inverse = 1.0f / step;
+    int32_t point = (int32_t)(-low * inverse + 0.5f);
+    point = point < 0 ? 0 : point > 255 ? 255 : point;
+    for (int i = 0; i < k; i++) {
+        float v = x[i] * inverse + (float)point + 0.5f; /* >= 0.5 - rounding error: truncation rounds */
+        int32_t q = (int32_t)v;
+        out[i] = (uint8_t)(q < 0 ? 0 : q > 255 ? 255 : q);
+    }
+    *scale = step;
+    *zero = point;
+}
+
+INLINE void product_portable(const Dense *d, const uint8_t *a, int rows, int32_t *out) {
+    const int n = d->n, depth = d->k;
+    const int8_t *restrict weights = d->weights;
+    for (int m = 0; m < rows; m++) {
+        int32_t *restrict sum = out + (size_t)m * n;
+        memset(sum, 0, sizeof(int32_t) * (size_t)n);
+        const uint8_t *restrict row = a + (size_t)m * depth;
+        for (int k = 0; k < depth; k++) {
+            const int32_t value = row[k];
+            const int8_t *restrict w = weights + (size_t)k * n;
+#pragma omp simd
+            for (int j = 0; j < n; j++) sum[j] += value * w[j];
+        }
+    }
+}
+
+#if HAVE_VNNI_KERNEL
+/* Four rows' sums of a group of 64 columns, back to floats: (sum - zero point * the
+   column's sum) * the row's scale * the column's scale + the bias. */
+#define VNNI_ROW(c0, c1, c2, c3, r)                                                            \
+    if (m + r < rows) {                                                                        \
+        const __m512i zero = _mm512_set1_epi32(zeros[m + r]);                                  \
+        const __m512 scale = _mm512_set1_ps(row_scales[m + r]);                                \
+        float *o = y + (size_t)(m + r) * n + column;                                           \
+        __m512i cs[4] = {c0, c1, c2, c3};                                                      \
+        for (int b = 0; b < 4; b++) {                                                          \
+            __m512i sum = _mm512_sub_epi32(cs[b], _mm512_mullo_epi32(zero, _mm512_loadu_si512(d->sums + column + 16 * b))); \
+            __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(scale, _mm512_loadu_ps(d->scales + column + 16 * b))); \
+            _mm512_storeu_ps(o + 16 * b, _mm512_add_ps(f, _mm512_loadu_ps(d->bias + column + 16 * b))); \
+        }                                                                                      \
+        if (then_gelu) gelu(o, GROUP);                                                         \
+    }
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma")))
+static void product_vnni(const Dense *d, const uint8_t *a, int rows, const float *row_scales, const int32_t *zeros,
+                         float *y, int then_gelu) {
+    /* Weights packed by groups of 64 columns, then by 4 rows of k: for each 4 k, 4
+       registers of 16 columns, each column's 4 bytes side by side (vpdpbusd's operand).
+       The activations have rows rounded up to BLOCK_ROWS (zero rows: not written out). */
+    int steps = d->k / 4, n = d->n;
+    for (int g = 0; g < n / GROUP; g++) {
+        const int8_t *group = d->weights + (size_t)g * steps * 4 * GROUP;
+        const int column = g * GROUP;
+        for (int m = 0; m < rows; m += BLOCK_ROWS) {
+            __m512i c00 = _mm512_setzero_si512(), c01 = c00, c02 = c00, c03 = c00;
+            __m512i c10 = c00, c11 = c00, c12 = c00, c13 = c00;
+            __m512i c20 = c00, c21 = c00, c22 = c00, c23 = c00;
+            __m512i c30 = c00, c31 = c00, c32 = c00, c33 = c00;
+            const uint8_t *a0 = a + (size_t)m * d->k, *a1 = a0 + d->k, *a2 = a1 + d->k, *a3 = a2 + d->k;
+            const int8_t *w = group;
+            for (int s = 0; s < steps; s++, w += 4 * GROUP) {
+                __m512i w0 = _mm512_loadu_si512(w), w1 = _mm512_loadu_si512(w + 64);
+                __m512i w2 = _mm512_loadu_si512(w + 128), w3 = _mm512_loadu_si512(w + 192);
+                int32_t v0, v1, v2, v3;
+                memcpy(&v0, a0 + 4 * s, 4);
+                memcpy(&v1, a1 + 4 * s, 4);
+                memcpy(&v2, a2 + 4 * s, 4);
+                memcpy(&v3, a3 + 4 * s, 4);
+                __m512i b = _mm512_set1_epi32(v0);
+                c00 = _mm512_dpbusd_epi32(c00, b, w0);
+                c01 = _mm512_dpbusd_epi32(c01, b, w1);
+                c02 = _mm512_dpbusd_epi32(c02, b, w2);
+                c03 = _mm512_dpbusd_epi32(c03, b, w3);
+                b = _mm512_set1_epi32(v1);
+                c10 = _mm512_dpbusd_epi32(c10, b, w0);
+                c11 = _mm512_dpbusd_epi32(c11, b, w1);
+                c12 = _mm512_dpbusd_epi32(c12, b, w2);
+                c13 = _mm512_dpbusd_epi32(c13, b, w3);
+                b = _mm512_set1_epi32(v2);
+                c20 = _mm512_dpbusd_epi32(c20, b, w0);
+                c21 = _mm512_dpbusd_epi32(c21, b, w1);
+                c22 = _mm512_dpbusd_epi32(c22, b, w2);
+                c23 = _mm512_dpbusd_epi32(c23, b, w3);
+                b = _mm512_set1_epi32(v3);
+                c30 = _mm512_dpbusd_epi32(c30, b, w0);
+                c31 = _mm512_dpbusd_epi32(c31, b, w1);
+                c32 = _mm512_dpbusd_epi32(c32, b, w2);
+                c33 = _mm512_dpbusd_epi32(c33, b, w3);
+            }
+            VNNI_ROW(c00, c01, c02, c03, 0)
+            VNNI_ROW(c10, c11, c12, c13, 1)
+            VNNI_ROW(c20, c21, c22, c23, 2)
+            VNNI_ROW(c30, c31, c32, c33, 3)
+        }
+    }
+}
+#undef VNNI_ROW
+
+/* The same products by AMX tiles: 32 rows by 32 columns at a time (four int32 tiles of
+   16 by 16), 64 of k a step, each weight tile 1 KB in a row (make_dense). The rows are
+   padded to PADDED_ROWS. */
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t columns[16]; /* bytes a row */
+    uint8_t rows[16];
+} TileConfig;
+
+__attribute__((target("avx512f,avx512bw,avx512vl,amx-tile,amx-int8")))
+static void product_amx(const Dense *d, const uint8_t *a, int rows, const float *row_scales, const int32_t *zeros,
+                        float *y, int then_gelu) {
+    TileConfig config = {.palette = 1};
+    for (int t = 0; t < 8; t++) {
+        config.columns[t] = 64;
+        config.rows[t] = 16;
+    }
+    _tile_loadconfig(&config);
+    const int k = d->k, n = d->n, steps = k / 64;
+    int32_t sums[32][32] __attribute__((aligned(64)));
+    for (int m = 0; m < rows; m += 32) {
+        const uint8_t *a0 = a + (size_t)m * k, *a1 = a0 + (size_t)16 * k;
+        for (int column = 0; column < n; column += 32) {
+            /* Columns column..+15 and +16..+31: their tiles, one after another in k. */
+            const int8_t *b0 = d->weights + (size_t)(column / 16) * steps * 1024;
+            const int8_t *b1 = b0 + (size_t)steps * 1024;
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+            for (int s = 0; s < steps; s++) {
+                /* Each load just before the first product that needs it, so that loads
+                   overlap products (tiles are not renamed: a load waits for the last
+                   product reading its tile). */
+                _tile_loadd(4, a0 + 64 * s, k);
+                _tile_loadd(6, b0 + (size_t)s * 1024, 64);
+                _tile_dpbusd(0, 4, 6);
+                _tile_loadd(7, b1 + (size_t)s * 1024, 64);
+                _tile_dpbusd(1, 4, 7);
+                _tile_loadd(5, a1 + 64 * s, k);
+                _tile_dpbusd(2, 5, 6);
+                _tile_dpbusd(3, 5, 7);
+            }
+            _tile_stored(0, &sums[0][0], 128);
+            _tile_stored(1, &sums[0][16], 128);
+            _tile_stored(2, &sums[16][0], 128);
+            _tile_stored(3, &sums[16][16], 128);
+            const __m512i columns0 = _mm512_loadu_si512(d->sums + column);
+            const __m512i columns1 = _mm512_loadu_si512(d->sums + column + 16);
+            const __m512 scales0 = _mm512_loadu_ps(d->scales + column), scales1 = _mm512_loadu_ps(d->scales + column + 16);
+            const __m512 bias0 = _mm512_loadu_ps(d->bias + column), bias1 = _mm512_loadu_ps(d->bias + column + 16);
+            for (int r = 0; r < 32 && m + r < rows; r++) {
+                const __m512i zero = _mm512_set1_epi32(zeros[m + r]);
+                const __m512 scale = _mm512_set1_ps(row_scales[m + r]);
+                float *o = y + (size_t)(m + r) * n + column;
+                __m512i c0 = _mm512_sub_epi32(_mm512_load_si512(&sums[r][0]), _mm512_mullo_epi32(zero, columns0));
+                __m512i c1 = _mm512_sub_epi32(_mm512_load_si512(&sums[r][16]), _mm512_mullo_epi32(zero, columns1));
+                _mm512_storeu_ps(o, _mm512_fmadd_ps(_mm512_cvtepi32_ps(c0), _mm512_mul_ps(scale, scales0), bias0));
+                _mm512_storeu_ps(o + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(c1), _mm512_mul_ps(scale, scales1), bias1));
+            }
+        }
+        /* GELU on these 32 rows while they are in the cache: whole rows, so that many
+           vectors are in flight (32 columns at a time left exp's chain waiting). */
+        if (then_gelu) gelu(y + (size_t)m * n, (rows - m < 32 ? rows - m : 32) * n);
+    }
+    _tile_release();
+}
+#endif
+
+/* x (rows of d->k floats) times d, into y (rows of d->n floats): quantized a row at a
+   time, multiplied in int8, rescaled, the bias added. */
+typedef struct {
+    uint8_t *quantized; /* padded rows of the widest k */
+    float *scales;
+    int32_t *zeros;
+    int32_t *sums; /* padded rows of the widest n */
+} Scratch;
+
+INLINE void dense(const Engine *e, const Dense *d, const float *x, int rows, float *y, Scratch *s, int then_gelu) {
+    int padded = (rows + PADDED_ROWS - 1) / PADDED_ROWS * PADDED_ROWS;
+    for (int m = 0; m < rows; m++)
+        quantize_row(x + (size_t)m * d->k, d->k, s->quantized + (size_t)m * d->k, &s->scales[m], &s->zeros[m]);
+    memset(s->quantized + (size_t)rows * d->k, 0, (size_t)(padded - rows) * d->k);
+#if HAVE_VNNI_KERNEL
+    if (e->kernel == KERNEL_AMX) {
+        product_amx(d, s->quantized, rows, s->scales, s->zeros, y, then_gelu);
+        return;
+    }
+    if (e->kernel == KERNEL_VNNI) {
+        product_vnni(d, s->quantized, rows, s->scales, s->zeros, y, then_gelu);
+        return;
+    }
+#endif
+    (void)e;
+    product_portable(d, s->quantized, rows, s->sums);
+    const int n = d->n;
+    const int32_t *restrict columns = d->sums;
+    const float *restrict scales = d->scales, *restrict bias = d->bias;
+    for (int m = 0; m < rows; m++) {
+        const int32_t *restrict sum = s->sums + (size_t)m * n;
+        float *restrict out = y + (size_t)m * n;
+        const float scale = s->scales[m];
+        const int32_t zero = s->zeros[m];
+#pragma omp simd
+        for (int j = 0; j < n; j++) out[j] = (float)(sum[j] - zero * columns[j]) * scale * scales[j] + bias[j];
+    }
+    if (then_gelu) gelu(y, rows * n);
+}
+
+/* ---- the encoder ------------------------------------------------------------------- */
+
+/* One text's attention: qkv rows of 3 * HIDDEN (query, key, value), into context rows.
+   `keys`: room for a head's keys transposed (HEAD_SIZE rows of the length rounded up to
+   LANES, zero beyond it), so that the scores are made LANES keys at a time in fixed-size
+   loops the compiler turns into whole vectors (a text is about 20 tokens: a loop of its
+   length left most of its work to the scalar remainder). */
+#define LANES 16
+typedef float Lanes __attribute__((vector_size(LANES * sizeof(float)))); /* one zmm, two ymm or four xmm */
+INLINE void attend(const float *qkv, int length, float *context, float *scores, float *keys) {
+    const float scale = 0.17677669529663687f; /* 1 / sqrt(HEAD_SIZE) */
+    const int padded = (length + LANES - 1) / LANES * LANES;
+    for (int h = 0; h < HEADS; h++) {
+        for (int t = 0; t < HEAD_SIZE; t++) {
+            float *row = keys + (size_t)t * padded;
+            for (int j = 0; j < length; j++) row[j] = qkv[(size_t)j * 3 * HIDDEN + HIDDEN + h * HEAD_SIZE + t] * scale;
+            for (int j = length; j < padded; j++) row[j] = 0;
+        }
+        for (int i = 0; i < length; i++) {
+            const float *q = qkv + (size_t)i * 3 * HIDDEN + h * HEAD_SIZE;
+            for (int block = 0; block < padded; block += LANES) {
+                Lanes sum = {0};
+                for (int t = 0; t < HEAD_SIZE; t++) {
+                    Lanes kt;
+                    memcpy(&kt, keys + (size_t)t * padded + block, sizeof kt);
+                    sum += q[t] * kt;
+                }
+                for (int l = 0; l < LANES; l++) scores[block + l] = block + l < length ? sum[l] : -1e30f;
+            }
+            float top = -3.4e38f;
+#pragma omp simd reduction(max : top)
+            for (int j = 0; j < padded; j++) top = scores[j] > top ? scores[j] : top;
+            float total = 0;
+#pragma omp simd reduction(+ : total)
+            for (int j = 0; j < padded; j++) {
+                scores[j] = j < length ? exp_approx(scores[j] - top) : 0.0f;
+                total += scores[j];
+            }
+            float mixed[HEAD_SIZE] = {0};
+            for (int j = 0; j < length; j++) {
+                const float *v = qkv + (size_t)j * 3 * HIDDEN + 2 * HIDDEN + h * HEAD_SIZE;
+                const float p = scores[j];
+                for (int t = 0; t < HEAD_SIZE; t++) mixed[t] += p * v[t];
+            }
+            float inverse = 1.0f / total, *out = context + (size_t)i * HIDDEN + h * HEAD_SIZE;
+            for (int t = 0; t < HEAD_SIZE; t++) out[t] = mixed[t] * inverse;
+        }
+    }
+}
+
+typedef struct {
+    float *x;       /* rows of HIDDEN: the states */
+    float *wide;    /* rows of INTERMEDIATE (or 3 * HIDDEN: query, key and value) */
+    float *context; /* rows of HIDDEN */
+    float *scores;  /* the longest text's length */
+    float *keys;    /* HEAD_SIZE rows of the longest text's length */
+    Scratch s;
+} Work;
+
+/* The model on `rows` tokens of `texts` texts (see minilm_embed); inlined into one
+   function a kernel (forward_*), each compiled for its instruction set. */
+INLINE void forward(const Engine *e, const int32_t *ids, const int32_t *lengths, int texts, int rows, Work *w,
+                    float *out) {
+    float *x = w->x, *wide = w->wide, *context = w->context;
+    /* Embeddings. */
+    for (int t = 0, row = 0; t < texts; t++) {
+        for (int p = 0; p < lengths[t]; p++, row++) {
+            int id = ids[row];
+            const int8_t *word = e->words + (size_t)id * HIDDEN;
+            float scale = e->word_scales[id];
+            const float *position = e->position_rows + (size_t)p * HIDDEN;
+            float *r = x + (size_t)row * HIDDEN;
+            for (int i = 0; i < HIDDEN; i++) r[i] = (float)word[i] * scale + position[i];
+            layer_norm(r, e->norm_weight, e->norm_bias);
+        }
+    }
+    for (int l = 0; l < e->layers; l++) {
+        const Layer *layer = &e->layer[l];
+        dense(e, &layer->qkv, x, rows, wide, &w->s, 0); /* rows of 3 * HIDDEN */
+        for (int t = 0, row = 0; t < texts; row += lengths[t], t++)
+            attend(wide + (size_t)row * 3 * HIDDEN, lengths[t], context + (size_t)row * HIDDEN, w->scores, w->keys);
+        dense(e, &layer->attention_out, context, rows, wide, &w->s, 0);
+        for (int m = 0; m < rows; m++) {
+            float *r = x + (size_t)m * HIDDEN;
+            const float *a = wide + (size_t)m * HIDDEN;
+            for (int i = 0; i < HIDDEN; i++) r[i] += a[i];
+            layer_norm(r, layer->norm1_weight, layer->norm1_bias);
+        }
+        /* The feed-forward part, FEED_ROWS tokens at a time: their intermediate rows
+           (6 KB each) stay in the cache between the product, GELU and the next product. */
+        for (int first = 0; first < rows; first += FEED_ROWS) {
+            const int count = rows - first < FEED_ROWS ? rows - first : FEED_ROWS;
+            dense(e, &layer->intermediate, x + (size_t)first * HIDDEN, count, wide, &w->s, 1);
+            dense(e, &layer->output, wide, count, context + (size_t)first * HIDDEN, &w->s, 0);
+        }
+        for (int m = 0; m < rows; m++) {
+            float *r = x + (size_t)m * HIDDEN;
+            const float *a = context + (size_t)m * HIDDEN;
+            for (int i = 0; i < HIDDEN; i++) r[i] += a[i];
+            layer_norm(r, layer->norm2_weight, layer->norm2_bias);
+        }
+    }
+    /* The mean of each text's token states, unit length. */
+    for (int t = 0, row = 0; t < texts; row += lengths[t], t++) {
+        float *o = out + (size_t)t * HIDDEN;
+        memset(o, 0, sizeof(float) * HIDDEN);
+        for (int p = 0; p < lengths[t]; p++) {
+            const float *r = x + (size_t)(row + p) * HIDDEN;
+            for (int i = 0; i < HIDDEN; i++) o[i] += r[i];
+        }
+        float norm = 0;
+#pragma omp simd reduction(+ : norm)
+        for (int i = 0; i < HIDDEN; i++) norm += o[i] * o[i];
+        norm = __builtin_sqrtf(norm);
+        float inverse = 1.0f / (norm > 1e-12f ? norm : 1e-12f);
+        for (int i = 0; i < HIDDEN; i++) o[i] *= inverse;
+    }
+}
+
+static void forward_portable(const Engine *e, const int32_t *ids, const int32_t *lengths, int texts, int rows,
+                             Work *w, float *out) {
+    forward(e, ids, lengths, texts, rows, w, out);
+}
+
+#if HAVE_VNNI_KERNEL
+__attribute__((target("avx2,fma"))) static void forward_avx2(const Engine *e, const int32_t *ids,
+                                                             const int32_t *lengths, int texts, int rows, Work *w,
+                                                             float *out) {
+    forward(e, ids, lengths, texts, rows, w, out);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma"))) static void forward_vnni(
+    const Engine *e, const int32_t *ids, const int32_t *lengths, int texts, int rows, Work *w, float *out) {
+    forward(e, ids, lengths, texts, rows, w, out);
+}
+#endif
+
+/* Embed `texts` texts whose token ids are `ids`, `lengths[i]` each, one after another
+   (each at most the model's positions), into `out`: texts rows of HIDDEN, unit length.
+   0 when done; -1 when memory ran out; -2 for an id or length out of range. */
+int minilm_embed(const Engine *e, const int32_t *ids, const int32_t *lengths, int texts, float *out) {
+    int64_t total = 0;
+    int longest = 0;
+    for (int t = 0; t < texts; t++) {
+        if (lengths[t] < 1 || lengths[t] > e->positions) return -2;
+        total += lengths[t];
+        longest = lengths[t] > longest ? lengths[t] : longest;
+    }
+    for (int64_t i = 0; i < total; i++)
+        if (ids[i] < 0 || ids[i] >= e->vocabulary) return -2;
+    if (total == 0) return 0;
+    if (total > (1 << 20)) return -1; /* 1 GB of scratch memory: the caller sends less */
+    int rows = (int)total, padded = (rows + PADDED_ROWS - 1) / PADDED_ROWS * PADDED_ROWS;
+    Work w = {
+        .x = malloc(sizeof(float) * (size_t)rows * HIDDEN),
+        .wide = malloc(sizeof(float) * (size_t)rows * INTERMEDIATE),
+        .context = malloc(sizeof(float) * (size_t)rows * HIDDEN),
+        .scores = malloc(sizeof(float) * (size_t)(longest + LANES)),
+        .keys = malloc(sizeof(float) * (size_t)(longest + LANES) * HEAD_SIZE),
+        .s =
+            {
+                .quantized = malloc((size_t)padded * INTERMEDIATE),
+                .scales = malloc(sizeof(float) * (size_t)rows),
+                .zeros = malloc(sizeof(int32_t) * (size_t)rows),
+                .sums = malloc(sizeof(int32_t) * (size_t)padded * INTERMEDIATE),
+            },
+    };
+    int status = 0;
+    if (!w.x || !w.wide || !w.context || !w.scores || !w.keys || !w.s.quantized || !w.s.scales || !w.s.zeros ||
+        !w.s.sums) {
+        status = -1;
+    } else {
+#if HAVE_VNNI_KERNEL
+        if (e->kernel >= KERNEL_VNNI)
+            forward_vnni(e, ids, lengths, texts, rows, &w, out);
+        else if (e->kernel == KERNEL_AVX2)
+            forward_avx2(e, ids, lengths, texts, rows, &w, out);
+        else
+#endif
+            forward_portable(e, ids, lengths, texts, rows, &w, out);
+    }
+    free(w.x);
+    free(w.wide);
+    free(w.context);
+    free(w.scores);
+    free(w.keys);
+    free(w.s.quantized);
+    free(w.s.scales);
+    free(w.s.zeros);
+    free(w.s.sums);
+    return status;
+}
+
+/* ---- loading ----------------------------------------------------------------------- */
+
+/* Whether the CPU has AMX's int8 tiles and the kernel lets this process use them (Linux
+   asks each process to request their state first). */
+static int amx_usable(void) {
+#if HAVE_VNNI_KERNEL && defined(SYS_arch_prctl)
+    unsigned eax, ebx, ecx, edx;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return 0;
+    if (!(edx & (1u << 24)) || !(edx & (1u << 25))) return 0; /* AMX-TILE, AMX-INT8 */
+    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+#else
+    return 0;
+#endif
+}
+
+/* The best kernel this CPU runs. */
+static int best_kernel(void) {
+#if HAVE_VNNI_KERNEL
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma"))
+        return amx_usable() ? KERNEL_AMX : KERNEL_VNNI;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return KERNEL_AVX2;
+#endif
+    return KERNEL_PORTABLE;
+}
+
+/* The kernel in use: "avx512vnni", "avx2" or "portable". */
+const char *minilm_kernel(const Engine *e) { return KERNELS[e->kernel]; }
+
+static void *copy_of(const void *from, size_t size) {
+    void *to = malloc(size ? size : 1);
+    if (to) memcpy(to, from, size);
+    return to;
+}
+
+/* Weights of one or more [k, n] products side by side (n = the sum of theirs), packed for
+   the kernel; the scales, biases and column sums with them. */
+static int make_dense(const Engine *e, Dense *d, int k, int parts, const int8_t *const *weights, const int *widths,
+                      const float *const *scales, const float *const *biases) {
+    int n = 0;
+    for (int p = 0; p < parts; p++) n += widths[p];
+    d->k = k;
+    d->n = n;
+    d->weights = aligned_alloc(64, (size_t)k * n);
+    d->scales = malloc(sizeof(float) * n);
+    d->bias = malloc(sizeof(float) * n);
+    d->sums = calloc((size_t)n, sizeof(int32_t));
+    if (!d->weights || !d->scales || !d->bias || !d->sums) return -1;
+    for (int p = 0, column = 0; p < parts; column += widths[p], p++) {
+        memcpy(d->scales + column, scales[p], sizeof(float) * widths[p]);
+        memcpy(d->bias + column, biases[p], sizeof(float) * widths[p]);
+        for (int r = 0; r < k; r++) {
+            for (int c = 0; c < widths[p]; c++) {
+                int8_t value = weights[p][(size_t)r * widths[p] + c];
+                int j = column + c;
+                d->sums[j] += value;
+                size_t place;
+                if (e->kernel == KERNEL_AMX) {
+                    /* Tiles of 64 k by 16 columns, each 1 KB in a row: 16 rows of 4 k
+                       by 16 columns, each column's 4 bytes side by side. */
+                    int block = j / 16, lane = j % 16, step = r / 64, quad = r % 64 / 4;
+                    place = (((size_t)block * (k / 64) + step) * 16 + quad) * 64 + lane * 4 + r % 4;
+                } else if (e->kernel == KERNEL_VNNI) {
+                    int group = j / GROUP, block = j % GROUP / 16, lane = j % 16;
+                    place = (((size_t)group * (k / 4) + r / 4) * 4 + block) * 64 + lane * 4 + r % 4;
+                } else {
+                    place = (size_t)r * n + j;
+                }
+                d->weights[place] = value;
+            }
+        }
+    }
+    return 0;
+}
+
+static void free_dense(Dense *d) {
+    free(d->weights);
+    free(d->scales);
+    free(d->bias);
+    free(d->sums);
+}
+
+void minilm_close(Engine *e) {
+    if (!e) return;
+    if (e->layer) {
+        for (int l = 0; l < e->layers; l++) {
+            Layer *layer = &e->layer[l];
+            free_dense(&layer->qkv);
+            free_dense(&layer->attention_out);
+            free_dense(&layer->intermediate);
+            free_dense(&layer->output);
+            free(layer->norm1_weight);
+            free(layer->norm1_bias);
+            free(layer->norm2_weight);
+            free(layer->norm2_bias);
+        }
+        free(e->layer);
+    }
+    free(e->words);
+    free(e->word_scales);
+    free(e->position_rows);
+    free(e->norm_weight);
+    free(e->norm_bias);
+    free(e);
+}
+
+enum {
+    PART_WORDS, PART_WORD_SCALES, PART_POSITIONS, PART_POSITION_SCALES, PART_TYPE, PART_NORM_WEIGHT,
+    PART_NORM_BIAS, PART_LAYERS
+};
+/* A layer's parts, after PART_LAYERS: for each of query, key, value, attention output,
+   intermediate and output: weight, scales, bias; then the two LayerNorms' weight and bias. */
+#define LAYER_PARTS 22
+
+/* The model from its tensors, in the order above: `parts` pointers, `sizes` their bytes
+   (checked against the shapes: HIDDEN wide, INTERMEDIATE in the middle, `vocabulary`
+   words and `positions` positions). `kernel`: the name of the kernel to use, when the
+   CPU runs it ("portable" runs anywhere), or NULL for the best. NULL when a size is wrong (the reason in `error`) or memory ran out. */
+Engine *minilm_open(const void *const *parts, const int64_t *sizes, int count, int vocabulary, int positions,
+                    const char *kernel, char *error, int error_size) {
+    Engine *e = calloc(1, sizeof(Engine));
+    if (!e) return NULL;
+    int layers = (count - PART_LAYERS) / LAYER_PARTS;
+#define FAIL(...)                                                               \
+    do {                                                                        \
+        if (error_size > 0) snprintf(error, (size_t)error_size, __VA_ARGS__);   \
+        minilm_close(e);                                                        \
+        return NULL;                                                            \
+    } while (0)
+    if (count < PART_LAYERS + LAYER_PARTS || (count - PART_LAYERS) % LAYER_PARTS)
+        FAIL("%d tensors: not the embeddings' 7 and %d a layer", count, LAYER_PARTS);
+    e->kernel = best_kernel();
+    if (kernel) {
+        int asked = -1;
+        for (int k = 0; k < (int)(sizeof KERNELS / sizeof *KERNELS); k++)
+            if (!strcmp(kernel, KERNELS[k])) asked = k;
+        if (asked < 0 || asked > e->kernel) FAIL("no kernel %s on this machine (the best: %s)", kernel, KERNELS[e->kernel]);
+        e->kernel = asked;
+    }
+    e->layers = layers;
+    e->vocabulary = vocabulary;
+    e->positions = positions;
+    int64_t expected[PART_LAYERS] = {
+        (int64_t)vocabulary * HIDDEN, 4 * (int64_t)vocabulary, (int64_t)positions * HIDDEN, 4 * (int64_t)positions,
+        4 * HIDDEN, 4 * HIDDEN, 4 * HIDDEN};
+    for (int p = 0; p < PART_LAYERS; p++)
+        if (sizes[p] != expected[p]) FAIL("tensor %d: %lld bytes, not %lld", p, (long long)sizes[p], (long long)expected[p]);
+    static const int shapes[6][2] = {{HIDDEN, HIDDEN}, {HIDDEN, HIDDEN}, {HIDDEN, HIDDEN},
+                                     {HIDDEN, HIDDEN}, {HIDDEN, INTERMEDIATE}, {INTERMEDIATE, HIDDEN}};
+    for (int l = 0; l < layers; l++) {
+        const int64_t *size = sizes + PART_LAYERS + l * LAYER_PARTS;
+        for (int d = 0; d < 6; d++) {
+            int64_t k = shapes[d][0], n = shapes[d][1];
+            if (size[3 * d] != k * n || size[3 * d + 1] != 4 * n || size[3 * d + 2] != 4 * n)
+                FAIL("layer %d, product %d: sizes %lld, %lld, %lld for a [%lld, %lld] weight", l, d,
+                     (long long)size[3 * d], (long long)size[3 * d + 1], (long long)size[3 * d + 2], (long long)k,
+                     (long long)n);
+        }
+        for (int p = 18; p < LAYER_PARTS; p++)
+            if (size[p] != 4 * HIDDEN) FAIL("layer %d, LayerNorm tensor %d: %lld bytes", l, p - 18, (long long)size[p]);
+    }
+    e->words = copy_of(parts[PART_WORDS], (size_t)sizes[PART_WORDS]);
+    e->word_scales = copy_of(parts[PART_WORD_SCALES], (size_t)sizes[PART_WORD_SCALES]);
+    e->norm_weight = copy_of(parts[PART_NORM_WEIGHT], 4 * HIDDEN);
+    e->norm_bias = copy_of(parts[PART_NORM_BIAS], 4 * HIDDEN);
+    e->position_rows = malloc(sizeof(float) * (size_t)positions * HIDDEN);
+    e->layer = calloc((size_t)layers, sizeof(Layer));
+    if (!e->words || !e->word_scales || !e->norm_weight || !e->norm_bias || !e->position_rows || !e->layer)
+        FAIL("out of memory");
+    const int8_t *position_q = parts[PART_POSITIONS];
+    const float *position_scales = parts[PART_POSITION_SCALES], *type = parts[PART_TYPE];
+    for (int p = 0; p < positions; p++)
+        for (int i = 0; i < HIDDEN; i++)
+            e->position_rows[(size_t)p * HIDDEN + i] =
+                (float)position_q[(size_t)p * HIDDEN + i] * position_scales[p] + type[i];
+    for (int l = 0; l < layers; l++) {
+        const void *const *part = parts + PART_LAYERS + l * LAYER_PARTS;
+        Layer *layer = &e->layer[l];
+        const int8_t *qkv_weights[3] = {part[0], part[3], part[6]};
+        const float *qkv_scales[3] = {part[1], part[4], part[7]}, *qkv_biases[3] = {part[2], part[5], part[8]};
+        int widths[3] = {HIDDEN, HIDDEN, HIDDEN};
+        int failed = make_dense(e, &layer->qkv, HIDDEN, 3, qkv_weights, widths, qkv_scales, qkv_biases);
+        for (int d = 3; d < 6 && !failed; d++) {
+            Dense *target = d == 3 ? &layer->attention_out : d == 4 ? &layer->intermediate : &layer->output;
+            const int8_t *w[1] = {part[3 * d]};
+            const float *sc[1] = {part[3 * d + 1]}, *b[1] = {part[3 * d + 2]};
+            int width[1] = {shapes[d][1]};
+            failed = make_dense(e, target, shapes[d][0], 1, w, width, sc, b);
+        }
+        layer->norm1_weight = copy_of(part[18], 4 * HIDDEN);
+        layer->norm1_bias = copy_of(part[19], 4 * HIDDEN);
+        layer->norm2_weight = copy_of(part[20], 4 * HIDDEN);
+        layer->norm2_bias = copy_of(part[21], 4 * HIDDEN);
+        if (failed || !layer->norm1_weight || !layer->norm1_bias || !layer->norm2_weight || !layer->norm2_bias)
+            FAIL("out of memory");
+    }
+#undef FAIL
+    return e;
+}

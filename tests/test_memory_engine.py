@@ -1,0 +1,234 @@
+"""relay's own engine for MiniLM (relay/services/memory/minilm_engine.py and
+native/minilm_engine.c), compiled by the machine's C compiler and run on the real model
+file: its embeddings against those of float32 products (the graph as shipped, run by
+onnxruntime) and of onnxruntime's int8 graph, with each kernel this CPU runs; what it
+says of bad input; and the fallback, said, where no compiler is found."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("numpy")
+pytest.importorskip("onnxruntime")
+
+KERNELS = ("amx", "avx512vnni", "avx2", "portable")
+RELEVANCE_TEXTS = 40
+BENCH_TEXTS = 20
+"""The texts embedded: the first of the relevance set's memories and of the bench's (the
+portable kernel takes about 40 ms a text; 640 took a minute of CPU a kernel)."""
+
+_EMBED = textwrap.dedent(
+    f"""
+    RELEVANCE_TEXTS, BENCH_TEXTS = {RELEVANCE_TEXTS}, {BENCH_TEXTS}
+    import sys
+    sys.path[:0] = ["tests", "tests/perf"]
+    import numpy as np
+    from bench_memory import generate
+    from memory_relevance import memories
+    from relay.services.memory import minilm
+    model = minilm.load(engine=sys.argv[1])
+    texts = [memory.content for memory in memories()][:RELEVANCE_TEXTS]
+    texts += [memory.content for memory in generate(BENCH_TEXTS, seed=5)]
+    np.save(sys.argv[2], model.embed(texts))
+    alone = np.stack([model.embed([text])[0] for text in texts[:20]])
+    np.save(sys.argv[3], alone)
+    print(model.engine)
+    """
+)
+
+
+def _embed(tmp_path: Path, engine: str, env: dict[str, str], name: str) -> tuple[Any, Any, str]:
+    """The embeddings of the texts (RELEVANCE_TEXTS, BENCH_TEXTS), made in a child process
+    by `engine`; the first 20 again, each alone; and who made them."""
+    import numpy as np
+
+    together, alone = tmp_path / f"{name}.npy", tmp_path / f"{name}-alone.npy"
+    done = subprocess.run(
+        [sys.executable, "-c", _EMBED, engine, str(together), str(alone)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=Path(__file__).parent.parent,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return np.load(together), np.load(alone), done.stdout.strip()
+
+
+def _float32_embeddings() -> Any:
+    """The same texts through the graph as shipped (float32 products), by onnxruntime."""
+    import numpy as np
+    import onnxruntime  # type: ignore[import-untyped]
+    from bench_memory import generate  # type: ignore[import-not-found]
+    from memory_relevance import memories
+
+    from relay.services.memory import minilm, wordpiece
+
+    shipped = minilm._package_file(minilm._WEIGHTS_PACKAGE, minilm._WEIGHTS).read_bytes()
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3
+    session = onnxruntime.InferenceSession(shipped, options, providers=["CPUExecutionProvider"])
+    tokenizer = wordpiece.load(minilm.MAX_TOKENS)
+    texts = [memory.content for memory in memories()][:RELEVANCE_TEXTS]
+    texts += [memory.content for memory in generate(BENCH_TEXTS, seed=5)]
+    rows = []
+    for text in texts:
+        ids = np.array([tokenizer.encode(text)], dtype=np.int64)
+        feeds = {
+            "input_ids": ids,
+            "attention_mask": np.ones_like(ids),
+            "token_type_ids": np.zeros_like(ids),
+        }
+        (states,) = session.run(["last_hidden_state"], feeds)
+        mean = states[0].mean(axis=0)
+        rows.append(mean / np.linalg.norm(mean))
+    return np.stack(rows)
+
+
+@pytest.fixture(scope="module")
+def float32() -> Any:
+    sys.path.insert(0, str(Path(__file__).parent / "perf"))
+    try:
+        return _float32_embeddings()
+    finally:
+        sys.path.remove(str(Path(__file__).parent / "perf"))
+
+
+@pytest.fixture(scope="module")
+def int8(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The same texts through onnxruntime's int8 graph (relay's rewrite)."""
+    vectors, _, by = _embed(
+        tmp_path_factory.mktemp("onnxruntime"), "onnxruntime", dict(os.environ), "onnxruntime"
+    )
+    assert by == "onnxruntime"
+    return vectors
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_the_engine_stays_within_the_bounds_of_float32_products(
+    tmp_path: Path, float32: Any, int8: Any, kernel: str
+) -> None:
+    """With each kernel this CPU runs (the others are said to be missing, not run), the
+    engine's embeddings of 60 texts stay within the cosine spec/memory.md states of
+    those of float32 products (0.98 at least, 0.993 on average) and near onnxruntime's
+    int8 graph's; a text's embedding is the same alone as in a batch (the activations'
+    scale is one a token)."""
+
+    env = {**os.environ, "RELAY_MINILM_KERNEL": kernel}
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from relay.services.memory import minilm; minilm.load(engine='relay')",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    if f"no kernel {kernel} on this machine" in probe.stderr:
+        pytest.skip(f"this CPU does not run the {kernel} kernel")
+    assert probe.returncode == 0, probe.stderr
+    vectors, alone, engine = _embed(tmp_path, "relay", env, kernel)
+    assert engine == f"relay's engine, {kernel} kernel"
+    cosines = (vectors * float32).sum(axis=1)
+    assert cosines.min() > 0.98 and cosines.mean() > 0.993, (cosines.min(), cosines.mean())
+    near = (vectors * int8).sum(axis=1)
+    assert near.min() > 0.97 and near.mean() > 0.99, (near.min(), near.mean())
+    assert (alone * vectors[:20]).sum(axis=1).min() > 0.99999
+
+
+def test_the_engine_refuses_bad_input_and_a_file_it_does_not_know() -> None:
+    """Token ids out of the vocabulary, a text longer than the model's positions or with
+    no token: a ValueError naming the bounds, and the engine goes on embedding; a file
+    that is not the model: EngineError, not a crash."""
+    from relay.services.memory import minilm, minilm_engine
+
+    shipped = minilm._package_file(minilm._WEIGHTS_PACKAGE, minilm._WEIGHTS).read_bytes()
+    engine = minilm_engine.load(shipped)
+    try:
+        good = engine.embed([[101, 7592, 102]])
+        for bad in ([[101, 30522, 102]], [[101, -1, 102]], [[101] * 513], [[]]):
+            with pytest.raises(ValueError, match=r"0 to 30521, 1 to 512 a text"):
+                engine.embed(bad)
+        assert (engine.embed([[101, 7592, 102]]) == good).all()
+    finally:
+        engine.close()
+    for damaged in (b"", b"\x0a\xff\xff", shipped[: len(shipped) // 2], b"not a model at all"):
+        with pytest.raises(minilm_engine.EngineError, match="not the MiniLM graph"):
+            minilm_engine.load(damaged)
+
+
+def _relay(args: list[str], env: dict[str, str], project: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "relay", *args, "--cwd", str(project)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_relay_engine_runs_minilm_when_asked_or_without_onnxruntime_and_doctor_says_so(
+    tmp_path: Path, relay_home: Path
+) -> None:
+    """RELAY_MINILM_ENGINE=relay, or onnxruntime missing: the model's process runs MiniLM
+    with relay's engine, search finds by meaning, and `relay doctor` names the engine
+    and its kernel (and why onnxruntime is not used). With $CC naming a missing program
+    as well (and no build cached), the fallback is wordllama, and doctor gives both
+    reasons: not silent."""
+    project = tmp_path / "proj"
+    (project / ".git").mkdir(parents=True)
+    blocked = tmp_path / "blocked" / "onnxruntime"
+    blocked.mkdir(parents=True)
+    (blocked / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'onnxruntime'\", name='onnxruntime')\n"
+    )
+    asked = {**os.environ, "RELAY_MINILM_ENGINE": "relay"}
+    without_onnxruntime = {**os.environ, "PYTHONPATH": str(blocked.parent)}
+    kernel = r"(amx|avx512vnni|avx2|portable) kernel"
+    saved = _relay(["memory", "save", "Auth tokens live in httpOnly cookies"], asked, project)
+    assert saved.returncode == 0, saved.stderr
+    for env, why in (
+        (asked, r"\)"),
+        (without_onnxruntime, r" \(onnxruntime: onnxruntime is not installed .*\)\)"),
+    ):
+        done = _relay(
+            ["memory", "search", "--explain", "how do we keep users logged in"], env, project
+        )
+        assert done.returncode == 0, done.stderr
+        assert "Auth tokens live in httpOnly cookies" in done.stdout
+        assert " · model all-MiniLM-L6-v2/int8-onnx-dynamic/mean · " in done.stdout
+        done = _relay(["doctor", "--no-measure"], env, project)
+        (line,) = [line for line in done.stdout.splitlines() if "search by meaning" in line]
+        assert re.search(
+            r"search by meaning with all-MiniLM-L6-v2/int8-onnx-dynamic/mean"
+            r" \(relay's engine, " + kernel + why,
+            line,
+        ), line
+
+    no_compiler = {
+        **without_onnxruntime,
+        "CC": str(tmp_path / "no-such-cc"),
+        "RELAY_CACHE": str(tmp_path / "cache"),
+    }
+    done = _relay(["memory", "search", "--explain", "cookies"], no_compiler, project)
+    assert done.returncode == 0, done.stderr
+    assert " · model wordllama/l2_supercat/256 without stop words · " in done.stdout
+    done = _relay(["doctor", "--no-measure"], no_compiler, project)
+    (line,) = [line for line in done.stdout.splitlines() if "search by meaning" in line]
+    assert "wordllama, the small fallback" in line, line
+    assert "onnxruntime: onnxruntime is not installed" in line, line
+    assert "relay's engine: cannot build relay's MiniLM engine (cannot run" in line, line
+    assert "no-such-cc" in line, line
