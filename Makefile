@@ -28,16 +28,17 @@ lint: $(VENV)/.installed-test
 	$(BIN)/ruff check relay tests
 	$(BIN)/mypy
 
-# The suite mostly waits on real processes (hosts, PTYs, servers, a browser): two workers
-# per core (four), keep both cores busy while others wait (on two cores, 2 workers
-# left half the CPU idle: 9 min); an idle worker takes tests queued for another
-# (worksteal: 7 min 48 s, 8 min 43 s without). `pytest` alone runs it in one process.
+# The suite mostly waits on real processes (hosts, PTYs, servers, a browser): three workers
+# per core (six) keep both cores busy while others wait, and hold their share of the CPU
+# beside other work (on two cores with a busy process beside: 7 min 40 s with six, 8 min
+# 41 s with four; 2 workers left half the CPU idle); an idle worker takes tests queued for
+# another (worksteal: 7 min 48 s, 8 min 43 s without). `pytest` alone runs it in one process.
 # relay's own modules are compiled first, as a user's install has them: relay is installed
 # editable and this machine (and CI) sets PYTHONDONTWRITEBYTECODE, so every relay process
 # the suite starts would otherwise compile what it imports, each time.
 test: lint
 	$(BIN)/python -m compileall -q relay
-	$(BIN)/python -m pytest -n 4 --dist worksteal --durations=25
+	$(BIN)/python -m pytest -n 6 --dist worksteal --durations=25
 
 schemas: $(VENV)/.installed
 	$(BIN)/python -m relay.protocol.schema spec/schemas
