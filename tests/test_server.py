@@ -24,7 +24,9 @@ import pytest
 from click.testing import CliRunner
 
 from relay.cli.main import cli
-from relay.config.filecache import RACY_SECONDS, FileCache
+from relay.config.filecache import RACY_SECONDS, FileCache, identity_of
+from relay.config.paths import state_file
+from relay.config.trust import TrustStore
 from relay.hosts.call import answer_call
 from relay.native import find_compiler
 from relay.protocol.dialects import known_event_names
@@ -1730,6 +1732,54 @@ def test_a_project_hooks_trust_and_script_count_on_every_call(
     assert revoked.exit_code == 0, revoked.output
     assert "not trusted" in message()
     assert used(server) == 0
+
+
+def test_a_project_hook_whose_reach_grows_with_its_files_unchanged_is_untrusted_next_call(
+    server: str, project: Path, relay_home: Path
+) -> None:
+    """What a project hook's trust depends on is more than the files its fingerprint holds:
+    where relay looked for what it loads and found nothing counts too. A module made beside
+    a trusted Python guard, which imports it if there is one, changes its fingerprint while
+    the guard's own file (its device, inode, size, mtime and ctime) and the trust store stay
+    as they were: the next call skips the guard as not trusted. (A plan kept for a project
+    hook and re-validated by the stats of its fingerprint's files and of the trust store
+    alone would run it: hosts.call keeps no plan that asks trust.)"""
+    script = write(
+        project / "check.py",
+        "import json\ntry:\n    import helper\nexcept ImportError:\n    helper = None\n"
+        'print(json.dumps({"systemMessage": getattr(helper, "SAID", "v1")}))\n',
+    )
+    write(
+        project / ".relay" / "settings.json",
+        {"hooks": {"PreToolUse": [{"hooks": [{"name": "check", "command": "python3 check.py"}]}]}},
+    )
+    trusted = CliRunner().invoke(cli, ["trust", "--yes", "--cwd", str(project)])
+    assert trusted.exit_code == 0, trusted.output
+    aged()
+
+    def message() -> str:
+        said: str = json.loads(served(server, tool_call(project, "claude", "ls")).stdout)[
+            "systemMessage"
+        ]
+        return said
+
+    assert [message(), message()] == ["v1", "v1"]
+    store = TrustStore(state_file("trust.json")).folder
+    before = (
+        identity_of(os.stat(script)),
+        sorted((str(path), identity_of(path.stat())) for path in store.rglob("*")),
+    )
+    assert before[1], f"no trust store in {store}"
+    write(project / "helper.py", 'SAID = "unchecked"\n')
+    said = message()
+    assert "not trusted" in said and "check" in said, said
+    after = (
+        identity_of(os.stat(script)),
+        sorted((str(path), identity_of(path.stat())) for path in store.rglob("*")),
+    )
+    assert after == before  # nothing the fingerprint's files' stats stand for changed
+    aged()
+    assert "not trusted" in message()
 
 
 def test_a_kept_plan_follows_each_calls_relay_home_and_tool(

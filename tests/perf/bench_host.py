@@ -1,5 +1,5 @@
 """What a host pays per event for relay (DESIGN §10, issue 10). Run:
-.venv/bin/python tests/perf/bench_host.py [--rounds N]
+.venv/bin/python tests/perf/bench_host.py [--rounds N] [--project]
 
 Not a pytest module. Every command runs as a host runs a hook: through `sh -c`, with the
 event on stdin, in a throwaway RELAY_HOME and HOME where relay is installed into Claude
@@ -14,6 +14,10 @@ the figures are medians of one run.
   ten hooks         ten bash hooks on one event, through the entry
   in-process        `relay hooks run --dialect claude` (the fallback path, no server)
   first call        the entry with no server running (it starts one), each round anew
+
+`--project` registers the guard (and the ten hooks) in the project's .relay/settings.json
+instead of the user's, as `./.relay/guard.sh`, trusted with `relay trust`: what a project
+guard costs, whose trust relay checks on every call.
 
 Bytecode is compiled first, as a user's install has it, and the timing starts once the
 files the setup wrote are older than filecache's 2-second racy window, as a user's are.
@@ -68,11 +72,11 @@ EVENT = json.dumps(
 ).encode()
 
 
-def timed(command: str, env: dict[str, str], cwd: Path) -> float:
+def timed(command: str, env: dict[str, str], cwd: Path, event: bytes = EVENT) -> float:
     """One run through `sh -c`, event on stdin: wall milliseconds."""
     started = time.perf_counter()
     done = subprocess.run(
-        ["sh", "-c", command], input=EVENT, env=env, cwd=cwd, capture_output=True, check=False
+        ["sh", "-c", command], input=event, env=env, cwd=cwd, capture_output=True, check=False
     )
     elapsed = (time.perf_counter() - started) * 1000
     if done.returncode not in (0, 2):
@@ -80,28 +84,32 @@ def timed(command: str, env: dict[str, str], cwd: Path) -> float:
     return elapsed
 
 
-def setup(root: Path) -> tuple[dict[str, str], Path, dict[str, str]]:
-    """A sandbox: env, project dir, and the commands to time."""
+def setup(root: Path, *, in_project: bool = False) -> tuple[dict[str, str], Path, dict[str, str]]:
+    """A sandbox: env, project dir, and the commands to time (`in_project`: the hooks are
+    the project's, trusted)."""
     home = root / "home"
     project = root / "project"
     (project / ".git").mkdir(parents=True)
     home.mkdir()
     relay_home = root / "relay-home"
-    guard = root / "guard.sh"
+    (project / ".relay").mkdir()
+    guard = project / ".relay" / "guard.sh" if in_project else root / "guard.sh"
     guard.write_text(GUARD)
     guard.chmod(0o755)
     env = dict(os.environ)
     env.update(HOME=str(home), RELAY_HOME=str(relay_home), RELAY_SYSTEM_SETTINGS=str(root / "none"))
     env.pop("CLAUDE_CONFIG_DIR", None)
     relay_home.mkdir()
+    named = "./.relay/guard.sh" if in_project else str(guard)
     hooks = {
-        "PreToolUse": [{"matcher": "Bash", "hooks": [{"name": "guard", "command": str(guard)}]}],
+        "PreToolUse": [{"matcher": "Bash", "hooks": [{"name": "guard", "command": named}]}],
         "PostToolUse": [
             # Ten different commands (identical ones would be deduplicated into one run).
-            {"hooks": [{"name": f"h{index}", "command": f"{guard} {index}"} for index in range(10)]}
+            {"hooks": [{"name": f"h{index}", "command": f"{named} {index}"} for index in range(10)]}
         ],
     }
-    (relay_home / "settings.json").write_text(json.dumps({"hooks": hooks}))
+    settings = project / ".relay" / "settings.json" if in_project else relay_home / "settings.json"
+    settings.write_text(json.dumps({"hooks": hooks}))
     subprocess.run(
         [
             sys.executable,
@@ -116,6 +124,13 @@ def setup(root: Path) -> tuple[dict[str, str], Path, dict[str, str]]:
         check=True,
         capture_output=True,
     )
+    if in_project:
+        subprocess.run(
+            [sys.executable, "-m", "relay", "trust", "--yes", "--cwd", str(project)],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
     installed = json.loads((home / ".claude" / "settings.json").read_text())["hooks"]
     entry = installed["PreToolUse"][0]["hooks"][0]["command"]
     ten = installed["PostToolUse"][0]["hooks"][0]["command"]
@@ -148,12 +163,23 @@ def main() -> None:
         action="store_true",
         help="run under SCHED_FIFO (with everything it starts): no neighbour's share counts",
     )
+    parser.add_argument(
+        "--project",
+        action="store_true",
+        help="the guard and the ten hooks are the project's, trusted (`relay trust`)",
+    )
     options = parser.parse_args()
     if options.realtime:
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
     compileall.compile_dir(str(Path(relay.__file__).parent), quiet=1)
     with tempfile.TemporaryDirectory(prefix="relay-bench-host-") as scratch:
-        env, project, commands = setup(Path(scratch))
+        env, project, commands = setup(Path(scratch), in_project=options.project)
+        # A project's hooks are found from the event's cwd: the project's, for --project.
+        event = (
+            EVENT.replace(b'"/tmp"', json.dumps(str(project)).encode())
+            if options.project
+            else EVENT
+        )
         client_kind = "native" if "relay-hook.py" not in commands["no hook"] else "python"
         times: dict[str, list[float]] = {name: [] for name in [*commands, "first call"]}
         # Files changed in the last 2 seconds are read again on every call (filecache's
@@ -161,22 +187,22 @@ def main() -> None:
         time.sleep(RACY_SECONDS + 0.5)
         try:
             for command in commands.values():  # warm-up: the server, the page cache
-                timed(command, env, project)
+                timed(command, env, project, event)
             for _ in range(options.rounds):
                 for name, command in commands.items():
-                    times[name].append(timed(command, env, project))
+                    times[name].append(timed(command, env, project, event))
             status = server_client.control(server_client.socket_path(env), "status")
             plans = json.loads(status).get("plans") if status is not None else None
             for _ in range(max(5, options.rounds // 8)):
                 stop_server(env)
-                times["first call"].append(timed(commands["no hook"], env, project))
+                times["first call"].append(timed(commands["no hook"], env, project, event))
         finally:
             stop_server(env)
     medians = {name: statistics.median(values) for name, values in times.items()}
     scheduling = ", SCHED_FIFO" if options.realtime else ""
     print(
         f"relay {sockets.version()}, {client_kind} client, {options.rounds} rounds"
-        f"{scheduling}, medians:"
+        f"{scheduling}{', project hooks' if options.project else ''}, medians:"
     )
     for name, value in medians.items():
         print(f"  {name:16} {value:7.2f} ms")
