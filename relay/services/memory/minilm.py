@@ -64,8 +64,8 @@ ENGINES = ("onnxruntime", "relay")
 """Who runs the model, the first that can: onnxruntime (the `meaning` extra), else relay's
 engine (a C compiler is needed, once). Relay's engine is not yet the first: it takes
 about a fifth less CPU a memory than onnxruntime where the CPU has AMX, short of the
-backfill's target, and its AVX2 and plain kernels are 20 to 40 times slower than
-onnxruntime's (spec/memory.md)."""
+backfill's target; its AVX2 kernel takes about twice onnxruntime's CPU, its plain
+loops 20 to 40 times (spec/memory.md)."""
 ENGINE_VARIABLE = "RELAY_MINILM_ENGINE"
 """One of ENGINES: that engine only (`relay` switches relay's engine on)."""
 _AFFINITY = hasattr(os, "sched_getaffinity")  # Linux; elsewhere every core counts

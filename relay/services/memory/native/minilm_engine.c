@@ -5,14 +5,15 @@
    handed over once by minilm_open and packed here for the kernel chosen at run time (no
    -march: the cached build runs on any x86-64, or any CPU for the plain kernel): AMX
    tiles (tdpbusd) where the CPU has them and Linux lets the process use them, else
-   AVX-512 VNNI (vpdpbusd, 64 multiply-adds an instruction), else the same plain loops
-   compiled for AVX2, else for the machine's baseline. The float work is compiled once
-   for each (forward_*).
+   AVX-512 VNNI (vpdpbusd, 64 multiply-adds an instruction), else AVX2 (vpmaddubsw and
+   vpmaddwd, 32 multiply-adds a pair, on 7-bit activations: product_avx2), else plain
+   loops compiled for the machine's baseline. The float work is compiled once for each
+   (forward_*).
 
    Each product is dynamic quantization, as onnxruntime's DynamicQuantizeMatMul: the
-   activations are rounded to uint8 with a scale and zero point, here one a token (a row)
-   instead of one a run, so that a text's embedding does not depend on the texts run
-   beside it; int32 sums; then float32 again, times the two scales, plus the bias.
+   activations are rounded to uint8 (0 to 127 for AVX2) with a scale and zero point,
+   here one a token (a row) instead of one a run, so that a text's embedding does not
+   depend on the texts run beside it; int32 sums; then float32 again, times the two scales, plus the bias.
    Everything else is float32, a token row at a time, with no dispatch between steps:
    embeddings (word + position + first token type), LayerNorm; six layers of the query,
    key and value products as one, 12-head attention over the text's tokens (no padding:
@@ -49,6 +50,7 @@
 #define GROUP 64       /* columns it makes at once: four registers of 16 int32 */
 #define PADDED_ROWS 32 /* the AMX kernel's rows at once (two tiles of 16): activations are padded to it */
 #define FEED_ROWS 64   /* tokens through the feed-forward part at a time */
+#define AVX2_LEVELS 127.0f /* the AVX2 kernel's activations: 7 bits (product_avx2) */
 
 enum { KERNEL_PORTABLE = 0, KERNEL_AVX2 = 1, KERNEL_VNNI = 2, KERNEL_AMX = 3 };
 static const char *const KERNELS[] = {"portable", "avx2", "avx512vnni", "amx"};
@@ -142,14 +144,14 @@ INLINE void layer_norm(float *row, const float *weight, const float *bias) {
 /* ---- products ---------------------------------------------------------------------- */
 
 /* A row of k floats to uint8 with its scale and zero point (0 is exactly representable). */
-INLINE void quantize_row(const float *x, int k, uint8_t *out, float *scale, int32_t *zero) {
+INLINE void quantize_row(const float *x, int k, float levels, uint8_t *out, float *scale, int32_t *zero) {
     float low = 0, high = 0;
 #pragma omp simd reduction(min : low) reduction(max : high)
     for (int i = 0; i < k; i++) {
         low = x[i] < low ? x[i] : low;
         high = x[i] > high ? x[i] : high;
     }
-    float step = (high - low) / 255.0f;
+    float step = (high - low) / levels;
     if (step == 0) {
         memset(out, 0, (size_t)k);
         *scale = 0;
@@ -157,12 +159,13 @@ INLINE void quantize_row(const float *x, int k, uint8_t *out, float *scale, int3
         return;
     }
     float inverse = 1.0f / step;
+    const int32_t top = (int32_t)levels;
     int32_t point = (int32_t)(-low * inverse + 0.5f);
-    point = point < 0 ? 0 : point > 255 ? 255 : point;
+    point = point < 0 ? 0 : point > top ? top : point;
     for (int i = 0; i < k; i++) {
         float v = x[i] * inverse + (float)point + 0.5f; /* >= 0.5 - rounding error: truncation rounds */
         int32_t q = (int32_t)v;
-        out[i] = (uint8_t)(q < 0 ? 0 : q > 255 ? 255 : q);
+        out[i] = (uint8_t)(q < 0 ? 0 : q > top ? top : q);
     }
     *scale = step;
     *zero = point;
@@ -256,6 +259,73 @@ static void product_vnni(const Dense *d, const uint8_t *a, int rows, const float
 }
 #undef VNNI_ROW
 
+/* The AVX2 kernel: vpmaddubsw (uint8 x int8, each pair of products summed to int16,
+   saturating), then vpmaddwd by ones (pairs of those summed to int32), as onnxruntime's
+   MLAS does. So that no int16 sum saturates, this kernel rounds the activations to 7
+   bits, 0 to 127 (AVX2_LEVELS): a pair is at most 2 * 127 * 128 = 32512, every sum exact
+   (within the bounds of spec/memory.md: cosine 0.996 at least of float32 products' on
+   the test's texts, against 0.999 with 8 bits). Weights packed by groups of 16 columns,
+   then by 4 rows of k: two registers of 8 columns, each column's 4 bytes side by side;
+   AVX2_ROWS rows of activations by 16 columns in 8 accumulators (with the ones, the
+   weights and the activations, the 16 ymm registers). */
+#define AVX2_ROWS 4
+#define AVX2_GROUP 16
+
+#define AVX2_STEP(c0, c1, r)                                                                    \
+    {                                                                                           \
+        int32_t v;                                                                              \
+        memcpy(&v, a##r + 4 * s, 4);                                                            \
+        const __m256i b = _mm256_set1_epi32(v);                                                 \
+        c0 = _mm256_add_epi32(c0, _mm256_madd_epi16(_mm256_maddubs_epi16(b, w0), ones));        \
+        c1 = _mm256_add_epi32(c1, _mm256_madd_epi16(_mm256_maddubs_epi16(b, w1), ones));        \
+    }
+
+#define AVX2_ROW(c0, c1, r)                                                                     \
+    if (m + r < rows) {                                                                         \
+        const __m256i zero = _mm256_set1_epi32(zeros[m + r]);                                   \
+        const __m256 scale = _mm256_set1_ps(row_scales[m + r]);                                 \
+        float *o = y + (size_t)(m + r) * n + column;                                            \
+        __m256i s0 = _mm256_sub_epi32(c0, _mm256_mullo_epi32(zero, sums0));                     \
+        __m256i s1 = _mm256_sub_epi32(c1, _mm256_mullo_epi32(zero, sums1));                     \
+        _mm256_storeu_ps(o, _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(scale, scales0), bias0)); \
+        _mm256_storeu_ps(o + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(scale, scales1), bias1)); \
+    }
+
+__attribute__((target("avx2,fma")))
+static void product_avx2(const Dense *d, const uint8_t *a, int rows, const float *row_scales, const int32_t *zeros,
+                         float *y) {
+    const int steps = d->k / 4, n = d->n;
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int g = 0; g < n / AVX2_GROUP; g++) {
+        const int8_t *group = d->weights + (size_t)g * steps * 4 * AVX2_GROUP;
+        const int column = g * AVX2_GROUP;
+        const __m256i sums0 = _mm256_loadu_si256((const __m256i *)(d->sums + column));
+        const __m256i sums1 = _mm256_loadu_si256((const __m256i *)(d->sums + column + 8));
+        const __m256 scales0 = _mm256_loadu_ps(d->scales + column), scales1 = _mm256_loadu_ps(d->scales + column + 8);
+        const __m256 bias0 = _mm256_loadu_ps(d->bias + column), bias1 = _mm256_loadu_ps(d->bias + column + 8);
+        for (int m = 0; m < rows; m += AVX2_ROWS) {
+            __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00;
+            __m256i c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+            const uint8_t *a0 = a + (size_t)m * d->k, *a1 = a0 + d->k, *a2 = a1 + d->k, *a3 = a2 + d->k;
+            const int8_t *w = group;
+            for (int s = 0; s < steps; s++, w += 4 * AVX2_GROUP) {
+                const __m256i w0 = _mm256_load_si256((const __m256i *)w);
+                const __m256i w1 = _mm256_load_si256((const __m256i *)(w + 32));
+                AVX2_STEP(c00, c01, 0)
+                AVX2_STEP(c10, c11, 1)
+                AVX2_STEP(c20, c21, 2)
+                AVX2_STEP(c30, c31, 3)
+            }
+            AVX2_ROW(c00, c01, 0)
+            AVX2_ROW(c10, c11, 1)
+            AVX2_ROW(c20, c21, 2)
+            AVX2_ROW(c30, c31, 3)
+        }
+    }
+}
+#undef AVX2_STEP
+#undef AVX2_ROW
+
 /* The same products by AMX tiles: 32 rows by 32 columns at a time (four int32 tiles of
    16 by 16), 64 of k a step, each weight tile 1 KB in a row (make_dense). The rows are
    padded to PADDED_ROWS. */
@@ -336,8 +406,9 @@ typedef struct {
 
 INLINE void dense(const Engine *e, const Dense *d, const float *x, int rows, float *y, Scratch *s, int then_gelu) {
     int padded = (rows + PADDED_ROWS - 1) / PADDED_ROWS * PADDED_ROWS;
+    const float levels = e->kernel == KERNEL_AVX2 ? AVX2_LEVELS : 255.0f;
     for (int m = 0; m < rows; m++)
-        quantize_row(x + (size_t)m * d->k, d->k, s->quantized + (size_t)m * d->k, &s->scales[m], &s->zeros[m]);
+        quantize_row(x + (size_t)m * d->k, d->k, levels, s->quantized + (size_t)m * d->k, &s->scales[m], &s->zeros[m]);
     memset(s->quantized + (size_t)rows * d->k, 0, (size_t)(padded - rows) * d->k);
 #if HAVE_VNNI_KERNEL
     if (e->kernel == KERNEL_AMX) {
@@ -346,6 +417,11 @@ INLINE void dense(const Engine *e, const Dense *d, const float *x, int rows, flo
     }
     if (e->kernel == KERNEL_VNNI) {
         product_vnni(d, s->quantized, rows, s->scales, s->zeros, y, then_gelu);
+        return;
+    }
+    if (e->kernel == KERNEL_AVX2) {
+        product_avx2(d, s->quantized, rows, s->scales, s->zeros, y);
+        if (then_gelu) gelu(y, rows * d->n);
         return;
     }
 #endif
@@ -371,9 +447,10 @@ INLINE void dense(const Engine *e, const Dense *d, const float *x, int rows, flo
    `keys`: room for a head's keys transposed (HEAD_SIZE rows of the length rounded up to
    LANES, zero beyond it), so that the scores are made LANES keys at a time in fixed-size
    loops the compiler turns into whole vectors (a text is about 20 tokens: a loop of its
-   length left most of its work to the scalar remainder). */
+   length left most of its work to the scalar remainder); two Half vectors of 8 floats,
+   one ymm each (a 16-float vector compiled for AVX2 went through the stack). */
 #define LANES 16
-typedef float Lanes __attribute__((vector_size(LANES * sizeof(float)))); /* one zmm, two ymm or four xmm */
+typedef float Half __attribute__((vector_size(LANES / 2 * sizeof(float))));
 INLINE void attend(const float *qkv, int length, float *context, float *scores, float *keys) {
     const float scale = 0.17677669529663687f; /* 1 / sqrt(HEAD_SIZE) */
     const int padded = (length + LANES - 1) / LANES * LANES;
@@ -386,13 +463,17 @@ INLINE void attend(const float *qkv, int length, float *context, float *scores, 
         for (int i = 0; i < length; i++) {
             const float *q = qkv + (size_t)i * 3 * HIDDEN + h * HEAD_SIZE;
             for (int block = 0; block < padded; block += LANES) {
-                Lanes sum = {0};
+                Half low = {0}, high = {0};
                 for (int t = 0; t < HEAD_SIZE; t++) {
-                    Lanes kt;
-                    memcpy(&kt, keys + (size_t)t * padded + block, sizeof kt);
-                    sum += q[t] * kt;
+                    Half k0, k1;
+                    memcpy(&k0, keys + (size_t)t * padded + block, sizeof k0);
+                    memcpy(&k1, keys + (size_t)t * padded + block + LANES / 2, sizeof k1);
+                    low += q[t] * k0;
+                    high += q[t] * k1;
                 }
-                for (int l = 0; l < LANES; l++) scores[block + l] = block + l < length ? sum[l] : -1e30f;
+                memcpy(scores + block, &low, sizeof low);
+                memcpy(scores + block + LANES / 2, &high, sizeof high);
+                for (int l = 0; l < LANES; l++) scores[block + l] = block + l < length ? scores[block + l] : -1e30f;
             }
             float top = -3.4e38f;
 #pragma omp simd reduction(max : top)
@@ -585,7 +666,7 @@ static int best_kernel(void) {
     return KERNEL_PORTABLE;
 }
 
-/* The kernel in use: "avx512vnni", "avx2" or "portable". */
+/* The kernel in use: "amx", "avx512vnni", "avx2" or "portable". */
 const char *minilm_kernel(const Engine *e) { return KERNELS[e->kernel]; }
 
 static void *copy_of(const void *from, size_t size) {
@@ -624,6 +705,9 @@ static int make_dense(const Engine *e, Dense *d, int k, int parts, const int8_t 
                 } else if (e->kernel == KERNEL_VNNI) {
                     int group = j / GROUP, block = j % GROUP / 16, lane = j % 16;
                     place = (((size_t)group * (k / 4) + r / 4) * 4 + block) * 64 + lane * 4 + r % 4;
+                } else if (e->kernel == KERNEL_AVX2) {
+                    int group = j / AVX2_GROUP, block = j % AVX2_GROUP / 8, lane = j % 8;
+                    place = (((size_t)group * (k / 4) + r / 4) * 2 + block) * 32 + lane * 4 + r % 4;
                 } else {
                     place = (size_t)r * n + j;
                 }
