@@ -148,54 +148,6 @@ def test_the_engine_stays_within_the_bounds_of_float32_products(
     assert (alone * vectors[:20]).sum(axis=1).min() > 0.99999
 
 
-_SPEED = textwrap.dedent(
-    """
-    import os, sys, time
-    sys.path[:0] = ["tests", "tests/perf"]
-    from bench_memory import generate
-    from relay.services.memory import minilm, minilm_engine, wordpiece
-    shipped = minilm._package_file(minilm._WEIGHTS_PACKAGE, minilm._WEIGHTS).read_bytes()
-    tokenizer = wordpiece.load(minilm.MAX_TOKENS)
-    encodings = [tokenizer.encode(memory.content) for memory in generate(16, seed=5)]
-    for kernel in ("avx2", "portable"):
-        os.environ["RELAY_MINILM_KERNEL"] = kernel
-        try:
-            engine = minilm_engine.load(shipped)
-        except minilm_engine.EngineError as exc:
-            print("missing", exc)
-            raise SystemExit(0)
-        engine.embed(encodings[:2])
-        best = min(
-            (lambda start: (engine.embed(encodings), time.process_time() - start)[1])(time.process_time())
-            for _ in range(2)
-        )
-        engine.close()
-        print(kernel, best)
-    """
-)
-
-
-def test_the_avx2_kernel_multiplies_in_int8_not_in_plain_loops() -> None:
-    """The AVX2 kernel (vpmaddubsw on 7-bit activations, weights packed for it) takes
-    under a third of the CPU time of the plain loops on the same 16 texts, in the same
-    process (a tenth on this machine; the loops compiled for AVX2 it replaces took 0.4 to
-    1 times as long). CPU time, not wall time: another process's load does not count."""
-    done = subprocess.run(
-        [sys.executable, "-c", _SPEED],
-        capture_output=True,
-        text=True,
-        cwd=Path(__file__).parent.parent,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    if done.stdout.startswith("missing"):
-        pytest.skip(f"this CPU does not run the avx2 kernel: {done.stdout.strip()}")
-    times = dict(line.split() for line in done.stdout.splitlines())
-    avx2, portable = float(times["avx2"]), float(times["portable"])
-    assert avx2 < portable / 3, (avx2, portable)
-
-
 def test_the_engine_refuses_bad_input_and_a_file_it_does_not_know() -> None:
     """Token ids out of the vocabulary, a text longer than the model's positions or with
     no token: a ValueError naming the bounds, and the engine goes on embedding; a file
