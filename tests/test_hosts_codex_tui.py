@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -142,12 +143,17 @@ def _memories(env: dict[str, str], project: Path) -> list[str]:
 def _codex_agent(
     root: Path, relay_home: Path, name: str, url: str, prompt: str | None = None
 ) -> Iterator[Pane]:
-    """`relay run --name NAME [--prompt PROMPT] -- codex` in a pane of its own."""
+    """`relay run --name NAME [--prompt PROMPT] -- codex` in a pane of its own. With a
+    prompt, ready is also the prompt in Codex's composer or sent: relay types it as soon as
+    Codex is ready, and the placeholder can be gone before the pane is looked at."""
     env = _env(root / name, url, relay_home)
     argv = [str(RELAY), "run", "--name", name]
     argv += ["--prompt", prompt] if prompt is not None else []
+    ready = READY
+    if prompt is not None:
+        ready = rf"(?:Ask Codex to do anything|{re.escape(prompt)})(?s:.*)default · /"
     with _pane(
-        env, _project(root / name), [*argv, "--", str(codex_binary()), *QUIET], READY
+        env, _project(root / name), [*argv, "--", str(codex_binary()), *QUIET], ready
     ) as pane:
         yield pane
 
