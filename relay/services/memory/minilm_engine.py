@@ -45,15 +45,10 @@ KERNEL_VARIABLE = "RELAY_MINILM_KERNEL"
 HIDDEN, INTERMEDIATE = 384, 1536
 _ERROR_SIZE = 512
 _FLOAT, _INT8 = 1, 3
-_E = "inner.embeddings."
-_PRODUCTS = (
-    "attention.self.query",
-    "attention.self.key",
-    "attention.self.value",
-    "attention.output.dense",
-    "intermediate.dense",
-    "output.dense",
-)
+# The graph's names, as the rewrite reads them: the embeddings' prefix, the layers', and
+# each layer's six products in the order the library takes them.
+_E = onnx_int8._EMBEDDINGS
+_PRODUCTS = onnx_int8._DENSE
 _NORMS = ("attention.output.LayerNorm", "output.LayerNorm")
 
 
@@ -172,7 +167,7 @@ def _parts(weights: onnx_int8.Weights) -> tuple[list[bytes], int, int]:
         tensor(f"{_E}LayerNorm.bias", _FLOAT),
     ]
     for layer in range(weights.layers):
-        prefix = f"inner.encoder.layer.{layer}."
+        prefix = onnx_int8._LAYER.format(layer)
         for product in _PRODUCTS:
             weight, scale, bias = weights.dense[prefix + product]
             parts += [tensor(weight, _INT8), tensor(scale, _FLOAT), tensor(bias, _FLOAT)]
