@@ -112,11 +112,11 @@ def test_request_timeout_covers_the_hook_run(tmp_path: Path) -> None:
 
     (tmp_path / ".git").mkdir()
     system = HookSystem(cwd=tmp_path, telemetry=False)
-    system.register_command("SessionStart", "sleep 5", name="slow")
+    system.register_command("SessionStart", "sleep 60", name="slow")
     bus = MessageBus()
     attach(bus, system)
     started = time.monotonic()
     with pytest.raises(BusError, match="no response to SessionStart request"):
         request_with = HookExecutionRequest(eventName="SessionStart", input={})
         anyio.run(lambda: bus.request(request_with, timeout=0.3))
-    assert time.monotonic() - started < 2.5  # the hook was cancelled, its process killed
+    assert time.monotonic() - started < 20  # the hook was cancelled, its process killed

@@ -25,6 +25,7 @@ import pytest
 from nats_server import NatsServer, find_nats_server, password
 
 from relay.config.model import NatsConfig
+from relay.fleet import nats_board
 from relay.fleet.model import AgentState, AgentStatus
 from relay.fleet.nats_board import (
     HEARTBEAT_INTERVAL,
@@ -268,7 +269,11 @@ def test_two_machines_see_the_whole_team_and_a_dead_machines_agents_lost(
             process.wait(10)
 
 
-def test_a_machine_cannot_publish_another_machines_agents(server: NatsServer) -> None:
+def test_a_machine_cannot_publish_another_machines_agents(
+    server: NatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(nats_board, "PUBLISH_TIMEOUT", 60.0)
+
     async def body() -> None:
         async with open_nats_board(config_for(server, "m2"), TEAM, name="m2") as board:
             await board.publish(status("carol", machine="m2"))
@@ -279,7 +284,7 @@ def test_a_machine_cannot_publish_another_machines_agents(server: NatsServer) ->
                 refused.value
             )
             # Refused at once, not after the publish's timeout.
-            assert time.monotonic() - started < 2.5
+            assert time.monotonic() - started < 30
             assert states(await board.statuses(TEAM)) == {"carol": "working"}
             # Its heartbeats go on for carol alone: none refused, none failing.
             problems = len(board.problems)

@@ -297,7 +297,7 @@ def test_locked_log_is_an_error_not_a_hang(tmp_path: Path) -> None:
         started = time.monotonic()
         with pytest.raises(HookLogError) as caught:
             HookLog(path, timeout=0.2).events()
-        assert time.monotonic() - started < 5
+        assert time.monotonic() - started < 30  # a hang would never end
         assert caught.value.file == str(path) and "busy" in caught.value.reason
     finally:
         holder.close()
@@ -316,9 +316,7 @@ def test_reading_while_a_write_is_open_sees_what_is_committed(tmp_path: Path) ->
             "INSERT INTO events (time, event, input, decision, duration_ms)"
             " VALUES ('t', 'Idle', '{}', 'allow', 0)"
         )
-        started = time.monotonic()
-        events = HookLog(path).events()
-        assert time.monotonic() - started < 1
+        events = HookLog(path).events()  # a reader kept waiting would fail: busy
         assert [event.id for event in events] == [1]
     finally:
         writer.close()

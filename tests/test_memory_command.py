@@ -188,7 +188,7 @@ def test_timeout_kills_the_backend() -> None:
     started = time.monotonic()
     with pytest.raises(MemoryStoreError) as caught:
         python_backend(code, timeout=0.5).search("x")
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 20  # far under the backend's 30 s
     assert caught.value.message == "search: timed out after 0.5 s\nstderr:\n  waiting"
 
 
@@ -198,7 +198,7 @@ def test_timeout_also_kills_children_holding_the_pipes() -> None:
     started = time.monotonic()
     with pytest.raises(MemoryStoreError, match=r"timed out after 0\.5 s"):
         backend.export()
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 20  # far under the backend's 30 s
 
 
 def test_killed_by_signal() -> None:

@@ -28,7 +28,7 @@ from relay.session.terminal import passthrough, terminal_size
 
 RESOURCES = Path(__file__).parent / "resources" / "session"
 ECHO_AGENT = (sys.executable, str(RESOURCES / "echo_agent.py"))
-SLACK = 0.5  # scheduling slack on top of a documented bound, in seconds
+SLACK = 10.0  # a loaded machine's slack on a documented bound: what it bounds would never end
 
 
 @pytest.fixture
@@ -243,8 +243,8 @@ async def test_terminate_with_eof_first(spawn: Callable[..., AgentPty]) -> None:
     agent = spawn()
     await Screen(agent).expect("READY")
     started = time.monotonic()
-    assert await agent.terminate(grace=3) == 0  # Ctrl-D was enough
-    assert time.monotonic() - started < 2
+    assert await agent.terminate(grace=30) == 0  # Ctrl-D was enough
+    assert time.monotonic() - started < 15  # not the grace
 
 
 @pytest.mark.anyio

@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 import pytest
 from processes import alive
+from rendezvous import BOUND, meet
 
 from relay.engine import runner
 from relay.engine.command import Launch, prepare_launch
@@ -33,7 +34,8 @@ from relay.engine.runner import (
 pytestmark = pytest.mark.anyio
 
 RESOURCES = Path(__file__).parent / "resources"
-SLACK = 0.4  # scheduling slack on top of a documented bound, in seconds
+# A loaded machine's slack on a documented bound: far under the 30 s the hooks would run.
+SLACK = 5.0
 
 
 @pytest.fixture
@@ -99,7 +101,7 @@ async def run_async(
     return await run_process(launch, stdin=stdin, env=env, cwd=cwd, timeout=timeout, **options)
 
 
-def gone(pids: list[int], within: float = 1.0) -> bool:
+def gone(pids: list[int], within: float = 10.0) -> bool:
     """Every pid has died within `within` seconds (SIGKILL is sent, death takes a moment)."""
     deadline = time.monotonic() + within
     while any(alive(pid) for pid in pids):
@@ -267,7 +269,7 @@ async def test_timeout_sends_sigterm_to_the_whole_group(
     env: dict[str, str], pid_file: Path
 ) -> None:
     started = time.monotonic()
-    result = await run(script_hook("fork_and_wait.sh", str(pid_file)), env, timeout=0.5, grace=5)
+    result = await run(script_hook("fork_and_wait.sh", str(pid_file)), env, timeout=0.5, grace=25)
     elapsed = time.monotonic() - started
     assert result.timed_out
     assert result.signal == "SIGTERM"
@@ -367,7 +369,7 @@ async def test_hook_that_never_reads_five_megabytes_of_stdin(env: dict[str, str]
     result = await run(script_hook("ignore_stdin.sh"), env, stdin=b"x" * (5 << 20))
     assert result.exit_code == 0
     assert result.stdout == b"{}\n"
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 20  # a hang would last the timeout
 
 
 async def test_five_megabytes_of_stdin_arrive_whole(env: dict[str, str]) -> None:
@@ -395,7 +397,7 @@ async def test_fifty_megabytes_of_stdout_are_capped_in_bounded_memory(
     assert result.stderr == b"flooded\n"
     assert not result.stderr_truncated
     assert peak < 4 * cap  # the cap, a read buffer, the result copy: never the 50 MB
-    assert elapsed < 5
+    assert elapsed < 30  # kept reading: never stalled on the full pipe
 
 
 async def test_each_stream_is_capped_on_its_own(env: dict[str, str]) -> None:
@@ -410,19 +412,18 @@ async def test_each_stream_is_capped_on_its_own(env: dict[str, str]) -> None:
 # ---- concurrency and cancellation
 
 
-async def test_many_hooks_run_concurrently(env: dict[str, str]) -> None:
-    launch = prepare_launch("sleep 0.2", None, {})
+async def test_many_hooks_run_concurrently(env: dict[str, str], tmp_path: Path) -> None:
+    # Each hook waits until all sixteen have started: run one after another, none would end.
     results: list[ProcessResult] = []
 
-    async def one() -> None:
-        results.append(await run(launch, env))
+    async def one(index: int) -> None:
+        launch = prepare_launch(meet(tmp_path / "arrived", 16, str(index)), None, {})
+        results.append(await run(launch, env, timeout=BOUND + 10))
 
-    started = time.monotonic()
     async with anyio.create_task_group() as group:
-        for _ in range(16):
-            group.start_soon(one)
-    assert time.monotonic() - started < 0.2 + SLACK
-    assert [result.exit_code for result in results] == [0] * 16
+        for index in range(16):
+            group.start_soon(one, index)
+    assert [(result.exit_code, result.timed_out) for result in results] == [(0, False)] * 16
 
 
 async def test_cancellation_kills_the_process_group(env: dict[str, str], pid_file: Path) -> None:
@@ -441,25 +442,36 @@ async def test_cancellation_kills_the_process_group(env: dict[str, str], pid_fil
 
 
 def test_poll_driver_runs_hooks_in_parallel_in_order_within_the_limit(
-    env: dict[str, str], driver: str
+    env: dict[str, str], driver: str, tmp_path: Path
 ) -> None:
     if driver != "poll":
         pytest.skip("the poll driver's own fan-out")
+    # A hook of the first four waits until four have started, one of the next four until
+    # all eight have: one round of four, then the next, passes; fewer at once never ends.
+    # Each notes how many were running when it started: never more than the limit.
+    running, started, counts = tmp_path / "running", tmp_path / "started", tmp_path / "counts"
+    running.mkdir()
+
+    def hook(index: int) -> str:
+        mark = f"{running}/{index}"
+        return (
+            f": > {mark}; set -- {running}/*; echo $# >> {counts}; "
+            f"{meet(started, 4 * (index // 4 + 1), str(index))}; rm {mark}; echo {index}"
+        )
+
     specs = [
         ProcessSpec(
-            launch=prepare_launch(f"sleep 0.2; echo {index}", None, {}),
+            launch=prepare_launch(hook(index), None, {}),
             stdin=b"",
             env=env,
             cwd=None,
-            timeout=10,
+            timeout=BOUND + 10,
         )
         for index in range(8)
     ]
-    started = time.monotonic()
     results = run_processes(specs, max_parallel=4)
-    elapsed = time.monotonic() - started
     assert [result.stdout for result in results] == [f"{i}\n".encode() for i in range(8)]
-    assert 0.4 <= elapsed < 1.5  # two rounds of four: not one round of eight, nor eight rounds
+    assert max(int(count) for count in counts.read_text().split()) == 4
 
 
 def test_poll_driver_kills_the_group_when_interrupted(

@@ -140,6 +140,8 @@ def run_processes(
                     del running[index]
                     hook.close()
                     results[index] = hook.result((time.perf_counter() - started) * 1000)
+            if waiting and len(running) < max_parallel:
+                continue  # a slot has just been freed: fill it before waiting
             if running:
                 deadline = min(hook.deadline for hook, _ in running.values())
                 loop.run_once(max(deadline - loop.time(), 0.0))
