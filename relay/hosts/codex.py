@@ -1,4 +1,4 @@
-"""OpenAI Codex CLI: its hook events and how it reads a hook's answer (checked against 0.169.0)."""
+"""OpenAI Codex CLI: its hook events and how it reads a hook's answer (checked against 0.169.0 and 0.171.0)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ HOST = Host(
     name="codex",
     title="Codex CLI",
     dialect="claude",
-    version="0.169.0",
+    version="0.171.0",
     events=EVENTS,
     executable="codex",
     config_dir=".codex",

@@ -18,7 +18,7 @@ HOSTS: dict[str, tuple[str, str, str]] = {
     # name: (npm package, version, executable under node_modules/.bin)
     "claude": ("@anthropic-ai/claude-code", "2.1.332", "claude"),
     "gemini": ("@google/gemini-cli", "0.61.0", "gemini"),
-    "codex": ("@openai/codex", "0.169.0", "codex"),
+    "codex": ("@openai/codex", "0.171.0", "codex"),
     # Not a host: the `trail` CLI that the trajectory example hooks drive.
     "trail": ("agent-trajectories", "0.6.1", "trail"),
     # Not a host: Node.js 22 from npm, for Gemini CLI (node_runtime), whose 70 MB bundle
