@@ -5,8 +5,9 @@
    handed over once by minilm_open and packed here for the kernel chosen at run time (no
    -march: the cached build runs on any x86-64, or any CPU for the plain kernel): AMX
    tiles (tdpbusd) where the CPU has them and Linux lets the process use them, else
-   AVX-512 VNNI (vpdpbusd, 64 multiply-adds an instruction), else AVX2 (vpmaddubsw and
-   vpmaddwd, 32 multiply-adds a pair, on 7-bit activations: product_avx2), else plain
+   AVX-512 VNNI (vpdpbusd, 64 multiply-adds an instruction), else AVX-VNNI (vpdpbusd on
+   ymm, 32: product_avxvnni), else AVX2 (vpmaddubsw and vpmaddwd, 32 multiply-adds a
+   pair, on 7-bit activations: product_avx2), else plain
    loops compiled for the machine's baseline. The float work is compiled once for each
    (forward_*).
 
@@ -59,8 +60,8 @@
 #define AVX2_ROWS 4    /* the AVX2 kernel's rows of activations at once */
 #define AVX2_GROUP 16  /* its columns at once (make_dense lays the weights out by them) */
 
-enum { KERNEL_PORTABLE = 0, KERNEL_AVX2 = 1, KERNEL_VNNI = 2, KERNEL_AMX = 3 };
-static const char *const KERNELS[] = {"portable", "avx2", "avx512vnni", "amx"};
+enum { KERNEL_PORTABLE = 0, KERNEL_AVX2 = 1, KERNEL_AVXVNNI = 2, KERNEL_VNNI = 3, KERNEL_AMX = 4 };
+static const char *const KERNELS[] = {"portable", "avx2", "avxvnni", "avx512vnni", "amx"};
 
 typedef struct {
     int k, n;
@@ -369,6 +370,51 @@ static void product_avx2(const Dense *d, const uint8_t *a, int rows, const float
     }
 }
 #undef AVX2_STEP
+
+/* The AVX-VNNI kernel (Alder Lake and later, and Xeons with AVX-512 too): the AVX2
+   kernel's weights and blocks, each step one vpdpbusd on ymm (uint8 x int8, four
+   products summed into int32: no int16 sum, so the activations keep 8 bits). */
+#define AVXVNNI_STEP(c0, c1, r)                                                                 \
+    {                                                                                           \
+        int32_t v;                                                                              \
+        memcpy(&v, a##r + 4 * s, 4);                                                            \
+        const __m256i b = _mm256_set1_epi32(v);                                                 \
+        c0 = _mm256_dpbusd_avx_epi32(c0, b, w0);                                                \
+        c1 = _mm256_dpbusd_avx_epi32(c1, b, w1);                                                \
+    }
+
+__attribute__((target("avx2,fma,avxvnni")))
+static void product_avxvnni(const Dense *d, const uint8_t *a, int rows, const float *row_scales, const int32_t *zeros,
+                            float *y) {
+    const int steps = d->k / 4, n = d->n;
+    for (int g = 0; g < n / AVX2_GROUP; g++) {
+        const int8_t *group = d->weights + (size_t)g * steps * 4 * AVX2_GROUP;
+        const int column = g * AVX2_GROUP;
+        const __m256i sums0 = _mm256_loadu_si256((const __m256i *)(d->sums + column));
+        const __m256i sums1 = _mm256_loadu_si256((const __m256i *)(d->sums + column + 8));
+        const __m256 scales0 = _mm256_loadu_ps(d->scales + column), scales1 = _mm256_loadu_ps(d->scales + column + 8);
+        const __m256 bias0 = _mm256_loadu_ps(d->bias + column), bias1 = _mm256_loadu_ps(d->bias + column + 8);
+        for (int m = 0; m < rows; m += AVX2_ROWS) {
+            __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00;
+            __m256i c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+            const uint8_t *a0 = a + (size_t)m * d->k, *a1 = a0 + d->k, *a2 = a1 + d->k, *a3 = a2 + d->k;
+            const int8_t *w = group;
+            for (int s = 0; s < steps; s++, w += 4 * AVX2_GROUP) {
+                const __m256i w0 = _mm256_load_si256((const __m256i *)w);
+                const __m256i w1 = _mm256_load_si256((const __m256i *)(w + 32));
+                AVXVNNI_STEP(c00, c01, 0)
+                AVXVNNI_STEP(c10, c11, 1)
+                AVXVNNI_STEP(c20, c21, 2)
+                AVXVNNI_STEP(c30, c31, 3)
+            }
+            AVX2_ROW(c00, c01, 0)
+            AVX2_ROW(c10, c11, 1)
+            AVX2_ROW(c20, c21, 2)
+            AVX2_ROW(c30, c31, 3)
+        }
+    }
+}
+#undef AVXVNNI_STEP
 #undef AVX2_ROW
 
 /* The same products by AMX tiles: 32 rows by 32 columns at a time (four int32 tiles of
@@ -478,8 +524,11 @@ INLINE void product(const Engine *e, const Dense *d, const Quantized *a, int row
     }
     if (e->kernel == KERNEL_VNNI) {
         product_vnni(d, a->q, rows, a->scales, a->zeros, y, then_gelu);
-    } else if (e->kernel == KERNEL_AVX2) {
-        product_avx2(d, a->q, rows, a->scales, a->zeros, y);
+    } else if (e->kernel == KERNEL_AVX2 || e->kernel == KERNEL_AVXVNNI) {
+        if (e->kernel == KERNEL_AVX2)
+            product_avx2(d, a->q, rows, a->scales, a->zeros, y);
+        else
+            product_avxvnni(d, a->q, rows, a->scales, a->zeros, y);
         if (then_gelu) gelu(y, rows * n);
     } else
 #endif
@@ -799,7 +848,7 @@ int minilm_embed(const Engine *e, const int32_t *ids, const int32_t *lengths, in
 #if HAVE_VNNI_KERNEL
         if (e->kernel >= KERNEL_VNNI)
             forward_vnni(e, ids, lengths, texts, rows, &w, out);
-        else if (e->kernel == KERNEL_AVX2)
+        else if (e->kernel == KERNEL_AVX2 || e->kernel == KERNEL_AVXVNNI)
             forward_avx2(e, ids, lengths, texts, rows, &w, out);
         else
 #endif
@@ -835,19 +884,32 @@ static int amx_usable(void) {
 #endif
 }
 
-/* The best kernel this CPU runs. */
-static int best_kernel(void) {
+/* Whether this CPU (and, for AMX, the operating system) runs `kernel`. */
+static int kernel_runs(int kernel) {
 #if HAVE_VNNI_KERNEL
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma"))
-        return amx_usable() ? KERNEL_AMX : KERNEL_VNNI;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return KERNEL_AVX2;
+    const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    const int avx512 = avx2 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
+                       __builtin_cpu_supports("avx512vl");
+    switch (kernel) {
+    case KERNEL_AMX: return avx512 && amx_usable();
+    case KERNEL_VNNI: return avx512;
+    case KERNEL_AVXVNNI: return avx2 && __builtin_cpu_supports("avxvnni");
+    case KERNEL_AVX2: return avx2;
+    default: break;
+    }
 #endif
+    return kernel == KERNEL_PORTABLE;
+}
+
+/* The best kernel this CPU runs (the fastest first: AMX, AVX-512 VNNI, AVX-VNNI, AVX2). */
+static int best_kernel(void) {
+    for (int kernel = KERNEL_AMX; kernel > KERNEL_PORTABLE; kernel--)
+        if (kernel_runs(kernel)) return kernel;
     return KERNEL_PORTABLE;
 }
 
-/* The kernel in use: "amx", "avx512vnni", "avx2" or "portable". */
+/* The kernel in use: "amx", "avx512vnni", "avxvnni", "avx2" or "portable". */
 const char *minilm_kernel(const Engine *e) { return KERNELS[e->kernel]; }
 
 static void *copy_of(const void *from, size_t size) {
@@ -886,7 +948,7 @@ static int make_dense(const Engine *e, Dense *d, int k, int parts, const int8_t 
                 } else if (e->kernel == KERNEL_VNNI) {
                     int group = j / GROUP, block = j % GROUP / 16, lane = j % 16;
                     place = (((size_t)group * (k / 4) + r / 4) * 4 + block) * 64 + lane * 4 + r % 4;
-                } else if (e->kernel == KERNEL_AVX2) {
+                } else if (e->kernel == KERNEL_AVX2 || e->kernel == KERNEL_AVXVNNI) {
                     int group = j / AVX2_GROUP, block = j % AVX2_GROUP / 8, lane = j % 8;
                     place = (((size_t)group * (k / 4) + r / 4) * 2 + block) * 32 + lane * 4 + r % 4;
                 } else {
@@ -960,7 +1022,7 @@ Engine *minilm_open(const void *const *parts, const int64_t *sizes, int count, i
         int asked = -1;
         for (int k = 0; k < (int)(sizeof KERNELS / sizeof *KERNELS); k++)
             if (!strcmp(kernel, KERNELS[k])) asked = k;
-        if (asked < 0 || asked > e->kernel) FAIL("no kernel %s on this machine (the best: %s)", kernel, KERNELS[e->kernel]);
+        if (asked < 0 || !kernel_runs(asked)) FAIL("no kernel %s on this machine (the best: %s)", kernel, KERNELS[e->kernel]);
         e->kernel = asked;
     }
     e->layers = layers;
