@@ -457,7 +457,7 @@ def test_the_best_installed_model_is_used_and_named(tmp_path: Path, relay_home: 
     assert re.fullmatch(
         r"search by meaning with all-MiniLM-L6-v2/int8-onnx-dynamic/mean"
         r" \((relay's engine, (amx|avx512vnni) kernel|onnxruntime \(relay's engine: its"
-        r" (avx2|portable) kernel, slower than onnxruntime\))\)",
+        r" (avxvnni|avx2|portable) kernel, slower than onnxruntime\))\)",
         findings[0].text,
     ), findings[0].text
     project = tmp_path / "proj"
