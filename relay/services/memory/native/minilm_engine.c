@@ -5,8 +5,9 @@
    handed over once by minilm_open and packed here for the kernel chosen at run time (no
    -march: the cached build runs on any x86-64, or any CPU for the plain kernel): AMX
    tiles (tdpbusd) where the CPU has them and Linux lets the process use them, else
-   AVX-512 VNNI (vpdpbusd, 64 multiply-adds an instruction), else AVX2 (vpmaddubsw and
-   vpmaddwd, 32 multiply-adds a pair, on 7-bit activations: product_avx2), else plain
+   AVX-512 VNNI (vpdpbusd, 64 multiply-adds an instruction), else AVX-VNNI (vpdpbusd on
+   ymm, 32: product_avxvnni), else AVX2 (vpmaddubsw and vpmaddwd, 32 multiply-adds a
+   pair, on 7-bit activations: product_avx2), else plain
    loops compiled for the machine's baseline. The float work is compiled once for each
    (forward_*).
 
@@ -20,7 +21,11 @@
    each text is attended alone), the output product, residual and LayerNorm, the
    intermediate product, GELU (erf), the output product, residual and LayerNorm (the
    feed-forward part FEED_ROWS tokens at a time); the mean of the tokens' states, unit
-   length.
+   length. Each state is rounded for the next product as soon as its LayerNorm has made
+   it, and each intermediate row (AMX) as soon as its GELU has, while it is in L1 (a
+   second pass over rows gone cold took a seventh of the engine's time); with AVX-512,
+   attention, softmax and the rounding are written in 16-float vectors, four queries
+   of a head at a time (attend_wide).
 
    No libm: exp and erf are written here (for the fallback of a machine without it, and
    for the loops to vectorize), the square root is the compiler's builtin. */
@@ -50,10 +55,13 @@
 #define GROUP 64       /* columns it makes at once: four registers of 16 int32 */
 #define PADDED_ROWS 32 /* the AMX kernel's rows at once (two tiles of 16): activations are padded to it */
 #define FEED_ROWS 64   /* tokens through the feed-forward part at a time */
+#define QUERIES 4      /* queries of a head attend_wide takes at once */
 #define AVX2_LEVELS 127.0f /* the AVX2 kernel's activations: 7 bits (product_avx2) */
+#define AVX2_ROWS 4    /* the AVX2 kernel's rows of activations at once */
+#define AVX2_GROUP 16  /* its columns at once (make_dense lays the weights out by them) */
 
-enum { KERNEL_PORTABLE = 0, KERNEL_AVX2 = 1, KERNEL_VNNI = 2, KERNEL_AMX = 3 };
-static const char *const KERNELS[] = {"portable", "avx2", "avx512vnni", "amx"};
+enum { KERNEL_PORTABLE = 0, KERNEL_AVX2 = 1, KERNEL_AVXVNNI = 2, KERNEL_VNNI = 3, KERNEL_AMX = 4 };
+static const char *const KERNELS[] = {"portable", "avx2", "avxvnni", "avx512vnni", "amx"};
 
 typedef struct {
     int k, n;
@@ -171,6 +179,46 @@ INLINE void quantize_row(const float *x, int k, float levels, uint8_t *out, floa
     *zero = point;
 }
 
+/* Rows of activations rounded to uint8, with each row's scale and zero point. */
+typedef struct {
+    uint8_t *q;
+    float *scales;
+    int32_t *zeros;
+} Quantized;
+
+#if HAVE_VNNI_KERNEL
+/* quantize_row for the AVX-512 kernels (8 bits), k a multiple of 16. */
+__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) static void quantize_wide(const float *x, int k, uint8_t *out,
+                                                                                 float *scale, int32_t *zero) {
+    __m512 low = _mm512_setzero_ps(), high = low;
+    for (int i = 0; i < k; i += 16) {
+        const __m512 v = _mm512_loadu_ps(x + i);
+        low = _mm512_min_ps(low, v);
+        high = _mm512_max_ps(high, v);
+    }
+    const float lowest = _mm512_reduce_min_ps(low), highest = _mm512_reduce_max_ps(high);
+    const float step = (highest - lowest) / 255.0f;
+    if (step == 0) {
+        memset(out, 0, (size_t)k);
+        *scale = 0;
+        *zero = 0;
+        return;
+    }
+    const float inverse = 1.0f / step;
+    int32_t point = (int32_t)(-lowest * inverse + 0.5f);
+    point = point < 0 ? 0 : point > 255 ? 255 : point;
+    const __m512 by = _mm512_set1_ps(inverse), plus = _mm512_set1_ps((float)point + 0.5f);
+    const __m512i none = _mm512_setzero_si512(), top = _mm512_set1_epi32(255);
+    for (int i = 0; i < k; i += 16) {
+        __m512i q = _mm512_cvttps_epi32(_mm512_fmadd_ps(_mm512_loadu_ps(x + i), by, plus));
+        q = _mm512_min_epi32(_mm512_max_epi32(q, none), top);
+        _mm_storeu_si128((__m128i *)(out + i), _mm512_cvtepi32_epi8(q));
+    }
+    *scale = step;
+    *zero = point;
+}
+#endif
+
 INLINE void product_portable(const Dense *d, const uint8_t *a, int rows, int32_t *out) {
     const int n = d->n, depth = d->k;
     const int8_t *restrict weights = d->weights;
@@ -268,8 +316,6 @@ static void product_vnni(const Dense *d, const uint8_t *a, int rows, const float
    then by 4 rows of k: two registers of 8 columns, each column's 4 bytes side by side;
    AVX2_ROWS rows of activations by 16 columns in 8 accumulators (with the ones, the
    weights and the activations, the 16 ymm registers). */
-#define AVX2_ROWS 4
-#define AVX2_GROUP 16
 
 #define AVX2_STEP(c0, c1, r)                                                                    \
     {                                                                                           \
@@ -324,6 +370,51 @@ static void product_avx2(const Dense *d, const uint8_t *a, int rows, const float
     }
 }
 #undef AVX2_STEP
+
+/* The AVX-VNNI kernel (Alder Lake and later, and Xeons with AVX-512 too): the AVX2
+   kernel's weights and blocks, each step one vpdpbusd on ymm (uint8 x int8, four
+   products summed into int32: no int16 sum, so the activations keep 8 bits). */
+#define AVXVNNI_STEP(c0, c1, r)                                                                 \
+    {                                                                                           \
+        int32_t v;                                                                              \
+        memcpy(&v, a##r + 4 * s, 4);                                                            \
+        const __m256i b = _mm256_set1_epi32(v);                                                 \
+        c0 = _mm256_dpbusd_avx_epi32(c0, b, w0);                                                \
+        c1 = _mm256_dpbusd_avx_epi32(c1, b, w1);                                                \
+    }
+
+__attribute__((target("avx2,fma,avxvnni")))
+static void product_avxvnni(const Dense *d, const uint8_t *a, int rows, const float *row_scales, const int32_t *zeros,
+                            float *y) {
+    const int steps = d->k / 4, n = d->n;
+    for (int g = 0; g < n / AVX2_GROUP; g++) {
+        const int8_t *group = d->weights + (size_t)g * steps * 4 * AVX2_GROUP;
+        const int column = g * AVX2_GROUP;
+        const __m256i sums0 = _mm256_loadu_si256((const __m256i *)(d->sums + column));
+        const __m256i sums1 = _mm256_loadu_si256((const __m256i *)(d->sums + column + 8));
+        const __m256 scales0 = _mm256_loadu_ps(d->scales + column), scales1 = _mm256_loadu_ps(d->scales + column + 8);
+        const __m256 bias0 = _mm256_loadu_ps(d->bias + column), bias1 = _mm256_loadu_ps(d->bias + column + 8);
+        for (int m = 0; m < rows; m += AVX2_ROWS) {
+            __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00;
+            __m256i c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+            const uint8_t *a0 = a + (size_t)m * d->k, *a1 = a0 + d->k, *a2 = a1 + d->k, *a3 = a2 + d->k;
+            const int8_t *w = group;
+            for (int s = 0; s < steps; s++, w += 4 * AVX2_GROUP) {
+                const __m256i w0 = _mm256_load_si256((const __m256i *)w);
+                const __m256i w1 = _mm256_load_si256((const __m256i *)(w + 32));
+                AVXVNNI_STEP(c00, c01, 0)
+                AVXVNNI_STEP(c10, c11, 1)
+                AVXVNNI_STEP(c20, c21, 2)
+                AVXVNNI_STEP(c30, c31, 3)
+            }
+            AVX2_ROW(c00, c01, 0)
+            AVX2_ROW(c10, c11, 1)
+            AVX2_ROW(c20, c21, 2)
+            AVX2_ROW(c30, c31, 3)
+        }
+    }
+}
+#undef AVXVNNI_STEP
 #undef AVX2_ROW
 
 /* The same products by AMX tiles: 32 rows by 32 columns at a time (four int32 tiles of
@@ -337,7 +428,7 @@ typedef struct {
 
 __attribute__((target("avx512f,avx512bw,avx512vl,amx-tile,amx-int8")))
 static void product_amx(const Dense *d, const uint8_t *a, int rows, const float *row_scales, const int32_t *zeros,
-                        float *y, int then_gelu) {
+                        float *y, int then_gelu, const Quantized *next) {
     TileConfig config = {.palette = 1};
     for (int t = 0; t < 8; t++) {
         config.columns[t] = 64;
@@ -388,57 +479,81 @@ static void product_amx(const Dense *d, const uint8_t *a, int rows, const float 
             }
         }
         /* GELU on these 32 rows while they are in the cache: whole rows, so that many
-           vectors are in flight (32 columns at a time left exp's chain waiting). */
-        if (then_gelu) gelu(y + (size_t)m * n, (rows - m < 32 ? rows - m : 32) * n);
+           vectors are in flight (32 columns at a time left exp's chain waiting); each
+           row then rounded for the next product (`next`) while it is in L1 (the
+           rounding's first pass over rows gone cold was a seventh of the engine). */
+        for (int r = m; r < rows && r < m + 32; r++) {
+            float *row = y + (size_t)r * n;
+            if (then_gelu) gelu(row, n);
+            if (next) quantize_wide(row, n, next->q + (size_t)r * n, &next->scales[r], &next->zeros[r]);
+        }
     }
     _tile_release();
 }
 #endif
 
-/* x (rows of d->k floats) times d, into y (rows of d->n floats): quantized a row at a
-   time, multiplied in int8, rescaled, the bias added. */
 typedef struct {
-    uint8_t *quantized; /* padded rows of the widest k */
-    float *scales;
-    int32_t *zeros;
-    int32_t *sums; /* padded rows of the widest n */
+    Quantized wide; /* padded rows of the widest k: the input of the product being made */
+    Quantized x;    /* padded rows of HIDDEN: the states, rounded as each is made */
+    int32_t *sums;  /* padded rows of the widest n */
 } Scratch;
 
-INLINE void dense(const Engine *e, const Dense *d, const float *x, int rows, float *y, Scratch *s, int then_gelu) {
-    int padded = (rows + PADDED_ROWS - 1) / PADDED_ROWS * PADDED_ROWS;
-    const float levels = e->kernel == KERNEL_AVX2 ? AVX2_LEVELS : 255.0f;
-    for (int m = 0; m < rows; m++)
-        quantize_row(x + (size_t)m * d->k, d->k, levels, s->quantized + (size_t)m * d->k, &s->scales[m], &s->zeros[m]);
-    memset(s->quantized + (size_t)rows * d->k, 0, (size_t)(padded - rows) * d->k);
+/* Row `row` of `into` from x (k floats), for the kernel in use. */
+INLINE void quantize(const Engine *e, const float *x, int k, const Quantized *into, int row) {
 #if HAVE_VNNI_KERNEL
-    if (e->kernel == KERNEL_AMX) {
-        product_amx(d, s->quantized, rows, s->scales, s->zeros, y, then_gelu);
-        return;
-    }
-    if (e->kernel == KERNEL_VNNI) {
-        product_vnni(d, s->quantized, rows, s->scales, s->zeros, y, then_gelu);
-        return;
-    }
-    if (e->kernel == KERNEL_AVX2) {
-        product_avx2(d, s->quantized, rows, s->scales, s->zeros, y);
-        if (then_gelu) gelu(y, rows * d->n);
+    if (e->kernel >= KERNEL_VNNI) {
+        quantize_wide(x, k, into->q + (size_t)row * k, &into->scales[row], &into->zeros[row]);
         return;
     }
 #endif
-    (void)e;
-    product_portable(d, s->quantized, rows, s->sums);
+    quantize_row(x, k, e->kernel == KERNEL_AVX2 ? AVX2_LEVELS : 255.0f, into->q + (size_t)row * k, &into->scales[row],
+                 &into->zeros[row]);
+}
+
+/* a (rows rounded, padded with whatever to PADDED_ROWS: rows beyond `rows` are multiplied
+   but not written out) times d, into y (rows of d->n floats): int8 products, rescaled,
+   the bias added, GELU when asked; y's rows rounded into `next` too, when given (the
+   next product's input). */
+INLINE void product(const Engine *e, const Dense *d, const Quantized *a, int rows, float *y, int32_t *sums,
+                    int then_gelu, const Quantized *next) {
     const int n = d->n;
-    const int32_t *restrict columns = d->sums;
-    const float *restrict scales = d->scales, *restrict bias = d->bias;
-    for (int m = 0; m < rows; m++) {
-        const int32_t *restrict sum = s->sums + (size_t)m * n;
-        float *restrict out = y + (size_t)m * n;
-        const float scale = s->scales[m];
-        const int32_t zero = s->zeros[m];
-#pragma omp simd
-        for (int j = 0; j < n; j++) out[j] = (float)(sum[j] - zero * columns[j]) * scale * scales[j] + bias[j];
+#if HAVE_VNNI_KERNEL
+    if (e->kernel == KERNEL_AMX) {
+        product_amx(d, a->q, rows, a->scales, a->zeros, y, then_gelu, next);
+        return;
     }
-    if (then_gelu) gelu(y, rows * n);
+    if (e->kernel == KERNEL_VNNI) {
+        product_vnni(d, a->q, rows, a->scales, a->zeros, y, then_gelu);
+    } else if (e->kernel == KERNEL_AVX2 || e->kernel == KERNEL_AVXVNNI) {
+        if (e->kernel == KERNEL_AVX2)
+            product_avx2(d, a->q, rows, a->scales, a->zeros, y);
+        else
+            product_avxvnni(d, a->q, rows, a->scales, a->zeros, y);
+        if (then_gelu) gelu(y, rows * n);
+    } else
+#endif
+    {
+        product_portable(d, a->q, rows, sums);
+        const int32_t *restrict columns = d->sums;
+        const float *restrict scales = d->scales, *restrict bias = d->bias;
+        for (int m = 0; m < rows; m++) {
+            const int32_t *restrict sum = sums + (size_t)m * n;
+            float *restrict out = y + (size_t)m * n;
+            const float scale = a->scales[m];
+            const int32_t zero = a->zeros[m];
+#pragma omp simd
+            for (int j = 0; j < n; j++) out[j] = (float)(sum[j] - zero * columns[j]) * scale * scales[j] + bias[j];
+        }
+        if (then_gelu) gelu(y, rows * n);
+    }
+    if (next)
+        for (int m = 0; m < rows; m++) quantize(e, y + (size_t)m * n, n, next, m);
+}
+
+/* x (rows of d->k floats) times d, into y: x rounded a row at a time, then product. */
+INLINE void dense(const Engine *e, const Dense *d, const float *x, int rows, float *y, Scratch *s) {
+    for (int m = 0; m < rows; m++) quantize(e, x + (size_t)m * d->k, d->k, &s->wide, m);
+    product(e, d, &s->wide, rows, y, s->sums, 0, NULL);
 }
 
 /* ---- the encoder ------------------------------------------------------------------- */
@@ -496,11 +611,111 @@ INLINE void attend(const float *qkv, int length, float *context, float *scores, 
     }
 }
 
+#if HAVE_VNNI_KERNEL
+/* exp_approx on 16 floats: the same reduction and series, 2^n put on by vscalefps. */
+__attribute__((target("avx512f,fma"))) static inline __m512 exp_wide(__m512 x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
+    const __m512 r2 = _mm512_mul_ps(r, r), one = _mm512_set1_ps(1.0f);
+    const __m512 low = _mm512_add_ps(one, r);
+    const __m512 middle = _mm512_fmadd_ps(r, _mm512_set1_ps(1.0f / 6), _mm512_set1_ps(0.5f));
+    const __m512 high = _mm512_fmadd_ps(r2, _mm512_set1_ps(1.0f / 720),
+                                        _mm512_fmadd_ps(r, _mm512_set1_ps(1.0f / 120), _mm512_set1_ps(1.0f / 24)));
+    const __m512 p = _mm512_fmadd_ps(_mm512_mul_ps(r2, r2), high, _mm512_fmadd_ps(r2, middle, low));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* attend for the AVX-512 kernels: QUERIES queries of a head at once, each of the keys'
+   vectors (16 keys) loaded once for all of them, their weighted values the same; the
+   scores of a query in scores + its place * the padded length. */
+__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) static void attend_wide(const float *qkv, int length,
+                                                                               float *context, float *scores,
+                                                                               float *keys) {
+    const float scale = 0.17677669529663687f; /* 1 / sqrt(HEAD_SIZE) */
+    const int padded = (length + LANES - 1) / LANES * LANES, stride = 3 * HIDDEN;
+    const __m512 hidden = _mm512_set1_ps(-1e30f);
+    for (int h = 0; h < HEADS; h++) {
+        for (int t = 0; t < HEAD_SIZE; t++) {
+            float *row = keys + (size_t)t * padded;
+            for (int j = 0; j < length; j++) row[j] = qkv[(size_t)j * stride + HIDDEN + h * HEAD_SIZE + t] * scale;
+            for (int j = length; j < padded; j++) row[j] = 0;
+        }
+        for (int i = 0; i < length; i += QUERIES) {
+            const int count = length - i < QUERIES ? length - i : QUERIES;
+            const float *q[QUERIES];
+            for (int r = 0; r < QUERIES; r++) /* a missing query repeats the last: made, not kept */
+                q[r] = qkv + (size_t)(i + (r < count ? r : count - 1)) * stride + h * HEAD_SIZE;
+            for (int block = 0; block < padded; block += LANES) {
+                __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+                for (int t = 0; t < HEAD_SIZE; t++) {
+                    const __m512 k = _mm512_loadu_ps(keys + (size_t)t * padded + block);
+                    s0 = _mm512_fmadd_ps(_mm512_set1_ps(q[0][t]), k, s0);
+                    s1 = _mm512_fmadd_ps(_mm512_set1_ps(q[1][t]), k, s1);
+                    s2 = _mm512_fmadd_ps(_mm512_set1_ps(q[2][t]), k, s2);
+                    s3 = _mm512_fmadd_ps(_mm512_set1_ps(q[3][t]), k, s3);
+                }
+                const int left = length - block;
+                const __mmask16 valid = left >= LANES ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+                _mm512_storeu_ps(scores + block, _mm512_mask_blend_ps(valid, hidden, s0));
+                _mm512_storeu_ps(scores + padded + block, _mm512_mask_blend_ps(valid, hidden, s1));
+                _mm512_storeu_ps(scores + 2 * padded + block, _mm512_mask_blend_ps(valid, hidden, s2));
+                _mm512_storeu_ps(scores + 3 * padded + block, _mm512_mask_blend_ps(valid, hidden, s3));
+            }
+            float inverse[QUERIES];
+            for (int r = 0; r < count; r++) {
+                float *row = scores + (size_t)r * padded;
+                __m512 top = hidden;
+                for (int block = 0; block < padded; block += LANES) top = _mm512_max_ps(top, _mm512_loadu_ps(row + block));
+                const __m512 highest = _mm512_set1_ps(_mm512_reduce_max_ps(top));
+                __m512 total = _mm512_setzero_ps();
+                for (int block = 0; block < padded; block += LANES) {
+                    const int left = length - block;
+                    const __mmask16 valid = left >= LANES ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+                    const __m512 e = _mm512_maskz_mov_ps(valid, exp_wide(_mm512_sub_ps(_mm512_loadu_ps(row + block), highest)));
+                    _mm512_storeu_ps(row + block, e);
+                    total = _mm512_add_ps(total, e);
+                }
+                inverse[r] = 1.0f / _mm512_reduce_add_ps(total);
+            }
+            __m512 m00 = _mm512_setzero_ps(), m01 = m00, m10 = m00, m11 = m00, m20 = m00, m21 = m00, m30 = m00,
+                   m31 = m00;
+            for (int j = 0; j < length; j++) {
+                const float *v = qkv + (size_t)j * stride + 2 * HIDDEN + h * HEAD_SIZE;
+                const __m512 v0 = _mm512_loadu_ps(v), v1 = _mm512_loadu_ps(v + 16);
+                __m512 p = _mm512_set1_ps(scores[j]);
+                m00 = _mm512_fmadd_ps(p, v0, m00);
+                m01 = _mm512_fmadd_ps(p, v1, m01);
+                p = _mm512_set1_ps(scores[padded + j]);
+                m10 = _mm512_fmadd_ps(p, v0, m10);
+                m11 = _mm512_fmadd_ps(p, v1, m11);
+                p = _mm512_set1_ps(scores[2 * padded + j]);
+                m20 = _mm512_fmadd_ps(p, v0, m20);
+                m21 = _mm512_fmadd_ps(p, v1, m21);
+                p = _mm512_set1_ps(scores[3 * padded + j]);
+                m30 = _mm512_fmadd_ps(p, v0, m30);
+                m31 = _mm512_fmadd_ps(p, v1, m31);
+            }
+            const __m512 mixed[QUERIES][2] = {{m00, m01}, {m10, m11}, {m20, m21}, {m30, m31}};
+            for (int r = 0; r < count; r++) {
+                float *out = context + (size_t)(i + r) * HIDDEN + h * HEAD_SIZE;
+                const __m512 by = _mm512_set1_ps(inverse[r]);
+                _mm512_storeu_ps(out, _mm512_mul_ps(mixed[r][0], by));
+                _mm512_storeu_ps(out + 16, _mm512_mul_ps(mixed[r][1], by));
+            }
+        }
+    }
+}
+
+#endif
+
 typedef struct {
     float *x;       /* rows of HIDDEN: the states */
     float *wide;    /* rows of INTERMEDIATE (or 3 * HIDDEN: query, key and value) */
     float *context; /* rows of HIDDEN */
-    float *scores;  /* the longest text's length */
+    float *scores;  /* QUERIES rows of the longest text's length */
     float *keys;    /* HEAD_SIZE rows of the longest text's length */
     Scratch s;
 } Work;
@@ -520,32 +735,42 @@ INLINE void forward(const Engine *e, const int32_t *ids, const int32_t *lengths,
             float *r = x + (size_t)row * HIDDEN;
             for (int i = 0; i < HIDDEN; i++) r[i] = (float)word[i] * scale + position[i];
             layer_norm(r, e->norm_weight, e->norm_bias);
+            quantize(e, r, HIDDEN, &w->s.x, row);
         }
     }
     for (int l = 0; l < e->layers; l++) {
         const Layer *layer = &e->layer[l];
-        dense(e, &layer->qkv, x, rows, wide, &w->s, 0); /* rows of 3 * HIDDEN */
+        product(e, &layer->qkv, &w->s.x, rows, wide, w->s.sums, 0, NULL); /* rows of 3 * HIDDEN */
         for (int t = 0, row = 0; t < texts; row += lengths[t], t++)
-            attend(wide + (size_t)row * 3 * HIDDEN, lengths[t], context + (size_t)row * HIDDEN, w->scores, w->keys);
-        dense(e, &layer->attention_out, context, rows, wide, &w->s, 0);
+#if HAVE_VNNI_KERNEL
+            if (e->kernel >= KERNEL_VNNI)
+                attend_wide(wide + (size_t)row * 3 * HIDDEN, lengths[t], context + (size_t)row * HIDDEN, w->scores,
+                            w->keys);
+            else
+#endif
+                attend(wide + (size_t)row * 3 * HIDDEN, lengths[t], context + (size_t)row * HIDDEN, w->scores, w->keys);
+        dense(e, &layer->attention_out, context, rows, wide, &w->s);
         for (int m = 0; m < rows; m++) {
             float *r = x + (size_t)m * HIDDEN;
             const float *a = wide + (size_t)m * HIDDEN;
             for (int i = 0; i < HIDDEN; i++) r[i] += a[i];
             layer_norm(r, layer->norm1_weight, layer->norm1_bias);
+            quantize(e, r, HIDDEN, &w->s.x, m);
         }
         /* The feed-forward part, FEED_ROWS tokens at a time: their intermediate rows
            (6 KB each) stay in the cache between the product, GELU and the next product. */
         for (int first = 0; first < rows; first += FEED_ROWS) {
             const int count = rows - first < FEED_ROWS ? rows - first : FEED_ROWS;
-            dense(e, &layer->intermediate, x + (size_t)first * HIDDEN, count, wide, &w->s, 1);
-            dense(e, &layer->output, wide, count, context + (size_t)first * HIDDEN, &w->s, 0);
+            const Quantized part = {w->s.x.q + (size_t)first * HIDDEN, w->s.x.scales + first, w->s.x.zeros + first};
+            product(e, &layer->intermediate, &part, count, wide, w->s.sums, 1, &w->s.wide);
+            product(e, &layer->output, &w->s.wide, count, context + (size_t)first * HIDDEN, w->s.sums, 0, NULL);
         }
         for (int m = 0; m < rows; m++) {
             float *r = x + (size_t)m * HIDDEN;
             const float *a = context + (size_t)m * HIDDEN;
             for (int i = 0; i < HIDDEN; i++) r[i] += a[i];
             layer_norm(r, layer->norm2_weight, layer->norm2_bias);
+            if (l + 1 < e->layers) quantize(e, r, HIDDEN, &w->s.x, m); /* the next layer's input */
         }
     }
     /* The mean of each text's token states, unit length. */
@@ -603,25 +828,27 @@ int minilm_embed(const Engine *e, const int32_t *ids, const int32_t *lengths, in
         .x = malloc(sizeof(float) * (size_t)rows * HIDDEN),
         .wide = malloc(sizeof(float) * (size_t)rows * INTERMEDIATE),
         .context = malloc(sizeof(float) * (size_t)rows * HIDDEN),
-        .scores = malloc(sizeof(float) * (size_t)(longest + LANES)),
+        .scores = malloc(sizeof(float) * (size_t)(longest + LANES) * QUERIES),
         .keys = malloc(sizeof(float) * (size_t)(longest + LANES) * HEAD_SIZE),
+        /* Rounded rows padded with zeros to PADDED_ROWS (the AMX kernel reads them). */
         .s =
             {
-                .quantized = malloc((size_t)padded * INTERMEDIATE),
-                .scales = malloc(sizeof(float) * (size_t)rows),
-                .zeros = malloc(sizeof(int32_t) * (size_t)rows),
+                .wide = {calloc((size_t)padded, INTERMEDIATE), malloc(sizeof(float) * (size_t)padded),
+                         malloc(sizeof(int32_t) * (size_t)padded)},
+                .x = {calloc((size_t)padded, HIDDEN), malloc(sizeof(float) * (size_t)padded),
+                      malloc(sizeof(int32_t) * (size_t)padded)},
                 .sums = malloc(sizeof(int32_t) * (size_t)padded * INTERMEDIATE),
             },
     };
     int status = 0;
-    if (!w.x || !w.wide || !w.context || !w.scores || !w.keys || !w.s.quantized || !w.s.scales || !w.s.zeros ||
-        !w.s.sums) {
+    if (!w.x || !w.wide || !w.context || !w.scores || !w.keys || !w.s.wide.q || !w.s.wide.scales ||
+        !w.s.wide.zeros || !w.s.x.q || !w.s.x.scales || !w.s.x.zeros || !w.s.sums) {
         status = -1;
     } else {
 #if HAVE_VNNI_KERNEL
         if (e->kernel >= KERNEL_VNNI)
             forward_vnni(e, ids, lengths, texts, rows, &w, out);
-        else if (e->kernel == KERNEL_AVX2)
+        else if (e->kernel == KERNEL_AVX2 || e->kernel == KERNEL_AVXVNNI)
             forward_avx2(e, ids, lengths, texts, rows, &w, out);
         else
 #endif
@@ -632,9 +859,12 @@ int minilm_embed(const Engine *e, const int32_t *ids, const int32_t *lengths, in
     free(w.context);
     free(w.scores);
     free(w.keys);
-    free(w.s.quantized);
-    free(w.s.scales);
-    free(w.s.zeros);
+    free(w.s.wide.q);
+    free(w.s.wide.scales);
+    free(w.s.wide.zeros);
+    free(w.s.x.q);
+    free(w.s.x.scales);
+    free(w.s.x.zeros);
     free(w.s.sums);
     return status;
 }
@@ -654,19 +884,32 @@ static int amx_usable(void) {
 #endif
 }
 
-/* The best kernel this CPU runs. */
-static int best_kernel(void) {
+/* Whether this CPU (and, for AMX, the operating system) runs `kernel`. */
+static int kernel_runs(int kernel) {
 #if HAVE_VNNI_KERNEL
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma"))
-        return amx_usable() ? KERNEL_AMX : KERNEL_VNNI;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return KERNEL_AVX2;
+    const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    const int avx512 = avx2 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
+                       __builtin_cpu_supports("avx512vl");
+    switch (kernel) {
+    case KERNEL_AMX: return avx512 && amx_usable();
+    case KERNEL_VNNI: return avx512;
+    case KERNEL_AVXVNNI: return avx2 && __builtin_cpu_supports("avxvnni");
+    case KERNEL_AVX2: return avx2;
+    default: break;
+    }
 #endif
+    return kernel == KERNEL_PORTABLE;
+}
+
+/* The best kernel this CPU runs (the fastest first: AMX, AVX-512 VNNI, AVX-VNNI, AVX2). */
+static int best_kernel(void) {
+    for (int kernel = KERNEL_AMX; kernel > KERNEL_PORTABLE; kernel--)
+        if (kernel_runs(kernel)) return kernel;
     return KERNEL_PORTABLE;
 }
 
-/* The kernel in use: "amx", "avx512vnni", "avx2" or "portable". */
+/* The kernel in use: "amx", "avx512vnni", "avxvnni", "avx2" or "portable". */
 const char *minilm_kernel(const Engine *e) { return KERNELS[e->kernel]; }
 
 static void *copy_of(const void *from, size_t size) {
@@ -705,7 +948,7 @@ static int make_dense(const Engine *e, Dense *d, int k, int parts, const int8_t 
                 } else if (e->kernel == KERNEL_VNNI) {
                     int group = j / GROUP, block = j % GROUP / 16, lane = j % 16;
                     place = (((size_t)group * (k / 4) + r / 4) * 4 + block) * 64 + lane * 4 + r % 4;
-                } else if (e->kernel == KERNEL_AVX2) {
+                } else if (e->kernel == KERNEL_AVX2 || e->kernel == KERNEL_AVXVNNI) {
                     int group = j / AVX2_GROUP, block = j % AVX2_GROUP / 8, lane = j % 8;
                     place = (((size_t)group * (k / 4) + r / 4) * 2 + block) * 32 + lane * 4 + r % 4;
                 } else {
@@ -779,7 +1022,7 @@ Engine *minilm_open(const void *const *parts, const int64_t *sizes, int count, i
         int asked = -1;
         for (int k = 0; k < (int)(sizeof KERNELS / sizeof *KERNELS); k++)
             if (!strcmp(kernel, KERNELS[k])) asked = k;
-        if (asked < 0 || asked > e->kernel) FAIL("no kernel %s on this machine (the best: %s)", kernel, KERNELS[e->kernel]);
+        if (asked < 0 || !kernel_runs(asked)) FAIL("no kernel %s on this machine (the best: %s)", kernel, KERNELS[e->kernel]);
         e->kernel = asked;
     }
     e->layers = layers;
