@@ -275,16 +275,13 @@ class Registry:
         assert hook.entry is not None and self.root is not None
         hook.trust_checked = True
         try:
-            found = self._found(hook)
+            found, verdict = self._found(hook)
         except TrustStoreError as exc:
             # Unverifiable is untrusted: the project's hooks stop, the user's still run.
             hook.trusted = False
             if str(exc) not in self.warnings:
                 self.warnings.append(str(exc))
             return
-        verdict = found.verdict
-        if found.paths:
-            verdict = with_scripts(verdict, self.root, found.paths)  # read on every call
         hook.fingerprint, hook.trusted = verdict.fingerprint, verdict.trusted
         checked = {script.path: script for script in verdict.scripts}
         entry, plan, make = found.entry, found.plan, found.make
@@ -323,10 +320,11 @@ class Registry:
             if refused not in self.warnings:
                 self.warnings.append(refused)
 
-    def _found(self, hook: RegisteredHook) -> _Found:
+    def _found(self, hook: RegisteredHook) -> tuple[_Found, TrustVerdict]:
         """What checking the hook finds, from the check kept for it while each look it made
         gives the same answer again, else from a check made now (and kept, when every look
-        it makes can be made again: relay.config.looks)."""
+        it makes can be made again: relay.config.looks); with the verdict of this call, its
+        scripts read (`_read`)."""
         if self._kept is None:
             return self._find(hook)
         assert hook.entry is not None
@@ -334,20 +332,30 @@ class Registry:
         kept = self._kept.get(key)
         if kept is not None and kept[0].same():
             self.kept_used[0] += 1
-            return kept[1]
+            return kept[1], self._read(kept[1])
         with looks.recording() as seen:
-            found = self._find(hook)
+            found, verdict = self._find(hook)
         if seen.unkeepable is None:
             if len(self._kept) >= _KEPT_CHECKS:
                 self._kept.clear()  # bounded: a server must not grow without end
             self._kept[key] = (seen, found)
         else:
             self._kept.pop(key, None)
-        return found
+        return found, verdict
 
-    def _find(self, hook: RegisteredHook) -> _Found:
+    def _read(self, found: _Found) -> TrustVerdict:
+        """The verdict with the scripts the hook runs read whole and checked against their
+        fingerprinted hashes: on every call, never kept (what runs is what this call read,
+        DESIGN §7)."""
+        if not found.paths:
+            return found.verdict
+        assert self.root is not None
+        return with_scripts(found.verdict, self.root, found.paths)
+
+    def _find(self, hook: RegisteredHook) -> tuple[_Found, TrustVerdict]:
         """Check the hook against the trust store and find how its launch runs its
-        scripts: everything of its check but reading the scripts it runs."""
+        scripts: everything of its check but reading the scripts it runs (`_read`, made as
+        soon as they are known, and not part of what a server keeps)."""
         assert hook.entry is not None and self.root is not None
         verdict = check_trust(
             hook.event,
@@ -361,7 +369,7 @@ class Registry:
         entry = entry_script(hook.entry, self.root)
         if not verdict.trusted:
             # An untrusted clone's hooks cost each event no more than the check.
-            return _Found(verdict, entry, None, None, (), None, [], (), None)
+            return _Found(verdict, entry, None, None, (), None, [], (), None), verdict
         plan: ShellPlan | None = None
         make: MakeRun | None = None
         if entry is not None:
@@ -373,6 +381,8 @@ class Registry:
             else:
                 make = make_run(hook.entry, self.root)  # its makefile is read as checked
                 paths = (make.path,) if make is not None else ()
+        found = _Found(verdict, entry, plan, make, paths, None, [], (), None)
+        read = self._read(found)  # as soon as the check has hashed them, as it always did
         module = module_run(hook.entry, self.root)
         by_path = (
             runs_by_path(hook.entry, self.root, plan, verdict.reached) if verdict.reached else []
@@ -384,7 +394,7 @@ class Registry:
         modules = None
         if not modules_among(verdict.hashes):
             modules = Modules(snapshot=snapshot_of(self.root, verdict.hashes), roots=roots)
-        return _Found(verdict, entry, plan, make, paths, module, by_path, roots, modules)
+        return found._replace(module=module, by_path=by_path, roots=roots, modules=modules), read
 
     @property
     def untrusted(self) -> list[RegisteredHook]:
