@@ -388,7 +388,8 @@ class Registry:
             runs_by_path(hook.entry, self.root, plan, verdict.reached) if verdict.reached else []
         )
         project = os.path.abspath(self.root)
-        roots = tuple(dict.fromkeys((project, looks.look(looks.real_path, project))))
+        real = looks.look(looks.resolved, project) or looks.look(looks.real_path, project)
+        roots = tuple(dict.fromkeys((project, real)))
         # A snapshot of no module is a name, no folder: made once. One that copies modules
         # is a folder, looked for (and made) on each call.
         modules = None
