@@ -1699,9 +1699,10 @@ def test_a_kept_plan_is_not_used_in_a_nearer_project_made_between_calls(
 def test_a_project_hooks_trust_and_script_count_on_every_call(
     server: str, project: Path, relay_home: Path
 ) -> None:
-    """A plan that runs a project hook is never kept (its trust and its scripts are not in
-    the key): a script edited, trust revoked or given between two calls counts on the
-    second, while the user's own guard beside it runs all along."""
+    """A plan that runs a project hook is kept, and its trust checked on every call (its
+    trust and its scripts are not in the key): a script edited, trust revoked or given
+    between two calls counts on the second, while the user's own guard beside it runs all
+    along."""
     script = write(
         project / "check.sh", '#!/bin/sh\ncat >/dev/null\necho \'{"systemMessage": "v1"}\'\n'
     )
@@ -1731,7 +1732,7 @@ def test_a_project_hooks_trust_and_script_count_on_every_call(
     revoked = CliRunner().invoke(cli, ["trust", "--revoke", "--cwd", str(project)])
     assert revoked.exit_code == 0, revoked.output
     assert "not trusted" in message()
-    assert used(server) == 0
+    assert used(server) >= 3  # the second call of each pair, from the plan kept
 
 
 def test_a_project_hook_whose_reach_grows_with_its_files_unchanged_is_untrusted_next_call(
@@ -1741,9 +1742,9 @@ def test_a_project_hook_whose_reach_grows_with_its_files_unchanged_is_untrusted_
     where relay looked for what it loads and found nothing counts too. A module made beside
     a trusted Python guard, which imports it if there is one, changes its fingerprint while
     the guard's own file (its device, inode, size, mtime and ctime) and the trust store stay
-    as they were: the next call skips the guard as not trusted. (A plan kept for a project
-    hook and re-validated by the stats of its fingerprint's files and of the trust store
-    alone would run it: hosts.call keeps no plan that asks trust.)"""
+    as they were: the next call skips the guard as not trusted. (A trust check kept and
+    re-validated by the stats of its fingerprint's files and of the trust store alone
+    would run it: a kept check records every look, relay.config.looks.)"""
     script = write(
         project / "check.py",
         "import json\ntry:\n    import helper\nexcept ImportError:\n    helper = None\n"
@@ -1816,3 +1817,201 @@ def test_an_event_with_no_hook_is_kept_too(server: str, project: Path, relay_hom
         reply = served(server, call)
         assert normalized(reply) == normalized(answer_call(call))
     assert used(server) == 2
+
+
+# ---- kept trust checks ---------------------------------------------------------------------
+# A plan with a project hook is kept too, and planned again on each call: the hook's trust is
+# checked on every call, from what the check found the time before (relay.engine.registry
+# keeps it) while every look that check made at the filesystem gives the same answer again
+# (relay.config.looks), and its script is read and checked anew for each run. Each test
+# below changes one kind of thing a check looks at, after calls answered from a kept check,
+# and the very next call answers exactly as the in-process path (which keeps nothing) does.
+
+GUARD_V1 = '#!/bin/sh\ncat >/dev/null\necho \'{"systemMessage": "v1"}\'\n'
+GUARD_V2 = '#!/bin/sh\ncat >/dev/null\necho \'{"systemMessage": "v2"}\'\n'
+
+
+def project_guard(project: Path, command: str = "./check.sh", text: str = GUARD_V1) -> Path:
+    """A trusted project hook `check` on PreToolUse running `command`; its script check.sh."""
+    script = write(project / "check.sh", text)
+    script.chmod(0o755)
+    hooks = [{"hooks": [{"name": "check", "command": command}]}]
+    write(project / ".relay" / "settings.json", {"hooks": {"PreToolUse": hooks}})
+    trust(project)
+    return script
+
+
+def trust(project: Path, *options: str) -> None:
+    done = CliRunner().invoke(cli, ["trust", *(options or ["--yes"]), "--cwd", str(project)])
+    assert done.exit_code == 0, done.output
+
+
+def checks_used(server: str) -> int:
+    """How many trust checks the server answered from a kept check."""
+    figures: dict[str, int] = wait_for_status(server)["trust_checks"]
+    return figures["used"]
+
+
+def said_by_guard(server: str, project: Path) -> str:
+    """The guard call's systemMessage, served; asserted the same as the in-process answer."""
+    call = tool_call(project, "claude", "ls")
+    reply = served(server, call)
+    assert normalized(reply) == normalized(answer_call(call))
+    said: str = json.loads(reply.stdout)["systemMessage"]
+    return said
+
+
+def settled(server: str, project: Path, expected: str) -> None:
+    """Once the files written so far are past the racy window: calls answered `expected`
+    from a kept plan and a kept trust check."""
+    aged()
+    plans, checks = used(server), checks_used(server)
+    for _ in range(3):
+        assert expected in said_by_guard(server, project)
+    assert used(server) >= plans + 2
+    assert checks_used(server) >= checks + 2
+
+
+def test_a_kept_trust_check_sees_a_file_appear_where_the_command_named_one(
+    server: str, project: Path, relay_home: Path
+) -> None:
+    """`./check.sh extra.conf`, no extra.conf when trusted: one made later is in the
+    hook's reach (its fingerprint changes), so the next call skips the hook."""
+    project_guard(project, "./check.sh extra.conf")
+    settled(server, project, "v1")
+    write(project / "extra.conf", "x\n")
+    assert "not trusted" in said_by_guard(server, project)
+
+
+def test_a_kept_trust_check_sees_a_module_appear_beside_a_python_guard(
+    server: str, project: Path, relay_home: Path
+) -> None:
+    """A Python guard that imports `helper` if there is one: a helper.py made beside it
+    (the folder's listing changes) untrusts it on the next call."""
+    write(
+        project / "check.py",
+        "import json\ntry:\n    import helper\nexcept ImportError:\n    helper = None\n"
+        'print(json.dumps({"systemMessage": getattr(helper, "SAID", "v1")}))\n',
+    )
+    hooks = [{"hooks": [{"name": "check", "command": "python3 check.py"}]}]
+    write(project / ".relay" / "settings.json", {"hooks": {"PreToolUse": hooks}})
+    trust(project)
+    settled(server, project, "v1")
+    write(project / "helper.py", 'SAID = "unchecked"\n')
+    said = said_by_guard(server, project)
+    assert "not trusted" in said and "unchecked" not in said
+
+
+def test_a_kept_trust_check_sees_a_folders_listing_change(
+    server: str, project: Path, relay_home: Path
+) -> None:
+    """`./check.sh conf`: every file under conf/ is in the fingerprint; a file added
+    there (nothing else changed) untrusts the hook on the next call, and one taken away
+    again trusts it once more."""
+    write(project / "conf" / "a.txt", "a\n")
+    project_guard(project, "./check.sh conf")
+    settled(server, project, "v1")
+    write(project / "conf" / "b.txt", "b\n")
+    assert "not trusted" in said_by_guard(server, project)
+    (project / "conf" / "b.txt").unlink()
+    assert said_by_guard(server, project) == "v1"
+
+
+def test_a_kept_trust_check_sees_a_symbolic_link_retargeted(
+    server: str, project: Path, relay_home: Path
+) -> None:
+    """check.sh is a link to one script; pointed at another (both written long before),
+    the next call skips the hook as not trusted."""
+    for name, text in (("v1.sh", GUARD_V1), ("v2.sh", GUARD_V2)):
+        write(project / name, text).chmod(0o755)
+    (project / "check.sh").symlink_to("v1.sh")
+    hooks = [{"hooks": [{"name": "check", "command": "./check.sh"}]}]
+    write(project / ".relay" / "settings.json", {"hooks": {"PreToolUse": hooks}})
+    trust(project)
+    settled(server, project, "v1")
+    (project / "check.sh").unlink()
+    (project / "check.sh").symlink_to("v2.sh")
+    said = said_by_guard(server, project)
+    assert "not trusted" in said and "v2" not in said
+
+
+def test_a_kept_trust_check_sees_its_script_edited(
+    server: str, project: Path, relay_home: Path
+) -> None:
+    """The script edited in place, to the same size: skipped as not trusted next call."""
+    script = project_guard(project)
+    settled(server, project, "v1")
+    with open(script, "r+") as stream:
+        stream.write(GUARD_V2)
+    said = said_by_guard(server, project)
+    assert "not trusted" in said and "v2" not in said
+
+
+def test_a_kept_trust_check_sees_its_script_renamed_over(
+    server: str, project: Path, relay_home: Path
+) -> None:
+    """Another script, written long before, renamed over the trusted one: skipped."""
+    script = project_guard(project)
+    write(project / "other.sh", GUARD_V2).chmod(0o755)
+    settled(server, project, "v1")
+    os.replace(project / "other.sh", script)
+    said = said_by_guard(server, project)
+    assert "not trusted" in said and "v2" not in said
+
+
+def test_a_kept_trust_check_sees_trust_revoked_and_given(
+    server: str, project: Path, relay_home: Path
+) -> None:
+    """Trust revoked: the next call skips the hook; an untrusted verdict kept in turn, the
+    hook trusted again: the next call runs it."""
+    project_guard(project)
+    settled(server, project, "v1")
+    trust(project, "--revoke")
+    assert "not trusted" in said_by_guard(server, project)
+    aged()
+    checks = checks_used(server)
+    assert "not trusted" in said_by_guard(server, project)
+    assert "not trusted" in said_by_guard(server, project)
+    assert checks_used(server) >= checks + 2  # the untrusted verdict is kept too
+    trust(project)
+    assert said_by_guard(server, project) == "v1"
+
+
+def test_a_kept_trust_check_sees_an_edited_hook_trusted_again(
+    server: str, project: Path, relay_home: Path
+) -> None:
+    """The script edited (not trusted, and that verdict kept), then `relay trust`: the next
+    call runs the new script."""
+    script = project_guard(project)
+    settled(server, project, "v1")
+    script.write_text(GUARD_V2)
+    aged()
+    checks = checks_used(server)
+    assert "not trusted" in said_by_guard(server, project)
+    assert "not trusted" in said_by_guard(server, project)
+    assert checks_used(server) >= checks + 1
+    trust(project)
+    assert said_by_guard(server, project) == "v2"
+
+
+def test_a_kept_trust_check_sees_the_trust_stores_key_files_change(
+    server: str, project: Path, relay_home: Path
+) -> None:
+    """The hook's key file rewritten without its fingerprint: skipped next call. Its
+    fingerprint then recorded in the store's keyless file (`keys/_.json`, which did not
+    exist): trusted next call."""
+    project_guard(project)
+    settled(server, project, "v1")
+    store = TrustStore(state_file("trust.json"))
+    keys = [path for path in store.folder.rglob("keys/*.json") if path.name != "_.json"]
+    assert len(keys) == 1, keys
+    records = json.loads(keys[0].read_text())
+    (fingerprint,) = records
+    keys[0].write_text(json.dumps({"0" * 64: records[fingerprint]}))
+    assert "not trusted" in said_by_guard(server, project)
+    aged()
+    checks = checks_used(server)
+    assert "not trusted" in said_by_guard(server, project)
+    assert checks_used(server) > checks
+    store.trust(project, [(fingerprint, "check")])
+    assert said_by_guard(server, project) == "v1"

@@ -45,7 +45,7 @@ from pathlib import Path
 
 import msgspec
 
-from relay.config import sources
+from relay.config import looks, sources
 from relay.config.filecache import RACY_SECONDS, Identity, identity_of
 from relay.config.model import HookEntry
 from relay.config.paths import shared_temporary
@@ -565,7 +565,7 @@ class _CommandReader:
         if not word or "\0" in word:
             return
         if word.startswith("~"):
-            word = os.path.expanduser(word)
+            word = _home(word)
         magic = bool(_GLOB_MAGIC.search(word))
         bases = [Path("/")] if os.path.isabs(word) else self.bases
         for base in bases:
@@ -679,7 +679,7 @@ class _CommandReader:
             return  # stdin: relay writes the event there, not code
         bases = [Path("/")] if os.path.isabs(word) else self.bases
         for base in bases:
-            candidate = Path(base, os.path.expanduser(word))
+            candidate = Path(base, _home(word))
             if _exists(candidate) and not _is_folder(candidate):
                 self.source_file(candidate, language, depth=0, script=True)
 
@@ -753,7 +753,7 @@ class _CommandReader:
             self.state.unpinned(name, "too large for relay to read", os.path.dirname(name))
             return
         rule = LANGUAGES[language]
-        folder = Path(os.path.dirname(os.path.realpath(path)))
+        folder = Path(os.path.dirname(looks.look(looks.real_path, str(path))))
         if script and rule.module_folders == "script":
             self.add_module_folder(language, folder)  # a script's folder is on sys.path
         loads = _read_source(rule, language, text, path, self.known)
@@ -895,11 +895,8 @@ class _CommandReader:
     def _listing(self, folder: Path, inside: str) -> list[tuple[str, bool]]:
         listing = self.state.listings.get(inside)
         if listing is None:
-            try:
-                with os.scandir(folder) as entries:
-                    listing = [(entry.name, _entry_is_folder(entry)) for entry in entries]
-            except OSError:
-                listing = []
+            listed = looks.look(looks.listing, str(folder), True)
+            listing = list(listed) if isinstance(listed, tuple) else []
             self.state.listings[inside] = listing
         return listing
 
@@ -921,7 +918,7 @@ class _CommandReader:
     def _environment(self, rule: EnvironmentRule, name: str, value: str, place: str) -> None:
         if rule.kind == "folders":
             for part in value.split(os.pathsep):
-                folder = Path(self.cwd, os.path.expanduser(part or "."))  # "" is the cwd
+                folder = Path(self.cwd, _home(part or "."))  # "" is the cwd
                 if _is_folder(folder):
                     _add_match(
                         self.plan, self.plan.files, self.root, folder, f"{part or '.'} on {name}"
@@ -932,7 +929,7 @@ class _CommandReader:
             for part in re.split(r"[:\s]+", value):
                 if part:
                     self.path_word(part, code=False)
-                    candidate = Path(self.cwd, os.path.expanduser(part))
+                    candidate = Path(self.cwd, _home(part))
                     if _exists(candidate) and not _is_folder(candidate):
                         self.source_file(candidate, rule.language, depth=0)
         else:
@@ -1223,12 +1220,15 @@ def _source_text(path: Path) -> str | None:
     without blocking: a FIFO put there never hangs relay."""
     import stat
 
+    name = str(path)
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except (OSError, ValueError):
+    except (OSError, ValueError) as exc:
+        looks.noted(looks.identity, (name,), looks.failure(exc))  # absent, or unreadable
         return None
     try:
         status = os.fstat(descriptor)
+        looks.noted(looks.identity, (name,), looks.of_status(status))  # the file read
         if not stat.S_ISREG(status.st_mode):
             return None
         identity = identity_of(status)
@@ -1241,6 +1241,7 @@ def _source_text(path: Path) -> str | None:
             chunks.append(chunk)
             size += len(chunk)
     except OSError:
+        looks.unkeepable("a file it read could not be read whole")
         return None
     finally:
         os.close(descriptor)
@@ -1279,13 +1280,6 @@ def _package_folder(cwd: Path, state: _ReachState) -> Path:
     return cwd
 
 
-def _entry_is_folder(entry: os.DirEntry[str]) -> bool:
-    try:
-        return entry.is_dir()
-    except OSError:
-        return False
-
-
 def _ignored_reach(root: Path, tree: Iterable[str]) -> list[Unpinned]:
     """When the reach is the project's tree in a git work tree: the git-ignored files an
     expansion may name, which the tree leaves out (Python's checked bytecode caches
@@ -1315,11 +1309,11 @@ def _only_checked_caches(root: Path, name: str) -> bool:
     (Python rewrites them as hooks run; they run nothing their source does not say)."""
     if os.path.basename(name.rstrip("/")) != "__pycache__":
         return False
-    try:
-        with os.scandir(root / name) as entries:
-            return not any(_is_code_cache_entry(Path(entry.path)) for entry in entries)
-    except OSError:
+    folder = os.path.join(root, name)
+    listed = looks.look(looks.listing, folder, False)
+    if not isinstance(listed, tuple):
         return False
+    return not any(_is_code_cache_entry(Path(folder, entry)) for entry, _ in listed)
 
 
 def _add_match(plan: Plan, found: set[str], root: Path, path: Path, word: str) -> None:
@@ -1358,8 +1352,16 @@ def _check_size(found: set[str], where: str) -> None:
         raise _TooManyFiles(where)
 
 
-def _glob(pattern: str, base: str) -> list[str]:
-    """sh's matches of a glob (hidden files only when named), at most MAX_FILES + 1."""
+def _glob(pattern: str, base: str) -> tuple[str, ...]:
+    """sh's matches of a glob (hidden files only when named), at most MAX_FILES."""
+    matches = looks.look(_glob_matches, pattern, base)
+    if len(matches) > MAX_FILES:
+        raise _TooManyFiles(f"the glob {pattern}")
+    return matches
+
+
+def _glob_matches(pattern: str, base: str) -> tuple[str, ...]:
+    """A glob's matches (at most MAX_FILES + 1), in the order found: a look (relay.config.looks)."""
     import glob  # only for a command with a glob
 
     matches: list[str] = []
@@ -1367,10 +1369,10 @@ def _glob(pattern: str, base: str) -> list[str]:
         for match in glob.iglob(pattern, root_dir=base):
             matches.append(match)
             if len(matches) > MAX_FILES:
-                raise _TooManyFiles(f"the glob {pattern}")
+                break
     except (OSError, ValueError, RecursionError):
         pass  # an unreadable folder matches nothing, for sh as for us
-    return matches
+    return tuple(matches)
 
 
 def _tree_files(root: Path) -> list[str]:
@@ -1381,7 +1383,7 @@ def _tree_files(root: Path) -> list[str]:
         return _walk(root, ".")
     # git lists an untracked nested repository as "name/", a submodule as its bare path:
     # those are walked. Without .gitmodules there is no submodule, and no stat per file.
-    submodules = os.path.exists(root / ".gitmodules")
+    submodules = isinstance(looks.look(looks.identity, str(root / ".gitmodules")), tuple)
     names: list[str] = []
     for name in listed:
         if name.endswith("/") or (submodules and _is_folder(root / name)):
@@ -1413,8 +1415,12 @@ def _git_files(root: Path, folder: str = ".", *, ignored: bool = False) -> list[
     """`git ls-files` of tracked and untracked, not ignored files under `folder` (with
     `ignored`: the ignored ones instead, a wholly ignored folder as "name/"); None when
     git is missing, fails, or the project is not in a work tree."""
-    if not os.path.exists(root / ".git") and not _inside_work_tree(root):
+    if not isinstance(looks.look(looks.identity, str(root / ".git")), tuple) and not (
+        _inside_work_tree(root)
+    ):
         return None
+    # git's listing is not looked again cheaply: a check that makes it is not kept.
+    looks.unkeepable("it lists files with git")
     import subprocess  # only to list a tree: its import costs a hook event 4 ms
 
     # Nothing of the repository's own config may run a program (core.fsmonitor names
@@ -1453,7 +1459,9 @@ def _inside_work_tree(root: Path) -> bool:
     """Whether an ancestor of root holds `.git` (root is a folder of a larger repository);
     a shared temporary folder's does not count (as for find_project_root)."""
     return any(
-        os.path.exists(parent / ".git") and not shared_temporary(parent) for parent in root.parents
+        isinstance(looks.look(looks.identity, str(parent / ".git")), tuple)
+        and not looks.look(shared_temporary, str(parent))
+        for parent in root.parents
     )
 
 
@@ -1464,23 +1472,17 @@ def _walk(root: Path, folder: str) -> list[str]:
     pending = [folder]
     while pending:
         current = pending.pop()
-        try:
-            with os.scandir(root / current) as entries:
-                listed = list(entries)
-        except OSError:
+        listed = looks.look(looks.listing, os.path.join(root, current), False)
+        if not isinstance(listed, tuple):
             names.append(current)  # unreadable: fingerprinted as such
             continue
-        for entry in listed:
-            name = entry.name if current == "." else f"{current}/{entry.name}"
-            if entry.name == ".git":
+        for entry, is_folder in listed:
+            name = entry if current == "." else f"{current}/{entry}"
+            if entry == ".git":
                 continue
-            try:
-                is_folder = entry.is_dir(follow_symlinks=False)
-            except OSError:
-                is_folder = False
             if is_folder:
                 pending.append(name)
-            elif "__pycache__" not in name or _is_code_cache_entry(Path(entry.path)):
+            elif "__pycache__" not in name or _is_code_cache_entry(Path(root, name)):
                 names.append(name)
             if len(names) > MAX_FILES:
                 raise _TooManyFiles(f"the folder {folder}")
@@ -1498,6 +1500,11 @@ def _is_code_cache_entry(path: Path) -> bool:
     """
     if path.suffix != ".pyc":
         return True
+    return looks.look(_unchecked_code_cache, str(path))
+
+
+def _unchecked_code_cache(path: str) -> bool:
+    """Whether a `.pyc` file is one Python runs unchecked (or cannot be read): a look."""
     try:
         with open(path, "rb") as stream:
             header = stream.read(8)
@@ -1623,7 +1630,7 @@ def _hook_cwd(entry: HookEntry, root: Path) -> Path:
     if not entry.cwd:
         return root
     project_only = {name: str(root) for name in PROJECT_VARIABLES}
-    cwd = os.path.expanduser(_substitute(entry.cwd, project_only))
+    cwd = _home(_substitute(entry.cwd, project_only))
     return Path(os.path.normpath(root / cwd))  # an absolute cwd replaces root
 
 
@@ -1645,22 +1652,25 @@ def _holds(folder: Path, real_root: Path) -> bool:
     return real is not None and real != real_root and real_root.is_relative_to(real)
 
 
+# Every look at the filesystem above goes through relay.config.looks (a kept trust check is
+# used only while each gives the same answer again); tests/test_trust_looks.py checks that
+# this module makes no other.
+
+
+def _home(word: str) -> str:
+    """`~` and `~user` expanded (the user database is looked at: a look)."""
+    return looks.look(os.path.expanduser, word) if word.startswith("~") else word
+
+
 def _resolved(path: Path) -> Path | None:
-    try:
-        return path.resolve()
-    except (OSError, RuntimeError, ValueError):  # a symlink loop, a NUL byte
-        return None
+    """Where `path` leads (None: a symlink loop, a NUL byte)."""
+    real = looks.look(looks.resolved, str(path))
+    return Path(real) if real is not None else None
 
 
 def _exists(path: Path) -> bool:
-    try:
-        return os.path.lexists(path)
-    except (OSError, ValueError):  # a name too long, or with a NUL byte
-        return False
+    return looks.look(looks.exists, str(path))
 
 
 def _is_folder(path: Path) -> bool:
-    try:
-        return path.is_dir()
-    except (OSError, ValueError):
-        return False
+    return looks.look(looks.is_folder, str(path))

@@ -16,6 +16,7 @@ snapshot, checked against the copy as usual).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from collections.abc import Mapping
@@ -40,16 +41,14 @@ def snapshot_of(root: Path, hashes: Mapping[str, str]) -> str:
     """The folder holding the checked copies of the project's modules among `hashes`
     (path relative to root -> sha256 from the trusted fingerprint), laid out as in the
     project; made on first use. Raises SnapshotError or OSError."""
-    chosen = sorted(
-        (name, digest)
-        for name, digest in hashes.items()
-        if digest and name.endswith(MODULE_SUFFIXES)
-    )
+    chosen = modules_among(hashes)
+    if not chosen:
+        return _no_snapshot(*_state_values())  # a folder that need not exist serves nothing
     key = hashlib.sha256(msgspec.json.encode(chosen)).hexdigest()[:32]
-    top = state_dir() / "pinned"
+    top = _state_folder() / "pinned"
     folder = top / key
-    if not chosen or os.path.isdir(folder):
-        return str(folder)  # none to copy: a folder that need not exist serves nothing
+    if os.path.isdir(folder):
+        return str(folder)
     import tempfile  # only when a snapshot is made
 
     private_dir(top)
@@ -72,6 +71,39 @@ def snapshot_of(root: Path, hashes: Mapping[str, str]) -> str:
         raise
     _forget_old(top)
     return str(folder)
+
+
+def modules_among(hashes: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The files among `hashes` a snapshot copies (name, sha256), sorted: none, and the
+    snapshot is a folder that need not exist, named without looking at the filesystem."""
+    return sorted(
+        (name, digest)
+        for name, digest in hashes.items()
+        if digest and name.endswith(MODULE_SUFFIXES)
+    )
+
+
+def _state_folder() -> Path:
+    """state_dir() of this process, from the variables it depends on (kept per their values:
+    a server takes a snapshot for every call of a trusted hook)."""
+    values = {
+        name: value for name, value in zip(_STATE_VARIABLES, _state_values(), strict=True) if value
+    }
+    return state_dir(values) if "HOME" in values else state_dir()
+
+
+def _state_values() -> tuple[str | None, ...]:
+    return tuple(map(os.environ.get, _STATE_VARIABLES))
+
+
+@functools.lru_cache(maxsize=16)
+def _no_snapshot(*values: str | None) -> str:
+    """The snapshot folder of no file, for these values of _STATE_VARIABLES."""
+    key = hashlib.sha256(msgspec.json.encode([])).hexdigest()[:32]
+    return str(_state_folder() / "pinned" / key)
+
+
+_STATE_VARIABLES = ("RELAY_HOME", "HOME", "XDG_STATE_HOME")
 
 
 def _copy_checked(source: Path, target: Path, digest: str) -> None:

@@ -13,6 +13,7 @@ from typing import TypeVar
 
 import msgspec
 
+from relay.config import looks
 from relay.config.filecache import RACY_SECONDS, FileCache, identity_of
 from relay.config.model import DEFAULT_TIMEOUT, HookEntry, LoadedSettings
 from relay.config.paths import private_dir, state_dir
@@ -275,33 +276,39 @@ def check_trust(
 
 
 def _with_scripts(assessed: HookFingerprint, root: Path, paths: Sequence[str]) -> TrustVerdict:
-    """The verdict on a trusted hook with its scripts read: trusted with those bytes when
-    each hashes to the hash its fingerprint holds, else not trusted (a file changed since
-    it was hashed, or cannot be read): running it by path would run whatever is there by
-    then."""
     assert assessed.digest is not None
+    verdict = TrustVerdict(
+        fingerprint=assessed.digest,
+        trusted=True,
+        reached=tuple(assessed.files),
+        hashes=_hashes(assessed),
+    )
+    return with_scripts(verdict, root, paths)
+
+
+def with_scripts(verdict: TrustVerdict, root: Path, paths: Sequence[str]) -> TrustVerdict:
+    """A trusted verdict (check_trust's without `scripts`) with the hook's scripts read:
+    trusted with those bytes when each hashes to the hash its fingerprint holds, else not
+    trusted (a file changed since it was hashed, or cannot be read): running it by path
+    would run whatever is there by then. Reads each script on every call: what runs is
+    what this call read (DESIGN §7)."""
     prefix = os.path.join(os.path.abspath(root), "")
+    reached = set(verdict.reached)
     checked: list[CheckedScript] = []
     for path in paths:
         name = _name_under(path, prefix)
         if name is None:
             continue  # not a project file
-        hashed = assessed.files.get(name)
+        hashed = verdict.hashes.get(name, "") if name in reached else None
         if hashed is None and os.path.lexists(path):
             continue  # not in its reach
         state, script = _read_whole(prefix + name)
-        if script is None or hashed is None or state.sha256 != hashed.sha256:
+        if script is None or hashed is None or state.sha256 != hashed:
             reason = "it changed while it was checked" if script is not None else state.note
             refusal = f"its script {name} cannot be run as checked ({reason})"
-            return TrustVerdict(fingerprint=assessed.digest, trusted=False, refusal=refusal)
+            return TrustVerdict(fingerprint=verdict.fingerprint, trusted=False, refusal=refusal)
         checked.append(script)
-    return TrustVerdict(
-        fingerprint=assessed.digest,
-        trusted=True,
-        scripts=tuple(checked),
-        reached=tuple(assessed.files),
-        hashes=_hashes(assessed),
-    )
+    return msgspec.structs.replace(verdict, scripts=tuple(checked))
 
 
 def _hashes(assessed: HookFingerprint) -> dict[str, str]:
@@ -546,12 +553,14 @@ class TrustStore:
         try:
             with open(name, "rb") as stream:
                 status = os.fstat(stream.fileno())
+                looks.noted(looks.identity, (name,), looks.of_status(status))
                 signature = (status.st_ino, status.st_size, status.st_mtime_ns)
                 cached = self._files.get(name)
                 if cached is not None and cached[0] == signature and not fresh:
                     return cached[1]
                 raw = stream.read()
-        except FileNotFoundError:
+        except FileNotFoundError as exc:
+            looks.noted(looks.identity, (name,), looks.failure(exc))
             return {}
         except OSError as exc:
             raise self._error("cannot read the trust store", exc, path) from None
@@ -565,12 +574,16 @@ class TrustStore:
 
     def _by_key(self, project: Path, *, fresh: bool = False) -> dict[str, Records]:
         """Every key file of a project: key -> records (copies when `fresh`)."""
-        try:
-            names = sorted(os.listdir(project / "keys"))
-        except FileNotFoundError:
-            return {}
-        except OSError as exc:
-            raise self._error("cannot read the trust store", exc, project / "keys") from None
+        listed = looks.look(looks.names, str(project / "keys"))
+        if isinstance(listed, str):
+            try:
+                names = sorted(os.listdir(project / "keys"))  # why it cannot be listed
+            except FileNotFoundError:
+                return {}
+            except OSError as exc:
+                raise self._error("cannot read the trust store", exc, project / "keys") from None
+        else:
+            names = list(listed)
         by_key: dict[str, Records] = {}
         for name in names:
             key, suffix = os.path.splitext(name)
@@ -622,12 +635,18 @@ class TrustStore:
             return None
         try:
             with path.open("rb") as stream:
-                identity = identity_of(os.fstat(stream.fileno()))
+                status = os.fstat(stream.fileno())
+                looks.noted(looks.identity, (str(path),), looks.of_status(status))
+                identity = identity_of(status)
                 cached = self._manifests.get(str(path))
                 if cached is not None and cached[0] == identity:
                     return cached[1]
                 manifest = _MANIFEST_DECODER.decode(stream.read())
-        except (OSError, msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        except (OSError, msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
+            if isinstance(exc, OSError):
+                looks.noted(looks.identity, (str(path),), looks.failure(exc))
+            else:
+                looks.unkeepable("a manifest of the trust store cannot be read")
             return None
         if len(self._manifests) >= 256:
             self._manifests.clear()  # bounded: a server must not grow without end
@@ -683,7 +702,7 @@ class TrustStore:
     def _migrate(self) -> None:
         """Move an older relay's trust.json (and its trust-files/) into the folder layout,
         once; a corrupt one is an error naming it, and is never overwritten."""
-        if not os.path.lexists(self.path):
+        if not looks.look(looks.exists, str(self.path)):
             return
         with self._locked():
             try:
@@ -799,7 +818,7 @@ def _write_atomically(path: Path, content: bytes) -> None:
 
 
 def _project_key(root: Path) -> str:
-    return str(Path(root).resolve())
+    return looks.look(looks.resolved, str(root)) or str(Path(root).resolve())
 
 
 _BEHAVIOUR_DEFAULTS: dict[str, object] = {
@@ -854,14 +873,18 @@ def _file_state(
     None when nothing is there."""
     try:
         status = os.stat(path)
-    except FileNotFoundError:
-        if os.path.islink(path):  # a dangling link: a file may appear at its target
+    except FileNotFoundError as exc:
+        looks.noted(looks.identity, (path,), looks.failure(exc))
+        if looks.look(looks.is_link, path):  # a dangling link: a file may appear at its target
             return FileState(note=f"symbolic link to {_link_target(path)} (nothing there)")
         return None
     except (OSError, ValueError) as exc:  # a symlink loop, a parent we may not enter
+        looks.noted(looks.identity, (path,), looks.failure(exc))
         return FileState(note=f"unreadable: {_reason(exc)}")
+    # What a kept check stands on (relay.config.looks): the identity its hash is of.
+    looks.noted(looks.identity, (path,), looks.of_status(status))
     if stat.S_ISDIR(status.st_mode):
-        if os.path.islink(path):  # not followed by the walk: no loops
+        if looks.look(looks.is_link, path):  # not followed by the walk: no loops
             return FileState(note=f"symbolic link to {_link_target(path)}")
         return FileState(note="folder relay cannot list")
     if not stat.S_ISREG(status.st_mode):
@@ -954,9 +977,10 @@ def _read_whole(path: str) -> tuple[FileState, CheckedScript | None]:
                 ), None
         # Through the descriptor: the permission (and the mount's noexec) of the file read,
         # not of whatever the path names by now; its mode bits where /proc is missing.
-        link = f"/proc/self/fd/{descriptor}"
         executable = (
-            os.access(link, os.X_OK) if os.path.exists(link) else bool(status.st_mode & 0o111)
+            os.access(f"/proc/self/fd/{descriptor}", os.X_OK)
+            if _PROC
+            else bool(status.st_mode & 0o111)
         )
     except OSError as exc:
         return FileState(note=f"unreadable: {_reason(exc)}"), None
@@ -972,6 +996,10 @@ def _read_whole(path: str) -> tuple[FileState, CheckedScript | None]:
         text=len(data) <= COPY_LIMIT and _is_text(data),
     )
     return state, CheckedScript(path=path, text=data, executable=executable)
+
+
+_PROC = os.path.isdir("/proc/self/fd")
+"""Whether a descriptor's path is in /proc (its permission is then asked through it)."""
 
 
 def _name_under(path: str, prefix: str) -> str | None:
@@ -991,9 +1019,14 @@ def _is_text(data: bytes) -> bool:
 
 
 def _link_target(path: str) -> str:
+    return looks.look(_readlink, path)
+
+
+def _readlink(path: str) -> str:
+    """What a symbolic link says, or why it cannot be read: a look (relay.config.looks)."""
     try:
         return os.readlink(path)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:
         return f"(unreadable: {_reason(exc)})"
 
 

@@ -49,7 +49,7 @@ from typing import Literal, NamedTuple
 
 import msgspec
 
-from relay.config import reach
+from relay.config import looks, reach
 from relay.config.model import HookEntry
 from relay.engine import shellwords
 from relay.engine.command import PROJECT_VARS, Launch, prepare_launch, substitute_project_vars
@@ -355,7 +355,8 @@ def entry_script(entry: HookEntry, root: Path) -> EntryScript | None:
 def _working_directory(entry: HookEntry, project: str, project_vars: Mapping[str, str]) -> str:
     if not entry.cwd:
         return project
-    cwd = os.path.expanduser(substitute_project_vars(entry.cwd, project_vars))
+    cwd = substitute_project_vars(entry.cwd, project_vars)
+    cwd = looks.look(os.path.expanduser, cwd) if cwd.startswith("~") else cwd
     return str(Path(project, cwd))
 
 
@@ -597,10 +598,9 @@ def _module_run(argv: Sequence[str], cwd: str, root: str) -> ModuleRun | None:
         return None
     module = argv[index + 1]
     top = module.partition(".")[0]
-    try:
-        entries = os.listdir(cwd)
-    except OSError:
-        return None
+    entries = looks.look(looks.names, cwd)
+    if isinstance(entries, str):
+        return None  # cannot be listed
     inside = os.path.join(os.path.abspath(cwd), "").startswith(os.path.join(root, ""))
     if not inside or not any(entry == top or entry.startswith(top + ".") for entry in entries):
         return None  # not a module of the project (`-m pytest`): nothing of it to pin
@@ -623,10 +623,10 @@ def _runs_project_module(words: Sequence[str], cwd: str | None, root: str) -> bo
         if not os.path.join(folder, "").startswith(root):
             return False
         top = module.partition(".")[0]
-        try:
-            return any(entry == top or entry.startswith(top + ".") for entry in os.listdir(folder))
-        except OSError:
-            return False
+        entries = looks.look(looks.names, folder)
+        return not isinstance(entries, str) and any(
+            entry == top or entry.startswith(top + ".") for entry in entries
+        )
     return False
 
 
@@ -679,7 +679,7 @@ def _make_run(argv: Sequence[str], cwd: str, root: str) -> MakeRun | None:
             return None  # it names its makefile or folder: relay does not pin that form
     for name in _MAKEFILES:
         path = os.path.abspath(os.path.join(cwd, name))
-        if os.path.lexists(path):
+        if looks.look(looks.exists, path):
             inside = path.startswith(os.path.join(root, ""))
             return MakeRun(word=program, path=path) if inside else None
     return None
@@ -692,8 +692,14 @@ def _pinnable_make(make: MakeRun, reached: Collection[str], root: str) -> bool:
     name = os.path.relpath(make.path, root)
     if set(reached) - {name}:
         return False
+    return looks.look(_reads_no_makefile_again, make.path)
+
+
+def _reads_no_makefile_again(path: str) -> bool:
+    """Whether a makefile can be read and makes make read no makefile again: a look
+    (relay.config.looks)."""
     try:
-        with open(make.path, "rb") as stream:
+        with open(path, "rb") as stream:
             text = stream.read(1 << 20)
     except OSError:
         return False
@@ -981,7 +987,7 @@ class _ShellPlanner:
             )
             self.by_path.append((word.value, why))
             return name
-        if not os.path.lexists(path):
+        if not looks.look(looks.exists, path):
             # `test -x hooks/opt.sh && ./hooks/opt.sh`: nothing to pin (nor in the
             # fingerprint); a file that appears later untrusts the hook at its next check.
             why = "it does not exist when checked (to pin it: create it, or take it out of the command)"

@@ -6,10 +6,11 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
+from relay.config import looks
 from relay.config.discovery import SettingsSet
 from relay.config.matcher import Matcher
 from relay.config.model import (
@@ -22,18 +23,22 @@ from relay.config.model import (
     Scope,
     Settings,
 )
-from relay.config.snapshot import SnapshotError, snapshot_of
+from relay.config.snapshot import SnapshotError, modules_among, snapshot_of
 from relay.config.trust import (
     CheckedScript,
     DigestCache,
     TrustStore,
     TrustStoreError,
+    TrustVerdict,
     check_trust,
+    with_scripts,
 )
 from relay.engine.interpreters import (
+    EntryScript,
     MakePin,
     MakeRun,
     ModulePin,
+    ModuleRun,
     Modules,
     Pin,
     ShellPin,
@@ -141,6 +146,7 @@ class Registry:
         runtime: Sequence[RegisteredHook] = (),
         trust: TrustStore | None = None,
         digests: DigestCache | None = None,
+        keep_checks: bool = False,
     ) -> None:
         self.root = settings.root
         self.warnings: list[str] = []
@@ -166,6 +172,13 @@ class Registry:
         self._checked: dict[int, RegisteredHook] | None = None
         """A view's own trust answers, by the shared hook's id (None: answers are kept on
         the hooks themselves)."""
+        self._kept: dict[tuple[object, ...], tuple[looks.Looks, _Found]] | None = (
+            {} if keep_checks else None
+        )
+        """relay serve's trust checks, shared by the views: what each found, with the
+        looks it made (relay.config.looks), used while every look gives the same answer."""
+        self.kept_used = [0]
+        """How many checks a kept one answered (shared by the views)."""
         self._warn_about_settings()
 
     def view(self) -> Registry:
@@ -227,6 +240,24 @@ class Registry:
         self._check_trust(hook)
         return hook.trusted
 
+    def trust_asked(self, canonical: str) -> list[tuple[RegisteredHook, RegisteredHook]]:
+        """A view's project hooks of an event whose trust it checked: (the shared hook,
+        this view's copy with its answer), in plan order ([] for a registry that is not a
+        view)."""
+        if self._checked is None:
+            return []
+        asked = []
+        for hook in self._index.get(canonical, ()):
+            copy = self._checked.get(id(hook)) if hook.needs_trust else None
+            if copy is not None and copy.trust_checked:
+                asked.append((hook, copy))
+        return asked
+
+    def checked(self, hook: RegisteredHook) -> RegisteredHook:
+        """A view's copy of a shared project hook, its trust checked for this call."""
+        self.is_trusted(hook)
+        return self._own(hook)
+
     def _own(self, hook: RegisteredHook) -> RegisteredHook:
         """A view's copy of a shared hook (the copy itself when given one)."""
         assert self._checked is not None
@@ -237,78 +268,134 @@ class Registry:
         return copy
 
     def _check_trust(self, hook: RegisteredHook) -> None:
+        """Check a project hook's trust: what the check finds (its verdict without its
+        scripts' bytes, how its launch runs them), kept by a server while every look it
+        made gives the same answer (`_found`); then, on every call, its scripts read and
+        checked against their fingerprinted hashes, and its pin made from those bytes."""
         assert hook.entry is not None and self.root is not None
         hook.trust_checked = True
-        entry = entry_script(hook.entry, self.root)
-        plans: list[ShellPlan | None] = []
-
-        makes: list[MakeRun | None] = []
-
-        def scripts() -> list[str]:
-            # A shell command is read for its scripts only once the store trusts the hook:
-            # an untrusted clone's hooks cost each event no more than before.
-            if entry is not None:
-                return [entry.path]
-            assert hook.entry is not None and self.root is not None
-            plans.append(shell_plan(hook.entry, self.root))
-            if plans[0] is not None:
-                return plans[0].paths()
-            makes.append(make_run(hook.entry, self.root))  # its makefile is read as checked
-            return [makes[0].path] if makes[0] is not None else []
-
         try:
-            verdict = check_trust(
-                hook.event,
-                hook.matcher.text,
-                hook.entry,
-                self.root,
-                scripts=scripts,
-                store=self._trust,
-                digests=self._digests,
-                sequential=hook.sequential,
-            )
-            hook.fingerprint, hook.trusted = verdict.fingerprint, verdict.trusted
-            checked = {script.path: script for script in verdict.scripts}
-            if entry is not None and entry.path in checked:
-                script = checked[entry.path]
-                hook.pin = Pin(
-                    word=entry.word,
-                    path=script.path,
-                    text=script.text,
-                    executable=script.executable,
-                    program=entry.program,
-                )
-            elif plans and plans[0] is not None and verdict.trusted:
-                hook.pin = _shell_pin(plans[0], checked)
-            elif makes and makes[0] is not None and makes[0].path in checked:
-                make = checked[makes[0].path]
-                hook.pin = MakePin(word=makes[0].word, path=make.path, text=make.text)
-            elif verdict.trusted and (run := module_run(hook.entry, self.root)) is not None:
-                hook.pin = ModulePin(word=run.word, module=run.module)
-            refusal = verdict.refusal
-            if verdict.trusted and verdict.reached:
-                # What it would run by path: a file swapped in after the check would run.
-                by_path = runs_by_path(
-                    hook.entry, self.root, plans[0] if plans else None, verdict.reached
-                )
-                if by_path:
-                    hook.trusted, hook.pin, refusal = False, None, refusal_of(by_path)
-            if hook.pin is not None:
-                try:
-                    hook.pin = _with_modules(hook.pin, self.root, verdict.hashes)
-                except (SnapshotError, OSError) as exc:
-                    hook.trusted, hook.pin = False, None
-                    refusal = f"its modules cannot be copied as checked ({exc})"
-            hook.refusal = refusal
-            if refusal is not None:
-                refused = f"project hook {hook.name} cannot be trusted: {refusal}"
-                if refused not in self.warnings:
-                    self.warnings.append(refused)
+            found, verdict = self._found(hook)
         except TrustStoreError as exc:
             # Unverifiable is untrusted: the project's hooks stop, the user's still run.
             hook.trusted = False
             if str(exc) not in self.warnings:
                 self.warnings.append(str(exc))
+            return
+        hook.fingerprint, hook.trusted = verdict.fingerprint, verdict.trusted
+        checked = {script.path: script for script in verdict.scripts}
+        entry, plan, make = found.entry, found.plan, found.make
+        if entry is not None and entry.path in checked:
+            script = checked[entry.path]
+            hook.pin = Pin(
+                word=entry.word,
+                path=script.path,
+                text=script.text,
+                executable=script.executable,
+                program=entry.program,
+            )
+        elif plan is not None and verdict.trusted:
+            hook.pin = _shell_pin(plan, checked)
+        elif make is not None and make.path in checked:
+            made = checked[make.path]
+            hook.pin = MakePin(word=make.word, path=made.path, text=made.text)
+        elif verdict.trusted and found.module is not None:
+            hook.pin = ModulePin(word=found.module.word, module=found.module.module)
+        refusal = verdict.refusal
+        if verdict.trusted and verdict.reached and found.by_path:
+            # What it would run by path: a file swapped in after the check would run.
+            hook.trusted, hook.pin, refusal = False, None, refusal_of(found.by_path)
+        if hook.pin is not None:
+            try:
+                modules = found.modules or Modules(
+                    snapshot=snapshot_of(self.root, verdict.hashes), roots=found.roots
+                )
+                hook.pin = msgspec.structs.replace(hook.pin, modules=modules)
+            except (SnapshotError, OSError) as exc:
+                hook.trusted, hook.pin = False, None
+                refusal = f"its modules cannot be copied as checked ({exc})"
+        hook.refusal = refusal
+        if refusal is not None:
+            refused = f"project hook {hook.name} cannot be trusted: {refusal}"
+            if refused not in self.warnings:
+                self.warnings.append(refused)
+
+    def _found(self, hook: RegisteredHook) -> tuple[_Found, TrustVerdict]:
+        """What checking the hook finds, from the check kept for it while each look it made
+        gives the same answer again, else from a check made now (and kept, when every look
+        it makes can be made again: relay.config.looks); with the verdict of this call, its
+        scripts read (`_read`)."""
+        if self._kept is None:
+            return self._find(hook)
+        assert hook.entry is not None
+        key = (id(hook.entry), hook.event, hook.matcher.text, hook.sequential)
+        kept = self._kept.get(key)
+        if kept is not None and kept[0].same():
+            self.kept_used[0] += 1
+            return kept[1], self._read(kept[1])
+        with looks.recording() as seen:
+            found, verdict = self._find(hook)
+        if seen.unkeepable is None:
+            if len(self._kept) >= _KEPT_CHECKS:
+                self._kept.clear()  # bounded: a server must not grow without end
+            self._kept[key] = (seen, found)
+        else:
+            self._kept.pop(key, None)
+        return found, verdict
+
+    def _read(self, found: _Found) -> TrustVerdict:
+        """The verdict with the scripts the hook runs read whole and checked against their
+        fingerprinted hashes: on every call, never kept (what runs is what this call read,
+        DESIGN §7)."""
+        if not found.paths:
+            return found.verdict
+        assert self.root is not None
+        return with_scripts(found.verdict, self.root, found.paths)
+
+    def _find(self, hook: RegisteredHook) -> tuple[_Found, TrustVerdict]:
+        """Check the hook against the trust store and find how its launch runs its
+        scripts: everything of its check but reading the scripts it runs (`_read`, made as
+        soon as they are known, and not part of what a server keeps)."""
+        assert hook.entry is not None and self.root is not None
+        verdict = check_trust(
+            hook.event,
+            hook.matcher.text,
+            hook.entry,
+            self.root,
+            store=self._trust,
+            digests=self._digests,
+            sequential=hook.sequential,
+        )
+        entry = entry_script(hook.entry, self.root)
+        if not verdict.trusted:
+            # An untrusted clone's hooks cost each event no more than the check.
+            return _Found(verdict, entry, None, None, (), None, [], (), None), verdict
+        plan: ShellPlan | None = None
+        make: MakeRun | None = None
+        if entry is not None:
+            paths: tuple[str, ...] = (entry.path,)
+        else:
+            plan = shell_plan(hook.entry, self.root)
+            if plan is not None:
+                paths = tuple(plan.paths())
+            else:
+                make = make_run(hook.entry, self.root)  # its makefile is read as checked
+                paths = (make.path,) if make is not None else ()
+        found = _Found(verdict, entry, plan, make, paths, None, [], (), None)
+        read = self._read(found)  # as soon as the check has hashed them, as it always did
+        module = module_run(hook.entry, self.root)
+        by_path = (
+            runs_by_path(hook.entry, self.root, plan, verdict.reached) if verdict.reached else []
+        )
+        project = os.path.abspath(self.root)
+        real = looks.look(looks.resolved, project) or looks.look(looks.real_path, project)
+        roots = tuple(dict.fromkeys((project, real)))
+        # A snapshot of no module is a name, no folder: made once. One that copies modules
+        # is a folder, looked for (and made) on each call.
+        modules = None
+        if not modules_among(verdict.hashes):
+            modules = Modules(snapshot=snapshot_of(self.root, verdict.hashes), roots=roots)
+        return found._replace(module=module, by_path=by_path, roots=roots, modules=modules), read
 
     @property
     def untrusted(self) -> list[RegisteredHook]:
@@ -602,6 +689,15 @@ class RegistryCache:
         self._entries: dict[tuple[object, ...], tuple[object, Registry]] = {}
         self._lock = threading.Lock()
 
+    def figures(self) -> dict[str, int]:
+        """How many trust checks the registries keep, and how many calls used one."""
+        with self._lock:
+            registries = [registry for _, registry in self._entries.values()]
+        return {
+            "kept": sum(len(registry._kept or ()) for registry in registries),
+            "used": sum(registry.kept_used[0] for registry in registries),
+        }
+
     def view(
         self, settings: SettingsSet, trust: TrustStore | None, digests: DigestCache | None
     ) -> Registry:
@@ -618,7 +714,8 @@ class RegistryCache:
             entry = self._entries.get(key)
         if entry is None:
             kept = (tuple(loaded.settings for loaded in settings.files), trust, digests)
-            entry = (kept, Registry(settings, trust=trust, digests=digests))
+            registry = Registry(settings, trust=trust, digests=digests, keep_checks=True)
+            entry = (kept, registry)
             with self._lock:
                 if len(self._entries) >= self.MAX_ENTRIES:
                     self._entries.clear()
@@ -626,15 +723,27 @@ class RegistryCache:
         return entry[1].view()
 
 
-def _with_modules(
-    pin: Pin | ShellPin | ModulePin | MakePin, root: Path, hashes: Mapping[str, str]
-) -> Pin | ShellPin | ModulePin | MakePin:
-    """The pin with the snapshot of the checked modules its Python scripts import from the
-    project (relay.config.snapshot); raises SnapshotError or OSError."""
-    folder = snapshot_of(root, hashes)
-    project = os.path.abspath(root)
-    roots = tuple(dict.fromkeys((project, os.path.realpath(project))))
-    return msgspec.structs.replace(pin, modules=Modules(snapshot=folder, roots=roots))
+_KEPT_CHECKS = 1024
+"""The most trust checks one registry keeps (relay serve's)."""
+
+
+class _Found(NamedTuple):
+    """What checking a project hook found, its scripts' bytes aside: its verdict (without
+    scripts), the script it runs or the shell command's or make's plan, the scripts to
+    read and check on each call, a `python -m` module of the project, and what it would
+    run by path (a trusted hook that does cannot be trusted), and the project folder."""
+
+    verdict: TrustVerdict
+    entry: EntryScript | None
+    plan: ShellPlan | None
+    make: MakeRun | None
+    paths: tuple[str, ...]
+    module: ModuleRun | None
+    by_path: list[tuple[str, str]]
+    roots: tuple[str, ...]
+    """The project folder as written and resolved (Modules.roots)."""
+    modules: Modules | None
+    """The pin's snapshot when it copies no module (None: one made on each call)."""
 
 
 def _shell_pin(plan: ShellPlan, checked: Mapping[str, CheckedScript]) -> ShellPin | None:

@@ -33,7 +33,7 @@ from relay.config.model import SCOPE_ORDER, TRUST_REQUIRED
 from relay.config.paths import cached_path, relay_home, state_file, system_settings_path
 from relay.config.trust import DigestCache, TrustStore, digest_cache
 from relay.engine.planner import Plan
-from relay.engine.registry import RegistryCache
+from relay.engine.registry import RegisteredHook, RegistryCache
 from relay.engine.system import HookSystem, PlannedEvent
 from relay.engine.telemetry import Telemetry, log_path, resolve_max_events
 from relay.errors import RelayError
@@ -42,7 +42,7 @@ from relay.hosts import host as _load_host
 from relay.hosts.channel import HostTurn, host_turn
 from relay.hosts.model import Host
 from relay.protocol.codec import EventEnvelope, EventError, decode_event
-from relay.protocol.dialects import UnknownEventError, matcher_field
+from relay.protocol.dialects import UnknownEventError, canonical_name, matcher_field
 from relay.protocol.display import visible
 from relay.protocol.output import AggregatedResult
 from relay.server.client import Call, Reply
@@ -140,7 +140,10 @@ class Caches:
 
     def figures(self) -> dict[str, object]:
         """What `relay serve --status` tells of these caches."""
-        return {"plans": {"kept": len(self.plans), "used": self.plans.used}}
+        return {
+            "plans": {"kept": len(self.plans), "used": self.plans.used},
+            "trust_checks": self.registries.figures(),
+        }
 
     def close(self) -> None:
         """Flush every hook log."""
@@ -234,7 +237,13 @@ def _prepare(
             if kept is not None:
                 system = kept.system.for_call(call.env)
                 system.deferred_records = []
-                planned = system.planned_again(kept.plan, envelope)
+                stands, plan = _checked_again(kept, system) if kept.asked else (True, kept.plan)
+                if stands:
+                    planned = system.planned_again(plan, envelope)
+                else:
+                    kept = None  # a project hook's trust is not what it was: planned afresh
+            if kept is not None:
+                caches.plans.used += 1
                 return _finishing(
                     args,
                     call,
@@ -266,7 +275,8 @@ def _prepare(
     bound = system.time_bound(planned)
     kept = None
     if key is not None and caches is not None and _cacheable(key, system, planned, envelope):
-        kept = _Kept(system.for_call({}), planned.plan, bound)
+        asked = system.registry.trust_asked(canonical_name(envelope.name, unknown_passes=True))
+        kept = _Kept(system.for_call({}), planned.plan, bound, asked)
         caches.plans.put(key, kept)
     if turns:
         turn = turns[0]
@@ -390,14 +400,23 @@ class _Kept:
     """A plan kept for a key (`plan_key`): the system it was made in (initialized, nothing
     of its call's run), its plan (None: no hook runs), its time bound, and how its hooks
     ended the last time it ran (None: not known, or too large to keep), which the next
-    run's answer is made for while its hooks run (execution.Foreseen)."""
+    run's answer is made for while its hooks run (execution.Foreseen). `asked`: the
+    project hooks whose trust the plan asked (the registry's shared hook, whether it was
+    trusted, the plan's copy of it): checked again on every call (`_checked_again`)."""
 
-    __slots__ = ("bound", "endings", "plan", "system")
+    __slots__ = ("asked", "bound", "endings", "plan", "system")
 
-    def __init__(self, system: HookSystem, plan: Plan | None, bound: float) -> None:
+    def __init__(
+        self,
+        system: HookSystem,
+        plan: Plan | None,
+        bound: float,
+        asked: list[tuple[RegisteredHook, RegisteredHook]],
+    ) -> None:
         self.system = system
         self.plan = plan
         self.bound = bound
+        self.asked = [(shared, copy.trusted, copy) for shared, copy in asked]
         self.endings: list[Ending] | None = None
 
     def ended(self, endings: list[Ending] | None) -> None:
@@ -425,11 +444,8 @@ class PlanCache:
         return len(self._entries)
 
     def get(self, key: PlanKey) -> _Kept | None:
-        """The plan kept for `key`, if any (counted as used)."""
-        kept = self._entries.get(key)
-        if kept is not None:
-            self.used += 1
-        return kept
+        """The plan kept for `key`, if any (the caller counts it in `used` if it uses it)."""
+        return self._entries.get(key)
 
     def put(self, key: PlanKey, kept: _Kept) -> None:
         """Keep a plan for `key`."""
@@ -447,8 +463,9 @@ def plan_key(
     folders, the event's name and the field its matchers read, the folder its project is
     searched from, and the stats of that search and of every settings file looked for
     (discovery.settings_witness: a file's identity stands for its bytes, one changed
-    within the racy window stands for nothing). What else a plan reads (trust, scripts) is
-    left out by `_cacheable`: a plan that needs them is not kept."""
+    within the racy window stands for nothing). What else a plan reads (a project hook's
+    trust, its scripts) is not in the key: such a plan is planned again on each call
+    (`_Kept.shape`), its trust checked then."""
     witness = settings_witness(start, settings, env=call.env)
     if witness is None:
         return None
@@ -475,14 +492,12 @@ def _cacheable(
     key: PlanKey, system: HookSystem, planned: PlannedEvent, envelope: EventEnvelope
 ) -> bool:
     """Whether the plan made for `key` is the plan every call with that key gets: made from
-    the very files the key's stats stand for, asking nothing of trust (no project hook of
-    this event: a trust store and the project's scripts are not in the key), and running
-    command hooks alone (a Python hook is this process's own)."""
+    the very files the key's stats stand for, and running command hooks alone (a Python
+    hook is this process's own). A project hook's trust is not in the key: a kept plan
+    with project hooks is planned again on each call, its trust checked then (`_Kept`)."""
     settings = system.settings
     if settings.witness != key[-1] or settings.broken or envelope.name == "SessionStart":
         return False  # a session's start tells of every untrusted project hook
-    if any(hook.needs_trust for hook in system.registry.candidates(envelope.name)):
-        return False
     if planned.result is not None:
         return not planned.result.untrusted
     plan = planned.plan
@@ -493,6 +508,28 @@ def _cacheable(
         and not plan.broken
         and all(hook.handler is None for hook in plan.hooks)
     )
+
+
+def _checked_again(kept: _Kept, system: HookSystem) -> tuple[bool, Plan | None]:
+    """The kept plan for this call: each project hook whose trust it asked checked again
+    in this call's registry view (relay.engine.registry keeps what a check found while
+    every look it made at the filesystem gives the same answer, and reads the scripts a
+    trusted hook runs anew), and the plan's copies replaced by this call's, which hold
+    the scripts' bytes just checked. (False, None) when one's answer is not what it was:
+    the plan would come out otherwise (its matching, order and dedup depend on nothing
+    else the key does not hold)."""
+    registry = system.registry
+    copies: dict[int, RegisteredHook] = {}
+    for shared, trusted, copy in kept.asked:
+        fresh = registry.checked(shared)
+        if fresh.trusted != trusted:
+            return False, None
+        copies[id(copy)] = fresh
+    plan = kept.plan
+    if plan is None:
+        return True, None
+    hooks = [copies.get(id(hook), hook) for hook in plan.hooks]
+    return True, msgspec.structs.replace(plan, hooks=hooks)
 
 
 def _run_all(calls: list[Callable[[], None]]) -> None:

@@ -17,7 +17,8 @@ the figures are medians of one run.
 
 `--project` registers the guard (and the ten hooks) in the project's .relay/settings.json
 instead of the user's, as `./.relay/guard.sh`, trusted with `relay trust`: what a project
-guard costs, whose trust relay checks on every call.
+guard costs, whose trust relay checks on every call (from the check the server keeps while
+every look it made gives the same answer; it prints how many checks were answered so).
 
 Bytecode is compiled first, as a user's install has it, and the timing starts once the
 files the setup wrote are older than filecache's 2-second racy window, as a user's are.
@@ -192,7 +193,8 @@ def main() -> None:
                 for name, command in commands.items():
                     times[name].append(timed(command, env, project, event))
             status = server_client.control(server_client.socket_path(env), "status")
-            plans = json.loads(status).get("plans") if status is not None else None
+            figures = json.loads(status) if status is not None else {}
+            plans, checks = figures.get("plans"), figures.get("trust_checks")
             for _ in range(max(5, options.rounds // 8)):
                 stop_server(env)
                 times["first call"].append(timed(commands["no hook"], env, project, event))
@@ -214,6 +216,8 @@ def main() -> None:
     print(f"first call / in-process          {first_ratio:.2f}x (target <= 1.0)")
     if plans is not None:  # a server that keeps plans: how many calls were served from one
         print(f"plans kept {plans['kept']}, used {plans['used']}")
+    if checks is not None and options.project:  # and trust checks (project hooks)
+        print(f"trust checks kept {checks['kept']}, used {checks['used']}")
 
 
 if __name__ == "__main__":
