@@ -464,8 +464,8 @@ def plan_key(
     searched from, and the stats of that search and of every settings file looked for
     (discovery.settings_witness: a file's identity stands for its bytes, one changed
     within the racy window stands for nothing). What else a plan reads (a project hook's
-    trust, its scripts) is not in the key: such a plan is planned again on each call
-    (`_Kept.shape`), its trust checked then."""
+    trust, its scripts) is not in the key: a kept plan with project hooks has their trust
+    checked again on each call (`_checked_again`)."""
     witness = settings_witness(start, settings, env=call.env)
     if witness is None:
         return None
@@ -494,7 +494,7 @@ def _cacheable(
     """Whether the plan made for `key` is the plan every call with that key gets: made from
     the very files the key's stats stand for, and running command hooks alone (a Python
     hook is this process's own). A project hook's trust is not in the key: a kept plan
-    with project hooks is planned again on each call, its trust checked then (`_Kept`)."""
+    with project hooks has it checked again on each call (`_checked_again`)."""
     settings = system.settings
     if settings.witness != key[-1] or settings.broken or envelope.name == "SessionStart":
         return False  # a session's start tells of every untrusted project hook
