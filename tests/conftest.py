@@ -44,6 +44,11 @@ def relay_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
     from relay.server import client
 
     path = client.socket_path()
+    # A hook call that outlives the test (a host's last hook, a call still under way) must
+    # not start a server once this one has been stopped: a spawn stamp from the future
+    # makes every client take its calls in-process. It goes with the run (the shared
+    # ones: pytest_sessionfinish; the others with tmp_path).
+    _forbid_spawns(path)
     if os.path.exists(path):
         client.control(path, "stop")
     # A server a hook client started may still be starting (not answering yet) or stopping:
@@ -55,10 +60,28 @@ def relay_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
         deadline = time.monotonic() + 10
         while os.path.exists(path) and time.monotonic() < deadline:
             time.sleep(0.05)
-        for leftover in (path, path + ".lock", path + ".spawned"):
+        for leftover in (path, path + ".lock"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(leftover)
         _record(SHARED_SOCKETS, path)
+
+
+SPAWNS_FORBIDDEN = 10 * 365 * 24 * 3600.0
+"""How far in the future a test's spawn stamp is set once its server is stopped."""
+
+
+def _forbid_spawns(path: str) -> None:
+    """No client starts a server at `path` from now on (relay.server.client.start_server
+    starts none while the stamp is younger than SPAWN_INTERVAL)."""
+    from relay.server import client
+
+    if not client.make_private_dir(os.path.dirname(path)):
+        return
+    stamp = path + ".spawned"
+    with open(stamp, "wb"):
+        pass
+    future = time.time() + SPAWNS_FORBIDDEN
+    os.utime(stamp, (future, future))
 
 
 def _last_pid() -> int | None:
@@ -344,6 +367,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         lines = "\n".join(f"  pid {pid}: {command}" for pid, command in left)
         sys.stderr.write(f"\nthe test run left {len(left)} process(es) behind:\n{lines}\n")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    with contextlib.suppress(FileNotFoundError):
+        for path in Path(os.environ[RUN_FOLDER], SHARED_SOCKETS).read_text().splitlines():
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path + ".spawned")  # _forbid_spawns's stamp: no test runs now
     sockets = _socket_leftovers()
     if sockets:
         lines = "\n".join(f"  {line}" for line in sockets)

@@ -158,3 +158,47 @@ def test_a_server_still_starting_when_its_test_ends_is_ended_with_it(tmp_path: P
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 passed" in done.stdout
     assert "behind" not in done.stderr, done.stderr
+
+
+LATE_CLIENT = '''
+import subprocess
+import sys
+
+LATE = """
+import os, time
+from relay.server import client
+path = client.socket_path()
+deadline = time.monotonic() + 3
+while time.monotonic() < deadline:  # until the test's teardown has stopped its server
+    try:
+        if os.stat(path + ".spawned").st_mtime > time.time() + 60:
+            break
+    except OSError:
+        pass
+    time.sleep(0.01)
+client.start_server(path)  # what a hook client does when no server answers
+"""
+
+
+def test_a_hook_call_still_under_way_when_the_test_ends() -> None:
+    subprocess.Popen(
+        [sys.executable, "-c", LATE],
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+'''
+
+
+def test_a_hook_call_that_outlives_its_test_starts_no_server(tmp_path: Path) -> None:
+    """A host's last hook, still calling relay after its test ended, found no server (the
+    fixture had stopped it) and started one, which outlived the run: the fixture's spawn
+    stamp from the future makes that call run in-process."""
+    try:
+        done = inner_suite(tmp_path, LATE_CLIENT)
+    finally:
+        end_what_it_left(tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout
+    assert "behind" not in done.stderr, done.stderr
