@@ -998,6 +998,8 @@ def _read_whole(path: str) -> tuple[str, CheckedScript | None]:
             size += len(chunk)
             if size > PIN_LIMIT:
                 return f"over {PIN_LIMIT // (1 << 20)} MiB: too large to run as checked", None
+            if size == status.st_size and len(chunk) < 1 << 20:
+                break  # all it held when opened: a regular file reads short only at its end
         # Through the descriptor: the permission (and the mount's noexec) of the file read,
         # not of whatever the path names by now; its mode bits where /proc is missing.
         executable = (
