@@ -993,13 +993,17 @@ def _read_whole(path: str) -> tuple[str, CheckedScript | None]:
             return "not a regular file", None
         chunks: list[bytes] = []
         size = 0
-        while chunk := os.read(descriptor, 1 << 20):
+        # The size its stat gave and one byte more, first: a file of that size is read in
+        # one read of its own size (a regular file reads short only at its end).
+        want = min(status.st_size + 1, 1 << 20)
+        while chunk := os.read(descriptor, want):
             chunks.append(chunk)
             size += len(chunk)
             if size > PIN_LIMIT:
                 return f"over {PIN_LIMIT // (1 << 20)} MiB: too large to run as checked", None
-            if size == status.st_size and len(chunk) < 1 << 20:
-                break  # all it held when opened: a regular file reads short only at its end
+            if size == status.st_size and len(chunk) < want:
+                break  # all it held when opened
+            want = 1 << 20
         # Through the descriptor: the permission (and the mount's noexec) of the file read,
         # not of whatever the path names by now; its mode bits where /proc is missing.
         executable = (
