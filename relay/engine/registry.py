@@ -403,8 +403,10 @@ class Registry:
             if entry is not None
             else None
         )
-        found = found._replace(module=module, by_path=by_path, roots=roots, modules=modules)
-        return found._replace(pin=pin), read
+        found = found._replace(
+            module=module, by_path=by_path, roots=roots, modules=modules, pin=pin
+        )
+        return found, read
 
     @property
     def untrusted(self) -> list[RegisteredHook]:
