@@ -1902,6 +1902,34 @@ def test_a_kept_trust_check_sees_a_module_appear_beside_a_python_guard(
     assert "not trusted" in said and "unchecked" not in said
 
 
+PYTHON_V1 = 'import json\nprint(json.dumps({"systemMessage": "v1"}))\n'
+PYTHON_V2 = PYTHON_V1.replace("v1", "v2")
+
+
+@pytest.mark.parametrize("form", ["sh inline", "python sealed"])
+def test_a_kept_pinned_launch_runs_the_bytes_each_call_read(
+    server: str, project: Path, relay_home: Path, form: str
+) -> None:
+    """A server keeps the launch it pinned a script's bytes into (sh's inline text, a
+    Python script's sealed copy) by those bytes: a script edited and trusted again runs
+    its new bytes, and edited back and trusted again its old ones, each from the next call."""
+    if form == "python sealed":
+        name, v1, v2 = "check.py", PYTHON_V1, PYTHON_V2
+        write(project / name, v1)
+        hooks = [{"hooks": [{"name": "check", "command": "python3 check.py"}]}]
+        write(project / ".relay" / "settings.json", {"hooks": {"PreToolUse": hooks}})
+        trust(project)
+    else:
+        name, v1, v2 = "check.sh", GUARD_V1, GUARD_V2
+        project_guard(project)
+    settled(server, project, "v1")
+    for text, said in ((v2, "v2"), (v1, "v1")):
+        write(project / name, text)
+        trust(project)
+        assert said_by_guard(server, project) == said
+        settled(server, project, said)
+
+
 def test_a_kept_trust_check_sees_a_folders_listing_change(
     server: str, project: Path, relay_home: Path
 ) -> None:

@@ -82,9 +82,12 @@ class Looks:
         if self.unkeepable is not None:
             return False
         try:
-            return all(function(*args) == answer for (function, args), answer in self._seen.items())
+            for (function, args), answer in self._seen.items():
+                if function(*args) != answer:
+                    return False
         except Exception:  # a look is not meant to fail; if one does, the check is made again
             return False
+        return True
 
 
 _NONE = object()

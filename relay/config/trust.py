@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import msgspec
 
@@ -292,19 +292,43 @@ def with_scripts(verdict: TrustVerdict, root: Path, paths: Sequence[str]) -> Tru
     trusted (a file changed since it was hashed, or cannot be read): running it by path
     would run whatever is there by then. Reads each script on every call: what runs is
     what this call read (DESIGN §7)."""
+    return read_scripts(verdict, script_reads(verdict, root, paths))
+
+
+class ScriptRead(NamedTuple):
+    """One script `read_scripts` reads: the path as given, its name under the project
+    root, the path it is read at, and the hash its fingerprint holds (None: not in it)."""
+
+    path: str
+    name: str
+    read: str
+    hashed: str | None
+
+
+def script_reads(verdict: TrustVerdict, root: Path, paths: Sequence[str]) -> tuple[ScriptRead, ...]:
+    """What `read_scripts` reads for `paths` (those that are project files), worked out
+    from the verdict alone: a server keeps it with the check it keeps."""
     prefix = os.path.join(os.path.abspath(root), "")
     reached = set(verdict.reached)
-    checked: list[CheckedScript] = []
+    reads: list[ScriptRead] = []
     for path in paths:
         name = _name_under(path, prefix)
         if name is None:
             continue  # not a project file
         hashed = verdict.hashes.get(name, "") if name in reached else None
+        reads.append(ScriptRead(path, name, prefix + name, hashed))
+    return tuple(reads)
+
+
+def read_scripts(verdict: TrustVerdict, reads: Sequence[ScriptRead]) -> TrustVerdict:
+    """`with_scripts` for the scripts `script_reads` gave: each read whole and hashed now."""
+    checked: list[CheckedScript] = []
+    for path, name, read, hashed in reads:
         if hashed is None and os.path.lexists(path):
             continue  # not in its reach
-        state, script = _read_whole(prefix + name)
-        if script is None or hashed is None or state.sha256 != hashed:
-            reason = "it changed while it was checked" if script is not None else state.note
+        digest, script = _read_whole(read)
+        if script is None or hashed is None or digest != hashed:
+            reason = "it changed while it was checked" if script is not None else digest
             refusal = f"its script {name} cannot be run as checked ({reason})"
             return TrustVerdict(fingerprint=verdict.fingerprint, trusted=False, refusal=refusal)
         checked.append(script)
@@ -950,31 +974,36 @@ def _read_state(path: str, name: str, contents: _Contents | None) -> FileState:
     )
 
 
-def _read_whole(path: str) -> tuple[FileState, CheckedScript | None]:
-    """Hash a file from one read of all of it, and return what was read (None when the
-    file cannot be read, is not a regular file, or is over PIN_LIMIT)."""
+def _read_whole(path: str) -> tuple[str, CheckedScript | None]:
+    """Hash a file from one read of all of it: its sha256 and what was read; or why it
+    cannot be run as read, and None (it cannot be read, is not a regular file, or is over
+    PIN_LIMIT)."""
     import hashlib
 
     try:
         # O_NONBLOCK: a FIFO put there must not hang relay.
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
-        return FileState(note="unreadable: it went away while being checked"), None
+        return "unreadable: it went away while being checked", None
     except OSError as exc:
-        return FileState(note=f"unreadable: {_reason(exc)}"), None
+        return f"unreadable: {_reason(exc)}", None
     try:
         status = os.fstat(descriptor)
         if not stat.S_ISREG(status.st_mode):
-            return FileState(note="not a regular file"), None
+            return "not a regular file", None
         chunks: list[bytes] = []
         size = 0
-        while chunk := os.read(descriptor, 1 << 20):
+        # The size its stat gave and one byte more, first: a file of that size is read in
+        # one read of its own size (a regular file reads short only at its end).
+        want = min(status.st_size + 1, 1 << 20)
+        while chunk := os.read(descriptor, want):
             chunks.append(chunk)
             size += len(chunk)
             if size > PIN_LIMIT:
-                return FileState(
-                    note=f"over {PIN_LIMIT // (1 << 20)} MiB: too large to run as checked"
-                ), None
+                return f"over {PIN_LIMIT // (1 << 20)} MiB: too large to run as checked", None
+            if size == status.st_size and len(chunk) < want:
+                break  # all it held when opened
+            want = 1 << 20
         # Through the descriptor: the permission (and the mount's noexec) of the file read,
         # not of whatever the path names by now; its mode bits where /proc is missing.
         executable = (
@@ -983,19 +1012,13 @@ def _read_whole(path: str) -> tuple[FileState, CheckedScript | None]:
             else bool(status.st_mode & 0o111)
         )
     except OSError as exc:
-        return FileState(note=f"unreadable: {_reason(exc)}"), None
+        return f"unreadable: {_reason(exc)}", None
     finally:
         os.close(descriptor)
-    data = b"".join(chunks)
-    newest = max(status.st_mtime_ns, status.st_ctime_ns) / 1e9
-    settled = time.time() - newest >= RACY_SECONDS
-    state = FileState(
-        sha256=hashlib.sha256(data).hexdigest(),
-        identity=identity_of(status) if settled else None,
-        size=len(data),
-        text=len(data) <= COPY_LIMIT and _is_text(data),
+    data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    return hashlib.sha256(data).hexdigest(), CheckedScript(
+        path=path, text=data, executable=executable
     )
-    return state, CheckedScript(path=path, text=data, executable=executable)
 
 
 _PROC = os.path.isdir("/proc/self/fd")

@@ -415,25 +415,53 @@ def pinned_launch(launch: Launch, pin: Pin | ShellPin | ModulePin | MakePin, cwd
         return _pinned_module_launch(launch, pin)
     if isinstance(pin, MakePin):
         return _pinned_make_launch(launch, pin, cwd)
+    key = (launch, pin, cwd)
+    made = _PINNED.get(key) if len(pin.text) <= _PINNED_TEXT else None
+    if made is not None:
+        # Made before from equal inputs, these very bytes among them: this call's bytes
+        # go into the sealed copy (the argv holds them only as equal text).
+        return made if made.sealed is None else msgspec.structs.replace(made, sealed=pin.text)
+    made, pure = _pinned_script_launch(launch, pin, cwd)
+    if pure and len(pin.text) <= _PINNED_TEXT:
+        if len(_PINNED) >= _PINNED_ENTRIES:
+            _PINNED.clear()  # bounded: a server must not grow without end
+        _PINNED[key] = made
+    return made
+
+
+_PINNED: dict[tuple[Launch, Pin, str], Launch] = {}
+"""Pinned launches of entry scripts made before, by what they were made from (a resident
+server's: its calls pin the same script from newly read, equal bytes)."""
+_PINNED_ENTRIES = 256
+_PINNED_TEXT = 64 * 1024
+"""A script longer than this has its launch made anew each time (not kept)."""
+
+
+def _pinned_script_launch(launch: Launch, pin: Pin, cwd: str) -> tuple[Launch, bool]:
+    """pinned_launch of an entry script, and whether it came from its arguments alone
+    (False: it looked at the filesystem, as for a Node script's package.json)."""
     index = pin.word
     if index >= len(launch.argv) or (
         os.path.abspath(os.path.join(cwd, launch.argv[index])) != pin.path
     ):
         # Checked for another command or folder: run nothing rather than an unchecked file.
-        return Launch(argv=launch.argv, mode="pinned", refusal=_NOT_CHECKED)
+        return Launch(argv=launch.argv, mode="pinned", refusal=_NOT_CHECKED), True
     word = launch.argv[index]
     arguments = launch.argv[index + 1 :]
     feed = _feed(launch.argv[pin.program : index], pin, word, inline=ARGUMENT_LIMIT)
+    pure = not feed.looked and os.path.isabs(cwd)
     if feed.refusal is not None:
-        return Launch(argv=launch.argv, mode="pinned", refusal=feed.refusal)
+        return Launch(argv=launch.argv, mode="pinned", refusal=feed.refusal), pure
     if feed.replaced:
         # The copy itself is run (index 0: executed, argv[0] kept) or read as the script.
-        return Launch(argv=launch.argv, mode="pinned", sealed=pin.text, sealed_word=index)
+        made = Launch(argv=launch.argv, mode="pinned", sealed=pin.text, sealed_word=index)
+        return made, pure
     argv = (*launch.argv[:index], *feed.words, word, *arguments)
     if SEALED_COPY in feed.words:
         sealed_word = index + feed.words.index(SEALED_COPY)
-        return Launch(argv=argv, mode="pinned", sealed=pin.text, sealed_word=sealed_word)
-    return Launch(argv=argv, mode="pinned")
+        made = Launch(argv=argv, mode="pinned", sealed=pin.text, sealed_word=sealed_word)
+        return made, pure
+    return Launch(argv=argv, mode="pinned"), pure
 
 
 _NOT_CHECKED = "not started: its checked script is not the file this command runs"
@@ -447,6 +475,8 @@ class _Feed(NamedTuple):
     words: tuple[str, ...] = ()
     replaced: bool = False
     refusal: str | None = None
+    looked: bool = False
+    """Whether the feed depends on a file besides the text (a Node script's package.json)."""
 
 
 def _feed(program: Sequence[str], pin: Pin, word: str, *, inline: int) -> _Feed:
@@ -472,7 +502,7 @@ def _feed(program: Sequence[str], pin: Pin, word: str, *, inline: int) -> _Feed:
             if family == "python"
             else ("-e", _node_bootstrap(pin.modules), "--")
         )
-        return _Feed(words=(*before, *bootstrap, SEALED_COPY))
+        return _Feed(words=(*before, *bootstrap, SEALED_COPY), looked=family == "node")
     if family in (None, "other"):
         return _Feed(replaced=True)
     if family == "node":
@@ -493,12 +523,13 @@ def _feed(program: Sequence[str], pin: Pin, word: str, *, inline: int) -> _Feed:
         if len(module) > inline:
             # Node reads a sealed copy as CommonJS (it has no .mjs name): refuse, clearly.
             return _Feed(
+                looked=True,
                 refusal=(
                     f"not started: {word} is an ES module of {len(text):,} bytes; relay runs a "
                     f"trusted module as checked only up to about {ARGUMENT_LIMIT * 3 // 4 // 1024} KiB"
-                )
+                ),
             )
-        return _Feed(words=(*before, "--import", module))
+        return _Feed(words=(*before, "--import", module), looked=True)
     if os.path.basename(command[first]) == "bash":
         text = bash_source_as_zero(text)
     if len(text) > inline or b"\0" in text:

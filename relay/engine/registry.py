@@ -27,11 +27,13 @@ from relay.config.snapshot import SnapshotError, modules_among, snapshot_of
 from relay.config.trust import (
     CheckedScript,
     DigestCache,
+    ScriptRead,
     TrustStore,
     TrustStoreError,
     TrustVerdict,
     check_trust,
-    with_scripts,
+    read_scripts,
+    script_reads,
 )
 from relay.engine.interpreters import (
     EntryScript,
@@ -287,12 +289,12 @@ class Registry:
         entry, plan, make = found.entry, found.plan, found.make
         if entry is not None and entry.path in checked:
             script = checked[entry.path]
-            hook.pin = Pin(
-                word=entry.word,
+            # The kept pin with this call's bytes (its modules too, when they are a name).
+            hook.pin = msgspec.structs.replace(
+                found.pin or Pin(word=entry.word, path="", text=b"", program=entry.program),
                 path=script.path,
                 text=script.text,
                 executable=script.executable,
-                program=entry.program,
             )
         elif plan is not None and verdict.trusted:
             hook.pin = _shell_pin(plan, checked)
@@ -305,7 +307,7 @@ class Registry:
         if verdict.trusted and verdict.reached and found.by_path:
             # What it would run by path: a file swapped in after the check would run.
             hook.trusted, hook.pin, refusal = False, None, refusal_of(found.by_path)
-        if hook.pin is not None:
+        if hook.pin is not None and (found.modules is None or hook.pin.modules is None):
             try:
                 modules = found.modules or Modules(
                     snapshot=snapshot_of(self.root, verdict.hashes), roots=found.roots
@@ -347,10 +349,9 @@ class Registry:
         """The verdict with the scripts the hook runs read whole and checked against their
         fingerprinted hashes: on every call, never kept (what runs is what this call read,
         DESIGN §7)."""
-        if not found.paths:
+        if not found.reads:
             return found.verdict
-        assert self.root is not None
-        return with_scripts(found.verdict, self.root, found.paths)
+        return read_scripts(found.verdict, found.reads)
 
     def _find(self, hook: RegisteredHook) -> tuple[_Found, TrustVerdict]:
         """Check the hook against the trust store and find how its launch runs its
@@ -369,7 +370,7 @@ class Registry:
         entry = entry_script(hook.entry, self.root)
         if not verdict.trusted:
             # An untrusted clone's hooks cost each event no more than the check.
-            return _Found(verdict, entry, None, None, (), None, [], (), None), verdict
+            return _Found(verdict, entry, None, None, (), None, [], (), None, None), verdict
         plan: ShellPlan | None = None
         make: MakeRun | None = None
         if entry is not None:
@@ -381,7 +382,8 @@ class Registry:
             else:
                 make = make_run(hook.entry, self.root)  # its makefile is read as checked
                 paths = (make.path,) if make is not None else ()
-        found = _Found(verdict, entry, plan, make, paths, None, [], (), None)
+        reads = script_reads(verdict, self.root, paths)
+        found = _Found(verdict, entry, plan, make, reads, None, [], (), None, None)
         read = self._read(found)  # as soon as the check has hashed them, as it always did
         module = module_run(hook.entry, self.root)
         by_path = (
@@ -395,7 +397,16 @@ class Registry:
         modules = None
         if not modules_among(verdict.hashes):
             modules = Modules(snapshot=snapshot_of(self.root, verdict.hashes), roots=roots)
-        return found._replace(module=module, by_path=by_path, roots=roots, modules=modules), read
+        # An entry script's pin but for the bytes each call reads (`_check_trust`).
+        pin = (
+            Pin(word=entry.word, path="", text=b"", program=entry.program, modules=modules)
+            if entry is not None
+            else None
+        )
+        found = found._replace(
+            module=module, by_path=by_path, roots=roots, modules=modules, pin=pin
+        )
+        return found, read
 
     @property
     def untrusted(self) -> list[RegisteredHook]:
@@ -737,13 +748,16 @@ class _Found(NamedTuple):
     entry: EntryScript | None
     plan: ShellPlan | None
     make: MakeRun | None
-    paths: tuple[str, ...]
+    reads: tuple[ScriptRead, ...]
+    """The scripts to read and check on each call (trust.script_reads)."""
     module: ModuleRun | None
     by_path: list[tuple[str, str]]
     roots: tuple[str, ...]
     """The project folder as written and resolved (Modules.roots)."""
     modules: Modules | None
     """The pin's snapshot when it copies no module (None: one made on each call)."""
+    pin: Pin | None
+    """An entry script's pin without its bytes, its modules where they are a name."""
 
 
 def _shell_pin(plan: ShellPlan, checked: Mapping[str, CheckedScript]) -> ShellPin | None:
