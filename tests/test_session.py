@@ -810,6 +810,7 @@ def test_no_inject_types_nothing_and_leaves_mail_waiting(
     assert "pong" not in output
 
 
+@pytest.mark.slow  # twenty real sessions: a race is caught by repeating it
 def test_a_directive_right_after_relays_echoed_text_is_never_lost(
     project: Path, tmp_path: Path, relay_home: Path
 ) -> None:
