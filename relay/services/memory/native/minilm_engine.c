@@ -473,52 +473,55 @@ static void product_amx(const Dense *d, const uint8_t *a, int rows, const float 
     _tile_loadconfig(&config);
     const int k = d->k, n = d->n, steps = k / 64;
     int32_t sums[32][32] __attribute__((aligned(64)));
-    for (int m = 0; m < rows; m += 32) {
-        const uint8_t *a0 = a + (size_t)m * k, *a1 = a0 + (size_t)16 * k;
+    /* 64 rows at a time (two blocks of 32), so that each column block's weight tiles,
+       loaded from L2 for the first 32 rows, are in L1 for the next 32. */
+    for (int first = 0; first < rows; first += 64) {
         for (int column = 0; column < n; column += 32) {
             /* Columns column..+15 and +16..+31: their tiles, one after another in k. */
             const int8_t *b0 = d->weights + (size_t)(column / 16) * steps * 1024;
             const int8_t *b1 = b0 + (size_t)steps * 1024;
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_zero(2);
-            _tile_zero(3);
-            for (int s = 0; s < steps; s++) {
-                /* Each load just before the first product that needs it, so that loads
-                   overlap products (tiles are not renamed: a load waits for the last
-                   product reading its tile). */
-                _tile_loadd(4, a0 + 64 * s, k);
-                _tile_loadd(6, b0 + (size_t)s * 1024, 64);
-                _tile_dpbusd(0, 4, 6);
-                _tile_loadd(7, b1 + (size_t)s * 1024, 64);
-                _tile_dpbusd(1, 4, 7);
-                _tile_loadd(5, a1 + 64 * s, k);
-                _tile_dpbusd(2, 5, 6);
-                _tile_dpbusd(3, 5, 7);
-            }
-            _tile_stored(0, &sums[0][0], 128);
-            _tile_stored(1, &sums[0][16], 128);
-            _tile_stored(2, &sums[16][0], 128);
-            _tile_stored(3, &sums[16][16], 128);
-            const __m512i columns0 = _mm512_loadu_si512(d->sums + column);
-            const __m512i columns1 = _mm512_loadu_si512(d->sums + column + 16);
-            const __m512 scales0 = _mm512_loadu_ps(d->scales + column), scales1 = _mm512_loadu_ps(d->scales + column + 16);
-            const __m512 bias0 = _mm512_loadu_ps(d->bias + column), bias1 = _mm512_loadu_ps(d->bias + column + 16);
-            for (int r = 0; r < 32 && m + r < rows; r++) {
-                const __m512i zero = _mm512_set1_epi32(zeros[m + r]);
-                const __m512 scale = _mm512_set1_ps(row_scales[m + r]);
-                float *o = y + (size_t)(m + r) * n + column;
-                __m512i c0 = _mm512_sub_epi32(_mm512_load_si512(&sums[r][0]), _mm512_mullo_epi32(zero, columns0));
-                __m512i c1 = _mm512_sub_epi32(_mm512_load_si512(&sums[r][16]), _mm512_mullo_epi32(zero, columns1));
-                _mm512_storeu_ps(o, _mm512_fmadd_ps(_mm512_cvtepi32_ps(c0), _mm512_mul_ps(scale, scales0), bias0));
-                _mm512_storeu_ps(o + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(c1), _mm512_mul_ps(scale, scales1), bias1));
+            for (int m = first; m < rows && m < first + 64; m += 32) {
+                const uint8_t *a0 = a + (size_t)m * k, *a1 = a0 + (size_t)16 * k;
+                _tile_zero(0);
+                _tile_zero(1);
+                _tile_zero(2);
+                _tile_zero(3);
+                for (int s = 0; s < steps; s++) {
+                    /* Each load just before the first product that needs it, so that loads
+                       overlap products (tiles are not renamed: a load waits for the last
+                       product reading its tile). */
+                    _tile_loadd(4, a0 + 64 * s, k);
+                    _tile_loadd(6, b0 + (size_t)s * 1024, 64);
+                    _tile_dpbusd(0, 4, 6);
+                    _tile_loadd(7, b1 + (size_t)s * 1024, 64);
+                    _tile_dpbusd(1, 4, 7);
+                    _tile_loadd(5, a1 + 64 * s, k);
+                    _tile_dpbusd(2, 5, 6);
+                    _tile_dpbusd(3, 5, 7);
+                }
+                _tile_stored(0, &sums[0][0], 128);
+                _tile_stored(1, &sums[0][16], 128);
+                _tile_stored(2, &sums[16][0], 128);
+                _tile_stored(3, &sums[16][16], 128);
+                const __m512i columns0 = _mm512_loadu_si512(d->sums + column);
+                const __m512i columns1 = _mm512_loadu_si512(d->sums + column + 16);
+                const __m512 scales0 = _mm512_loadu_ps(d->scales + column), scales1 = _mm512_loadu_ps(d->scales + column + 16);
+                const __m512 bias0 = _mm512_loadu_ps(d->bias + column), bias1 = _mm512_loadu_ps(d->bias + column + 16);
+                for (int r = 0; r < 32 && m + r < rows; r++) {
+                    const __m512i zero = _mm512_set1_epi32(zeros[m + r]);
+                    const __m512 scale = _mm512_set1_ps(row_scales[m + r]);
+                    float *o = y + (size_t)(m + r) * n + column;
+                    __m512i c0 = _mm512_sub_epi32(_mm512_load_si512(&sums[r][0]), _mm512_mullo_epi32(zero, columns0));
+                    __m512i c1 = _mm512_sub_epi32(_mm512_load_si512(&sums[r][16]), _mm512_mullo_epi32(zero, columns1));
+                    _mm512_storeu_ps(o, _mm512_fmadd_ps(_mm512_cvtepi32_ps(c0), _mm512_mul_ps(scale, scales0), bias0));
+                    _mm512_storeu_ps(o + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(c1), _mm512_mul_ps(scale, scales1), bias1));
+                }
             }
         }
-        /* GELU on these 32 rows while they are in the cache: whole rows, so that many
-           vectors are in flight (32 columns at a time left exp's chain waiting); each
-           row then rounded for the next product (`next`) while it is in L1 (the
+        /* GELU on these 64 rows while they are in the cache: whole rows, so that many
+           vectors are in flight; each row then rounded for the next product (`next`) while it is in L1 (the
            rounding's first pass over rows gone cold was a seventh of the engine). */
-        for (int r = m; r < rows && r < m + 32; r++) {
+        for (int r = first; r < rows && r < first + 64; r++) {
             float *row = y + (size_t)r * n;
             if (then_gelu) gelu_wide(row, n);
             if (next) quantize_wide(row, n, next->q + (size_t)r * n, &next->scales[r], &next->zeros[r]);
