@@ -223,6 +223,8 @@ typedef struct {
 } Quantized;
 
 #if HAVE_VNNI_KERNEL
+static void round_wide(const float *x, int k, uint8_t *out, float *scale, int32_t *zero, float lowest, float highest);
+
 /* quantize_row for the AVX-512 kernels (8 bits), k a multiple of 16. */
 __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) static void quantize_wide(const float *x, int k, uint8_t *out,
                                                                                  float *scale, int32_t *zero) {
@@ -232,7 +234,14 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) static void quantize_wi
         low = _mm512_min_ps(low, v);
         high = _mm512_max_ps(high, v);
     }
-    const float lowest = _mm512_reduce_min_ps(low), highest = _mm512_reduce_max_ps(high);
+    round_wide(x, k, out, scale, zero, _mm512_reduce_min_ps(low), _mm512_reduce_max_ps(high));
+}
+
+/* x (k floats, a multiple of 16, from `lowest` to `highest`, 0 between them) to uint8 with
+   its scale and zero point. */
+__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) static void round_wide(const float *x, int k, uint8_t *out,
+                                                                              float *scale, int32_t *zero,
+                                                                              float lowest, float highest) {
     const float step = (highest - lowest) / 255.0f;
     if (step == 0) {
         memset(out, 0, (size_t)k);
@@ -252,6 +261,49 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) static void quantize_wi
     }
     *scale = step;
     *zero = point;
+}
+#endif
+
+#if HAVE_VNNI_KERNEL
+/* For the AVX-512 kernels: a state row plus `add` (when given: the residual), its
+   LayerNorm, and the row rounded into `q`, `scale` and `zero` (when q is given) from the
+   lowest and highest values found as the LayerNorm writes them: each pass over the row
+   in whole vectors (the compiler left the variance's sum a chain of scalar multiply-adds,
+   and the mean's sum went through the stack). */
+__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) static void norm_wide(float *r, const float *add,
+                                                                             const float *weight, const float *bias,
+                                                                             uint8_t *q, float *scale, int32_t *zero) {
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0;
+    for (int i = 0; i < HIDDEN; i += 32) {
+        __m512 v0 = _mm512_loadu_ps(r + i), v1 = _mm512_loadu_ps(r + i + 16);
+        if (add) {
+            v0 = _mm512_add_ps(v0, _mm512_loadu_ps(add + i));
+            v1 = _mm512_add_ps(v1, _mm512_loadu_ps(add + i + 16));
+            _mm512_storeu_ps(r + i, v0);
+            _mm512_storeu_ps(r + i + 16, v1);
+        }
+        s0 = _mm512_add_ps(s0, v0);
+        s1 = _mm512_add_ps(s1, v1);
+    }
+    const __m512 mean = _mm512_set1_ps(_mm512_reduce_add_ps(_mm512_add_ps(s0, s1)) / HIDDEN);
+    __m512 t0 = _mm512_setzero_ps(), t1 = t0;
+    for (int i = 0; i < HIDDEN; i += 32) {
+        const __m512 d0 = _mm512_sub_ps(_mm512_loadu_ps(r + i), mean);
+        const __m512 d1 = _mm512_sub_ps(_mm512_loadu_ps(r + i + 16), mean);
+        t0 = _mm512_fmadd_ps(d0, d0, t0);
+        t1 = _mm512_fmadd_ps(d1, d1, t1);
+    }
+    const float variance = _mm512_reduce_add_ps(_mm512_add_ps(t0, t1)) / HIDDEN;
+    const __m512 inverse = _mm512_set1_ps(1.0f / __builtin_sqrtf(variance + EPSILON));
+    __m512 low = _mm512_setzero_ps(), high = low;
+    for (int i = 0; i < HIDDEN; i += 16) {
+        const __m512 d = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(r + i), mean), inverse);
+        const __m512 v = _mm512_fmadd_ps(d, _mm512_loadu_ps(weight + i), _mm512_loadu_ps(bias + i));
+        _mm512_storeu_ps(r + i, v);
+        low = _mm512_min_ps(low, v);
+        high = _mm512_max_ps(high, v);
+    }
+    if (q) round_wide(r, HIDDEN, q, scale, zero, _mm512_reduce_min_ps(low), _mm512_reduce_max_ps(high));
 }
 #endif
 
@@ -549,6 +601,25 @@ INLINE void quantize(const Engine *e, const float *x, int k, const Quantized *in
                  &into->zeros[row]);
 }
 
+/* Row r of the states plus `add` (when given), its LayerNorm, then rounded into row
+   `row` of `into` (when given), for the kernel in use. */
+INLINE void add_norm(const Engine *e, float *r, const float *add, const float *weight, const float *bias,
+                     const Quantized *into, int row) {
+#if HAVE_VNNI_KERNEL
+    if (e->kernel >= KERNEL_VNNI) {
+        if (into)
+            norm_wide(r, add, weight, bias, into->q + (size_t)row * HIDDEN, &into->scales[row], &into->zeros[row]);
+        else
+            norm_wide(r, add, weight, bias, NULL, NULL, NULL);
+        return;
+    }
+#endif
+    if (add)
+        for (int i = 0; i < HIDDEN; i++) r[i] += add[i];
+    layer_norm(r, weight, bias);
+    if (into) quantize(e, r, HIDDEN, into, row);
+}
+
 /* a (rows rounded, padded with whatever to PADDED_ROWS: rows beyond `rows` are multiplied
    but not written out) times d, into y (rows of d->n floats): int8 products, rescaled,
    the bias added, GELU when asked; y's rows rounded into `next` too, when given (the
@@ -773,8 +844,7 @@ INLINE void forward(const Engine *e, const int32_t *ids, const int32_t *lengths,
             const float *position = e->position_rows + (size_t)p * HIDDEN;
             float *r = x + (size_t)row * HIDDEN;
             for (int i = 0; i < HIDDEN; i++) r[i] = (float)word[i] * scale + position[i];
-            layer_norm(r, e->norm_weight, e->norm_bias);
-            quantize(e, r, HIDDEN, &w->s.x, row);
+            add_norm(e, r, NULL, e->norm_weight, e->norm_bias, &w->s.x, row);
         }
     }
     for (int l = 0; l < e->layers; l++) {
@@ -791,10 +861,7 @@ INLINE void forward(const Engine *e, const int32_t *ids, const int32_t *lengths,
         dense(e, &layer->attention_out, context, rows, wide, &w->s);
         for (int m = 0; m < rows; m++) {
             float *r = x + (size_t)m * HIDDEN;
-            const float *a = wide + (size_t)m * HIDDEN;
-            for (int i = 0; i < HIDDEN; i++) r[i] += a[i];
-            layer_norm(r, layer->norm1_weight, layer->norm1_bias);
-            quantize(e, r, HIDDEN, &w->s.x, m);
+            add_norm(e, r, wide + (size_t)m * HIDDEN, layer->norm1_weight, layer->norm1_bias, &w->s.x, m);
         }
         /* The feed-forward part, FEED_ROWS tokens at a time: their intermediate rows
            (6 KB each) stay in the cache between the product, GELU and the next product. */
@@ -806,10 +873,9 @@ INLINE void forward(const Engine *e, const int32_t *ids, const int32_t *lengths,
         }
         for (int m = 0; m < rows; m++) {
             float *r = x + (size_t)m * HIDDEN;
-            const float *a = context + (size_t)m * HIDDEN;
-            for (int i = 0; i < HIDDEN; i++) r[i] += a[i];
-            layer_norm(r, layer->norm2_weight, layer->norm2_bias);
-            if (l + 1 < e->layers) quantize(e, r, HIDDEN, &w->s.x, m); /* the next layer's input */
+            /* Rounded for the next layer's input, when there is one. */
+            add_norm(e, r, context + (size_t)m * HIDDEN, layer->norm2_weight, layer->norm2_bias,
+                     l + 1 < e->layers ? &w->s.x : NULL, m);
         }
     }
     /* The mean of each text's token states, unit length. */
