@@ -22,10 +22,12 @@
    intermediate product, GELU (erf), the output product, residual and LayerNorm (the
    feed-forward part FEED_ROWS tokens at a time); the mean of the tokens' states, unit
    length. Each state is rounded for the next product as soon as its LayerNorm has made
-   it, and each intermediate row (AMX) as soon as its GELU has, while it is in L1 (a
-   second pass over rows gone cold took a seventh of the engine's time); with AVX-512,
-   attention, softmax and the rounding are written in 16-float vectors, four queries
-   of a head at a time (attend_wide).
+   it, each text's attention rows as soon as they are made, and each intermediate row
+   (AMX) as soon as its GELU has, while it is in L1 (a second pass over rows gone cold
+   took a seventh of the engine's time); with AVX-512, attention, softmax, LayerNorm
+   and the rounding are written in 16-float vectors, attention four queries of a head
+   at a time (attend_wide), LayerNorm and GELU finding the rounding's range as they
+   write a row, and GELU made of cubics (gelu_wide) instead of erf.
 
    No libm: exp and erf are written here (for the fallback of a machine without it, and
    for the loops to vectorize), the square root is the compiler's builtin. */
@@ -149,13 +151,17 @@ static const float GELU_CUBICS[4][32] __attribute__((aligned(64))) = {
     {-0.000304235029f, -0.000279367698f, -0.000232989769f, -0.000171186242f, -0.000101662925f, -3.24173234e-05f, 2.95214249e-05f, 7.90344056e-05f, 0.000113388574f, 0.000132222674f, 0.000137131559f, 0.000131007924f, 0.000117319665f, 9.94739021e-05f, 8.03628282e-05f, 6.21236322e-05f, 4.60917545e-05f, 3.28941533e-05f, 2.26191387e-05f, 1.50060569e-05f, 9.61490696e-06f, 5.95497931e-06f, 3.56759483e-06f, 2.06863524e-06f, 1.1614992e-06f, 6.31774981e-07f, 3.33020409e-07f, 1.70168718e-07f, 8.43155021e-08f, 4.05189233e-08f, 1.88896117e-08f, 8.54445759e-09f},
 };
 
-__attribute__((target("avx512f,fma"))) static inline void gelu_wide(float *v, int count) {
+/* GELU on `count` floats (a multiple of 16) in place; their lowest and highest values
+   after it (0 between them: the rounding's range) into *lowest and *highest. */
+__attribute__((target("avx512f,fma"))) static inline void gelu_wide(float *v, int count, float *lowest,
+                                                                   float *highest) {
     const __m512 c0a = _mm512_load_ps(GELU_CUBICS[0]), c0b = _mm512_load_ps(GELU_CUBICS[0] + 16);
     const __m512 c1a = _mm512_load_ps(GELU_CUBICS[1]), c1b = _mm512_load_ps(GELU_CUBICS[1] + 16);
     const __m512 c2a = _mm512_load_ps(GELU_CUBICS[2]), c2b = _mm512_load_ps(GELU_CUBICS[2] + 16);
     const __m512 c3a = _mm512_load_ps(GELU_CUBICS[3]), c3b = _mm512_load_ps(GELU_CUBICS[3] + 16);
     const __m512 sixths = _mm512_set1_ps(6.0f), end = _mm512_set1_ps(32.0f), last = _mm512_set1_ps(31.0f);
     const __m512 half = _mm512_set1_ps(0.5f);
+    __m512 low = _mm512_setzero_ps(), high = low;
     for (int i = 0; i < count; i += 16) {
         const __m512 x = _mm512_loadu_ps(v + i), a = _mm512_abs_ps(x);
         const __m512 s = _mm512_min_ps(_mm512_mul_ps(a, sixths), end);
@@ -166,8 +172,13 @@ __attribute__((target("avx512f,fma"))) static inline void gelu_wide(float *v, in
         p = _mm512_fmadd_ps(p, u, _mm512_permutex2var_ps(c2a, at, c2b));
         p = _mm512_fmadd_ps(p, u, _mm512_permutex2var_ps(c1a, at, c1b));
         p = _mm512_fmadd_ps(p, u, _mm512_permutex2var_ps(c0a, at, c0b));
-        _mm512_storeu_ps(v + i, _mm512_fmadd_ps(a, p, _mm512_mul_ps(half, x)));
+        const __m512 g = _mm512_fmadd_ps(a, p, _mm512_mul_ps(half, x));
+        _mm512_storeu_ps(v + i, g);
+        low = _mm512_min_ps(low, g);
+        high = _mm512_max_ps(high, g);
     }
+    *lowest = _mm512_reduce_min_ps(low);
+    *highest = _mm512_reduce_max_ps(high);
 }
 #endif
 
@@ -337,7 +348,8 @@ INLINE void product_portable(const Dense *d, const uint8_t *a, int rows, int32_t
             __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(scale, _mm512_loadu_ps(d->scales + column + 16 * b))); \
             _mm512_storeu_ps(o + 16 * b, _mm512_add_ps(f, _mm512_loadu_ps(d->bias + column + 16 * b))); \
         }                                                                                      \
-        if (then_gelu) gelu_wide(o, GROUP);                                                    \
+        float lowest, highest;                                                                 \
+        if (then_gelu) gelu_wide(o, GROUP, &lowest, &highest);                                 \
     }
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma")))
@@ -575,8 +587,13 @@ static void product_amx(const Dense *d, const uint8_t *a, int rows, const float 
            rounding's first pass over rows gone cold was a seventh of the engine). */
         for (int r = first; r < rows && r < first + 64; r++) {
             float *row = y + (size_t)r * n;
-            if (then_gelu) gelu_wide(row, n);
-            if (next) quantize_wide(row, n, next->q + (size_t)r * n, &next->scales[r], &next->zeros[r]);
+            if (then_gelu) {
+                float lowest, highest; /* the rounding's range, found by GELU */
+                gelu_wide(row, n, &lowest, &highest);
+                if (next) round_wide(row, n, next->q + (size_t)r * n, &next->scales[r], &next->zeros[r], lowest, highest);
+            } else if (next) {
+                quantize_wide(row, n, next->q + (size_t)r * n, &next->scales[r], &next->zeros[r]);
+            }
         }
     }
     _tile_release();
@@ -658,12 +675,6 @@ INLINE void product(const Engine *e, const Dense *d, const Quantized *a, int row
     }
     if (next)
         for (int m = 0; m < rows; m++) quantize(e, y + (size_t)m * n, n, next, m);
-}
-
-/* x (rows of d->k floats) times d, into y: x rounded a row at a time, then product. */
-INLINE void dense(const Engine *e, const Dense *d, const float *x, int rows, float *y, Scratch *s) {
-    for (int m = 0; m < rows; m++) quantize(e, x + (size_t)m * d->k, d->k, &s->wide, m);
-    product(e, d, &s->wide, rows, y, s->sums, 0, NULL);
 }
 
 /* ---- the encoder ------------------------------------------------------------------- */
@@ -850,7 +861,9 @@ INLINE void forward(const Engine *e, const int32_t *ids, const int32_t *lengths,
     for (int l = 0; l < e->layers; l++) {
         const Layer *layer = &e->layer[l];
         product(e, &layer->qkv, &w->s.x, rows, wide, w->s.sums, 0, NULL); /* rows of 3 * HIDDEN */
-        for (int t = 0, row = 0; t < texts; row += lengths[t], t++)
+        /* Each text's attention, its rows then rounded for the output product while they
+           are in the cache (a pass over all rows after all texts found them gone cold). */
+        for (int t = 0, row = 0; t < texts; row += lengths[t], t++) {
 #if HAVE_VNNI_KERNEL
             if (e->kernel >= KERNEL_VNNI)
                 attend_wide(wide + (size_t)row * 3 * HIDDEN, lengths[t], context + (size_t)row * HIDDEN, w->scores,
@@ -858,7 +871,9 @@ INLINE void forward(const Engine *e, const int32_t *ids, const int32_t *lengths,
             else
 #endif
                 attend(wide + (size_t)row * 3 * HIDDEN, lengths[t], context + (size_t)row * HIDDEN, w->scores, w->keys);
-        dense(e, &layer->attention_out, context, rows, wide, &w->s);
+            for (int m = row; m < row + lengths[t]; m++) quantize(e, context + (size_t)m * HIDDEN, HIDDEN, &w->s.wide, m);
+        }
+        product(e, &layer->attention_out, &w->s.wide, rows, wide, w->s.sums, 0, NULL);
         for (int m = 0; m < rows; m++) {
             float *r = x + (size_t)m * HIDDEN;
             add_norm(e, r, wide + (size_t)m * HIDDEN, layer->norm1_weight, layer->norm1_bias, &w->s.x, m);
