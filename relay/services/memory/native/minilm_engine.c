@@ -22,10 +22,12 @@
    intermediate product, GELU (erf), the output product, residual and LayerNorm (the
    feed-forward part FEED_ROWS tokens at a time); the mean of the tokens' states, unit
    length. Each state is rounded for the next product as soon as its LayerNorm has made
-   it, and each intermediate row (AMX) as soon as its GELU has, while it is in L1 (a
-   second pass over rows gone cold took a seventh of the engine's time); with AVX-512,
-   attention, softmax and the rounding are written in 16-float vectors, four queries
-   of a head at a time (attend_wide).
+   it, each text's attention rows as soon as they are made, and each intermediate row
+   (AMX) as soon as its GELU has, while it is in L1 (a second pass over rows gone cold
+   took a seventh of the engine's time); with AVX-512, attention, softmax, LayerNorm
+   and the rounding are written in 16-float vectors, attention four queries of a head
+   at a time (attend_wide), LayerNorm and GELU finding the rounding's range as they
+   write a row, and GELU made of cubics (gelu_wide) instead of erf.
 
    No libm: exp and erf are written here (for the fallback of a machine without it, and
    for the loops to vectorize), the square root is the compiler's builtin. */
@@ -135,6 +137,51 @@ INLINE void gelu(float *v, int count) {
     for (int i = 0; i < count; i++) v[i] = 0.5f * v[i] * (1.0f + erf_approx(v[i] * 0.70710678118654752f));
 }
 
+#if HAVE_VNNI_KERNEL
+/* GELU for the AVX-512 kernels, without erf: x * Phi(x) = x / 2 + |x| * q(|x|), q(a) =
+   Phi(a) - 1/2 = erf(a / sqrt 2) / 2, made of 32 cubics, each on a sixth of [0, 16/3]
+   (q is 1/2 to float32's precision beyond: 1/2 - 5e-8), fitted by least squares at
+   Chebyshev nodes. Their coefficients are four pairs of registers, each cubic's picked
+   by its interval's number (vpermt2ps: no gather, no table in memory); absolute error
+   under 1e-6 of the erf form, and no division. */
+static const float GELU_CUBICS[4][32] __attribute__((aligned(64))) = {
+    {-2.23983001e-08f, 0.0661837608f, 0.13055855f, 0.191462338f, 0.247507319f, 0.297671497f, 0.341344625f, 0.378327399f, 0.408788741f, 0.43319279f, 0.452209651f, 0.466623515f, 0.477249891f, 0.484869897f, 0.490184695f, 0.493790358f, 0.496169657f, 0.497696757f, 0.498650134f, 0.499229014f, 0.499570936f, 0.499767363f, 0.499877125f, 0.499936789f, 0.49996832f, 0.499984533f, 0.499992669f, 0.499996603f, 0.49999848f, 0.499999315f, 0.499999702f, 0.499999881f},
+    {0.0664910525f, 0.0655754581f, 0.0629005805f, 0.0586817041f, 0.053245753f, 0.0469895117f, 0.040332038f, 0.0336691588f, 0.0273367427f, 0.0215870515f, 0.0165795051f, 0.0123845749f, 0.00899749622f, 0.00635759532f, 0.00436912524f, 0.00292029162f, 0.00189840025f, 0.00120026991f, 0.000738073257f, 0.000441417098f, 0.00025676025f, 0.000145256359f, 7.99228728e-05f, 4.2769625e-05f, 2.22601502e-05f, 1.12680509e-05f, 5.5475025e-06f, 2.65628114e-06f, 1.23702466e-06f, 5.60286651e-07f, 2.46813983e-07f, 1.05744235e-07f},
+    {-2.98958253e-06f, -0.000921266212f, -0.00176379492f, -0.00246551842f, -0.00297993282f, -0.00328396703f, -0.0033788092f, -0.00328690559f, -0.00304611074f, -0.00270242267f, -0.00230278983f, -0.00188920589f, -0.00149482279f, -0.00114225759f, -0.000843824935f, -0.000603130844f, -0.000417378091f, -0.000279796601f, -0.000181779673f, -0.000114499133f, -6.99442317e-05f, -4.14488932e-05f, -2.38334833e-05f, -1.33003859e-05f, -7.20477601e-06f, -3.78899699e-06f, -1.93479809e-06f, -9.5941823e-07f, -4.62049826e-07f, -2.16132889e-07f, -9.82070034e-08f, -4.33499139e-08f},
+    {-0.000304235029f, -0.000279367698f, -0.000232989769f, -0.000171186242f, -0.000101662925f, -3.24173234e-05f, 2.95214249e-05f, 7.90344056e-05f, 0.000113388574f, 0.000132222674f, 0.000137131559f, 0.000131007924f, 0.000117319665f, 9.94739021e-05f, 8.03628282e-05f, 6.21236322e-05f, 4.60917545e-05f, 3.28941533e-05f, 2.26191387e-05f, 1.50060569e-05f, 9.61490696e-06f, 5.95497931e-06f, 3.56759483e-06f, 2.06863524e-06f, 1.1614992e-06f, 6.31774981e-07f, 3.33020409e-07f, 1.70168718e-07f, 8.43155021e-08f, 4.05189233e-08f, 1.88896117e-08f, 8.54445759e-09f},
+};
+
+/* GELU on `count` floats (a multiple of 16) in place; their lowest and highest values
+   after it (0 between them: the rounding's range) into *lowest and *highest. */
+__attribute__((target("avx512f,fma"))) static inline void gelu_wide(float *v, int count, float *lowest,
+                                                                   float *highest) {
+    const __m512 c0a = _mm512_load_ps(GELU_CUBICS[0]), c0b = _mm512_load_ps(GELU_CUBICS[0] + 16);
+    const __m512 c1a = _mm512_load_ps(GELU_CUBICS[1]), c1b = _mm512_load_ps(GELU_CUBICS[1] + 16);
+    const __m512 c2a = _mm512_load_ps(GELU_CUBICS[2]), c2b = _mm512_load_ps(GELU_CUBICS[2] + 16);
+    const __m512 c3a = _mm512_load_ps(GELU_CUBICS[3]), c3b = _mm512_load_ps(GELU_CUBICS[3] + 16);
+    const __m512 sixths = _mm512_set1_ps(6.0f), end = _mm512_set1_ps(32.0f), last = _mm512_set1_ps(31.0f);
+    const __m512 half = _mm512_set1_ps(0.5f);
+    __m512 low = _mm512_setzero_ps(), high = low;
+    for (int i = 0; i < count; i += 16) {
+        const __m512 x = _mm512_loadu_ps(v + i), a = _mm512_abs_ps(x);
+        const __m512 s = _mm512_min_ps(_mm512_mul_ps(a, sixths), end);
+        const __m512 f = _mm512_min_ps(_mm512_roundscale_ps(s, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC), last);
+        const __m512 u = _mm512_sub_ps(s, f);
+        const __m512i at = _mm512_cvttps_epi32(f);
+        __m512 p = _mm512_permutex2var_ps(c3a, at, c3b);
+        p = _mm512_fmadd_ps(p, u, _mm512_permutex2var_ps(c2a, at, c2b));
+        p = _mm512_fmadd_ps(p, u, _mm512_permutex2var_ps(c1a, at, c1b));
+        p = _mm512_fmadd_ps(p, u, _mm512_permutex2var_ps(c0a, at, c0b));
+        const __m512 g = _mm512_fmadd_ps(a, p, _mm512_mul_ps(half, x));
+        _mm512_storeu_ps(v + i, g);
+        low = _mm512_min_ps(low, g);
+        high = _mm512_max_ps(high, g);
+    }
+    *lowest = _mm512_reduce_min_ps(low);
+    *highest = _mm512_reduce_max_ps(high);
+}
+#endif
+
 INLINE void layer_norm(float *row, const float *weight, const float *bias) {
     float mean = 0, variance = 0;
 #pragma omp simd reduction(+ : mean)
@@ -187,6 +234,8 @@ typedef struct {
 } Quantized;
 
 #if HAVE_VNNI_KERNEL
+static void round_wide(const float *x, int k, uint8_t *out, float *scale, int32_t *zero, float lowest, float highest);
+
 /* quantize_row for the AVX-512 kernels (8 bits), k a multiple of 16. */
 __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) static void quantize_wide(const float *x, int k, uint8_t *out,
                                                                                  float *scale, int32_t *zero) {
@@ -196,7 +245,14 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) static void quantize_wi
         low = _mm512_min_ps(low, v);
         high = _mm512_max_ps(high, v);
     }
-    const float lowest = _mm512_reduce_min_ps(low), highest = _mm512_reduce_max_ps(high);
+    round_wide(x, k, out, scale, zero, _mm512_reduce_min_ps(low), _mm512_reduce_max_ps(high));
+}
+
+/* x (k floats, a multiple of 16, from `lowest` to `highest`, 0 between them) to uint8 with
+   its scale and zero point. */
+__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) static void round_wide(const float *x, int k, uint8_t *out,
+                                                                              float *scale, int32_t *zero,
+                                                                              float lowest, float highest) {
     const float step = (highest - lowest) / 255.0f;
     if (step == 0) {
         memset(out, 0, (size_t)k);
@@ -216,6 +272,49 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) static void quantize_wi
     }
     *scale = step;
     *zero = point;
+}
+#endif
+
+#if HAVE_VNNI_KERNEL
+/* For the AVX-512 kernels: a state row plus `add` (when given: the residual), its
+   LayerNorm, and the row rounded into `q`, `scale` and `zero` (when q is given) from the
+   lowest and highest values found as the LayerNorm writes them: each pass over the row
+   in whole vectors (the compiler left the variance's sum a chain of scalar multiply-adds,
+   and the mean's sum went through the stack). */
+__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) static void norm_wide(float *r, const float *add,
+                                                                             const float *weight, const float *bias,
+                                                                             uint8_t *q, float *scale, int32_t *zero) {
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0;
+    for (int i = 0; i < HIDDEN; i += 32) {
+        __m512 v0 = _mm512_loadu_ps(r + i), v1 = _mm512_loadu_ps(r + i + 16);
+        if (add) {
+            v0 = _mm512_add_ps(v0, _mm512_loadu_ps(add + i));
+            v1 = _mm512_add_ps(v1, _mm512_loadu_ps(add + i + 16));
+            _mm512_storeu_ps(r + i, v0);
+            _mm512_storeu_ps(r + i + 16, v1);
+        }
+        s0 = _mm512_add_ps(s0, v0);
+        s1 = _mm512_add_ps(s1, v1);
+    }
+    const __m512 mean = _mm512_set1_ps(_mm512_reduce_add_ps(_mm512_add_ps(s0, s1)) / HIDDEN);
+    __m512 t0 = _mm512_setzero_ps(), t1 = t0;
+    for (int i = 0; i < HIDDEN; i += 32) {
+        const __m512 d0 = _mm512_sub_ps(_mm512_loadu_ps(r + i), mean);
+        const __m512 d1 = _mm512_sub_ps(_mm512_loadu_ps(r + i + 16), mean);
+        t0 = _mm512_fmadd_ps(d0, d0, t0);
+        t1 = _mm512_fmadd_ps(d1, d1, t1);
+    }
+    const float variance = _mm512_reduce_add_ps(_mm512_add_ps(t0, t1)) / HIDDEN;
+    const __m512 inverse = _mm512_set1_ps(1.0f / __builtin_sqrtf(variance + EPSILON));
+    __m512 low = _mm512_setzero_ps(), high = low;
+    for (int i = 0; i < HIDDEN; i += 16) {
+        const __m512 d = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(r + i), mean), inverse);
+        const __m512 v = _mm512_fmadd_ps(d, _mm512_loadu_ps(weight + i), _mm512_loadu_ps(bias + i));
+        _mm512_storeu_ps(r + i, v);
+        low = _mm512_min_ps(low, v);
+        high = _mm512_max_ps(high, v);
+    }
+    if (q) round_wide(r, HIDDEN, q, scale, zero, _mm512_reduce_min_ps(low), _mm512_reduce_max_ps(high));
 }
 #endif
 
@@ -249,7 +348,8 @@ INLINE void product_portable(const Dense *d, const uint8_t *a, int rows, int32_t
             __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(scale, _mm512_loadu_ps(d->scales + column + 16 * b))); \
             _mm512_storeu_ps(o + 16 * b, _mm512_add_ps(f, _mm512_loadu_ps(d->bias + column + 16 * b))); \
         }                                                                                      \
-        if (then_gelu) gelu(o, GROUP);                                                         \
+        float lowest, highest;                                                                 \
+        if (then_gelu) gelu_wide(o, GROUP, &lowest, &highest);                                 \
     }
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma")))
@@ -437,55 +537,63 @@ static void product_amx(const Dense *d, const uint8_t *a, int rows, const float 
     _tile_loadconfig(&config);
     const int k = d->k, n = d->n, steps = k / 64;
     int32_t sums[32][32] __attribute__((aligned(64)));
-    for (int m = 0; m < rows; m += 32) {
-        const uint8_t *a0 = a + (size_t)m * k, *a1 = a0 + (size_t)16 * k;
+    /* 64 rows at a time (two blocks of 32), so that each column block's weight tiles,
+       loaded from L2 for the first 32 rows, are in L1 for the next 32. */
+    for (int first = 0; first < rows; first += 64) {
         for (int column = 0; column < n; column += 32) {
             /* Columns column..+15 and +16..+31: their tiles, one after another in k. */
             const int8_t *b0 = d->weights + (size_t)(column / 16) * steps * 1024;
             const int8_t *b1 = b0 + (size_t)steps * 1024;
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_zero(2);
-            _tile_zero(3);
-            for (int s = 0; s < steps; s++) {
-                /* Each load just before the first product that needs it, so that loads
-                   overlap products (tiles are not renamed: a load waits for the last
-                   product reading its tile). */
-                _tile_loadd(4, a0 + 64 * s, k);
-                _tile_loadd(6, b0 + (size_t)s * 1024, 64);
-                _tile_dpbusd(0, 4, 6);
-                _tile_loadd(7, b1 + (size_t)s * 1024, 64);
-                _tile_dpbusd(1, 4, 7);
-                _tile_loadd(5, a1 + 64 * s, k);
-                _tile_dpbusd(2, 5, 6);
-                _tile_dpbusd(3, 5, 7);
-            }
-            _tile_stored(0, &sums[0][0], 128);
-            _tile_stored(1, &sums[0][16], 128);
-            _tile_stored(2, &sums[16][0], 128);
-            _tile_stored(3, &sums[16][16], 128);
-            const __m512i columns0 = _mm512_loadu_si512(d->sums + column);
-            const __m512i columns1 = _mm512_loadu_si512(d->sums + column + 16);
-            const __m512 scales0 = _mm512_loadu_ps(d->scales + column), scales1 = _mm512_loadu_ps(d->scales + column + 16);
-            const __m512 bias0 = _mm512_loadu_ps(d->bias + column), bias1 = _mm512_loadu_ps(d->bias + column + 16);
-            for (int r = 0; r < 32 && m + r < rows; r++) {
-                const __m512i zero = _mm512_set1_epi32(zeros[m + r]);
-                const __m512 scale = _mm512_set1_ps(row_scales[m + r]);
-                float *o = y + (size_t)(m + r) * n + column;
-                __m512i c0 = _mm512_sub_epi32(_mm512_load_si512(&sums[r][0]), _mm512_mullo_epi32(zero, columns0));
-                __m512i c1 = _mm512_sub_epi32(_mm512_load_si512(&sums[r][16]), _mm512_mullo_epi32(zero, columns1));
-                _mm512_storeu_ps(o, _mm512_fmadd_ps(_mm512_cvtepi32_ps(c0), _mm512_mul_ps(scale, scales0), bias0));
-                _mm512_storeu_ps(o + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(c1), _mm512_mul_ps(scale, scales1), bias1));
+            for (int m = first; m < rows && m < first + 64; m += 32) {
+                const uint8_t *a0 = a + (size_t)m * k, *a1 = a0 + (size_t)16 * k;
+                _tile_zero(0);
+                _tile_zero(1);
+                _tile_zero(2);
+                _tile_zero(3);
+                for (int s = 0; s < steps; s++) {
+                    /* Each load just before the first product that needs it, so that loads
+                       overlap products (tiles are not renamed: a load waits for the last
+                       product reading its tile). */
+                    _tile_loadd(4, a0 + 64 * s, k);
+                    _tile_loadd(6, b0 + (size_t)s * 1024, 64);
+                    _tile_dpbusd(0, 4, 6);
+                    _tile_loadd(7, b1 + (size_t)s * 1024, 64);
+                    _tile_dpbusd(1, 4, 7);
+                    _tile_loadd(5, a1 + 64 * s, k);
+                    _tile_dpbusd(2, 5, 6);
+                    _tile_dpbusd(3, 5, 7);
+                }
+                _tile_stored(0, &sums[0][0], 128);
+                _tile_stored(1, &sums[0][16], 128);
+                _tile_stored(2, &sums[16][0], 128);
+                _tile_stored(3, &sums[16][16], 128);
+                const __m512i columns0 = _mm512_loadu_si512(d->sums + column);
+                const __m512i columns1 = _mm512_loadu_si512(d->sums + column + 16);
+                const __m512 scales0 = _mm512_loadu_ps(d->scales + column), scales1 = _mm512_loadu_ps(d->scales + column + 16);
+                const __m512 bias0 = _mm512_loadu_ps(d->bias + column), bias1 = _mm512_loadu_ps(d->bias + column + 16);
+                for (int r = 0; r < 32 && m + r < rows; r++) {
+                    const __m512i zero = _mm512_set1_epi32(zeros[m + r]);
+                    const __m512 scale = _mm512_set1_ps(row_scales[m + r]);
+                    float *o = y + (size_t)(m + r) * n + column;
+                    __m512i c0 = _mm512_sub_epi32(_mm512_load_si512(&sums[r][0]), _mm512_mullo_epi32(zero, columns0));
+                    __m512i c1 = _mm512_sub_epi32(_mm512_load_si512(&sums[r][16]), _mm512_mullo_epi32(zero, columns1));
+                    _mm512_storeu_ps(o, _mm512_fmadd_ps(_mm512_cvtepi32_ps(c0), _mm512_mul_ps(scale, scales0), bias0));
+                    _mm512_storeu_ps(o + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(c1), _mm512_mul_ps(scale, scales1), bias1));
+                }
             }
         }
-        /* GELU on these 32 rows while they are in the cache: whole rows, so that many
-           vectors are in flight (32 columns at a time left exp's chain waiting); each
-           row then rounded for the next product (`next`) while it is in L1 (the
+        /* GELU on these 64 rows while they are in the cache: whole rows, so that many
+           vectors are in flight; each row then rounded for the next product (`next`) while it is in L1 (the
            rounding's first pass over rows gone cold was a seventh of the engine). */
-        for (int r = m; r < rows && r < m + 32; r++) {
+        for (int r = first; r < rows && r < first + 64; r++) {
             float *row = y + (size_t)r * n;
-            if (then_gelu) gelu(row, n);
-            if (next) quantize_wide(row, n, next->q + (size_t)r * n, &next->scales[r], &next->zeros[r]);
+            if (then_gelu) {
+                float lowest, highest; /* the rounding's range, found by GELU */
+                gelu_wide(row, n, &lowest, &highest);
+                if (next) round_wide(row, n, next->q + (size_t)r * n, &next->scales[r], &next->zeros[r], lowest, highest);
+            } else if (next) {
+                quantize_wide(row, n, next->q + (size_t)r * n, &next->scales[r], &next->zeros[r]);
+            }
         }
     }
     _tile_release();
@@ -508,6 +616,25 @@ INLINE void quantize(const Engine *e, const float *x, int k, const Quantized *in
 #endif
     quantize_row(x, k, e->kernel == KERNEL_AVX2 ? AVX2_LEVELS : 255.0f, into->q + (size_t)row * k, &into->scales[row],
                  &into->zeros[row]);
+}
+
+/* Row r of the states plus `add` (when given), its LayerNorm, then rounded into row
+   `row` of `into` (when given), for the kernel in use. */
+INLINE void add_norm(const Engine *e, float *r, const float *add, const float *weight, const float *bias,
+                     const Quantized *into, int row) {
+#if HAVE_VNNI_KERNEL
+    if (e->kernel >= KERNEL_VNNI) {
+        if (into)
+            norm_wide(r, add, weight, bias, into->q + (size_t)row * HIDDEN, &into->scales[row], &into->zeros[row]);
+        else
+            norm_wide(r, add, weight, bias, NULL, NULL, NULL);
+        return;
+    }
+#endif
+    if (add)
+        for (int i = 0; i < HIDDEN; i++) r[i] += add[i];
+    layer_norm(r, weight, bias);
+    if (into) quantize(e, r, HIDDEN, into, row);
 }
 
 /* a (rows rounded, padded with whatever to PADDED_ROWS: rows beyond `rows` are multiplied
@@ -548,12 +675,6 @@ INLINE void product(const Engine *e, const Dense *d, const Quantized *a, int row
     }
     if (next)
         for (int m = 0; m < rows; m++) quantize(e, y + (size_t)m * n, n, next, m);
-}
-
-/* x (rows of d->k floats) times d, into y: x rounded a row at a time, then product. */
-INLINE void dense(const Engine *e, const Dense *d, const float *x, int rows, float *y, Scratch *s) {
-    for (int m = 0; m < rows; m++) quantize(e, x + (size_t)m * d->k, d->k, &s->wide, m);
-    product(e, d, &s->wide, rows, y, s->sums, 0, NULL);
 }
 
 /* ---- the encoder ------------------------------------------------------------------- */
@@ -734,14 +855,15 @@ INLINE void forward(const Engine *e, const int32_t *ids, const int32_t *lengths,
             const float *position = e->position_rows + (size_t)p * HIDDEN;
             float *r = x + (size_t)row * HIDDEN;
             for (int i = 0; i < HIDDEN; i++) r[i] = (float)word[i] * scale + position[i];
-            layer_norm(r, e->norm_weight, e->norm_bias);
-            quantize(e, r, HIDDEN, &w->s.x, row);
+            add_norm(e, r, NULL, e->norm_weight, e->norm_bias, &w->s.x, row);
         }
     }
     for (int l = 0; l < e->layers; l++) {
         const Layer *layer = &e->layer[l];
         product(e, &layer->qkv, &w->s.x, rows, wide, w->s.sums, 0, NULL); /* rows of 3 * HIDDEN */
-        for (int t = 0, row = 0; t < texts; row += lengths[t], t++)
+        /* Each text's attention, its rows then rounded for the output product while they
+           are in the cache (a pass over all rows after all texts found them gone cold). */
+        for (int t = 0, row = 0; t < texts; row += lengths[t], t++) {
 #if HAVE_VNNI_KERNEL
             if (e->kernel >= KERNEL_VNNI)
                 attend_wide(wide + (size_t)row * 3 * HIDDEN, lengths[t], context + (size_t)row * HIDDEN, w->scores,
@@ -749,13 +871,12 @@ INLINE void forward(const Engine *e, const int32_t *ids, const int32_t *lengths,
             else
 #endif
                 attend(wide + (size_t)row * 3 * HIDDEN, lengths[t], context + (size_t)row * HIDDEN, w->scores, w->keys);
-        dense(e, &layer->attention_out, context, rows, wide, &w->s);
+            for (int m = row; m < row + lengths[t]; m++) quantize(e, context + (size_t)m * HIDDEN, HIDDEN, &w->s.wide, m);
+        }
+        product(e, &layer->attention_out, &w->s.wide, rows, wide, w->s.sums, 0, NULL);
         for (int m = 0; m < rows; m++) {
             float *r = x + (size_t)m * HIDDEN;
-            const float *a = wide + (size_t)m * HIDDEN;
-            for (int i = 0; i < HIDDEN; i++) r[i] += a[i];
-            layer_norm(r, layer->norm1_weight, layer->norm1_bias);
-            quantize(e, r, HIDDEN, &w->s.x, m);
+            add_norm(e, r, wide + (size_t)m * HIDDEN, layer->norm1_weight, layer->norm1_bias, &w->s.x, m);
         }
         /* The feed-forward part, FEED_ROWS tokens at a time: their intermediate rows
            (6 KB each) stay in the cache between the product, GELU and the next product. */
@@ -767,10 +888,9 @@ INLINE void forward(const Engine *e, const int32_t *ids, const int32_t *lengths,
         }
         for (int m = 0; m < rows; m++) {
             float *r = x + (size_t)m * HIDDEN;
-            const float *a = context + (size_t)m * HIDDEN;
-            for (int i = 0; i < HIDDEN; i++) r[i] += a[i];
-            layer_norm(r, layer->norm2_weight, layer->norm2_bias);
-            if (l + 1 < e->layers) quantize(e, r, HIDDEN, &w->s.x, m); /* the next layer's input */
+            /* Rounded for the next layer's input, when there is one. */
+            add_norm(e, r, context + (size_t)m * HIDDEN, layer->norm2_weight, layer->norm2_bias,
+                     l + 1 < e->layers ? &w->s.x : NULL, m);
         }
     }
     /* The mean of each text's token states, unit length. */
