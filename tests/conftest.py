@@ -151,6 +151,10 @@ RUN_MARKER = "RELAY_TEST_RUN"
 a process an environment of its own): what finds a process the suite left behind."""
 LEFTOVER_GRACE = 10.0
 """Seconds processes of the run get to end after the last test before they count as left."""
+ENDING_GRACE = float(os.environ.get("RELAY_TEST_ENDING_GRACE", "30"))
+"""Seconds a test's processes, told to end as it ended, get before a socket they still
+listen on counts as left (a poll: a test whose processes have ended waits for nothing;
+tests/test_leftovers.py's inner runs, whose listeners never end, set it lower)."""
 
 
 RUN_FOLDER = "RELAY_TEST_RUN_FOLDER"
@@ -246,9 +250,10 @@ def socket_folder(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureReques
     # A socket nothing listens on is a file its ended process left (a session killed by
     # its test, tmux, Claude Code's own): it goes with the folder. One a process still
     # listens on is a leftover of the test.
-    # Processes told to end as the test ended (a tmux pane's, on kill-server) get the grace
-    # a process gets.
-    deadline = time.monotonic() + LEFTOVER_GRACE
+    # Processes told to end as the test ended (a tmux pane's, on kill-server) get a grace:
+    # a `relay run` ending its agent (EOF, SIGTERM, the agent's own children) took over 10 s
+    # on two cores with a busy process and six workers beside it.
+    deadline = time.monotonic() + ENDING_GRACE
     listened = [path for path in _sockets(folder) if _listened(path)]
     while listened and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -85,6 +85,7 @@ def inner_suite(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]
         if key not in ("RELAY_TEST_RUN", "RELAY_TEST_RUN_FOLDER", "PYTEST_XDIST_WORKER")
         and not key.startswith("PYTEST_")
     }
+    env["RELAY_TEST_ENDING_GRACE"] = "2"  # its listeners are left on purpose: no long wait
     return subprocess.run(
         [
             sys.executable,

