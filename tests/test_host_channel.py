@@ -380,8 +380,10 @@ def test_the_server_acknowledges_mail_once_its_answer_is_written(
             "prompt": "x",
         }
     ).encode()
-    reply = client.request(
-        server, Call(["--dialect", "claude", "UserPromptSubmit"], str(project), env, stdin)
+    reply = client.request(  # 30 s: a loaded machine's server may accept after the client's 2
+        server,
+        Call(["--dialect", "claude", "UserPromptSubmit"], str(project), env, stdin),
+        ack_timeout=30,
     )
     assert isinstance(reply, Reply)
     assert "via the server" in json.loads(reply.stdout)["hookSpecificOutput"]["additionalContext"]

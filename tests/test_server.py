@@ -36,6 +36,9 @@ from relay.server.client import Call, Reply
 
 DIALECTS = ("relay", "claude", "gemini", "codex")
 STARTUP = 20.0  # seconds a server may take to answer its first status on a loaded machine
+LOADED = 30.0
+"""How long a test gives the server to accept a call it must answer: a hang guard, not the
+hook client's 2 s (past which a host's call runs in-process; a loaded machine took longer)."""
 
 
 def write(path: Path, data: object) -> Path:
@@ -176,7 +179,7 @@ def test_server_and_in_process_give_the_same_answers(
             expected += len(chosen)
             for stdin in chosen:
                 call = call_for(project, dialect, event, stdin)
-                served = client.request(server, call)
+                served = client.request(server, call, ack_timeout=LOADED)
                 assert served is not None, (dialect, event)
                 assert normalized(served) == normalized(answer_call(call)), (dialect, event, stdin)
                 compared += 1
@@ -205,7 +208,9 @@ def test_a_call_looks_at_no_script_of_the_project_hooks_it_does_not_plan(
     write(project / ".relay" / "settings.json", {"hooks": {"Stop": [{"hooks": stop}]}})
     event = {"session_id": "s", "cwd": str(project), "tool_name": "Bash", "tool_input": {}}
     call = call_for(project, "claude", "PreToolUse", json.dumps(event).encode())
-    assert client.request(server, call) is not None  # the settings read, the registry built
+    assert (
+        client.request(server, call, ack_timeout=LOADED) is not None
+    )  # the settings read, the registry built
     log = tmp_path / "strace.log"
     pid = str(wait_for_status(server)["pid"])
     tracer = subprocess.Popen(
@@ -220,7 +225,7 @@ def test_a_call_looks_at_no_script_of_the_project_hooks_it_does_not_plan(
             client.control(server, "status")
             time.sleep(0.05)
         start = len(log.read_text())
-        served = client.request(server, call)
+        served = client.request(server, call, ack_timeout=LOADED)
     finally:
         tracer.terminate()
         tracer.wait(timeout=60)
@@ -269,7 +274,9 @@ def test_a_client_of_the_first_protocol_is_answered_as_one_of_the_second(
     out_len = int.from_bytes(result[9:13], "big")
     stdout = result[13 : 13 + out_len]
     stderr = result[17 + out_len :]
-    assert normalized(Reply(code, stdout, stderr)) == normalized(client.request(server, call))
+    assert normalized(Reply(code, stdout, stderr)) == normalized(
+        client.request(server, call, ack_timeout=LOADED)
+    )
 
 
 def test_the_hook_log_records_each_served_call_once_its_answer_is_out(
@@ -284,7 +291,7 @@ def test_the_hook_log_records_each_served_call_once_its_answer_is_out(
 
     rich_settings(relay_home, project)  # also an untrusted project hook on PreToolUse
     call = call_for(project, "claude", "PreToolUse", payloads(project)[0])
-    reply = client.request(server, call)
+    reply = client.request(server, call, ack_timeout=LOADED)
     assert reply is not None
     answer = json.loads(reply.stdout)
     assert "not trusted" in answer["systemMessage"]
@@ -309,10 +316,10 @@ def test_the_server_notices_settings_and_scripts_that_change(
 ) -> None:
     write(relay_home / "settings.json", {"hooks": {"SessionStart": [{"hooks": [hook("one")]}]}})
     call = call_for(project, "relay", "SessionStart", b"{}")
-    first = client.request(server, call)
+    first = client.request(server, call, ack_timeout=LOADED)
     assert first is not None and json.loads(first.stdout)["inject"] == "one"
     write(relay_home / "settings.json", {"hooks": {"SessionStart": [{"hooks": [hook("two")]}]}})
-    second = client.request(server, call)
+    second = client.request(server, call, ack_timeout=LOADED)
     assert second is not None and json.loads(second.stdout)["inject"] == "two"
 
 
@@ -324,15 +331,15 @@ def test_the_server_sees_a_project_settings_file_and_a_nearer_root_made_between_
     folder = project / "sub"
     folder.mkdir()
     call = call_for(folder, "relay", "SessionStart", b"{}")
-    replies = [client.request(server, call)]
+    replies = [client.request(server, call, ack_timeout=LOADED)]
     write(
         project / ".relay" / "settings.json", {"hooks": {"SessionStart": [{"hooks": [hook("p")]}]}}
     )
-    replies.append(client.request(server, call))
+    replies.append(client.request(server, call, ack_timeout=LOADED))
     write(
         folder / ".relay" / "settings.json", {"hooks": {"SessionStart": [{"hooks": [hook("q")]}]}}
     )
-    replies.append(client.request(server, call))
+    replies.append(client.request(server, call, ack_timeout=LOADED))
     first, second, third = replies
     assert first is not None and b"untrusted" not in first.stderr
     assert second is not None and f"in {project} to allow".encode() in second.stderr
@@ -357,7 +364,7 @@ def test_a_served_hook_gets_each_calls_own_environment_and_project(
     def served(folder: Path, probe: str) -> str:
         call = call_for(folder, "relay", "SessionStart", b"{}")
         call.env["PROBE"] = probe
-        reply = client.request(server, call)
+        reply = client.request(server, call, ack_timeout=LOADED)
         assert reply is not None and reply.exit_code == 0, reply
         inject: str = json.loads(reply.stdout)["inject"]
         return inject
@@ -465,7 +472,7 @@ def test_the_server_answers_each_client_for_its_own_relay_home(
         env = {**os.environ, "RELAY_HOME": str(home)}
         calls.append(Call(["--dialect", "relay", "SessionStart"], str(project), env, b"{}"))
     for call, expected in list(zip(calls, "ab", strict=True)) * 2:
-        reply = client.request(server, call)
+        reply = client.request(server, call, ack_timeout=LOADED)
         assert reply is not None and json.loads(reply.stdout)["inject"] == expected
         assert normalized(reply) == normalized(answer_call(call))
 
@@ -1269,7 +1276,7 @@ def test_threads_of_a_burst_of_calls_end_once_it_is_over(
         os.unlink(started / name)
     write(relay_home / "settings.json", {"hooks": {"SessionStart": [{"hooks": [hook("hi")]}]}})
     for _ in range(5):
-        reply = client.request(server, call)
+        reply = client.request(server, call, ack_timeout=LOADED)
         assert reply is not None and json.loads(reply.stdout)["inject"] == "hi"
     # The hook log's writer is the one more; a thread that has returned may take a moment
     # to be gone from /proc.
@@ -1560,7 +1567,7 @@ def tool_call(folder: Path, dialect: str, command: str, tool: str = "Bash") -> C
 
 
 def served(server: str, call: Call) -> Reply:
-    reply = client.request(server, call)
+    reply = client.request(server, call, ack_timeout=LOADED)
     assert reply is not None
     return reply
 

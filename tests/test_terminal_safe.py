@@ -181,6 +181,11 @@ def _settings(kind: str) -> dict[str, Any]:
     }
 
 
+RUN_KEYS = ("RELAY_CACHE", "RELAY_TEST_RUN", "RELAY_TEST_RUN_FOLDER")
+"""The test run's own keys (conftest.py): its build cache, and the marks that find a
+process it left behind."""
+
+
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hostile]:
     """Hostile settings (user, project, the host's own), messages, memories, a hook log, an
@@ -199,10 +204,13 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hostile]:
     # A server named `relay` that is not relay's: install leaves it, and says so.
     servers = {"mcpServers": {"relay": {"command": f"evil{EVERY_KIND}", "args": [EVERY_KIND]}}}
     (home / ".claude.json").write_text(json.dumps(servers))
+    # The run's own RELAY_ keys stay: its build cache (without it each test compiled
+    # relay's MiniLM engine again, 7 CPU-s, into the fresh HOME) and its marks.
     env = {
         key: value
         for key, value in os.environ.items()
-        if not key.startswith(("RELAY_", "CLAUDE_", "CODEX_", "GEMINI_")) and key != "NO_COLOR"
+        if key in RUN_KEYS
+        or (not key.startswith(("RELAY_", "CLAUDE_", "CODEX_", "GEMINI_")) and key != "NO_COLOR")
     }
     env.update(
         HOME=str(home),
