@@ -981,3 +981,51 @@ async def test_after_the_humans_enter_a_text_waits_for_the_agent_to_take_the_lin
         agent.draw(["> my question", "an answer", "", "", " > ", ""])
         await drained(injector, timeout=10)
     assert outcomes == [("a message", "submitted")]
+
+
+async def test_an_agent_that_shows_its_turns_is_waited_on_until_its_turn_shows() -> None:
+    """A slowed-down agent takes the human's line in (draws it above its box), then draws
+    nothing for a while before its busy hint: the text waits for the turn to show, then
+    for it to end (Gemini CLI, on a machine at load 12, had a message typed into its box
+    while it thought: it went quiet before its hint came up)."""
+    agent, outcomes = BoxAgent(), []
+    busy = [False]
+    injector = box_injector(agent, outcomes, busy=lambda: busy[0], shows_turns=True)
+    injector.observe_input(b"my question")
+    agent.draw(["", "", "", "", " > my question", ""])
+    injector.submit("a message")
+    async with running(injector):
+        injector.observe_input(b"\r")
+        agent.draw(["> my question", "", "", "", " > ", ""])  # taken in, no hint yet
+        await anyio.sleep(QUIET * 8)
+        assert agent.writes == [], "typed before the agent's turn showed"
+        busy[0] = True
+        agent.draw(["> my question", "thinking (esc to cancel)", "", "", " > ", ""])
+        await anyio.sleep(QUIET * 4)
+        assert agent.writes == [], "typed while the agent answered the human's line"
+        busy[0] = False
+        agent.draw(["> my question", "an answer", "", "", " > ", ""])
+        await drained(injector, timeout=10)
+    assert outcomes == [("a message", "submitted")]
+
+
+async def test_a_human_line_that_starts_no_turn_holds_a_text_for_a_while_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A line the agent takes in but answers with no turn (a command of its own): the
+    text is typed once TURN_START_SECONDS have passed since the Enter."""
+    from relay.session import injector as module
+
+    monkeypatch.setattr(module, "TURN_START_SECONDS", QUIET * 10)
+    agent, outcomes = BoxAgent(), []
+    injector = box_injector(agent, outcomes, busy=lambda: False, shows_turns=True)
+    injector.observe_input(b"/help")
+    agent.draw(["", "", "", "", " > /help", ""])
+    injector.submit("a message")
+    async with running(injector):
+        entered = time.monotonic()
+        injector.observe_input(b"\r")
+        agent.draw(["> /help", "the agent's help", "", "", " > ", ""])
+        await drained(injector, timeout=10)
+        assert time.monotonic() - entered >= QUIET * 10
+    assert outcomes == [("a message", "submitted")]

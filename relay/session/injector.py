@@ -15,7 +15,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import anyio
@@ -69,6 +69,9 @@ ENTER_RETRIES = 2
 """Enters sent again when the first was taken for a newline (each alone, after a pause)."""
 REACTION_SECONDS = 5.0
 """After the human submits a line: how long to wait for the agent to react to it."""
+TURN_START_SECONDS = 10.0
+"""After an agent that shows its turns (a busy hint) took the human's line in: how long
+after the Enter to wait for its turn to show before the line counts as not starting one."""
 BUSY_LIMIT = 120.0
 """An agent whose busy hint stays up with no output for this long is not waited for."""
 BUSY_ROWS = 12
@@ -85,6 +88,8 @@ class _HumanEnter:
     outputs: int
     needle: str
     box: set[tuple[int, str]]
+    taken: bool = False
+    """The agent has taken the line in (drawn it out of its input box)."""
 
 
 @dataclass(eq=False)  # queued texts are told apart by identity: two may be alike
@@ -167,7 +172,10 @@ class Injector:
     The human's line: after the human submits a line, a text waits until the agent has
     reacted to it (drawn something, for at most REACTION_SECONDS) and gone quiet again,
     and while `busy()` says the agent is working on a turn (for at most BUSY_LIMIT
-    without output), so the human's line gets its own answer before relay types.
+    without output), so the human's line gets its own answer before relay types. With
+    `shows_turns` (the agent shows a busy hint while a turn runs), a line it has taken in
+    is waited on until its turn shows (at most TURN_START_SECONDS after the Enter): an
+    agent slowed down may go quiet between taking the line and drawing its hint.
 
     Bookkeeping: `delivered` lists the texts as sent, in order, and `on_delivered(text,
     key, outcome)` is called once its Enter is written and the outcome known (for the
@@ -193,6 +201,7 @@ class Injector:
         on_waiting: Callable[[bool], None] | None = None,
         screen: Screen | None = None,
         busy: Busy | None = None,
+        shows_turns: bool = False,
         foreground: Foreground | None = None,
     ) -> None:
         """An injector writing through `write` (typically `AgentPty.write`); `on_waiting`
@@ -212,6 +221,7 @@ class Injector:
         self._line_mode = line_mode
         self._screen = screen
         self._busy = busy
+        self._shows_turns = shows_turns and busy is not None
         self._foreground = foreground
         self.delivered: list[str] = []
         self.enters = 0
@@ -390,10 +400,19 @@ class Injector:
             return None
         now = time.monotonic()
         enter = self._human_enter
-        if enter is not None:
-            if not self._reacted(enter) and now - enter.at < REACTION_SECONDS:
+        if enter is not None and not enter.taken:
+            reacted = self._reacted(enter)
+            if not reacted and now - enter.at < REACTION_SECONDS:
                 return min(0.1, enter.at + REACTION_SECONDS - now)
-            self._human_enter = None  # taken (or nothing shows it: not waited for longer)
+            # Taken (or nothing shows it: not waited for longer).
+            enter = self._human_enter = replace(enter, taken=True) if reacted else None
+        if enter is not None:
+            if not self._shows_turns or self._agent_busy():
+                self._human_enter = None  # its turn shows: the busy wait below holds the text
+            elif now - enter.at < TURN_START_SECONDS:
+                return 0.1  # taken, its turn not shown yet
+            else:
+                self._human_enter = None  # no turn came of it (a command of the agent's own)
         if self._stuck:
             rows = self._rows()
             if rows is not None and _in_box(rows, self._stuck, ENTER_RETRIES):

@@ -503,6 +503,7 @@ class Session:
             on_waiting=self._show_waiting,
             screen=self._screen_rows,
             busy=self._agent_busy,
+            shows_turns=self.voice.busy is not None,
         )
         if not self.inject_enabled:
             if self._early_injects:
