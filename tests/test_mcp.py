@@ -14,14 +14,15 @@ import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
-from mcp import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
 from processes import alive
 from scripted_sessions import RELAY, agent, finish, polled, reads, run_session, wait_for
+
+if TYPE_CHECKING:
+    from mcp import ClientSession
 
 BUILTIN_TOOLS_IN_ORDER = [
     "send_message",
@@ -68,6 +69,11 @@ def user_settings(relay_home: Path, tmp_path: Path) -> Path:
 async def connect(
     project: Path, relay_home: Path, *args: str, env: dict[str, str] | None = None
 ) -> AsyncIterator[ClientSession]:
+    # The SDK (and pydantic) imported here, not with the module: about half a CPU-second
+    # that each of the suite's workers paid to collect this file.
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
     params = StdioServerParameters(
         command=RELAY,
         args=["mcp", *args],

@@ -19,8 +19,6 @@ import anyio
 import msgspec
 import nats
 import pytest
-from mcp import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
 from nats_server import NatsServer, find_nats_server, password, server_config
 from scripted_sessions import RELAY, agent, finish, reads, start_relay_run
 
@@ -643,6 +641,10 @@ def test_no_published_event_stops_team_memory(server: NatsServer, tmp_path: Path
 
     # relay mcp on C, the same: it serves.
     async def mcp_serves() -> None:
+        # The SDK here, not with the module: each worker paid for it to collect the file.
+        from mcp import ClientSession
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+
         params = StdioServerParameters(
             command=RELAY, args=["mcp", "--name", "cee"], cwd=str(project), env=env_c
         )
