@@ -785,9 +785,11 @@ def test_demo_runs_a_whole_session(relay_home: Path) -> None:
     assert "\x1b" not in done.stdout, "no escape codes into a pipe"
 
 
-def run_on_a_terminal(script: str, env: Mapping[str, str]) -> str:
-    """What `script` prints with its stdout on a pseudo-terminal (stdin and stderr not)."""
+def run_on_a_terminal(script: str, env: Mapping[str, str], until: bytes | None = None) -> str:
+    """What `script` prints with its stdout on a pseudo-terminal (stdin and stderr not);
+    with `until`, what it printed up to those bytes (then it is ended, with what it started)."""
     import pty
+    import signal
 
     parent, child = pty.openpty()
     try:
@@ -797,11 +799,12 @@ def run_on_a_terminal(script: str, env: Mapping[str, str]) -> str:
             stdout=child,
             stderr=subprocess.PIPE,
             env=dict(env),
+            start_new_session=True,
         )
         os.close(child)
         child = -1
         output = bytearray()
-        while True:
+        while until is None or until not in output:
             try:
                 chunk = os.read(parent, 65536)
             except OSError:  # EIO: every holder of the terminal has closed it
@@ -809,6 +812,12 @@ def run_on_a_terminal(script: str, env: Mapping[str, str]) -> str:
             if not chunk:
                 break
             output += chunk
+        if until is not None and until in output:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=60)
+            assert process.stderr is not None
+            process.stderr.close()
+            return output.decode("utf-8", "replace")
         assert process.wait(timeout=60) == 0
         assert process.stderr is not None
         process.stderr.close()
@@ -824,7 +833,8 @@ def test_the_scripts_are_bold_on_a_terminal_only_and_never_with_no_color(script:
     if script == "demo.sh" and (shutil.which("node") is None or shutil.which("perl") is None):
         pytest.skip("the demo's hooks need node and perl")
     environ = {key: value for key, value in os.environ.items() if key != "NO_COLOR"}
-    assert "\x1b[1m" in run_on_a_terminal(script, environ)
+    # Bold from its first heading on (the run ends there: the whole script runs below).
+    assert "\x1b[1m" in run_on_a_terminal(script, environ, until=b"\x1b[1m")
     assert "\x1b" not in run_on_a_terminal(script, {**environ, "NO_COLOR": "1"})
 
 
