@@ -1009,7 +1009,7 @@ def test_the_model_process_keeps_every_core_busy_between_batches(engine: str) ->
 
 
 def test_a_query_is_not_kept_waiting_behind_another_process_backlog(tmp_path: Path) -> None:
-    """The shared child embeds a backlog a chunk at a time, the request with the fewest
+    """The shared child embeds a backlog a batch at a time, the request with the fewest
     texts left first: a query sent while another connection's 2,000 memories are being
     embedded is answered before them (the child answered in order before)."""
     import select
