@@ -1008,6 +1008,67 @@ def test_the_model_process_keeps_every_core_busy_between_batches(engine: str) ->
     assert float((rows[[0, -1]] * alone).sum(axis=1).min()) > bound
 
 
+_FAILING = textwrap.dedent(
+    """
+    import sys
+    from relay.services.memory import embedding_process, minilm
+
+    model = minilm.load(engine=sys.argv[1])
+    run = model._run
+
+    def failing(encodings):
+        if len(encodings) == 3:
+            raise RuntimeError("a run that fails")
+        return run(encodings)
+
+    model._run = failing
+    requests = open(sys.stdin.fileno(), "rb", buffering=0, closefd=False)
+    sys.exit(embedding_process._serve(model, requests, sys.stdout.buffer, None, 60.0))
+    """
+)
+
+
+def test_a_run_that_fails_is_said_to_its_asker_and_the_model_process_goes_on() -> None:
+    """An error in a run of the model (onnxruntime's own, say) answers that request with
+    the error, and the child's threads go on with the next request."""
+    import struct
+
+    import msgspec
+
+    from relay.services.memory import minilm
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", _FAILING, "relay"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+    def ask(texts: list[str]) -> tuple[int, bytes]:
+        assert child.stdin is not None and child.stdout is not None
+        request = msgspec.msgpack.encode(texts)
+        child.stdin.write(struct.pack(">I", len(request)) + request)
+        child.stdin.flush()
+        status, size = struct.unpack(">BI", child.stdout.read(5))
+        return status, child.stdout.read(size)
+
+    try:
+        status, payload = ask(["one note", "another note", "a third note"])
+        assert (status, payload) == (1, b"MiniLM failed: a run that fails")
+        status, payload = ask(["one note", "another note"])
+        assert status == 0 and len(payload) == 2 * minilm.DIMENSIONS * 4
+        assert child.stdin is not None
+        child.stdin.close()
+        assert child.wait(timeout=120) == 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        for stream in (child.stdin, child.stdout, child.stderr):
+            if stream is not None:
+                stream.close()
+
+
 def test_a_query_is_not_kept_waiting_behind_another_process_backlog(tmp_path: Path) -> None:
     """The shared child embeds a backlog a batch at a time, the request with the fewest
     texts left first: a query sent while another connection's 2,000 memories are being

@@ -456,20 +456,18 @@ class _Runners:
                 rows = job.batches[job.given]
                 job.given += 1
                 job.running += 1
-            vectors = None
             failed = None
             try:
-                vectors = job.embed(self._model, rows)
+                job.rows[rows] = job.embed(self._model, rows)  # its own rows: no lock
             except Exception as exc:
-                # onnxruntime's own errors: said to the asker, which searches by words.
+                # onnxruntime's own errors (or whatever else): said to the asker, which
+                # searches by words; the thread goes on with the next request.
                 failed = _frame(_ERROR, f"MiniLM failed: {exc}".encode())
             with self._changed:
                 job.running -= 1
                 if failed is not None:
                     job.failed = job.failed or failed
                     job.given = len(job.batches)  # the rest is not run
-                else:
-                    job.rows[rows] = vectors
                 if job.finished:
                     self._done(job)
 
