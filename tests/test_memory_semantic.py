@@ -1017,7 +1017,7 @@ _FAILING = textwrap.dedent(
     run = model._run
 
     def failing(encodings):
-        if len(encodings) == 3:
+        if len(encodings) in (3, 8):
             raise RuntimeError("a run that fails")
         return run(encodings)
 
@@ -1030,7 +1030,7 @@ _FAILING = textwrap.dedent(
 
 def test_a_run_that_fails_is_said_to_its_asker_and_the_model_process_goes_on() -> None:
     """An error in a run of the model (onnxruntime's own, say) answers that request with
-    the error, and the child's threads go on with the next request."""
+    the error, whichever thread ran it, and the child goes on with the next request."""
     import struct
 
     import msgspec
@@ -1052,14 +1052,97 @@ def test_a_run_that_fails_is_said_to_its_asker_and_the_model_process_goes_on() -
         status, size = struct.unpack(">BI", child.stdout.read(5))
         return status, child.stdout.read(size)
 
+    notes = [f"note {index} about the build cache" for index in range(40)]
     try:
-        status, payload = ask(["one note", "another note", "a third note"])
-        assert (status, payload) == (1, b"MiniLM failed: a run that fails")
-        status, payload = ask(["one note", "another note"])
-        assert status == 0 and len(payload) == 2 * minilm.DIMENSIONS * 4
+        # A query (one batch, run by the serving thread), then a request of three
+        # batches (16, 16 and 8 texts, run by the child's threads) whose last fails.
+        for texts in (notes[:3], notes):
+            status, payload = ask(texts)
+            assert (status, payload) == (1, b"MiniLM failed: a run that fails")
+        for texts in (notes[:2], notes[:32]):
+            status, payload = ask(texts)
+            assert status == 0 and len(payload) == len(texts) * minilm.DIMENSIONS * 4
         assert child.stdin is not None
         child.stdin.close()
         assert child.wait(timeout=120) == 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        for stream in (child.stdin, child.stdout, child.stderr):
+            if stream is not None:
+                stream.close()
+
+
+_QUERY_FIRST = textwrap.dedent(
+    """
+    import socket, sys, threading
+    from relay.services.memory import embedding_process, minilm
+
+    model = minilm.load(engine="relay")
+    run, queried = model._run, threading.Event()
+
+    def holding(encodings):
+        if len(encodings) == 1:  # the query
+            queried.set()
+        else:  # the backlog's batches wait, on every runner, until the query has run
+            print(queried.wait(60), file=sys.stderr, flush=True)
+        return run(encodings)
+
+    model._run = holding
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(sys.argv[1])
+    listener.listen(4)
+    requests = open(sys.stdin.fileno(), "rb", buffering=0, closefd=False)
+    sys.exit(embedding_process._serve(model, requests, sys.stdout.buffer, listener, 60.0))
+    """
+)
+
+
+def test_a_query_runs_at_once_while_every_thread_runs_a_backlog(tmp_path: Path) -> None:
+    """A request of one batch at most (a query) is embedded at once by the thread that
+    serves the connections, not queued for the threads that run a backlog: here every
+    batch of the parent's backlog waits until another process's query has run (a query
+    waited for a free thread before, as long as a batch runs)."""
+    import socket
+    import struct
+
+    import msgspec
+
+    from relay.services.memory import minilm
+
+    path = str(tmp_path / "embed.sock")
+    child = subprocess.Popen(
+        [sys.executable, "-c", _QUERY_FIRST, path],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert child.stdin is not None and child.stdout is not None
+        backlog = msgspec.msgpack.encode([f"note {index} about the cache" for index in range(64)])
+        child.stdin.write(struct.pack(">I", len(backlog)) + backlog)
+        child.stdin.flush()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as peer:
+            peer.settimeout(120)
+            for _ in range(600):
+                try:
+                    peer.connect(path)
+                    break
+                except (FileNotFoundError, ConnectionRefusedError):
+                    time.sleep(0.1)
+            status, size = struct.unpack(">BI", _receive(peer, 5))
+            assert status == 0 and _receive(peer, size).startswith(b"relay's engine")
+            query = msgspec.msgpack.encode([LOGGED_IN])
+            peer.sendall(struct.pack(">I", len(query)) + query)
+            status, size = struct.unpack(">BI", _receive(peer, 5))
+            assert status == 0 and len(_receive(peer, size)) == minilm.DIMENSIONS * 4
+        status, size = struct.unpack(">BI", child.stdout.read(5))
+        assert status == 0 and len(child.stdout.read(size)) == 64 * minilm.DIMENSIONS * 4
+        child.stdin.close()
+        assert child.wait(timeout=120) == 0
+        assert child.stderr is not None
+        assert set(child.stderr.read().decode().split()) == {"True"}
     finally:
         if child.poll() is None:
             child.kill()

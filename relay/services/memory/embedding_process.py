@@ -373,6 +373,18 @@ class _Job:
             return model.embed_batch([self.texts[row] for row in rows])
         return model.run([self.encodings[row] for row in rows])
 
+    def run(self, model: minilm.MiniLM, rows: NDArray[np.intp]) -> bool:
+        """Embed the texts at `rows` (a batch) into `rows` of the answer, on the calling
+        thread; False when the model failed (`failed` then says so: the request's answer)."""
+        try:
+            self.rows[rows] = self.embed(model, rows)  # its own rows: no lock
+        except Exception as exc:
+            # onnxruntime's own errors (or whatever else): said to the asker, which
+            # searches by words; the child goes on with the next request.
+            self.failed = self.failed or _frame(_ERROR, f"MiniLM failed: {exc}".encode())
+            return False
+        return True
+
     def answer(self) -> bytes:
         """The vectors in the order the texts were asked in, or why there are none."""
         if self.failed is not None:
@@ -456,17 +468,10 @@ class _Runners:
                 rows = job.batches[job.given]
                 job.given += 1
                 job.running += 1
-            failed = None
-            try:
-                job.rows[rows] = job.embed(self._model, rows)  # its own rows: no lock
-            except Exception as exc:
-                # onnxruntime's own errors (or whatever else): said to the asker, which
-                # searches by words; the thread goes on with the next request.
-                failed = _frame(_ERROR, f"MiniLM failed: {exc}".encode())
+            done = job.run(self._model, rows)
             with self._changed:
                 job.running -= 1
-                if failed is not None:
-                    job.failed = job.failed or failed
+                if not done:
                     job.given = len(job.batches)  # the rest is not run
                 if job.finished:
                     self._done(job)
@@ -479,13 +484,36 @@ def _serve(
     listener: socket.socket | None,
     idle: float,
 ) -> int:
-    """Answer requests from the parent and from connections, a batch at a time on each
-    runner, the request with the fewest texts left first: a query waits for the batches
-    being run, not for another's backlog. A source's next request is read once its
-    answer is sent (answers go in the order asked)."""
+    """Answer requests from the parent and from connections: a request of one batch at
+    most (a query) at once on this thread, a longer one a batch at a time on each runner,
+    the request with the fewest texts left first, so a query never waits for another's
+    backlog. A source's next request is read once its answer is sent (answers go in the
+    order asked)."""
     connections: list[socket.socket] = []
     jobs: list[_Job] = []
     runners = _Runners(model)
+
+    def send(job: _Job) -> None:
+        answer = job.answer()
+        if job.asker is requests:
+            answers.write(answer)
+            answers.flush()
+        elif not _send(job.asker, answer):
+            connections.remove(job.asker)
+            job.asker.close()
+
+    def start(job: _Job) -> None:
+        if len(job.batches) > 1:
+            jobs.append(job)
+            runners.add(job)
+            return
+        # A query (one batch at most) runs here at once, on a third thread when the
+        # runners are busy with a backlog: it waits for no batch, and for no hand-over
+        # between threads (each a wait for a CPU on a busy machine).
+        for rows in job.batches:
+            job.run(model, rows)
+        send(job)
+
     try:
         while True:
             busy = {id(job.asker) for job in jobs}
@@ -502,13 +530,7 @@ def _serve(
                 if source is runners.wake:
                     for job in runners.finished():
                         jobs.remove(job)
-                        answer = job.answer()
-                        if job.asker is requests:
-                            answers.write(answer)
-                            answers.flush()
-                        elif not _send(job.asker, answer):
-                            connections.remove(job.asker)
-                            job.asker.close()
+                        send(job)
                 elif source is requests:
                     try:
                         (size,) = _HEADER.unpack(_read_exactly(requests, _HEADER.size))
@@ -518,8 +540,7 @@ def _serve(
                     except msgspec.DecodeError as exc:
                         _answer(answers, _ERROR, f"unreadable request: {exc}".encode())
                         return 1
-                    jobs.append(_Job(requests, asked, model))
-                    runners.add(jobs[-1])
+                    start(_Job(requests, asked, model))
                 elif source is listener:
                     _accept(listener, connections, model.engine.encode())
                 else:
@@ -528,8 +549,7 @@ def _serve(
                         connections.remove(source)
                         source.close()
                     else:
-                        jobs.append(_Job(source, texts, model))
-                        runners.add(jobs[-1])
+                        start(_Job(source, texts, model))
     finally:
         runners.stop()
         for connection in connections:
