@@ -320,7 +320,7 @@ def main() -> int:
 
 class _Job:
     """A request being answered: its texts, embedded a run (BATCH texts at most) at a
-    time by the runners."""
+    time, by the runners (_Runners) or, for one batch, by the serving thread."""
 
     def __init__(self, asker: Any, texts: list[str], model: minilm.MiniLM) -> None:
         import numpy as np
@@ -399,11 +399,11 @@ class _Job:
 
 
 class _Runners:
-    """The threads that run the model, one a run at once (minilm.MiniLM.runs): each takes
-    the next batch of the request with the fewest texts left, so that a query waits for
-    the batches being run at most (not a backlog's), and no thread waits for another
-    between two batches of a request. A finished request is handed to the serving
-    thread, woken through a pipe, which answers it."""
+    """The threads that run the model on requests of more than one batch, one a run at
+    once (minilm.MiniLM.runs): each takes the next batch of the request with the fewest
+    texts left, so that no thread waits for another between two batches of a request. A
+    finished request is handed to the serving thread, woken through a pipe, which
+    answers it."""
 
     def __init__(self, model: minilm.MiniLM) -> None:
         self._model = model
@@ -412,9 +412,9 @@ class _Runners:
         self._finished: list[_Job] = []
         self._stopping = False
         self.wake, self._waker = os.pipe()
+        """Readable when a request is finished (`finished` takes it)."""
         os.set_blocking(self.wake, False)
         os.set_blocking(self._waker, False)
-        """Readable when a request is finished (`finished` takes it)."""
         self._threads = [
             threading.Thread(target=self._runner, name=f"minilm-{number}", daemon=True)
             for number in range(max(1, model.runs))
