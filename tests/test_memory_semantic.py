@@ -223,6 +223,75 @@ def test_an_older_store_is_backfilled_with_progress(tmp_path: Path) -> None:
     assert _count(path, "memory_vectors") == 2501 and _count(path, "memory_pending") == 0
 
 
+def test_the_backfill_embeds_the_next_batch_while_it_stores_the_last(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store asks the model for its next batch before it stores the last one's
+    vectors, so the model's process is not left waiting for the store's writes (it
+    was, batch after batch): here the first batch's writing waits until the second batch
+    has been asked for. A memory changed while it was being embedded is embedded again
+    at the end, from its new content; progress is said as before."""
+    import threading
+
+    import numpy as np
+
+    from relay.services.memory import sqlite as memory_sqlite
+
+    path = tmp_path / "memory.db"
+    with SqliteMemory(path, semantic=False) as store:
+        store.import_memories(
+            Memory(
+                id=f"{index:08x}",
+                content=f"note {index} about the build cache",
+                project="/p",
+                created_at="2025-01-01T00:00:00.000Z",
+            )
+            for index in range(2500)
+        )
+    embedder = load_embedder()
+    asked: list[int] = []
+    second = threading.Event()
+    embed = embedder.embed
+
+    def asking(texts: list[str]) -> Any:
+        asked.append(len(texts))
+        if len(asked) == 1:  # changed while it is embedded: its vector is not kept
+            with sqlite3.connect(path, timeout=60) as connection:
+                connection.execute(
+                    "UPDATE memories SET content = ? WHERE id = ?", (SECRET, f"{7:08x}")
+                )
+        if len(asked) == 2:
+            second.set()
+        return embed(texts)
+
+    overlapped: list[bool] = []
+    store_vectors = memory_sqlite._store_vectors
+
+    def storing(connection: sqlite3.Connection, **rows: Any) -> None:
+        if not overlapped:
+            overlapped.append(second.wait(60))
+        store_vectors(connection, **rows)
+
+    monkeypatch.setattr(embedder, "embed", asking)
+    monkeypatch.setattr(memory_sqlite, "_store_vectors", storing)
+    progress: list[tuple[int, int]] = []
+    with SqliteMemory(path, progress=lambda done, total: progress.append((done, total))) as store:
+        assert store.catch_up() == 2501
+        assert overlapped == [True]
+        assert asked == [1000, 1000, 500, 1]
+        assert _ids(store, LOGGED_IN)[0] == f"{7:08x}"
+    assert progress == [(0, 2500), (1000, 2500), (2000, 2500), (2500, 2500), (2500, 2500)]
+    assert _count(path, "memory_vectors") == 2500 and _count(path, "memory_pending") == 0
+    with sqlite3.connect(path) as connection:
+        (stored,) = connection.execute(
+            "SELECT v.vector FROM memory_vectors AS v JOIN memories AS m USING (seq)"
+            " WHERE m.id = ?",
+            (f"{7:08x}",),
+        ).fetchone()
+    made = np.frombuffer(stored, dtype=np.int8).astype(np.float32)
+    assert float(made @ embed([SECRET])[0]) / float(np.linalg.norm(made)) > 0.99
+
+
 def test_the_command_line_shows_the_backfill_count_and_rate(tmp_path: Path) -> None:
     """`relay memory search` over a store with a backlog says on stderr when embedding
     starts, how many are done, at what rate, and when it ends (with wordllama, through
@@ -826,36 +895,265 @@ def test_minilm_multiplies_in_int8_and_keeps_its_embeddings(tmp_path: Path) -> N
 
 
 def test_the_model_process_orders_a_backlog_by_token_count() -> None:
-    """The child embeds a request CHUNK texts at a time, fewest tokens first, so that a
-    chunk runs as a few batches of one token length (minilm.py): a text of long words
-    and few tokens comes before a shorter one of many (sorted by characters before);
-    the answer keeps the order asked."""
+    """With onnxruntime, the child embeds a request fewest tokens first, so that it runs
+    as a few batches of one token length (minilm.py): a text of long words and few
+    tokens comes before a shorter one of many (sorted by characters before); relay's
+    engine, which runs texts of any lengths together, takes them as asked. The answer
+    keeps the order asked, each text's embedding that of the text alone."""
     import numpy as np
 
     from relay.services.memory import embedding_process, minilm
 
-    model = minilm.load()
     texts = [
         "a b c d e f g h i j k",  # 21 characters, 13 tokens ([CLS] and [SEP] counted)
         "internationalization",
+        "",
         "x y",
         "deployment configuration documentation",  # 38 characters, 5 tokens
     ]
-    job = embedding_process._Job(None, texts, model)
-    counts = [model.tokens(text) for text in job.texts]
-    assert counts == sorted(counts)
-    assert job.texts.index("deployment configuration documentation") < job.texts.index(
-        "a b c d e f g h i j k"
+    for engine in ("onnxruntime", "relay"):
+        model = minilm.load(engine=engine)
+        job = embedding_process._Job(None, texts, model)
+        if engine == "onnxruntime":
+            counts = [model.tokens(text) for text in job.texts]
+            assert counts == sorted(counts)
+            assert job.texts.index("deployment configuration documentation") < job.texts.index(
+                "a b c d e f g h i j k"
+            )
+        else:
+            assert job.texts == texts
+        for rows in job.batches:
+            job.rows[rows] = job.embed(model, rows)
+        answer = job.answer()
+        rows = np.frombuffer(answer[5:], dtype=np.float32).reshape(len(texts), minilm.DIMENSIONS)
+        alone = np.stack([model.embed([text])[0] for text in texts])
+        assert not rows[2].any() and not alone[2].any()  # nothing to embed
+        assert ((rows * alone).sum(axis=1)[[0, 1, 3, 4]] > 0.97).all()
+
+
+_RUNNERS = textwrap.dedent(
+    """
+    import sys, threading
+    from relay.services.memory import embedding_process, minilm
+
+    model = minilm.load(engine=sys.argv[1])
+    assert model.runs == 2, model.runs
+    run, calls, later = model._run, [], threading.Event()
+
+    def recording(encodings):
+        with lock:
+            number = len(calls)
+            calls.append(number)
+        if number >= 12:
+            later.set()
+        if number == 0:
+            # The first batch waits for the thirteenth to start (another thread runs
+            # them meanwhile), then says whether it did.
+            print(later.wait(60), file=sys.stderr, flush=True)
+        return run(encodings)
+
+    lock = threading.Lock()
+    model._run = recording
+    requests = open(sys.stdin.fileno(), "rb", buffering=0, closefd=False)
+    sys.exit(embedding_process._serve(model, requests, sys.stdout.buffer, None, 60.0))
+    """
+)
+
+
+@pytest.mark.parametrize("engine", ["relay", "onnxruntime"])
+def test_the_model_process_keeps_every_core_busy_between_batches(engine: str) -> None:
+    """The child's threads (a run a core) each take the next batch of a request as soon
+    as they are done with one: a batch that runs long does not hold the other thread up
+    at the end of a chunk (the child ran CHUNK texts a run at a time before, each chunk
+    waiting for its slowest batch: both cores were busy for 81% of a backfill, and now
+    for 98%). Here the first batch waits until the thirteenth has started, through the
+    child's own pipes and protocol; the answer is whole and in order."""
+    import struct
+
+    import msgspec
+    import numpy as np
+
+    from relay.services.memory import minilm
+
+    texts = [f"note {index} about the build cache and its keys" for index in range(400)]
+    child = subprocess.Popen(
+        [sys.executable, "-c", _RUNNERS, engine],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
-    embedding_process._work(model, job)
-    answer = job.answer()
-    rows = np.frombuffer(answer[5:], dtype=np.float32).reshape(len(texts), minilm.DIMENSIONS)
-    alone = np.stack([model.embed([text])[0] for text in texts])
-    assert ((rows * alone).sum(axis=1) > 0.97).all()
+    try:
+        assert child.stdin is not None and child.stdout is not None
+        request = msgspec.msgpack.encode(texts)
+        child.stdin.write(struct.pack(">I", len(request)) + request)
+        child.stdin.flush()
+        status, size = struct.unpack(">BI", child.stdout.read(5))
+        assert status == 0 and size == len(texts) * minilm.DIMENSIONS * 4
+        rows = np.frombuffer(child.stdout.read(size), dtype=np.float32).reshape(len(texts), -1)
+        child.stdin.close()
+        assert child.wait(timeout=120) == 0
+        assert child.stderr is not None
+        assert child.stderr.read().decode().split() == ["True"]
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        for stream in (child.stdin, child.stdout, child.stderr):
+            if stream is not None:
+                stream.close()
+    model = minilm.load(engine=engine)
+    alone = model.embed([texts[0], texts[-1]])
+    # onnxruntime's int8 scale is one a run: a text's embedding moves with its batch.
+    bound = 0.999 if engine == "relay" else 0.98
+    assert float((rows[[0, -1]] * alone).sum(axis=1).min()) > bound
+
+
+_FAILING = textwrap.dedent(
+    """
+    import sys
+    from relay.services.memory import embedding_process, minilm
+
+    model = minilm.load(engine=sys.argv[1])
+    run = model._run
+
+    def failing(encodings):
+        if len(encodings) in (3, 8):
+            raise RuntimeError("a run that fails")
+        return run(encodings)
+
+    model._run = failing
+    requests = open(sys.stdin.fileno(), "rb", buffering=0, closefd=False)
+    sys.exit(embedding_process._serve(model, requests, sys.stdout.buffer, None, 60.0))
+    """
+)
+
+
+def test_a_run_that_fails_is_said_to_its_asker_and_the_model_process_goes_on() -> None:
+    """An error in a run of the model (onnxruntime's own, say) answers that request with
+    the error, whichever thread ran it, and the child goes on with the next request."""
+    import struct
+
+    import msgspec
+
+    from relay.services.memory import minilm
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", _FAILING, "relay"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+    def ask(texts: list[str]) -> tuple[int, bytes]:
+        assert child.stdin is not None and child.stdout is not None
+        request = msgspec.msgpack.encode(texts)
+        child.stdin.write(struct.pack(">I", len(request)) + request)
+        child.stdin.flush()
+        status, size = struct.unpack(">BI", child.stdout.read(5))
+        return status, child.stdout.read(size)
+
+    notes = [f"note {index} about the build cache" for index in range(40)]
+    try:
+        # A query (one batch, run by the serving thread), then a request of three
+        # batches (16, 16 and 8 texts, run by the child's threads) whose last fails.
+        for texts in (notes[:3], notes):
+            status, payload = ask(texts)
+            assert (status, payload) == (1, b"MiniLM failed: a run that fails")
+        for texts in (notes[:2], notes[:32]):
+            status, payload = ask(texts)
+            assert status == 0 and len(payload) == len(texts) * minilm.DIMENSIONS * 4
+        assert child.stdin is not None
+        child.stdin.close()
+        assert child.wait(timeout=120) == 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        for stream in (child.stdin, child.stdout, child.stderr):
+            if stream is not None:
+                stream.close()
+
+
+_QUERY_FIRST = textwrap.dedent(
+    """
+    import socket, sys, threading
+    from relay.services.memory import embedding_process, minilm
+
+    model = minilm.load(engine="relay")
+    run, queried = model._run, threading.Event()
+
+    def holding(encodings):
+        if len(encodings) == 1:  # the query
+            queried.set()
+        else:  # the backlog's batches wait, on every runner, until the query has run
+            print(queried.wait(60), file=sys.stderr, flush=True)
+        return run(encodings)
+
+    model._run = holding
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(sys.argv[1])
+    listener.listen(4)
+    requests = open(sys.stdin.fileno(), "rb", buffering=0, closefd=False)
+    sys.exit(embedding_process._serve(model, requests, sys.stdout.buffer, listener, 60.0))
+    """
+)
+
+
+def test_a_query_runs_at_once_while_every_thread_runs_a_backlog(tmp_path: Path) -> None:
+    """A request of one batch at most (a query) is embedded at once by the thread that
+    serves the connections, not queued for the threads that run a backlog: here every
+    batch of the parent's backlog waits until another process's query has run (a query
+    waited for a free thread before, as long as a batch runs)."""
+    import socket
+    import struct
+
+    import msgspec
+
+    from relay.services.memory import minilm
+
+    path = str(tmp_path / "embed.sock")
+    child = subprocess.Popen(
+        [sys.executable, "-c", _QUERY_FIRST, path],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert child.stdin is not None and child.stdout is not None
+        backlog = msgspec.msgpack.encode([f"note {index} about the cache" for index in range(64)])
+        child.stdin.write(struct.pack(">I", len(backlog)) + backlog)
+        child.stdin.flush()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as peer:
+            peer.settimeout(120)
+            for _ in range(600):
+                try:
+                    peer.connect(path)
+                    break
+                except (FileNotFoundError, ConnectionRefusedError):
+                    time.sleep(0.1)
+            status, size = struct.unpack(">BI", _receive(peer, 5))
+            assert status == 0 and _receive(peer, size).startswith(b"relay's engine")
+            query = msgspec.msgpack.encode([LOGGED_IN])
+            peer.sendall(struct.pack(">I", len(query)) + query)
+            status, size = struct.unpack(">BI", _receive(peer, 5))
+            assert status == 0 and len(_receive(peer, size)) == minilm.DIMENSIONS * 4
+        status, size = struct.unpack(">BI", child.stdout.read(5))
+        assert status == 0 and len(child.stdout.read(size)) == 64 * minilm.DIMENSIONS * 4
+        child.stdin.close()
+        assert child.wait(timeout=120) == 0
+        assert child.stderr is not None
+        assert set(child.stderr.read().decode().split()) == {"True"}
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        for stream in (child.stdin, child.stdout, child.stderr):
+            if stream is not None:
+                stream.close()
 
 
 def test_a_query_is_not_kept_waiting_behind_another_process_backlog(tmp_path: Path) -> None:
-    """The shared child embeds a backlog a chunk at a time, the request with the fewest
+    """The shared child embeds a backlog a batch at a time, the request with the fewest
     texts left first: a query sent while another connection's 2,000 memories are being
     embedded is answered before them (the child answered in order before)."""
     import select

@@ -37,7 +37,8 @@ questions, printed as "larger paraphrase"), keyword recall@3 at least 0.902, and
 backfill of 100,000 memories (their embedding, `catch_up`) under 60 s. With MiniLM (the
 `meaning` extra) the embeddings cost far more than wordllama's: the backfill and the
 saves counted with their embedding are measured (the backfill by relay's engine with
-AMX: 55 to 69 s on the shared machine, 49 to 51 s on two idle cores; spec/memory.md).
+AMX: 58 to 91 s on the shared machine at load average 1.7 to 6.9, 55 to 69 s
+before the model's threads stopped waiting for each other; spec/memory.md).
 `--memories N` measures one size only.
 """
 

@@ -3,9 +3,10 @@ the MCP server) does not keep the model in its own memory.
 
 The model's process holds numpy, the int8 weights and their engine (about 155 MB
 resident with onnxruntime, 93 with relay's own), where wordllama costs about 70. The process that searches keeps numpy, the store's sign codes and a pipe; the
-child (`python -m relay.services.memory.embedding_process`) holds the model, embeds
-CHUNK texts at a time of the request with the fewest left (a query is not kept waiting
-behind a backlog), and exits when its parent closes the pipe (the parent exited) or
+child (`python -m relay.services.memory.embedding_process`) holds the model, runs it on
+a thread a core (minilm.MiniLM.runs), each thread taking the next batch of the request
+with the fewest texts left (a query is not kept waiting behind a backlog, and no thread
+waits for another between batches), and exits when its parent closes the pipe (the parent exited) or
 after IDLE_SECONDS without a request; the next request starts a new one.
 
 The protocol, on the child's stdin and stdout: a request is a 4-byte big-endian length
@@ -73,10 +74,6 @@ MAX_REQUEST = 64 << 20
 """The longest request a connection may send (the store sends 1,000 memories at once)."""
 CONNECTIONS = 16
 """Connections served at once; more are closed as they come."""
-CHUNK = 64
-"""Texts embedded between two looks for other requests, for each batch the model runs
-at once (minilm.MiniLM.runs: a core each; about 0.1 s of a backlog): a query from
-another process waits for one chunk at most."""
 _HEADER = struct.Struct(">I")
 _OK, _ERROR = 0, 1
 _encoder = msgspec.msgpack.Encoder()
@@ -322,36 +319,162 @@ def main() -> int:
 
 
 class _Job:
-    """A request being answered: its texts, embedded CHUNK at a time."""
+    """A request being answered: its texts, embedded a run (BATCH texts at most) at a
+    time, by the runners (_Runners) or, for one batch, by the serving thread."""
 
     def __init__(self, asker: Any, texts: list[str], model: minilm.MiniLM) -> None:
+        import numpy as np
+
         self.asker = asker
         """The parent's pipe (`requests`) or a connection: where the answer goes."""
-        # Fewest tokens first: minilm runs texts of one token length together, and a
-        # chunk of texts sorted so makes a few full batches (4 of 64 texts from the
-        # bench's memories, where sorted by characters made 13 of 5 texts: 8% more CPU).
-        tokens = [model.tokens(text) for text in texts]
-        self.order = sorted(range(len(texts)), key=tokens.__getitem__)
-        self.texts = [texts[place] for place in self.order]
-        self.done = 0
-        self.vectors: list[bytes] = []
+        self.texts = texts
+        self.order: list[int] | None = None
+        """Where each text of `texts` was asked (None: in the order asked)."""
+        self.encodings: list[list[int]] | None = None
+        """The texts' token ids, when tokenized ahead (None: each run tokenizes its own)."""
+        if model.any_lengths:
+            # Relay's engine runs texts of any lengths together: each runner tokenizes
+            # its own batch, so that the first runs start as soon as the request is
+            # read (tokenizing 1,000 texts first left both cores idle for 10 to 25 ms).
+            self.batches = [
+                np.arange(start, min(start + minilm.BATCH, len(texts)))
+                for start in range(0, len(texts), minilm.BATCH)
+            ]
+        else:
+            # Fewest tokens first: onnxruntime runs texts of one token length together,
+            # and a request sorted so makes a few full batches (4 of 64 texts from the
+            # bench's memories, where sorted by characters made 13 of 5 texts: 8% more
+            # CPU).
+            encodings = [model.encode(text) for text in texts]
+            self.order = sorted(range(len(texts)), key=lambda place: len(encodings[place]))
+            self.texts = [texts[place] for place in self.order]
+            self.encodings = [encodings[place] for place in self.order]
+            self.batches = model.batches(self.encodings)
+        self.rows = np.zeros((len(texts), minilm.DIMENSIONS), dtype=np.float32)
+        """The embeddings, a row per text of `texts` (a text with nothing to embed: zero)."""
+        self.given = 0
+        """Batches handed to a runner."""
+        self.running = 0
+        """Batches being run."""
         self.failed: bytes | None = None
 
     @property
     def left(self) -> int:
-        return len(self.texts) - self.done
+        """Texts not yet handed to a runner."""
+        return sum(len(rows) for rows in self.batches[self.given :])
+
+    @property
+    def finished(self) -> bool:
+        return self.running == 0 and (self.given == len(self.batches) or self.failed is not None)
+
+    def embed(self, model: minilm.MiniLM, rows: NDArray[np.intp]) -> NDArray[np.float32]:
+        """The embeddings of the texts at `rows` (a batch), on the calling thread."""
+        if self.encodings is None:
+            return model.embed_batch([self.texts[row] for row in rows])
+        return model.run([self.encodings[row] for row in rows])
+
+    def run(self, model: minilm.MiniLM, rows: NDArray[np.intp]) -> bool:
+        """Embed the texts at `rows` (a batch) into `rows` of the answer, on the calling
+        thread; False when the model failed (`failed` then says so: the request's answer)."""
+        try:
+            self.rows[rows] = self.embed(model, rows)  # its own rows: no lock
+        except Exception as exc:
+            # onnxruntime's own errors (or whatever else): said to the asker, which
+            # searches by words; the child goes on with the next request.
+            self.failed = self.failed or _frame(_ERROR, f"MiniLM failed: {exc}".encode())
+            return False
+        return True
 
     def answer(self) -> bytes:
         """The vectors in the order the texts were asked in, or why there are none."""
         if self.failed is not None:
             return self.failed
+        if self.order is None:
+            return _frame(_OK, self.rows.tobytes())
         import numpy as np
 
-        rows = np.frombuffer(b"".join(self.vectors), dtype=np.float32)
-        rows = rows.reshape(len(self.texts), minilm.DIMENSIONS)
-        asked = np.empty_like(rows)
-        asked[self.order] = rows
+        asked = np.empty_like(self.rows)
+        asked[self.order] = self.rows
         return _frame(_OK, asked.tobytes())
+
+
+class _Runners:
+    """The threads that run the model on requests of more than one batch, one a run at
+    once (minilm.MiniLM.runs): each takes the next batch of the request with the fewest
+    texts left, so that no thread waits for another between two batches of a request. A
+    finished request is handed to the serving thread, woken through a pipe, which
+    answers it."""
+
+    def __init__(self, model: minilm.MiniLM) -> None:
+        self._model = model
+        self._changed = threading.Condition()
+        self._jobs: list[_Job] = []
+        self._finished: list[_Job] = []
+        self._stopping = False
+        self.wake, self._waker = os.pipe()
+        """Readable when a request is finished (`finished` takes it)."""
+        os.set_blocking(self.wake, False)
+        os.set_blocking(self._waker, False)
+        self._threads = [
+            threading.Thread(target=self._runner, name=f"minilm-{number}", daemon=True)
+            for number in range(max(1, model.runs))
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def add(self, job: _Job) -> None:
+        with self._changed:
+            if job.finished:  # nothing to embed
+                self._done(job)
+            else:
+                self._jobs.append(job)
+                self._changed.notify_all()
+
+    def finished(self) -> list[_Job]:
+        """The requests finished since the last call."""
+        with contextlib.suppress(BlockingIOError):
+            os.read(self.wake, 4096)
+        with self._changed:
+            done, self._finished = self._finished, []
+        return done
+
+    def stop(self) -> None:
+        with self._changed:
+            self._stopping = True
+            self._changed.notify_all()
+        for thread in self._threads:
+            thread.join()
+        os.close(self.wake)
+        os.close(self._waker)
+
+    def _done(self, job: _Job) -> None:
+        # Under the condition's lock.
+        if job in self._jobs:
+            self._jobs.remove(job)
+        self._finished.append(job)
+        with contextlib.suppress(BlockingIOError):
+            os.write(self._waker, b"\0")
+
+    def _runner(self) -> None:
+        while True:
+            with self._changed:
+                waiting = [job for job in self._jobs if job.given < len(job.batches)]
+                while not waiting and not self._stopping:
+                    self._changed.wait()
+                    waiting = [job for job in self._jobs if job.given < len(job.batches)]
+                if self._stopping:
+                    return
+                job = min(waiting, key=lambda job: job.left)
+                rows = job.batches[job.given]
+                job.given += 1
+                job.running += 1
+            done = job.run(self._model, rows)
+            with self._changed:
+                job.running -= 1
+                if not done:
+                    job.given = len(job.batches)  # the rest is not run
+                if job.finished:
+                    self._done(job)
 
 
 def _serve(
@@ -361,11 +484,36 @@ def _serve(
     listener: socket.socket | None,
     idle: float,
 ) -> int:
-    """Answer requests from the parent and from connections, CHUNK texts at a time, the
-    request with the fewest texts left first: a query waits for a chunk of another's
-    backlog at most, not the whole of it."""
+    """Answer requests from the parent and from connections: a request of one batch at
+    most (a query) at once on this thread, a longer one a batch at a time on each runner,
+    the request with the fewest texts left first, so a query never waits for another's
+    backlog. A source's next request is read once its answer is sent (answers go in the
+    order asked)."""
     connections: list[socket.socket] = []
     jobs: list[_Job] = []
+    runners = _Runners(model)
+
+    def send(job: _Job) -> None:
+        answer = job.answer()
+        if job.asker is requests:
+            answers.write(answer)
+            answers.flush()
+        elif not _send(job.asker, answer):
+            connections.remove(job.asker)
+            job.asker.close()
+
+    def start(job: _Job) -> None:
+        if len(job.batches) > 1:
+            jobs.append(job)
+            runners.add(job)
+            return
+        # A query (one batch at most) runs here at once, on a third thread when the
+        # runners are busy with a backlog: it waits for no batch, and for no hand-over
+        # between threads (each a wait for a CPU on a busy machine).
+        for rows in job.batches:
+            job.run(model, rows)
+        send(job)
+
     try:
         while True:
             busy = {id(job.asker) for job in jobs}
@@ -374,20 +522,25 @@ def _serve(
             ]
             if listener is not None:
                 sources.append(listener)
-            ready, _, _ = select.select(sources, [], [], 0 if jobs else idle)
-            if not ready and not jobs:
+            sources.append(runners.wake)
+            ready, _, _ = select.select(sources, [], [], None if jobs else idle)
+            if not ready:
                 return 0  # idle: the parent starts another when it needs one
             for source in ready:
-                if source is requests:
+                if source is runners.wake:
+                    for job in runners.finished():
+                        jobs.remove(job)
+                        send(job)
+                elif source is requests:
                     try:
                         (size,) = _HEADER.unpack(_read_exactly(requests, _HEADER.size))
                         asked = _texts.decode(_read_exactly(requests, size))
-                        jobs.append(_Job(requests, asked, model))
                     except EOFError:
                         return 0  # the parent closed the pipe, or exited
                     except msgspec.DecodeError as exc:
                         _answer(answers, _ERROR, f"unreadable request: {exc}".encode())
                         return 1
+                    start(_Job(requests, asked, model))
                 elif source is listener:
                     _accept(listener, connections, model.engine.encode())
                 else:
@@ -396,35 +549,11 @@ def _serve(
                         connections.remove(source)
                         source.close()
                     else:
-                        jobs.append(_Job(source, texts, model))
-            if jobs:
-                job = min(jobs, key=lambda job: job.left)
-                _work(model, job)
-                if job.left == 0 or job.failed is not None:
-                    jobs.remove(job)
-                    answer = job.answer()
-                    if job.asker is requests:
-                        answers.write(answer)
-                        answers.flush()
-                    elif not _send(job.asker, answer):
-                        connections.remove(job.asker)
-                        job.asker.close()
+                        start(_Job(source, texts, model))
     finally:
+        runners.stop()
         for connection in connections:
             connection.close()
-
-
-def _work(model: minilm.MiniLM, job: _Job) -> None:
-    """Embed the job's next CHUNK texts a run at once (or say why they cannot be)."""
-    chunk = job.texts[job.done : job.done + CHUNK * model.runs]
-    try:
-        vectors = model.embed(chunk)
-    except Exception as exc:
-        # onnxruntime's own errors: said to the asker, which searches by words.
-        job.failed = _frame(_ERROR, f"MiniLM failed: {exc}".encode())
-        return
-    job.vectors.append(vectors.astype("float32").tobytes())
-    job.done += len(chunk)
 
 
 def _listen(path: str) -> tuple[socket.socket, int] | None:

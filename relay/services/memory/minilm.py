@@ -120,16 +120,20 @@ class MiniLM:
         """How many tokens the model reads of `text` ([CLS] and [SEP] counted)."""
         return len(self._tokenizer.encode(text))
 
-    def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
-        """One row per text; a text with no tokens gets a zero row (similar to nothing)."""
+    def encode(self, text: str) -> list[int]:
+        """The token ids the model reads of `text` ([CLS] and [SEP] included)."""
+        return self._tokenizer.encode(text)
+
+    def batches(self, encodings: Sequence[Sequence[int]]) -> list[NDArray[np.intp]]:
+        """The runs that embed these texts: each a list of places in `encodings`, BATCH at
+        most; texts with nothing to embed ([CLS] and [SEP] only) are in none (their row
+        stays zero). Texts of one length run together (onnxruntime needs it: no padding,
+        so no attention mask either, onnx_int8.py; relay's engine, which takes texts of
+        any lengths together, gets full batches in the same order), and every token's
+        state counts in the mean."""
         import numpy as np
 
-        vectors = np.zeros((len(texts), DIMENSIONS), dtype=np.float32)
-        encodings = [self._tokenizer.encode(text) for text in texts]
-        lengths = np.fromiter((len(ids) for ids in encodings), dtype=np.int64, count=len(texts))
-        # Texts of one length run together, BATCH at most (onnxruntime needs it: no
-        # padding, so no attention mask either, onnx_int8.py; relay's engine runs the
-        # batches alike), and every token's state counts in the mean.
+        lengths = np.fromiter((len(ids) for ids in encodings), dtype=np.int64, count=len(encodings))
         order = np.argsort(lengths, kind="stable")
         starts = np.flatnonzero(np.diff(lengths[order], prepend=-1))
         by_length = [
@@ -138,15 +142,43 @@ class MiniLM:
             if len(group) and lengths[group[0]] > 2  # [CLS] [SEP] only: nothing to embed
         ]
         if self.session is None:
-            # Relay's engine takes texts of any lengths together: full batches.
             rows = np.concatenate(by_length) if by_length else order[:0]
-            batches = [rows[start : start + BATCH] for start in range(0, len(rows), BATCH)]
-        else:
-            batches = [
-                group[start : start + BATCH]
-                for group in by_length
-                for start in range(0, len(group), BATCH)
-            ]
+            return [rows[start : start + BATCH] for start in range(0, len(rows), BATCH)]
+        return [
+            group[start : start + BATCH]
+            for group in by_length
+            for start in range(0, len(group), BATCH)
+        ]
+
+    @property
+    def any_lengths(self) -> bool:
+        """Whether a run takes texts of any token lengths together (relay's engine; not
+        onnxruntime, which needs them of one length)."""
+        return self.session is None
+
+    def embed_batch(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        """`embed` for one batch (BATCH texts at most) on the calling thread: one run with
+        relay's engine, one a token length with onnxruntime."""
+        import numpy as np
+
+        vectors = np.zeros((len(texts), DIMENSIONS), dtype=np.float32)
+        encodings = [self._tokenizer.encode(text) for text in texts]
+        for rows in self.batches(encodings):
+            vectors[rows] = self._run([encodings[row] for row in rows])
+        return vectors
+
+    def run(self, encodings: list[list[int]]) -> NDArray[np.float32]:
+        """One run of the model (a batch of `batches`): one unit-length row per text, on
+        the calling thread (without the GIL: two threads run two batches at once)."""
+        return self._run(encodings)
+
+    def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        """One row per text; a text with no tokens gets a zero row (similar to nothing)."""
+        import numpy as np
+
+        vectors = np.zeros((len(texts), DIMENSIONS), dtype=np.float32)
+        encodings = [self._tokenizer.encode(text) for text in texts]
+        batches = self.batches(encodings)
 
         def run(rows: NDArray[np.intp]) -> NDArray[np.float32]:
             return self._run([encodings[row] for row in rows])

@@ -401,7 +401,7 @@ SELECT key, value FROM memory_meta WHERE key IN ('vector_sum', 'vector_count')
 """
 _PENDING = """
 SELECT p.seq, m.content FROM memory_pending AS p JOIN memories AS m ON m.seq = p.seq
-ORDER BY p.seq LIMIT ?
+WHERE p.seq > ? ORDER BY p.seq LIMIT ?
 """
 
 _UPSERT = """
@@ -1021,18 +1021,35 @@ class SqliteMemory:
 
     def _embed_pending(self, embedder: Embedder) -> int:
         """Embed the memories listed in memory_pending, a batch per transaction; return
-        how many. Progress is reported for a backlog of PROGRESS_FROM or more."""
+        how many. Progress is reported for a backlog of PROGRESS_FROM or more.
+
+        The next batch is read while the model embeds this one, and sent to the model
+        before this one's vectors are stored: the model embeds it while this thread
+        writes (in the backfill, the model's process used to wait for each read and
+        write). A memory listed again meanwhile (changed while it
+        was embedded) is found by a last look from the start."""
         (waiting,) = self._fetch("SELECT count(*) FROM memory_pending", ())[0]
-        done = 0
-        if self.progress is not None and waiting >= PROGRESS_FROM:
-            self.progress(0, waiting)  # it starts now: the rate counts from here
-        while waiting and done < waiting + EMBED_BATCH:
-            batch = self._fetch(_PENDING, (EMBED_BATCH,))
-            if not batch:
-                # Listed memories that are gone (a trigger removes them; belt and braces).
-                self._write(lambda c: c.execute("DELETE FROM memory_pending"))
-                break
-            vectors = embedder.embed([content for _, content in batch])
+        if not waiting:
+            return 0
+        report = self.progress if waiting >= PROGRESS_FROM else None
+        if report is not None:
+            report(0, waiting)  # it starts now: the rate counts from here
+        batch = self._fetch(_PENDING, (0, EMBED_BATCH))
+        if not batch:
+            # Listed memories that are gone (a trigger removes them; belt and braces).
+            self._write(lambda c: c.execute("DELETE FROM memory_pending"))
+            return 0
+
+        def embed(batch: builtins.list[Any]) -> Future[Any]:
+            return _worker().submit(embedder.embed, [content for _, content in batch])
+
+        done, embedding = 0, embed(batch)
+        while True:
+            more = done + len(batch) < waiting + EMBED_BATCH
+            following = self._fetch(_PENDING, (batch[-1][0], EMBED_BATCH)) if more else []
+            vectors = embedding.result()
+            if following:
+                embedding = embed(following)
             codes, ints = sign_codes(vectors), to_int8(vectors)
             rows = [
                 (seq, content, codes[place].tobytes(), ints[place].tobytes())
@@ -1041,9 +1058,15 @@ class SqliteMemory:
             total = [float(value) for value in vectors.sum(axis=0)]
             self._write(functools.partial(_store_vectors, rows=rows, total=total))
             done += len(batch)
-            if self.progress is not None and waiting >= PROGRESS_FROM:
-                self.progress(min(done, waiting), waiting)
-        return done
+            if report is not None:
+                report(min(done, waiting), waiting)
+            if not following and more:
+                following = self._fetch(_PENDING, (0, EMBED_BATCH))
+                if following:
+                    embedding = embed(following)
+            if not following:
+                return done
+            batch = following
 
     def _ranked(
         self,
