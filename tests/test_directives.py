@@ -630,7 +630,7 @@ PIECES = st.lists(
 )
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pieces=PIECES, newline=st.sampled_from(["\n", "\r\n"]), data=st.data())
 def test_any_chunking_finds_the_same_directives(
     pieces: list[Piece], newline: str, data: st.DataObject

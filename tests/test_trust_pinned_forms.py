@@ -21,9 +21,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from test_trust_pinned import _runs, fire, fire_until, register, swapping, trust_all, write
+from test_trust_pinned import _runs, fire, fire_until, race, register, swapping, trust_all, write
 
 from relay.cli.main import cli
+from relay.engine.system import HookSystem
 
 NODE = shutil.which("node")
 NPM = shutil.which("npm")
@@ -300,11 +301,26 @@ def test_a_form_relay_cannot_pin_never_runs_a_swapped_file(
     # Trusted as the fingerprint alone let an older relay trust it: it ran by path.
     trust_as_before(project)
     marker = tmp_path / "marker"
+    results: list[str | None] = []
+
+    def call() -> str | None:
+        """A SessionStart call as `fire` makes it; "refused" when relay refused the hook
+        as written, not as changed since trusted (its check read the trusted version):
+        a call that ran the file by its path before relay refused these forms."""
+        system = HookSystem(cwd=project, telemetry=False)
+        try:
+            results.append(system.run("SessionStart", {}).inject)
+            return "refused" if "guard" in system.registry.refused_names() else None
+        finally:
+            system.close()
+
     with swapping(trusted, untrusted, target, tmp_path / "stop"):
         # Refused, a call starts no process: the outcome is decided before anything could
-        # be read by path, so 300 calls (about a third of a second, with a busy swapper
-        # beside them on a shared machine) show it as well as more would.
-        results = [fire(project, errors=True)[0] for _ in range(300)]
+        # be read by path, so up to 300 calls (about a third of a second, with a busy
+        # swapper beside them on a shared machine) show it as well as more would, fewer
+        # once 20 were refused as written and one was not (its check read the swapped-in
+        # version: the swap went on during the calls).
+        race(call, "refused", 300, most=1)
     assert not marker.exists(), _runs(results, marker)
     assert set(results) == {None}, set(results)
     # relay trust says why it cannot trust it, and how to make it pinnable.
