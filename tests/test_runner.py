@@ -512,6 +512,36 @@ def test_poll_driver_kills_the_group_when_interrupted(
     assert gone(read_pids(pid_file))
 
 
+def test_an_interrupt_between_a_hooks_start_and_its_record_leaves_nothing_running(
+    env: dict[str, str], pid_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An interrupt can land after a hook's process has started and before the poll
+    driver holds it (a loaded machine put the one of the test above there once, and its
+    hook ran on): that hook's group is ended too."""
+    original = runner._HookProcess.__init__
+
+    def started_then_interrupted(self: Any, spec: ProcessSpec, loop: Any) -> None:
+        original(self, spec, loop)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if pid_file.exists() and len(pid_file.read_text().split()) >= 2:
+                break
+            time.sleep(0.01)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner._HookProcess, "__init__", started_then_interrupted)
+    spec = ProcessSpec(
+        launch=script_hook("fork_and_wait.sh", str(pid_file)),
+        stdin=b"",
+        env=env,
+        cwd=None,
+        timeout=30,
+    )
+    with pytest.raises(KeyboardInterrupt):
+        run_processes([spec])
+    assert gone(read_pids(pid_file))
+
+
 async def test_without_pidfd_a_thread_watches_the_exit(
     env: dict[str, str], pid_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

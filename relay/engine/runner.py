@@ -119,6 +119,8 @@ def run_processes(
     results: list[ProcessResult | None] = [None] * len(specs)
     waiting = collections.deque(enumerate(specs))
     running: dict[int, tuple[_HookProcess, float]] = {}
+    started_pids = _started_pids()
+    mark = len(started_pids)
     try:
         while waiting or running:
             while waiting and len(running) < max_parallel:
@@ -130,6 +132,7 @@ def run_processes(
                     results[index] = exc.result(started)
                     continue
                 running[index] = (hook, started)
+                started_pids.remove(hook.pid)  # held by `running` from now on
                 hook.start()
             if meanwhile is not None:
                 later, meanwhile = meanwhile, None
@@ -146,8 +149,12 @@ def run_processes(
                 deadline = min(hook.deadline for hook, _ in running.values())
                 loop.run_once(max(deadline - loop.time(), 0.0))
     finally:
+        held = {hook.pid for hook, _ in running.values()}
         for hook, _ in running.values():  # an exception or an interrupt: no orphans
             hook.close()
+        for pid in started_pids[mark:]:
+            if pid not in held:  # started, then interrupted before `running` held it
+                _kill_started(pid)
         loop.close()
     if meanwhile is not None:  # no hook was given
         meanwhile()
@@ -294,6 +301,8 @@ def start_spec(spec: ProcessSpec) -> StartedProcess:
         hook = _HookProcess(spec, loop)
     except _SpawnError as exc:
         return StartedProcess(None, exc.result(started), started)
+    with contextlib.suppress(ValueError):
+        _started_pids().remove(hook.pid)  # the StartedProcess holds it
     try:
         hook.start()
     except BaseException:
@@ -621,6 +630,29 @@ class _HookProcess:
         )
 
 
+_started = threading.local()
+
+
+def _started_pids() -> list[int]:
+    """The hooks this thread started and has not closed yet, by pid (run_processes kills
+    those it did not get hold of when an interrupt cut in between the start and its record:
+    the hook's process group would otherwise run on, relay having forgotten it)."""
+    pids: list[int] | None = getattr(_started, "pids", None)
+    if pids is None:
+        pids = _started.pids = []
+    return pids
+
+
+def _kill_started(pid: int) -> None:
+    """End a hook started on this thread that no one holds (its group killed, it reaped)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+    with contextlib.suppress(ValueError):
+        _started_pids().remove(pid)
+
+
 def _spawn(
     launch: Launch, env: Mapping[str, str], cwd: str | None
 ) -> tuple[subprocess.Popen[bytes] | _Child, Launch, int, int, int]:
@@ -681,7 +713,7 @@ def _popen(
                 for part in launch.template
             )
         if _FORK_EXEC is None:
-            return subprocess.Popen(
+            popen = subprocess.Popen(
                 argv,
                 executable=executable,
                 stdin=stdin,
@@ -692,6 +724,8 @@ def _popen(
                 process_group=0,
                 pass_fds=tuple(copies),
             )
+            _started_pids().append(popen.pid)
+            return popen
         return _fork_exec(argv, executable, child_fds, env=env, cwd=cwd, pass_fds=tuple(copies))
     finally:
         for copy in copies:
@@ -752,6 +786,7 @@ def _fork_exec(
                 errpipe_read, errpipe_write, True, False, 0, None, None, None, -1, None,
                 getattr(subprocess, "_USE_VFORK", True),
             )  # fmt: skip
+            _started_pids().append(pid)
         finally:
             os.close(errpipe_write)
         failure = bytearray()
@@ -765,6 +800,7 @@ def _fork_exec(
     child = _Child(pid)
     if failure:
         child.wait()
+        _started_pids().remove(pid)
         name, _, rest = bytes(failure).partition(b":")
         number, _, message = rest.partition(b":")
         if name != b"OSError" or not number:
