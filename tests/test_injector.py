@@ -973,14 +973,22 @@ async def test_after_the_humans_enter_a_text_waits_for_the_agent_to_take_the_lin
         agent.draw(["", "", "", "", " > ", ""])  # the box emptied, the turn not started yet
         await anyio.sleep(QUIET * 4)
         assert agent.writes == [], "typed before the agent took the human's line"
-        busy[0] = True
-        agent.draw(["> my question", "working (esc to interrupt)", "", "", " > ", ""])
-        await anyio.sleep(QUIET * 4)
-        assert agent.writes == [], "typed while the agent answered the human's line"
-        busy[0] = False
-        agent.draw(["> my question", "an answer", "", "", " > ", ""])
-        await drained(injector, timeout=10)
+        await turn_then_answer(agent, injector, busy, "working (esc to interrupt)")
     assert outcomes == [("a message", "submitted")]
+
+
+async def turn_then_answer(
+    agent: BoxAgent, injector: Injector, busy: list[bool], hint: str
+) -> None:
+    """The agent's turn on "my question" shows (`hint`, `busy`) and the text still waits;
+    then its answer ends the turn and the text is typed."""
+    busy[0] = True
+    agent.draw(["> my question", hint, "", "", " > ", ""])
+    await anyio.sleep(QUIET * 4)
+    assert agent.writes == [], "typed while the agent answered the human's line"
+    busy[0] = False
+    agent.draw(["> my question", "an answer", "", "", " > ", ""])
+    await drained(injector, timeout=10)
 
 
 async def test_an_agent_that_shows_its_turns_is_waited_on_until_its_turn_shows() -> None:
@@ -999,13 +1007,7 @@ async def test_an_agent_that_shows_its_turns_is_waited_on_until_its_turn_shows()
         agent.draw(["> my question", "", "", "", " > ", ""])  # taken in, no hint yet
         await anyio.sleep(QUIET * 8)
         assert agent.writes == [], "typed before the agent's turn showed"
-        busy[0] = True
-        agent.draw(["> my question", "thinking (esc to cancel)", "", "", " > ", ""])
-        await anyio.sleep(QUIET * 4)
-        assert agent.writes == [], "typed while the agent answered the human's line"
-        busy[0] = False
-        agent.draw(["> my question", "an answer", "", "", " > ", ""])
-        await drained(injector, timeout=10)
+        await turn_then_answer(agent, injector, busy, "thinking (esc to cancel)")
     assert outcomes == [("a message", "submitted")]
 
 

@@ -12,6 +12,8 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -968,39 +970,20 @@ def test_the_model_process_keeps_every_core_busy_between_batches(engine: str) ->
     waiting for its slowest batch: both cores were busy for 81% of a backfill, and now
     for 98%). Here the first batch waits until the thirteenth has started, through the
     child's own pipes and protocol; the answer is whole and in order."""
-    import struct
 
-    import msgspec
     import numpy as np
 
     from relay.services.memory import minilm
 
     texts = [f"note {index} about the build cache and its keys" for index in range(400)]
-    child = subprocess.Popen(
-        [sys.executable, "-c", _RUNNERS, engine],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        assert child.stdin is not None and child.stdout is not None
-        request = msgspec.msgpack.encode(texts)
-        child.stdin.write(struct.pack(">I", len(request)) + request)
-        child.stdin.flush()
-        status, size = struct.unpack(">BI", child.stdout.read(5))
-        assert status == 0 and size == len(texts) * minilm.DIMENSIONS * 4
-        rows = np.frombuffer(child.stdout.read(size), dtype=np.float32).reshape(len(texts), -1)
+    with _model_child(_RUNNERS, engine) as child:
+        status, payload = _ask_child(child, texts)
+        assert status == 0 and len(payload) == len(texts) * minilm.DIMENSIONS * 4
+        rows = np.frombuffer(payload, dtype=np.float32).reshape(len(texts), -1)
+        assert child.stdin is not None and child.stderr is not None
         child.stdin.close()
         assert child.wait(timeout=120) == 0
-        assert child.stderr is not None
         assert child.stderr.read().decode().split() == ["True"]
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-        for stream in (child.stdin, child.stdout, child.stderr):
-            if stream is not None:
-                stream.close()
     model = minilm.load(engine=engine)
     alone = model.embed([texts[0], texts[-1]])
     # onnxruntime's int8 scale is one a run: a text's embedding moves with its batch.
@@ -1031,47 +1014,22 @@ _FAILING = textwrap.dedent(
 def test_a_run_that_fails_is_said_to_its_asker_and_the_model_process_goes_on() -> None:
     """An error in a run of the model (onnxruntime's own, say) answers that request with
     the error, whichever thread ran it, and the child goes on with the next request."""
-    import struct
-
-    import msgspec
 
     from relay.services.memory import minilm
 
-    child = subprocess.Popen(
-        [sys.executable, "-c", _FAILING, "relay"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-
-    def ask(texts: list[str]) -> tuple[int, bytes]:
-        assert child.stdin is not None and child.stdout is not None
-        request = msgspec.msgpack.encode(texts)
-        child.stdin.write(struct.pack(">I", len(request)) + request)
-        child.stdin.flush()
-        status, size = struct.unpack(">BI", child.stdout.read(5))
-        return status, child.stdout.read(size)
-
     notes = [f"note {index} about the build cache" for index in range(40)]
-    try:
+    with _model_child(_FAILING, "relay") as child:
         # A query (one batch, run by the serving thread), then a request of three
         # batches (16, 16 and 8 texts, run by the child's threads) whose last fails.
         for texts in (notes[:3], notes):
-            status, payload = ask(texts)
+            status, payload = _ask_child(child, texts)
             assert (status, payload) == (1, b"MiniLM failed: a run that fails")
         for texts in (notes[:2], notes[:32]):
-            status, payload = ask(texts)
+            status, payload = _ask_child(child, texts)
             assert status == 0 and len(payload) == len(texts) * minilm.DIMENSIONS * 4
         assert child.stdin is not None
         child.stdin.close()
         assert child.wait(timeout=120) == 0
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-        for stream in (child.stdin, child.stdout, child.stderr):
-            if stream is not None:
-                stream.close()
 
 
 _QUERY_FIRST = textwrap.dedent(
@@ -1112,13 +1070,7 @@ def test_a_query_runs_at_once_while_every_thread_runs_a_backlog(tmp_path: Path) 
     from relay.services.memory import minilm
 
     path = str(tmp_path / "embed.sock")
-    child = subprocess.Popen(
-        [sys.executable, "-c", _QUERY_FIRST, path],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    try:
+    with _model_child(_QUERY_FIRST, path) as child:
         assert child.stdin is not None and child.stdout is not None
         backlog = msgspec.msgpack.encode([f"note {index} about the cache" for index in range(64)])
         child.stdin.write(struct.pack(">I", len(backlog)) + backlog)
@@ -1143,13 +1095,6 @@ def test_a_query_runs_at_once_while_every_thread_runs_a_backlog(tmp_path: Path) 
         assert child.wait(timeout=120) == 0
         assert child.stderr is not None
         assert set(child.stderr.read().decode().split()) == {"True"}
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-        for stream in (child.stdin, child.stdout, child.stderr):
-            if stream is not None:
-                stream.close()
 
 
 def test_a_query_is_not_kept_waiting_behind_another_process_backlog(tmp_path: Path) -> None:
@@ -1208,6 +1153,41 @@ def test_a_query_is_not_kept_waiting_behind_another_process_backlog(tmp_path: Pa
         holder.wait(timeout=60)
         if holder.stdout is not None:
             holder.stdout.close()
+
+
+@contextmanager
+def _model_child(script: str, *args: str) -> Iterator[subprocess.Popen[bytes]]:
+    """`script` (a model's process, serving on its pipes) run in a child; killed if it is
+    still running when the block ends, its pipes closed."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", script, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        yield child
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        for stream in (child.stdin, child.stdout, child.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def _ask_child(child: subprocess.Popen[bytes], texts: list[str]) -> tuple[int, bytes]:
+    """One request on the child's pipes (embedding_process's protocol): (status, payload)."""
+    import struct
+
+    import msgspec
+
+    assert child.stdin is not None and child.stdout is not None
+    request = msgspec.msgpack.encode(texts)
+    child.stdin.write(struct.pack(">I", len(request)) + request)
+    child.stdin.flush()
+    status, size = struct.unpack(">BI", child.stdout.read(5))
+    return status, child.stdout.read(size)
 
 
 def _receive(peer: object, size: int) -> bytes:

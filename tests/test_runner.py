@@ -474,18 +474,23 @@ def test_poll_driver_runs_hooks_in_parallel_in_order_within_the_limit(
     assert max(int(count) for count in counts.read_text().split()) == 4
 
 
-def test_poll_driver_kills_the_group_when_interrupted(
-    env: dict[str, str], pid_file: Path, driver: str
-) -> None:
-    if driver != "poll":
-        pytest.skip("the poll driver's own clean-up")
-    spec = ProcessSpec(
+def waiting_spec(env: dict[str, str], pid_file: Path) -> ProcessSpec:
+    """A hook that starts a child and waits 30 s for it (their pids in `pid_file`)."""
+    return ProcessSpec(
         launch=script_hook("fork_and_wait.sh", str(pid_file)),
         stdin=b"",
         env=env,
         cwd=None,
         timeout=30,
     )
+
+
+def test_poll_driver_kills_the_group_when_interrupted(
+    env: dict[str, str], pid_file: Path, driver: str
+) -> None:
+    if driver != "poll":
+        pytest.skip("the poll driver's own clean-up")
+    spec = waiting_spec(env, pid_file)
 
     def interrupt_once_started(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
@@ -530,13 +535,7 @@ def test_an_interrupt_between_a_hooks_start_and_its_record_leaves_nothing_runnin
         raise KeyboardInterrupt
 
     monkeypatch.setattr(runner._HookProcess, "__init__", started_then_interrupted)
-    spec = ProcessSpec(
-        launch=script_hook("fork_and_wait.sh", str(pid_file)),
-        stdin=b"",
-        env=env,
-        cwd=None,
-        timeout=30,
-    )
+    spec = waiting_spec(env, pid_file)
     with pytest.raises(KeyboardInterrupt):
         run_processes([spec])
     assert gone(read_pids(pid_file))
